@@ -1,0 +1,3 @@
+from adrun.cli import main
+
+main()

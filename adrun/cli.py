@@ -1,0 +1,181 @@
+"""The `adrun` command line.
+
+`adrun [run options] SCRIPT [ARGS]...` runs a script on a cluster; `adrun strategy ...` builds and
+shows strategy documents. User mistakes end as one `adrun: error:` line and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import uuid
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from adrun import __version__
+from adrun.errors import UserError
+
+DEFAULT_STRATEGY = "PSLoadBalancing"
+RUNS_DIR = Path("/tmp/adrun/runs")
+
+
+class _RunByDefault(click.Group):
+    """`adrun train.py` means `adrun run train.py`: a first word that is no command starts a run."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+def _user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from adrun import ui
+
+        try:
+            return fn(*args, **kwargs)
+        except UserError as e:
+            ui.print_user_error(str(e))
+            sys.exit(e.exit_code)
+
+    return wrapper
+
+
+def _parse_options(pairs: tuple[str, ...]) -> dict[str, str]:
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UserError(f"--strategy-opt '{pair}': expected KEY=VALUE, e.g. --strategy-opt chunk_size=64")
+        options[key.strip()] = value.strip()
+    return options
+
+
+def _load_cluster(spec_path: str | None):
+    from adrun.spec import default_local_spec, load_spec
+
+    return load_spec(Path(spec_path)) if spec_path else default_local_spec()
+
+
+def _existing_script(script: str) -> Path:
+    path = Path(script)
+    if not path.is_file():
+        raise UserError(f"script '{script}' not found (looked in {Path.cwd()})")
+    return path
+
+
+def _plan(strategy: str, options: dict[str, str], script: Path, script_args: list[str], spec):
+    """Capture the script's graph and turn it into a Strategy for this cluster."""
+    from adrun.capture_run import capture_graph
+    from adrun.strategies import build_strategy
+    from adrun.strategies.document import check_matches, load_strategy
+
+    item = capture_graph(script, script_args, spec.num_workers)
+    if strategy.endswith((".yml", ".yaml")) or Path(strategy).is_file():
+        if options:
+            raise UserError("--strategy-opt applies to a builder name, not to a strategy document")
+        plan = load_strategy(Path(strategy))
+        check_matches(plan, item, spec, source=strategy)
+        return item, plan
+    return item, build_strategy(strategy, item, spec, options)
+
+
+def _new_job_id() -> str:
+    return f"{datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
+
+
+@click.group(cls=_RunByDefault, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="adrun")
+def main() -> None:
+    """Run an unmodified TensorFlow graph-mode script data-parallel on a cluster.
+
+    \b
+      adrun train.py                       this machine as a local cluster
+      adrun --spec cluster.yml --strategy AllReduce train.py --epochs 3
+      adrun strategy build PS --spec cluster.yml train.py -o plan.yml
+    """
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--spec", "spec_path", type=click.Path(dir_okay=False), help="Cluster spec YAML (default: this machine, 2 workers + 1 PS).")
+@click.option("--strategy", default=DEFAULT_STRATEGY, show_default=True, help="Builder name or a strategy document (.yml).")
+@click.option("--strategy-opt", "strategy_opts", multiple=True, metavar="KEY=VALUE", help="Builder option; repeatable.")
+@click.option("--quiet", is_flag=True, help="Do not print the processes' output (summary and errors only).")
+@click.option("--log-dir", type=click.Path(file_okay=False), help="Also write one log file per process here.")
+@click.option("--dry-run", is_flag=True, help="Capture and plan, print the plan and the processes, start nothing.")
+@click.option("--job-id", help="Name of this run (default: time-stamped); every process carries it as ADRUN_JOB_ID.")
+@click.argument("script")
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@_user_errors
+def run(spec_path, strategy, strategy_opts, quiet, log_dir, dry_run, job_id, script, script_args) -> None:
+    """Run SCRIPT with ARGS on every worker of the cluster."""
+    from adrun import ui
+    from adrun.launch.supervisor import JobConfig, run_job
+    from adrun.strategies.document import dump_strategy
+
+    spec = _load_cluster(spec_path)
+    script_path = _existing_script(script)
+    options = _parse_options(strategy_opts)
+    ui.print_status(f"capturing the graph of {script_path} ...")
+    item, plan = _plan(strategy, options, script_path, list(script_args), spec)
+    job_id = job_id or _new_job_id()
+    job_dir = RUNS_DIR / job_id
+    job_dir.mkdir(parents=True, exist_ok=True)
+    strategy_file = job_dir / "strategy.yml"
+    dump_strategy(plan, strategy_file)
+    ui.print_plan(plan, item, spec)
+    if dry_run:
+        ui.print_status(f"dry run: strategy written to {strategy_file}; nothing started")
+        return
+    result = run_job(
+        JobConfig(
+            job_id=job_id,
+            spec=spec,
+            script=script_path,
+            script_args=list(script_args),
+            strategy_file=strategy_file,
+            quiet=quiet,
+            log_dir=Path(log_dir) if log_dir else None,
+        )
+    )
+    sys.exit(result.exit_code)
+
+
+@main.group()
+def strategy() -> None:
+    """Build and show strategy documents."""
+
+
+@strategy.command("build", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.argument("name")
+@click.option("--spec", "spec_path", type=click.Path(dir_okay=False))
+@click.option("--strategy-opt", "strategy_opts", multiple=True, metavar="KEY=VALUE")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="Where to write the document.")
+@click.argument("script")
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@_user_errors
+def strategy_build(name, spec_path, strategy_opts, output, script, script_args) -> None:
+    """Capture SCRIPT and write the plan of builder NAME to a document you can edit and run."""
+    from adrun import ui
+    from adrun.strategies.document import dump_strategy
+
+    spec = _load_cluster(spec_path)
+    item, plan = _plan(name, _parse_options(strategy_opts), _existing_script(script), list(script_args), spec)
+    dump_strategy(plan, Path(output))
+    ui.print_plan(plan, item, spec)
+    ui.print_status(f"wrote {output}")
+
+
+@strategy.command("show")
+@click.argument("document", type=click.Path(dir_okay=False))
+@_user_errors
+def strategy_show(document) -> None:
+    """Print a strategy document as a table."""
+    from adrun import ui
+    from adrun.strategies.document import load_strategy
+
+    ui.print_plan(load_strategy(Path(document)), None, None)

@@ -1,0 +1,130 @@
+"""GraphItem: what capture found in the user's graph, as JSON.
+
+The capture run (adrun/runtime/capture.py) fills it from the TensorFlow graph; the builders plan from
+it without TensorFlow; every worker recomputes its fingerprint to check that it is running the graph
+the plan was made for. So this module must not import TensorFlow.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Annotated, Literal
+
+import numpy as np
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from adrun.model_io import Problems, load_json_model
+
+# TensorFlow dtype names numpy does not know, with their size in bytes. Strings have no fixed size
+# and count as 0.
+_NON_NUMPY_ITEMSIZE = {
+    "bfloat16": 2,
+    "qint8": 1,
+    "quint8": 1,
+    "qint16": 2,
+    "quint16": 2,
+    "qint32": 4,
+    "string": 0,
+}
+
+
+def dtype_itemsize(dtype: str) -> int:
+    """Bytes per element of a TensorFlow/numpy dtype name such as `float32`; ValueError if unknown."""
+    if dtype in _NON_NUMPY_ITEMSIZE:
+        return _NON_NUMPY_ITEMSIZE[dtype]
+    try:
+        np_dtype = np.dtype(dtype)
+    except TypeError:
+        np_dtype = None
+    # np.dtype also accepts aliases ("f4", "<f8"); only canonical names keep fingerprints stable.
+    if np_dtype is None or np_dtype.name != dtype:
+        raise ValueError(f"unknown dtype '{dtype}' (expected a name such as float32, int64, bfloat16)")
+    return np_dtype.itemsize
+
+
+def _check_dtype(dtype: str) -> str:
+    dtype_itemsize(dtype)
+    return dtype
+
+
+DType = Annotated[str, AfterValidator(_check_dtype)]
+# -1 marks a dimension whose size is unknown when the graph is built.
+Shape = list[Annotated[int, Field(ge=-1)]]
+GradKind = Literal["dense", "sparse"]
+
+
+class VariableInfo(BaseModel):
+    """One global variable of the captured graph."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1)  # variable op name, e.g. "dense/kernel" (no ":0")
+    shape: Shape
+    dtype: DType
+    trainable: bool
+    grad: GradKind | None = None  # None = not updated by an optimizer
+
+    @property
+    def nbytes(self) -> int:
+        """Memory size, the load measure of the PS builders. Unknown dimensions count as 1, so this
+        is a lower bound for such variables."""
+        return math.prod(1 if d == -1 else d for d in self.shape) * dtype_itemsize(self.dtype)
+
+
+class GraphItem(BaseModel):
+    """Everything the planner needs to know about the user's graph."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: Literal[1] = 1
+    variables: list[VariableInfo]  # creation order
+    optimizer: str | None = None  # class name, e.g. "GradientDescentOptimizer"
+    global_step: str | None = None  # op name of the global step variable, if any
+    batch_size: int | None = Field(default=None, ge=1)  # examples per step per worker, if readable
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> GraphItem:
+        first: dict[str, int] = {}
+        findings = []
+        for i, var in enumerate(self.variables):
+            if var.name in first:
+                findings.append(
+                    (("variables", i, "name"), f"duplicate variable '{var.name}' (also variables[{first[var.name]}])")
+                )
+            first.setdefault(var.name, i)
+        if findings:
+            raise Problems(findings)
+        return self
+
+    @property
+    def fingerprint(self) -> str:
+        """Identity of the graph's state: sha256 over (name, shape, dtype, trainable, grad) of every
+        variable in creation order. Workers compare it with the plan's to refuse a different graph."""
+        canonical = json.dumps(
+            [[v.name, v.shape, v.dtype, v.trainable, v.grad] for v in self.variables],
+            separators=(",", ":"),
+        )
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+    def trainable_with_grads(self) -> list[VariableInfo]:
+        """The variables a strategy plans: trainable and updated by an optimizer, in creation order."""
+        return [v for v in self.variables if v.trainable and v.grad is not None]
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> GraphItem:
+        return cls.model_validate_json(text)
+
+
+def save_graph_item(item: GraphItem, path: str | Path) -> None:
+    Path(path).write_text(item.to_json() + "\n", encoding="utf-8")
+
+
+def load_graph_item(path: str | Path) -> GraphItem:
+    """Read a GraphItem JSON file; problems become one `UserError` naming the file and field."""
+    return load_json_model(path, GraphItem)

@@ -1,0 +1,37 @@
+"""adrun's entry point into the user's Python process.
+
+adrun puts this directory first on PYTHONPATH of every process it starts. Python imports
+`sitecustomize` at start-up, so this file runs before the user's script. It
+
+1. chains to any other `sitecustomize` further down the path, so a site's own customisation
+   keeps working, and
+2. when adrun started the process (ADRUN_MODE is set), arranges for adrun's TensorFlow patches to
+   be installed right after the script imports `tensorflow`. Without ADRUN_MODE it does nothing.
+"""
+
+import importlib
+import os
+import sys
+
+
+def _chain_to_next_sitecustomize() -> None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    ours = sys.modules.pop("sitecustomize", None)
+    saved_path = list(sys.path)
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    try:
+        importlib.import_module("sitecustomize")
+    except ImportError:
+        pass
+    finally:
+        sys.path[:] = saved_path
+        if ours is not None:
+            sys.modules["sitecustomize"] = ours
+
+
+_chain_to_next_sitecustomize()
+
+if os.environ.get("ADRUN_MODE"):
+    from adrun.runtime.import_hook import install_after_tensorflow_import
+
+    install_after_tensorflow_import()

@@ -1,0 +1,260 @@
+"""Read YAML/JSON documents into pydantic models and report every problem as one `UserError`.
+
+The cluster spec, the strategy document and the GraphItem are all hand-editable files. A user who
+mistypes a field must see `<file>: <field.path>: <what is wrong>` in plain words, for every problem at
+once, instead of a pydantic dump or a traceback. This module is the one place that knows how to turn
+file, YAML/JSON and pydantic errors into such lines.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import types
+from pathlib import Path
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from adrun.errors import UserError
+
+M = TypeVar("M", bound=BaseModel)
+Loc = tuple[str | int, ...]
+
+
+class Problems(ValueError):
+    """Findings of a cross-field check, each with the path of the field it is about.
+
+    Raised from model validators: pydantic keeps the exception in the error's context, so the
+    report can name the exact field (`nodes[2].address`) instead of the model that ran the check.
+    Paths are relative to the model whose validator raised.
+    """
+
+    def __init__(self, findings: list[tuple[Loc, str]]) -> None:
+        self.findings = findings
+        super().__init__("; ".join(_join(loc, msg) for loc, msg in findings))
+
+
+def format_loc(loc: Loc) -> str:
+    """`("nodes", 1, "workers")` -> `nodes[1].workers`."""
+    text = ""
+    for item in loc:
+        text += f"[{item}]" if isinstance(item, int) else (f".{item}" if text else str(item))
+    return text
+
+
+def describe_errors(err: ValidationError, model: type[BaseModel]) -> list[str]:
+    """One `<field.path>: <plain words>` line per problem pydantic found while validating `model`."""
+    lines = []
+    for error in err.errors():
+        loc, _ = _resolve(model, error["loc"])
+        ctx_error = error.get("ctx", {}).get("error")
+        if isinstance(ctx_error, Problems):
+            lines += [_join(loc + sub_loc, msg) for sub_loc, msg in ctx_error.findings]
+        elif error["type"] == "extra_forbidden":
+            parent, parent_model = _resolve(model, error["loc"][:-1])
+            lines.append(_join(parent, _unknown_field(str(error["loc"][-1]), parent_model)))
+        else:
+            lines.append(_join(loc, _plain_message(error)))
+    return lines
+
+
+def validate(model: type[M], data: Any, source: str) -> M:
+    """`model.model_validate(data)`, with every problem reported as `<source>: <path>: <reason>`."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise UserError("\n".join(f"{source}: {line}" for line in describe_errors(err, model))) from None
+
+
+def load_yaml_model(path: str | Path, model: type[M]) -> M:
+    """Read a YAML file and validate it as `model`; any problem becomes one `UserError`."""
+    text = _read_text(path)
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as err:
+        raise UserError(f"{path}: {_yaml_problem(err)}") from None
+    return validate(model, _require_mapping(data, path), str(path))
+
+
+def load_json_model(path: str | Path, model: type[M]) -> M:
+    """Read a JSON file and validate it as `model`; any problem becomes one `UserError`."""
+    try:
+        data = json.loads(_read_text(path))
+    except json.JSONDecodeError as err:
+        raise UserError(f"{path}: line {err.lineno}, column {err.colno}: invalid JSON: {err.msg}") from None
+    return validate(model, _require_mapping(data, path), str(path))
+
+
+def dump_yaml(data: dict[str, Any]) -> str:
+    """Readable YAML: keys in model order, short lists and leaf mappings in flow style (`[784, 10]`)."""
+    return yaml.dump(
+        data, Dumper=_IndentedDumper, sort_keys=False, default_flow_style=None, allow_unicode=True, width=100
+    )
+
+
+class _IndentedDumper(yaml.SafeDumper):
+    """SafeDumper that indents list items under their key (`nodes:\n  - address: ...`), as people write it."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        super().increase_indent(flow, False)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects a key written twice in one mapping (PyYAML silently keeps the last).
+
+    Keys brought in by a merge (`<<: *defaults`) may be overridden, as YAML intends.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node)  # type: ignore[no-untyped-call]
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key '{key}'", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _read_text(path: str | Path) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, expected a file") from None
+    except PermissionError:
+        raise UserError(f"{path}: permission denied") from None
+    except UnicodeDecodeError as err:
+        raise UserError(f"{path}: not a UTF-8 text file ({err.reason} at byte {err.start})") from None
+
+
+def _require_mapping(data: Any, path: str | Path) -> dict[str, Any]:
+    if data is None:
+        raise UserError(f"{path}: the file is empty")
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a mapping of fields at the top level, got {_show(data)}")
+    return data
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    mark = getattr(err, "problem_mark", None)
+    problem = getattr(err, "problem", None) or str(err)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return f"{where}YAML syntax error: {problem}"
+
+
+def _join(loc: Loc, msg: str) -> str:
+    path = format_loc(loc)
+    return f"{path}: {msg}" if path else msg
+
+
+def _resolve(model: type[BaseModel], loc: Loc) -> tuple[Loc, type[BaseModel] | None]:
+    """Drop discriminated-union tags from a pydantic `loc` and find the model at its end.
+
+    Pydantic puts the tag of a tagged union into the location (`variables.3.sync.ps.ps_task`);
+    the user's file has no such level, so the path shown must skip it.
+    """
+    fields: list[str | int] = []
+    current: Any = model
+    for item in loc:
+        if item == "[key]":  # pydantic's marker for "the key of this dict entry"
+            continue
+        current = _without_none(current)
+        origin = get_origin(current)
+        if isinstance(item, int) and origin is list:
+            current = get_args(current)[0]
+        elif _is_model(current) and item in current.model_fields:
+            current = current.model_fields[item].annotation
+        elif _is_model_union(current):
+            current = next((m for m in get_args(current) if item in _literal_values(m)), None)
+            continue
+        elif origin is dict:
+            current = get_args(current)[1]
+        else:
+            current = None
+        fields.append(item)
+    current = _without_none(current)
+    return tuple(fields), current if _is_model(current) else None
+
+
+def _without_none(tp: Any) -> Any:
+    if get_origin(tp) in (Union, types.UnionType):
+        args = [a for a in get_args(tp) if a is not type(None)]
+        return args[0] if len(args) == 1 else Union[tuple(args)]
+    return tp
+
+
+def _is_model(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, BaseModel)
+
+
+def _is_model_union(tp: Any) -> bool:
+    return get_origin(tp) in (Union, types.UnionType) and all(_is_model(a) for a in get_args(tp))
+
+
+def _literal_values(model: type[BaseModel]) -> set[Any]:
+    return {
+        value
+        for field in model.model_fields.values()
+        if get_origin(field.annotation) is Literal
+        for value in get_args(field.annotation)
+    }
+
+
+def _unknown_field(name: str, owner: type[BaseModel] | None) -> str:
+    if owner is None:
+        return f"unknown field '{name}'"
+    known = list(owner.model_fields)
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"did you mean '{close[0]}'?" if close else f"known fields: {', '.join(known)}"
+    return f"unknown field '{name}' ({hint})"
+
+
+def _plain_message(error: Any) -> str:
+    kind, ctx, got = error["type"], error.get("ctx", {}), _show(error["input"])
+    messages = {
+        "missing": "required field is missing",
+        "greater_than_equal": f"must be >= {ctx.get('ge')}, got {got}",
+        "greater_than": f"must be > {ctx.get('gt')}, got {got}",
+        "less_than_equal": f"must be <= {ctx.get('le')}, got {got}",
+        "less_than": f"must be < {ctx.get('lt')}, got {got}",
+        "literal_error": f"must be {ctx.get('expected')}, got {got}",
+        "int_parsing": f"expected a whole number, got {got}",
+        "int_type": f"expected a whole number, got {got}",
+        "int_from_float": f"expected a whole number, got {got}",
+        "bool_parsing": f"expected true or false, got {got}",
+        "bool_type": f"expected true or false, got {got}",
+        "string_type": f"expected a text value, got {got}",
+        "string_too_short": "must not be empty",
+        "list_type": f"expected a list, got {got}",
+        "too_short": f"needs at least {ctx.get('min_length')} entry/entries, got {ctx.get('actual_length')}",
+        "dict_type": f"expected a mapping, got {got}",
+        "model_type": f"expected a mapping of fields, got {got}",
+        "model_attributes_type": f"expected a mapping of fields, got {got}",
+        "union_tag_not_found": f"missing field {ctx.get('discriminator')}",
+        "union_tag_invalid": f"unknown {str(ctx.get('discriminator')).strip(chr(39))} "
+        f"'{ctx.get('tag')}', expected one of {ctx.get('expected_tags')}",
+    }
+    if kind in messages:
+        return messages[kind]
+    if kind in ("value_error", "assertion_error") and "error" in ctx:
+        return str(ctx["error"])
+    msg: str = error["msg"]
+    return msg[:1].lower() + msg[1:]
+
+
+def _show(value: Any) -> str:
+    """A value as the user wrote it in YAML: `'two'`, `-1`, `true`, `null`, `a list`."""
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    return repr(value)

@@ -1,0 +1,1 @@
+"""What runs inside the user's processes: hook, capture, transform kernels, session, metrics."""

@@ -1,0 +1,65 @@
+"""Capture mode: describe the user's graph as a GraphItem and stop the process.
+
+The launcher runs the script once with ADRUN_MODE=capture. When the script creates its Session the
+graph is complete, so the hook writes the GraphItem and exits before any training happens.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import tensorflow as tf
+
+from adrun.graph_item import GraphItem, VariableInfo, save_graph_item
+from adrun.runtime.grads import is_sparse, records_for, variable_name
+
+CAPTURED_EXIT_CODE = 0
+
+
+def describe_graph(graph: tf.Graph) -> GraphItem:
+    records = records_for(graph)
+    grad_kind: dict[str, str] = {}
+    optimizer = None
+    for call in records.calls:
+        optimizer = type(call.optimizer).__name__
+        for grad, var in call.grads_and_vars:
+            if grad is not None:
+                grad_kind[variable_name(var)] = "sparse" if is_sparse(grad) else "dense"
+    with graph.as_default():
+        global_vars = tf.compat.v1.global_variables()
+        trainable = {variable_name(v) for v in tf.compat.v1.trainable_variables()}
+        step = tf.compat.v1.train.get_global_step(graph)
+    variables = [
+        VariableInfo(
+            name=variable_name(v),
+            shape=[int(d) if d is not None else -1 for d in v.shape.as_list()],
+            dtype=v.dtype.base_dtype.name,
+            trainable=variable_name(v) in trainable,
+            grad=grad_kind.get(variable_name(v)),
+        )
+        for v in global_vars
+    ]
+    return GraphItem(
+        variables=variables,
+        optimizer=optimizer,
+        global_step=variable_name(step) if step is not None else None,
+        batch_size=static_batch_size(graph),
+    )
+
+
+def static_batch_size(graph: tf.Graph) -> int | None:
+    """Examples per step when the graph says so: the constant of a tf.data batch op."""
+    for op in graph.get_operations():
+        if op.type in ("BatchDatasetV2", "BatchDataset", "PaddedBatchDatasetV2"):
+            size = tf.get_static_value(op.inputs[1])
+            if size is not None:
+                return int(size)
+    return None
+
+
+def capture_and_exit(graph: tf.Graph, out_path: str) -> None:
+    save_graph_item(describe_graph(graph), out_path)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(CAPTURED_EXIT_CODE)

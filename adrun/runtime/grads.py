@@ -1,0 +1,42 @@
+"""Gradients seen at `apply_gradients`, kept per graph for capture and for the kernels."""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import tensorflow as tf
+
+
+@dataclass
+class GradientRecord:
+    """One `apply_gradients` call: what the optimizer was asked to apply, and what it returned."""
+
+    optimizer: Any
+    grads_and_vars: list[tuple[Any, Any]]
+    train_op: tf.Operation | None = None
+
+
+@dataclass
+class GraphRecords:
+    calls: list[GradientRecord] = field(default_factory=list)
+    train_ops: set[str] = field(default_factory=set)  # names of ops that run one training step
+
+
+_records: "weakref.WeakKeyDictionary[tf.Graph, GraphRecords]" = weakref.WeakKeyDictionary()
+
+
+def records_for(graph: tf.Graph) -> GraphRecords:
+    if graph not in _records:
+        _records[graph] = GraphRecords()
+    return _records[graph]
+
+
+def variable_name(var: Any) -> str:
+    """The op name that identifies a variable in plans and checkpoints (e.g. `dense/kernel`)."""
+    return var.op.name
+
+
+def is_sparse(grad: Any) -> bool:
+    return isinstance(grad, tf.IndexedSlices)

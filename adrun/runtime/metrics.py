@@ -1,0 +1,67 @@
+"""Per-step metrics of a worker, written as `@@ADRUN {json}` lines on stderr for the launcher."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import sys
+import time
+from typing import Any
+
+import tensorflow as tf
+
+from adrun.runtime.capture import static_batch_size
+from adrun.runtime.grads import records_for
+
+METRIC_PREFIX = "@@ADRUN "
+_EMIT_INTERVAL_S = 0.5
+
+
+def _fetched_names(fetches: Any) -> set[str]:
+    names = set()
+    for f in tf.nest.flatten(fetches):
+        if isinstance(f, tf.Operation):
+            names.add(f.name)
+        elif isinstance(f, tf.Tensor):
+            names.add(f.op.name)
+        elif isinstance(f, str):
+            names.add(f.split(":")[0])
+    return names
+
+
+def _examples_in_feed(feed_dict: dict | None) -> int | None:
+    """Batch size of a fed placeholder whose first dimension is open (the batch dimension)."""
+    for key, value in (feed_dict or {}).items():
+        shape = getattr(key, "shape", None)
+        if shape is not None and shape.rank and shape[0] is None and hasattr(value, "__len__"):
+            return len(value)
+    return None
+
+
+class StepReporter:
+    def __init__(self) -> None:
+        self.steps = 0
+        self.examples: int | None = None
+        self._examples_read = False
+        self._last_emit = 0.0
+        atexit.register(self.emit)
+
+    def after_run(self, graph: tf.Graph, fetches: Any, feed_dict: dict | None) -> None:
+        train_ops = records_for(graph).train_ops
+        if not train_ops or not (train_ops & _fetched_names(fetches)):
+            return
+        self.steps += 1
+        if not self._examples_read:
+            self.examples = _examples_in_feed(feed_dict) or static_batch_size(graph)
+            self._examples_read = True
+        now = time.monotonic()
+        if now - self._last_emit >= _EMIT_INTERVAL_S:
+            self.emit(now)
+
+    def emit(self, now: float | None = None) -> None:
+        if not self.steps:
+            return
+        self._last_emit = now or time.monotonic()
+        event = {"event": "step", "step": self.steps, "time": time.time(), "examples": self.examples}
+        sys.__stderr__.write(METRIC_PREFIX + json.dumps(event) + "\n")
+        sys.__stderr__.flush()

@@ -1,0 +1,118 @@
+"""The TensorFlow patches adrun's hook installs in a worker process (after `import tensorflow`).
+
+- `Optimizer.apply_gradients` (tf.compat.v1.train optimizers): records (gradient, variable)
+  pairs; in run mode synchronizes the gradients per the plan and returns this worker's step op.
+- `Session.__init__` (also reached by MonitoredTrainingSession and the tf_keras backend): in capture
+  mode describes the graph and exits; in run mode returns a session of the distributed job.
+- `BaseSession.run`: counts training steps for the launcher's throughput view.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import threading
+
+from adrun.runtime.context import current
+
+_installed = False
+_local = threading.local()
+PLAN_MISMATCH_EXIT_CODE = 65
+
+
+def _fail(message: str) -> None:
+    sys.stdout.flush()
+    sys.stderr.write(f"adrun: error: {message}\n")
+    sys.stderr.flush()
+    os._exit(PLAN_MISMATCH_EXIT_CODE)
+
+
+def _patch_optimizer(ctx) -> None:
+    from tensorflow.python.framework import ops
+    from tensorflow.python.training import optimizer as v1_optimizer
+
+    from adrun.runtime.grads import GradientRecord, records_for
+    from adrun.runtime.kernels.gradient_sync import PlanMismatchError, synchronized_apply
+
+    original = v1_optimizer.Optimizer.apply_gradients
+
+    @functools.wraps(original)
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        if getattr(_local, "depth", 0) or ops.executing_eagerly_outside_functions():
+            return original(self, grads_and_vars, global_step=global_step, name=name)
+        _local.depth = 1
+        try:
+            pairs = list(grads_and_vars)
+            records = records_for(ops.get_default_graph())
+            call = GradientRecord(self, pairs)
+            records.calls.append(call)
+            if ctx.mode == "capture":
+                op = original(self, pairs, global_step=global_step, name=name)
+            else:
+                try:
+                    op = synchronized_apply(
+                        functools.partial(original, self), pairs, ctx, len(records.calls) - 1,
+                        global_step=global_step, name=name,
+                    )
+                except PlanMismatchError as e:
+                    _fail(str(e))
+            call.train_op = op
+            records.train_ops.add(op.name)
+            return op
+        finally:
+            _local.depth = 0
+
+    v1_optimizer.Optimizer.apply_gradients = apply_gradients
+
+
+def _patch_session(ctx) -> None:
+    from tensorflow.python.client import session as tf_session
+    from tensorflow.python.framework import ops
+
+    from adrun.runtime.capture import capture_and_exit
+    from adrun.runtime.grads import records_for
+    from adrun.runtime.kernels.gradient_sync import PlanMismatchError
+    from adrun.runtime.metrics import StepReporter
+    from adrun.runtime.session_setup import prepare_session
+
+    original_init = tf_session.Session.__init__
+
+    @functools.wraps(original_init)
+    def __init__(self, target="", graph=None, config=None):
+        g = graph if graph is not None else ops.get_default_graph()
+        if ctx.mode == "capture":
+            capture_and_exit(g, ctx.capture_out)
+        if not records_for(g).calls:
+            original_init(self, target, graph, config)  # not a training graph: a plain local session
+            return
+        try:
+            target, config, after_create = prepare_session(g, config, ctx)
+        except PlanMismatchError as e:
+            _fail(str(e))
+        original_init(self, target, graph, config)
+        after_create(self)
+
+    tf_session.Session.__init__ = __init__
+
+    reporter = StepReporter()
+    original_run = tf_session.BaseSession.run
+
+    @functools.wraps(original_run)
+    def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
+        result = original_run(self, fetches, feed_dict, options, run_metadata)
+        reporter.after_run(self.graph, fetches, feed_dict)
+        return result
+
+    tf_session.BaseSession.run = run
+
+
+def install() -> None:
+    """Install the patches once; inert outside adrun worker processes."""
+    global _installed
+    ctx = current()
+    if _installed or ctx.role != "worker":
+        return
+    _installed = True
+    _patch_optimizer(ctx)
+    _patch_session(ctx)

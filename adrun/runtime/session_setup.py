@@ -1,0 +1,116 @@
+"""Turn the user's Session into a session of the distributed job.
+
+On the first Session of a training graph this process: checks the graph against the plan's
+fingerprint, places variables, rewires initialization on non-chief workers, starts this worker's
+gRPC server and points the session at it with a config that sees only the PSs and this worker.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Callable
+
+import tensorflow as tf
+
+from adrun.runtime.capture import describe_graph
+from adrun.strategies.document import describe_variable_changes
+from adrun.runtime.context import TaskContext
+from adrun.runtime.kernels.devices import COLLECTIVE_GROUP_LEADER, worker_device
+from adrun.runtime.kernels.gradient_sync import PlanMismatchError
+from adrun.runtime.kernels.initialization import share_chief_initialization
+from adrun.runtime.kernels.placement import place_variables, variable_devices
+
+INIT_TIMEOUT_S = float(os.environ.get("ADRUN_INIT_TIMEOUT", "600"))
+_POLL_S = 0.2
+
+
+@dataclass
+class PreparedGraph:
+    ready_checks: list[tf.Tensor] = field(default_factory=list)  # non-chief: the chief's init is done
+
+
+_server: tf.distribute.Server | None = None
+_prepared: "weakref.WeakKeyDictionary[tf.Graph, PreparedGraph]" = weakref.WeakKeyDictionary()
+
+
+def server_config() -> tf.compat.v1.ConfigProto:
+    config = tf.compat.v1.ConfigProto()
+    config.experimental.collective_group_leader = COLLECTIVE_GROUP_LEADER
+    return config
+
+
+def _local_server(ctx: TaskContext) -> tf.distribute.Server:
+    global _server
+    if _server is None:
+        _server = tf.distribute.Server(
+            tf.train.ClusterSpec(ctx.cluster), job_name="worker", task_index=ctx.task_index, config=server_config()
+        )
+    return _server
+
+
+def check_fingerprint(graph: tf.Graph, ctx: TaskContext) -> None:
+    item = describe_graph(graph)
+    plan = ctx.strategy
+    if item.fingerprint == plan.fingerprint:
+        return
+    raise PlanMismatchError(
+        f"worker {ctx.task_index}: the script built a different graph than the one planned "
+        f"(fingerprint {item.fingerprint} != plan {plan.fingerprint}; {describe_variable_changes(plan, item)}). "
+        "A script must build the same model on every worker; read ADRUN_WORKER_INDEX only to choose data."
+    )
+
+
+def _prepare_graph(graph: tf.Graph, ctx: TaskContext) -> PreparedGraph:
+    check_fingerprint(graph, ctx)
+    finalized = graph.finalized
+    if finalized:
+        graph._unsafe_unfinalize()  # MonitoredTrainingSession finalizes before creating the session
+    try:
+        devices = variable_devices(graph, ctx)
+        place_variables(graph, devices)
+        prepared = PreparedGraph()
+        if not ctx.is_chief:
+            prepared.ready_checks = share_chief_initialization(graph, devices, worker_device(ctx.task_index))
+    finally:
+        if finalized:
+            graph.finalize()
+    return prepared
+
+
+def session_config(ctx: TaskContext, user_config: tf.compat.v1.ConfigProto | None) -> tf.compat.v1.ConfigProto:
+    config = tf.compat.v1.ConfigProto()
+    if user_config is not None:
+        config.CopyFrom(user_config)
+    del config.device_filters[:]
+    config.device_filters.extend(["/job:ps", f"/job:worker/task:{ctx.task_index}"])
+    if ctx.task_index != 0:
+        config.device_filters.append("/job:worker/task:0")  # initial values come from the chief
+    config.experimental.collective_group_leader = COLLECTIVE_GROUP_LEADER
+    return config
+
+
+def prepare_session(
+    graph: tf.Graph, user_config: tf.compat.v1.ConfigProto | None, ctx: TaskContext
+) -> tuple[str, tf.compat.v1.ConfigProto, Callable[[tf.compat.v1.Session], None]]:
+    """Target, config, and a callback to run once the session exists."""
+    if graph not in _prepared:
+        _prepared[graph] = _prepare_graph(graph, ctx)
+    prepared = _prepared[graph]
+    server = _local_server(ctx)
+
+    def wait_for_chief(session: tf.compat.v1.Session) -> None:
+        if not prepared.ready_checks:
+            return
+        deadline = time.monotonic() + INIT_TIMEOUT_S
+        while not all(session.run(prepared.ready_checks)):
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"worker {ctx.task_index}: the chief did not initialize the variables within "
+                    f"{INIT_TIMEOUT_S:.0f} s (ADRUN_INIT_TIMEOUT)"
+                )
+            time.sleep(_POLL_S)
+
+    return server.target, session_config(ctx, user_config), wait_for_chief

@@ -1,0 +1,233 @@
+"""Everything adrun shows in the terminal.
+
+adrun's own messages go to stderr; the tasks' output goes to stdout with a `[tag]` prefix, so
+`adrun train.py > out.txt` keeps the script's output and nothing else. This module only renders:
+what to show comes from the launcher's data (`adrun.launch.supervisor`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from adrun.launch.metrics import Throughput
+    from adrun.launch.supervisor import Failure, JobResult, Stream, TaskOutcome
+    from adrun.launch.tasks import Task
+
+console = Console(stderr=True, highlight=False)
+task_console = Console(highlight=False, markup=False, emoji=False, soft_wrap=True)
+
+_TAG_COLORS = ("cyan", "magenta", "green", "yellow", "blue", "bright_cyan", "bright_magenta", "bright_green")
+_PLAIN_STATUS_INTERVAL_S = 10.0
+
+
+def print_status(message: str) -> None:
+    console.print(Text.assemble(("adrun: ", "bold"), message))
+
+
+def print_user_error(message: str) -> None:
+    """The whole report of a user mistake: one `adrun: error:` line, never a traceback."""
+    console.print(Text(f"adrun: error: {message}", style="red"), soft_wrap=True)
+
+
+def print_failure(failure: Failure) -> None:
+    """The root cause of a failed job: which task ended how, where, and its last stderr lines."""
+    task = failure.task
+    fields = Table.grid(padding=(0, 2))
+    fields.add_row("task", f"{task.tag} ({task.role} {task.index})")
+    fields.add_row("host", task.host)
+    if failure.signal_name:
+        fields.add_row("exit", Text(f"killed by {failure.signal_name} (status {failure.returncode})", style="bold red"))
+    elif failure.returncode == 0:
+        fields.add_row("exit", Text("0, but a parameter server must serve until the workers finish", style="bold red"))
+    else:
+        fields.add_row("exit", Text(f"code {failure.returncode}", style="bold red"))
+    tail = Text("\n".join(failure.stderr_tail)) if failure.stderr_tail else Text("(nothing on stderr)", style="dim")
+    body = Group(fields, Text(""), Text("last stderr lines:", style="bold"), tail)
+    console.print(Panel(body, title=f"root cause: {task.tag} failed", title_align="left", border_style="red"))
+
+
+def print_summary(result: JobResult) -> None:
+    """One row per task (exit, steps, rates), a cluster total row, and the wall time."""
+    if result.failed:
+        title = Text("job failed", style="bold red")
+    elif result.interrupted:
+        title = Text("job interrupted", style="bold yellow")
+    else:
+        title = Text("job succeeded", style="bold green")
+    table = Table(title=title, caption=f"wall time {result.elapsed_s:.1f} s", title_justify="left")
+    for name in ("task", "role", "exit"):
+        table.add_column(name)
+    for name in ("steps", "steps/s", "examples/s"):
+        table.add_column(name, justify="right")
+    rates = result.metrics.workers
+    for outcome in result.outcomes:
+        rate = rates.get(outcome.task.index) if outcome.task.role == "worker" else None
+        failed = result.failed is not None and result.failed.task == outcome.task
+        table.add_row(
+            outcome.task.tag,
+            outcome.task.role,
+            Text(_exit_text(outcome), style="red" if failed else ""),
+            str(rate.steps) if rate else "-",
+            _rate(rate.steps_per_s if rate else None),
+            _rate(rate.examples_per_s if rate else None),
+        )
+    table.add_section()
+    table.add_row(
+        "cluster",
+        "",
+        str(result.exit_code),
+        str(sum(r.steps for r in rates.values())) if rates else "-",
+        _rate(result.metrics.steps_per_s),
+        _rate(result.metrics.examples_per_s),
+        style="bold",
+    )
+    console.print(table)
+
+
+def print_plan(plan: Any, item: Any, spec: Any) -> None:
+    """A strategy document as a table: one row per variable with its synchronization.
+
+    `item` (the captured GraphItem) adds variable sizes and `spec` the cluster line, when given.
+    """
+    sizes = {v.name: v.nbytes for v in item.variables} if item is not None else {}
+    table = Table(
+        title=f"strategy {plan.builder}: {plan.num_workers} workers, {plan.num_ps} PS",
+        title_justify="left",
+    )
+    for name in ("variable", "shape", "dtype", "grad"):
+        table.add_column(name)
+    if sizes:
+        table.add_column("size", justify="right")
+    table.add_column("sync")
+    for var in plan.variables:
+        row = [var.name, str(list(var.shape)), var.dtype, var.grad or "-"]
+        if sizes:
+            row.append(_bytes(sizes[var.name]) if var.name in sizes else "-")
+        table.add_row(*row, _sync_text(var.sync))
+    if spec is not None:
+        nodes = ", ".join(f"{n.address} ({n.workers} workers, {n.ps} PS)" for n in spec.nodes)
+        table.caption = f"cluster: {nodes}"
+    console.print(table)
+
+
+class JobView:
+    """Shows a running job: task lines on stdout, a live throughput line on a stderr terminal.
+
+    Implements `adrun.launch.supervisor.JobListener`. Use as a context manager around
+    `supervise()` so the live line is cleared before the summary is printed. With `quiet`, only
+    adrun's own messages are shown. When stderr is not a terminal, the status is a plain line
+    at most every 10 s.
+    """
+
+    def __init__(self, quiet: bool = False) -> None:
+        self.quiet = quiet
+        self._live: Live | None = None
+        self._tag_styles: dict[str, str] = {}
+        self._last_plain_status = time.monotonic()
+
+    def __enter__(self) -> JobView:
+        if not self.quiet and console.is_terminal:
+            # Task lines written to a terminal stdout must pass through the live display to
+            # land above it; a redirected stdout is left alone.
+            self._live = Live(
+                Text(""),
+                console=console,
+                auto_refresh=False,
+                transient=True,
+                redirect_stdout=task_console.is_terminal,
+                redirect_stderr=False,
+            )
+            self._live.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    def job_started(self, job_id: str, tasks: Sequence[Task]) -> None:
+        for i, task in enumerate(tasks):
+            self._tag_styles[task.tag] = _TAG_COLORS[i % len(_TAG_COLORS)]
+        print_status(f"job {job_id}: " + ", ".join(f"{t.tag} {t.address}" for t in tasks))
+
+    def task_output(self, task: Task, stream: Stream, line: str) -> None:
+        style = self._tag_styles.get(task.tag, "")
+        # stderr tags are dimmed so a script's own stdout stands out among TF's stderr logging.
+        tag_style = f"bold {style}" if stream == "stdout" else f"dim {style}"
+        task_console.print(Text.assemble((f"[{task.tag}] ", tag_style), line))
+
+    def progress(self, throughput: Throughput, elapsed_s: float) -> None:
+        if self.quiet:
+            return
+        status = _status_text(throughput, elapsed_s)
+        if self._live is not None:
+            self._live.update(status, refresh=True)
+        elif throughput.workers and time.monotonic() - self._last_plain_status >= _PLAIN_STATUS_INTERVAL_S:
+            console.print(Text.assemble(("adrun: ", "bold"), status))
+            self._last_plain_status = time.monotonic()
+
+    def stopping(self, reason: str) -> None:
+        print_status(reason)
+
+
+def _status_text(throughput: Throughput, elapsed_s: float) -> Text:
+    minutes, seconds = divmod(int(elapsed_s), 60)
+    clock = f"{minutes}:{seconds:02d}"
+    if not throughput.workers:
+        return Text(f"{clock}  waiting for the first training steps", style="dim")
+    parts = [f"w{i} {_rate(r.steps_per_s)} steps/s" for i, r in sorted(throughput.workers.items())]
+    cluster = f"cluster {_rate(throughput.steps_per_s)} steps/s"
+    if throughput.examples_per_s is not None:
+        cluster += f", {_rate(throughput.examples_per_s)} examples/s"
+    return Text.assemble((clock, "dim"), "  ", "  ".join(parts), "  |  ", (cluster, "bold"))
+
+
+def _exit_text(outcome: TaskOutcome) -> str:
+    if outcome.stopped:
+        return "stopped"
+    if outcome.returncode is None:
+        return "?"
+    return outcome.signal_name or str(outcome.returncode)
+
+
+def _rate(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
+
+
+def _bytes(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    size = float(n)
+    for unit in ("KiB", "MiB", "GiB"):
+        size /= 1024
+        if size < 1024 or unit == "GiB":
+            break
+    return f"{size:.1f} {unit}"
+
+
+def _sync_text(sync: Any) -> str:
+    kind = sync.kind
+    if kind == "ps":
+        if not sync.sync:
+            mode = "async"
+        else:
+            mode = f"sync, staleness {sync.staleness}" if sync.staleness else "sync"
+        return f"ps{sync.ps_task} ({mode})"
+    if kind == "allreduce":
+        compressor = f", {sync.compressor}" if sync.compressor and sync.compressor != "none" else ""
+        return f"allreduce group {sync.group}{compressor}"
+    return str(kind)

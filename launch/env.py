@@ -1,0 +1,66 @@
+"""The environment of every process adrun starts: the env contract of docs/architecture.md.
+
+This is the only channel from the launcher to the runtime inside an unmodified script, so every
+"who am I" fact the runtime needs is written here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+
+from .tasks import Task
+
+# Every variable of the contract; other ADRUN_* variables (settings such as ADRUN_INIT_TIMEOUT)
+# pass through from the launcher's environment.
+CONTRACT_VARS = (
+    "ADRUN_WORKER_INDEX",
+    "ADRUN_NUM_WORKERS",
+    "ADRUN_ROLE",
+    "ADRUN_JOB_ID",
+    "ADRUN_TASK_INDEX",
+    "ADRUN_MODE",
+    "ADRUN_CLUSTER",
+    "ADRUN_STRATEGY_FILE",
+    "ADRUN_CAPTURE_OUT",
+)
+
+
+def task_env(
+    task: Task,
+    job_id: str,
+    num_workers: int,
+    cluster_def: Mapping[str, list[str]],
+    mode: str,
+    strategy_file: str | os.PathLike[str] | None,
+    hook_dir: str,
+    base_env: Mapping[str, str],
+    node_env: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The full environment for `task`.
+
+    Starts from `base_env` (normally the launcher's own environment) without the contract's
+    variables, so a launcher started from inside another adrun process cannot leak that job's
+    identity (notably ADRUN_JOB_ID, which teardown uses to find processes). The node's `env` is
+    merged on top but cannot set the contract's variables either. `hook_dir` goes first on
+    PYTHONPATH so Python imports adrun's sitecustomize before anything else; an existing
+    PYTHONPATH (the node's, else the launcher's) follows it.
+    """
+    merged = {**base_env, **{k: str(v) for k, v in (node_env or {}).items()}}
+    env = {k: v for k, v in merged.items() if k not in CONTRACT_VARS}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (hook_dir, env.get("PYTHONPATH", "")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(
+        ADRUN_MODE=mode,
+        ADRUN_ROLE=task.role,
+        ADRUN_TASK_INDEX=str(task.index),
+        ADRUN_NUM_WORKERS=str(num_workers),
+        ADRUN_JOB_ID=job_id,
+        ADRUN_CLUSTER=json.dumps(dict(cluster_def), separators=(",", ":")),
+    )
+    if task.role == "worker":
+        env["ADRUN_WORKER_INDEX"] = str(task.index)
+    if strategy_file is not None:
+        env["ADRUN_STRATEGY_FILE"] = str(strategy_file)
+    return env

@@ -1,0 +1,117 @@
+"""Tasks as subprocesses of the launcher on this machine.
+
+Each task runs in its own session (so its process group can be signalled as a whole, and a
+terminal's Ctrl-C reaches only the launcher, which then stops the job in order) and with a
+parent-death signal (so a SIGKILLed launcher cannot leave tasks running).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO
+
+import psutil
+
+_PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def worker_argv(python: str, script: str | Path, script_args: Sequence[str]) -> list[str]:
+    """A worker runs the user's script unchanged; the hook on PYTHONPATH does the rest."""
+    return [python, str(script), *script_args]
+
+
+def ps_argv(python: str) -> list[str]:
+    """A parameter server is adrun's own TF server process."""
+    return [python, "-m", "adrun.runtime.ps_server"]
+
+
+def is_local_host(address: str) -> bool:
+    """Whether `address` names this machine (loopback, hostname, or one of its interface IPs)."""
+    if address in ("localhost", socket.gethostname()):
+        return True
+    try:
+        ip = socket.gethostbyname(address)
+    except OSError:
+        return False
+    own = {a.address for addrs in psutil.net_if_addrs().values() for a in addrs}
+    return ip.startswith("127.") or ip in own
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Runs in the child between fork and exec: ask the kernel for SIGKILL when the parent dies.
+
+    The death signal fires when the forking *thread* exits, so tasks must be started from a
+    thread that lives as long as the job: the supervisor starts them from the thread it runs in. If the
+    parent already died before the request took effect, the child is an orphan: end it now.
+    """
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent_pid:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class LocalProcess:
+    """A started task: its pipes, exit status, and signals to its whole process group."""
+
+    def __init__(self, argv: Sequence[str], *, cwd: str | Path, env: Mapping[str, str]) -> None:
+        parent_pid = os.getpid()
+        self._popen = subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=lambda: _die_with_parent(parent_pid),
+        )
+
+    @property
+    def pid(self) -> int:
+        """Also the process group id: each task leads its own session."""
+        return self._popen.pid
+
+    @property
+    def stdout(self) -> IO[bytes]:
+        assert self._popen.stdout is not None
+        return self._popen.stdout
+
+    @property
+    def stderr(self) -> IO[bytes]:
+        assert self._popen.stderr is not None
+        return self._popen.stderr
+
+    def poll(self) -> int | None:
+        """The exit status once the task has ended (negative: killed by that signal), else None."""
+        return self._popen.poll()
+
+    def terminate_group(self) -> None:
+        """Ask the task and everything it started to stop (SIGTERM)."""
+        self._signal_group(signal.SIGTERM)
+
+    def kill_group(self) -> None:
+        """Stop the task and everything it started, no questions asked (SIGKILL)."""
+        self._signal_group(signal.SIGKILL)
+
+    def group_alive(self) -> bool:
+        """Whether any process of the task's group still exists (reaps the task itself first)."""
+        self.poll()
+        try:
+            os.killpg(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def _signal_group(self, sig: int) -> None:
+        try:
+            os.killpg(self.pid, sig)
+        except ProcessLookupError:
+            pass

@@ -1,0 +1,75 @@
+"""Throughput from the workers' `@@ADRUN {json}` metric lines (protocol: docs/architecture.md)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+METRIC_PREFIX = "@@ADRUN "
+
+
+def parse_metric_line(line: str) -> dict[str, Any] | None:
+    """The event of a metric line; None for any other line (including a malformed metric line,
+    which is then shown like ordinary output rather than silently dropped)."""
+    if not line.startswith(METRIC_PREFIX):
+        return None
+    try:
+        event = json.loads(line[len(METRIC_PREFIX) :])
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) else None
+
+
+@dataclass
+class WorkerRate:
+    """One worker's progress: cumulative steps at its first and latest report.
+
+    The rate is measured from the first report on, so start-up (graph building, connecting to
+    the PS) does not dilute it.
+    """
+
+    first_step: int
+    first_time: float
+    steps: int
+    last_time: float
+    examples: int | None = None  # per step, when the worker knows its batch size
+
+    @property
+    def steps_per_s(self) -> float | None:
+        elapsed = self.last_time - self.first_time
+        return (self.steps - self.first_step) / elapsed if elapsed > 0 else None
+
+    @property
+    def examples_per_s(self) -> float | None:
+        rate = self.steps_per_s
+        return rate * self.examples if rate is not None and self.examples else None
+
+
+@dataclass
+class Throughput:
+    """Per-worker rates (keyed by worker index) and their cluster totals."""
+
+    workers: dict[int, WorkerRate] = field(default_factory=dict)
+
+    def record(self, worker: int, event: dict[str, Any]) -> None:
+        """Take in one event of `worker`; events other than well-formed `step` ones are ignored."""
+        step, when, examples = event.get("step"), event.get("time"), event.get("examples")
+        if event.get("event") != "step" or not isinstance(step, int) or not isinstance(when, (int, float)):
+            return
+        rate = self.workers.setdefault(worker, WorkerRate(step, float(when), step, float(when)))
+        rate.steps, rate.last_time = step, float(when)
+        if isinstance(examples, int):
+            rate.examples = examples
+
+    @property
+    def steps_per_s(self) -> float | None:
+        """Sum of the workers' rates; None until some worker has reported twice."""
+        rates = [r.steps_per_s for r in self.workers.values() if r.steps_per_s is not None]
+        return sum(rates) if rates else None
+
+    @property
+    def examples_per_s(self) -> float | None:
+        """Sum of the workers' example rates; None while no worker's batch size is known."""
+        rates = [r.examples_per_s for r in self.workers.values() if r.examples_per_s is not None]
+        return sum(rates) if rates else None

@@ -1,0 +1,98 @@
+"""TCP ports for the tasks of a job on this machine.
+
+Ports are tested by binding them on the wildcard address, because TF's gRPC servers listen on all
+interfaces: a port taken on any address would make the server fail at start-up, long after the
+launcher could have said why. All probe sockets stay open until every port is chosen, so the
+ports handed out are distinct from each other.
+"""
+
+from __future__ import annotations
+
+import socket
+from contextlib import ExitStack
+from typing import Any
+
+import psutil
+
+from adrun.errors import UserError
+
+_MAX_PORT = 65535
+
+
+def allocate_ports(spec: Any) -> list[list[int]]:
+    """Ports for every node of `spec`, in node order: `node.workers + node.ps` ports each.
+
+    A node with `base_port` gets `base_port, base_port+1, ...`, each checked to be free; other
+    nodes get ports the kernel reports free. Fixed ranges are claimed first so a kernel-chosen
+    port can never land in one of them.
+    """
+    nodes = list(spec.nodes)
+    result: list[list[int]] = [[] for _ in nodes]
+    with ExitStack() as held:
+        taken: set[int] = set()
+        for pos, node in enumerate(nodes):
+            if node.base_port is None:
+                continue
+            count = node.workers + node.ps
+            if node.base_port + count - 1 > _MAX_PORT:
+                raise UserError(
+                    f"node {node.address}: base_port {node.base_port} leaves no room for {count} ports "
+                    f"(the last would be {node.base_port + count - 1} > {_MAX_PORT})"
+                )
+            for port in range(node.base_port, node.base_port + count):
+                if port in taken:
+                    raise UserError(
+                        f"port {port} on {node.address} would be used by two tasks: give the nodes on this "
+                        "machine base_port ranges that do not overlap"
+                    )
+                held.enter_context(_claim(node.address, port))
+                taken.add(port)
+                result[pos].append(port)
+        for pos, node in enumerate(nodes):
+            if node.base_port is None:
+                for _ in range(node.workers + node.ps):
+                    sock = held.enter_context(_claim(node.address, 0))
+                    result[pos].append(sock.getsockname()[1])
+    return result
+
+
+def _claim(host: str, port: int) -> socket.socket:
+    """A listening socket on `port` (0 = any free port); UserError naming the holder if taken.
+
+    SO_REUSEADDR matches what gRPC sets, so a port left in TIME_WAIT by an earlier job still
+    counts as free; listening makes the claim exclusive even against other SO_REUSEADDR sockets.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        if port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("", port))
+        sock.listen()
+    except OSError as e:
+        sock.close()
+        if not port:
+            raise UserError(f"no free TCP port on {host}: {e.strerror}") from e
+        raise UserError(_in_use_message(host, port)) from e
+    return sock
+
+
+def _in_use_message(host: str, port: int) -> str:
+    holder = _holder(port)
+    who = f" (pid {holder[0]}, {holder[1]})" if holder else ""
+    return f"port {port} on {host} is already in use{who}: choose another base_port in the spec or stop that process"
+
+
+def _holder(port: int) -> tuple[int, str] | None:
+    """(pid, name) of the process using local `port`, listeners first, when the OS lets us see it."""
+    try:
+        connections = psutil.net_connections(kind="inet")
+    except psutil.AccessDenied:
+        return None
+    users = [c for c in connections if c.laddr and c.laddr.port == port and c.pid]
+    users.sort(key=lambda c: c.status != psutil.CONN_LISTEN)
+    for conn in users:
+        try:
+            return conn.pid, psutil.Process(conn.pid).name()
+        except psutil.Error:
+            continue
+    return None

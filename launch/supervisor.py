@@ -1,0 +1,348 @@
+"""Running a job: start its tasks, stream their output, apply the failure policy, tear down.
+
+Policy: the job succeeds when every worker exits 0; the PS tasks serve forever, so they are then
+stopped. Any task ending otherwise while the job runs (a non-zero exit, a signal, or a PS ending
+at all) fails the job, and the first such task is its root cause. Ctrl-C or SIGTERM to the
+launcher interrupts the job. In every case all tasks are stopped the same way before returning,
+and no process of the job is left alive.
+
+The supervisor decides and records; it shows nothing itself. Everything the user sees goes
+through a `JobListener`, which `adrun.ui` implements, all calls made from the supervising thread.
+"""
+
+from __future__ import annotations
+
+import queue
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Literal, Protocol, TextIO
+
+from adrun import ui
+from adrun.errors import UserError
+
+from .job import TaskLaunch, plan_local_job
+from .local import LocalProcess
+from .metrics import Throughput, parse_metric_line
+from .tasks import Task
+from .teardown import GRACE_S, kill_leftovers, stop_processes
+
+Stream = Literal["stdout", "stderr"]
+
+TAIL_LINES = 20
+INTERRUPTED_EXIT_CODE = 130
+_PROGRESS_INTERVAL_S = 1.0
+_TICK_S = 0.1
+_EOF_WAIT_S = 2.0
+
+
+class JobListener(Protocol):
+    """What the supervisor reports while a job runs."""
+
+    def job_started(self, job_id: str, tasks: Sequence[Task]) -> None: ...
+
+    def task_output(self, task: Task, stream: Stream, line: str) -> None:
+        """One line of a task's output (metric lines excluded), as it arrives."""
+
+    def progress(self, throughput: Throughput, elapsed_s: float) -> None:
+        """Called about once a second while the job runs."""
+
+    def stopping(self, reason: str) -> None:
+        """The job is over (success, failure or interrupt) and its tasks are being stopped."""
+
+
+def signal_name(returncode: int | None) -> str | None:
+    """`SIGKILL` for an exit status of -9; None for a normal exit (or no status)."""
+    if returncode is None or returncode >= 0:
+        return None
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The task whose end failed the job, with what it last said on stderr."""
+
+    task: Task
+    returncode: int  # negative: killed by that signal
+    stderr_tail: list[str]
+
+    @property
+    def signal_name(self) -> str | None:
+        return signal_name(self.returncode)
+
+    @property
+    def summary(self) -> str:
+        """One line: which task, where, and how it ended."""
+        who = f"{self.task.tag} ({self.task.role} {self.task.index} on {self.task.host})"
+        if self.signal_name:
+            return f"{who} was killed by {self.signal_name}"
+        if self.returncode == 0:
+            return f"{who} exited (code 0) while the workers were still running"
+        return f"{who} exited with code {self.returncode}"
+
+    @property
+    def job_exit_code(self) -> int:
+        """The launcher's exit code for this failure, shell-style for signals."""
+        if self.returncode < 0:
+            return 128 - self.returncode
+        return self.returncode or 1
+
+
+@dataclass(frozen=True)
+class TaskOutcome:
+    task: Task
+    returncode: int | None  # None only if the task could not be reaped
+    stopped: bool  # ended because adrun stopped it (after success, a failure or an interrupt)
+
+    @property
+    def signal_name(self) -> str | None:
+        return signal_name(self.returncode)
+
+
+@dataclass(frozen=True)
+class JobResult:
+    exit_code: int
+    failed: Failure | None
+    interrupted: bool
+    metrics: Throughput
+    outcomes: list[TaskOutcome]
+    elapsed_s: float
+
+
+def supervise(
+    launches: Sequence[TaskLaunch],
+    job_id: str,
+    listener: JobListener,
+    *,
+    quiet: bool = False,
+    log_dir: Path | None = None,
+    grace_s: float = GRACE_S,
+) -> JobResult:
+    """Run `launches` (PS tasks first) as job `job_id` until it succeeds, fails or is interrupted.
+
+    `quiet` keeps task lines from the listener (tails, logs and metrics are still kept);
+    `log_dir` gets one `<tag>.log` per task with both streams. When this returns, no process
+    whose environment carries `ADRUN_JOB_ID=job_id` is alive. Must run in the thread that
+    should own the tasks (see `adrun.launch.local`); in the main thread it also handles
+    SIGINT/SIGTERM as an interrupt.
+    """
+    return _Job(job_id, listener, quiet, log_dir, grace_s).run(launches)
+
+
+@dataclass
+class _Running:
+    launch: TaskLaunch
+    proc: LocalProcess
+    log: TextIO | None
+    tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
+    open_streams: int = 2
+    returncode: int | None = None
+    stopped: bool = False
+
+    @property
+    def task(self) -> Task:
+        return self.launch.task
+
+
+class _Job:
+    def __init__(
+        self, job_id: str, listener: JobListener, quiet: bool, log_dir: Path | None, grace_s: float
+    ) -> None:
+        self.job_id = job_id
+        self.listener = listener
+        self.quiet = quiet
+        self.log_dir = log_dir
+        self.grace_s = grace_s
+        self.running: list[_Running] = []
+        self.lines: queue.SimpleQueue[tuple[_Running, Stream, str | None]] = queue.SimpleQueue()
+        self.throughput = Throughput()
+        self.interrupted = False
+        self.failure: Failure | None = None
+
+    def run(self, launches: Sequence[TaskLaunch]) -> JobResult:
+        started = time.monotonic()
+        previous_handlers = self._trap_signals()
+        try:
+            self._start_all(launches)
+            self.listener.job_started(self.job_id, [r.task for r in self.running])
+            self._watch(started)
+        finally:
+            self._teardown()
+            for sig, handler in previous_handlers.items():
+                signal.signal(sig, handler)
+        return self._result(time.monotonic() - started)
+
+    # --- start -------------------------------------------------------------------------------
+
+    def _start_all(self, launches: Sequence[TaskLaunch]) -> None:
+        """PS tasks first, so workers find their servers; readers start once all are forked,
+        so no reader thread is mid-read while another task forks."""
+        try:
+            for launch in sorted(launches, key=lambda l: l.task.role != "ps"):
+                self.running.append(self._start(launch))
+        finally:
+            for run in self.running:
+                for name, pipe in (("stdout", run.proc.stdout), ("stderr", run.proc.stderr)):
+                    threading.Thread(target=self._pump, args=(run, name, pipe), daemon=True).start()
+
+    def _start(self, launch: TaskLaunch) -> _Running:
+        log = None
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            log = open(self.log_dir / f"{launch.task.tag}.log", "w", encoding="utf-8", buffering=1)
+        try:
+            proc = LocalProcess(launch.argv, cwd=launch.cwd, env=launch.env)
+        except OSError as e:
+            if log:
+                log.close()
+            raise UserError(
+                f"cannot start {launch.task.tag} on {launch.task.host}: {launch.argv[0]}: {e.strerror or e}"
+            ) from e
+        return _Running(launch, proc, log)
+
+    def _pump(self, run: _Running, stream: Stream, pipe: IO[bytes]) -> None:
+        """Reader thread: queue each line of one stream, then None at end of stream."""
+        with pipe:
+            for raw in pipe:
+                self.lines.put((run, stream, raw.decode("utf-8", errors="replace").rstrip("\r\n")))
+        self.lines.put((run, stream, None))
+
+    # --- watch -------------------------------------------------------------------------------
+
+    def _watch(self, started: float) -> None:
+        """Return when the job is decided: all workers done, a task failed, or interrupted."""
+        next_progress = time.monotonic() + _PROGRESS_INTERVAL_S
+        workers = [r for r in self.running if r.task.role == "worker"]
+        while True:
+            self._dispatch(_TICK_S)
+            if self.interrupted:
+                self.listener.stopping("interrupted: stopping all tasks")
+                return
+            for run in self.running:
+                if run.returncode is None and (code := run.proc.poll()) is not None:
+                    run.returncode = code
+                    if code != 0 or run.task.role == "ps":
+                        self._fail(run)
+                        return
+            if all(r.returncode == 0 for r in workers):
+                self.listener.stopping("all workers finished: stopping the parameter servers")
+                return
+            now = time.monotonic()
+            if now >= next_progress:
+                self.listener.progress(self.throughput, now - started)
+                next_progress = now + _PROGRESS_INTERVAL_S
+
+    def _fail(self, run: _Running) -> None:
+        self._drain_until(lambda: run.open_streams == 0, _EOF_WAIT_S)
+        assert run.returncode is not None
+        self.failure = Failure(run.task, run.returncode, list(run.tail))
+        self.listener.stopping(f"{self.failure.summary}: stopping the other tasks")
+
+    def _dispatch(self, timeout: float) -> None:
+        """Handle queued lines: wait up to `timeout` for the first, then take what is there."""
+        try:
+            item = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            return
+        while True:
+            self._handle(*item)
+            try:
+                item = self.lines.get_nowait()
+            except queue.Empty:
+                return
+
+    def _drain_until(self, done: Callable[[], bool], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not done() and time.monotonic() < deadline:
+            self._dispatch(min(_TICK_S, max(0.0, deadline - time.monotonic())))
+
+    def _handle(self, run: _Running, stream: Stream, line: str | None) -> None:
+        if line is None:
+            run.open_streams -= 1
+            return
+        if stream == "stderr":
+            event = parse_metric_line(line)
+            if event is not None:
+                if run.task.role == "worker":
+                    self.throughput.record(run.task.index, event)
+                return
+            run.tail.append(line)
+        if run.log:
+            run.log.write(line + "\n")
+        if not self.quiet:
+            self.listener.task_output(run.task, stream, line)
+
+    # --- stop --------------------------------------------------------------------------------
+
+    def _teardown(self) -> None:
+        """Stop every task, make sure nothing of the job survives, flush what they last wrote."""
+        for run in self.running:
+            run.stopped = run.proc.poll() is None
+        stop_processes([r.proc for r in self.running], self.grace_s)
+        kill_leftovers(self.job_id)
+        for run in self.running:
+            run.returncode = run.proc.poll()
+        self._drain_until(lambda: all(r.open_streams == 0 for r in self.running), _EOF_WAIT_S)
+        for run in self.running:
+            if run.log:
+                run.log.close()
+
+    def _result(self, elapsed_s: float) -> JobResult:
+        if self.failure:
+            exit_code = self.failure.job_exit_code
+        elif self.interrupted:
+            exit_code = INTERRUPTED_EXIT_CODE
+        else:
+            exit_code = 0
+        outcomes = [TaskOutcome(r.task, r.returncode, r.stopped) for r in self.running]
+        interrupted = self.interrupted and self.failure is None
+        return JobResult(exit_code, self.failure, interrupted, self.throughput, outcomes, elapsed_s)
+
+    # --- signals -----------------------------------------------------------------------------
+
+    def _trap_signals(self) -> dict[int, Any]:
+        """Turn SIGINT/SIGTERM into an orderly stop; only the main thread may set handlers."""
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        previous = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            handler = signal.signal(sig, self._on_signal)
+            previous[sig] = handler if handler is not None else signal.SIG_DFL
+        return previous
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.interrupted = True
+
+
+# --- entry point for the CLI ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    job_id: str
+    spec: Any  # adrun.spec.ClusterSpec
+    script: Path
+    script_args: list[str]
+    strategy_file: Path
+    quiet: bool = False
+    log_dir: Path | None = None
+
+
+def run_job(config: JobConfig) -> JobResult:
+    """Start `config`'s job on this machine, show it in the terminal, and return how it ended."""
+    launches = plan_local_job(
+        config.spec, config.script, config.script_args, job_id=config.job_id, strategy_file=config.strategy_file
+    )
+    with ui.JobView(quiet=config.quiet) as view:
+        result = supervise(launches, config.job_id, view, quiet=config.quiet, log_dir=config.log_dir)
+    ui.print_summary(result)
+    if result.failed:
+        ui.print_failure(result.failed)
+    return result

@@ -1,0 +1,34 @@
+"""Strategy builders (registry) and the Strategy document (`adrun.strategies.document`).
+
+Nothing here imports TensorFlow, the launcher or sessions: a builder sees only a GraphItem and a
+ClusterSpec.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+
+from adrun.errors import UserError
+from adrun.graph_item import GraphItem
+from adrun.spec import ClusterSpec
+
+from .allreduce import AllReduce
+from .base import StrategyBuilder
+from .document import Strategy
+from .ps import PS, PSLoadBalancing
+
+BUILDERS: dict[str, type[StrategyBuilder]] = {b.__name__: b for b in (PS, PSLoadBalancing, AllReduce)}
+
+
+def build_strategy(
+    name: str, graph_item: GraphItem, spec: ClusterSpec, options: Mapping[str, str] | None = None
+) -> Strategy:
+    """Plan `graph_item` on `spec` with the builder called `name`, configured by CLI `options`."""
+    builder = BUILDERS.get(name)
+    if builder is None:
+        by_lower = {known.lower(): known for known in BUILDERS}
+        close = by_lower.get(name.lower()) or next(iter(difflib.get_close_matches(name, BUILDERS, n=1)), None)
+        hint = f" (did you mean {close}?)" if close else ""
+        raise UserError(f"unknown strategy builder '{name}'{hint}; known builders: {', '.join(sorted(BUILDERS))}")
+    return builder.from_cli(options or {}).build(graph_item, spec)

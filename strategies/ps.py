@@ -1,0 +1,85 @@
+"""Parameter-server builders: each variable lives on one PS process, which aggregates its gradients."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import Field, model_validator
+
+from adrun.errors import UserError
+from adrun.graph_item import VariableInfo
+from adrun.model_io import Problems
+from adrun.spec import ClusterSpec
+
+from .base import BuilderOptions, StrategyBuilder
+from .document import PSSync
+
+
+class PSOptions(BuilderOptions):
+    sync: bool = Field(default=True, description="wait for every worker's gradient each step; false = asynchronous")
+    staleness: int = Field(default=0, ge=0, description="steps a worker may run ahead of the slowest (needs sync)")
+
+    @model_validator(mode="after")
+    def _staleness_needs_sync(self) -> PSOptions:
+        if self.staleness > 0 and not self.sync:
+            raise Problems([(("staleness",), f"a bound of {self.staleness} step(s) needs sync=true; asynchronous updates have no bound")])
+        return self
+
+
+def least_loaded_assignment(sizes: Sequence[int], bins: int) -> tuple[list[int], list[int]]:
+    """Longest-processing-time greedy: take items largest first (ties in the given order), put each
+    in the bin with the least load so far (ties -> lowest index). Returns (bin of each item, loads).
+
+    Sorting first keeps the largest load within 4/3 of the best possible; placing items in the given
+    order, as AutoDist did, can leave one bin with the last big item on top of an even load.
+    """
+    loads = [0] * bins
+    assignment = [0] * len(sizes)
+    for item in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        target = min(range(bins), key=lambda b: loads[b])
+        assignment[item] = target
+        loads[target] += sizes[item]
+    return assignment, loads
+
+
+def _require_ps(builder: str, spec: ClusterSpec) -> None:
+    if spec.num_ps < 1:
+        raise UserError(
+            f"strategy {builder} puts variables on parameter servers, but the cluster spec has no PS process; "
+            "use --strategy AllReduce, or add `ps: 1` to a node of the spec"
+        )
+
+
+class PS(StrategyBuilder):
+    """Every variable on PS task 0.
+
+    Options: `sync` (default true; false = asynchronous updates), `staleness` (default 0; steps a worker
+    may run ahead, needs sync). Choose it for small models or as a simple baseline: one PS holds all
+    state, so it is the easiest plan to reason about, and the first to become a bottleneck as the model
+    or the worker count grows. Needs at least one PS process in the spec.
+    """
+
+    Options = PSOptions
+    options: PSOptions
+
+    def plan(self, variables: list[VariableInfo], spec: ClusterSpec) -> list[PSSync]:
+        _require_ps(type(self).__name__, spec)
+        return [PSSync(ps_task=0, sync=self.options.sync, staleness=self.options.staleness) for _ in variables]
+
+
+class PSLoadBalancing(StrategyBuilder):
+    """Variables spread over all PS tasks so each holds about the same number of bytes.
+
+    Largest variables are placed first, each on the PS with the least bytes so far (ties -> lowest task
+    index). AutoDist placed variables in creation order without sorting; sorting first gives a more even
+    split. Options: `sync` (default true), `staleness` (default 0, needs sync). Choose it when the spec
+    has several PS processes and the model has many variables of mixed sizes; with one PS it equals PS.
+    """
+
+    Options = PSOptions
+    options: PSOptions
+
+    def plan(self, variables: list[VariableInfo], spec: ClusterSpec) -> list[PSSync]:
+        _require_ps(type(self).__name__, spec)
+        tasks, _ = least_loaded_assignment([v.nbytes for v in variables], spec.num_ps)
+        return [PSSync(ps_task=t, sync=self.options.sync, staleness=self.options.staleness) for t in tasks]

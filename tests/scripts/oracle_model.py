@@ -1,0 +1,111 @@
+"""Model script for the equivalence and averaging oracles (docs/testing.md).
+
+Under adrun (or plain python) it trains `--steps` steps and writes every worker's final trainable
+variables and global_step to OUT/w<index>.npz. With `--reference N` (plain python only) it instead
+computes what synchronous data-parallel SGD over N workers must give: at each step the gradient
+of every worker's batch is computed separately, the N gradients are averaged in numpy (sparse ones
+densified, so a row touched by one worker gets 1/N of its gradient) and the SGD update is applied
+in numpy, starting from the chief's initial values (--init-from); the result goes to
+OUT/reference.npz.
+"""
+
+import argparse
+import os
+
+import numpy as np
+import tensorflow as tf
+
+tf1 = tf.compat.v1
+tf1.disable_eager_execution()
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--model", choices=["dense", "sparse", "keras", "mts"], required=True)
+parser.add_argument("--data", choices=["same", "per-worker"], required=True)
+parser.add_argument("--steps", type=int, default=3)
+parser.add_argument("--lr", type=float, default=0.1)
+parser.add_argument("--out", required=True)
+parser.add_argument("--reference", type=int, default=0, help="number of workers to emulate")
+parser.add_argument("--init-from", help="reference mode: start from the init/ values of this npz")
+args = parser.parse_args()
+
+BATCH, VOCAB = 8, 20
+worker = int(os.environ.get("ADRUN_WORKER_INDEX", "0"))
+
+
+def batch_for(w: int, step: int):
+    source = w if args.data == "per-worker" else 0
+    rng = np.random.default_rng(1000 * source + step)
+    x = rng.normal(size=(BATCH, 4)).astype(np.float32)
+    ids = rng.integers(0, VOCAB // 2 if source % 2 else VOCAB, size=(BATCH, 3))  # workers touch different rows
+    y = rng.normal(size=(BATCH, 3)).astype(np.float32)
+    return x, ids, y
+
+
+x = tf1.placeholder(tf.float32, [None, 4], name="x")
+ids = tf1.placeholder(tf.int64, [None, 3], name="ids")
+y = tf1.placeholder(tf.float32, [None, 3], name="y")
+if args.model == "sparse":
+    emb = tf1.get_variable("emb", [VOCAB, 4], initializer=tf1.random_normal_initializer(seed=1))
+    w = tf1.get_variable("w", [4, 3], initializer=tf1.random_normal_initializer(seed=2))
+    pred = tf.matmul(tf.reduce_mean(tf.nn.embedding_lookup(emb, ids), axis=1), w)
+elif args.model == "keras":
+    hidden = tf.keras.layers.Dense(5, activation="tanh", name="hidden")(x)
+    pred = tf.keras.layers.Dense(3, name="out")(hidden)
+else:  # dense, mts
+    w = tf1.get_variable("w", [4, 3])  # unseeded glorot: replicas must still start equal
+    b = tf1.get_variable("b", [3], initializer=tf1.zeros_initializer())
+    pred = tf.matmul(x, w) + b
+loss = tf.reduce_mean(tf.square(pred - y))
+global_step = tf1.train.get_or_create_global_step()
+variables = tf1.trainable_variables()
+names = [v.op.name for v in variables]
+
+
+def feed(w_index: int, step: int):
+    xs, idv, ys = batch_for(w_index, step)
+    return {x: xs, ids: idv, y: ys}
+
+
+def densify(grad, var_value):
+    if hasattr(grad, "indices"):
+        dense = np.zeros_like(var_value)
+        np.add.at(dense, grad.indices, grad.values)
+        return dense
+    return grad
+
+
+os.makedirs(args.out, exist_ok=True)
+if args.reference:
+    grads = tf.gradients(loss, variables)
+    start = np.load(args.init_from)
+    with tf1.Session() as sess:
+        sess.run(tf1.global_variables_initializer())
+        values = [start["init/" + n] for n in names]
+        for step in range(args.steps):
+            per_worker = []
+            for w_index in range(args.reference):
+                for v, value in zip(variables, values):
+                    v.load(value, sess)
+                per_worker.append([densify(g, val) for g, val in zip(sess.run(grads, feed(w_index, step)), values)])
+            values = [val - args.lr * np.mean([pw[i] for pw in per_worker], axis=0) for i, val in enumerate(values)]
+        result = {"final/" + n: v for n, v in zip(names, values)}
+        np.savez(os.path.join(args.out, "reference.npz"), global_step=args.steps, **result)
+    raise SystemExit(0)
+
+train_op = tf1.train.GradientDescentOptimizer(args.lr).minimize(loss, global_step=global_step)
+if args.model == "mts":
+    with tf1.train.MonitoredTrainingSession() as sess:
+        initial = sess.run(variables)
+        for step in range(args.steps):
+            sess.run(train_op, feed(worker, step))
+        final, gs = sess.run(variables), sess.run(global_step)
+else:
+    with tf1.Session() as sess:
+        sess.run(tf1.global_variables_initializer())
+        initial = sess.run(variables)
+        for step in range(args.steps):
+            sess.run(train_op, feed(worker, step))
+        final, gs = sess.run(variables), sess.run(global_step)
+result = {f"{kind}/{n}": v for kind, vals in (("init", initial), ("final", final)) for n, v in zip(names, vals)}
+np.savez(os.path.join(args.out, f"w{worker}.npz"), global_step=gs, **result)
+print(f"worker {worker} done: global_step={gs}")

@@ -1,0 +1,65 @@
+"""The env contract every task gets (docs/architecture.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from adrun.launch.env import task_env
+from adrun.launch.tasks import Task
+
+pytestmark = pytest.mark.timeout(10)
+
+CLUSTER = {"ps": ["localhost:2002"], "worker": ["localhost:2000", "localhost:2001"]}
+
+
+def _env(task: Task, base_env: dict[str, str], node_env: dict[str, str] | None = None) -> dict[str, str]:
+    return task_env(task, "job-7", 2, CLUSTER, "run", "/runs/job-7/strategy.yml", "/adrun/hook", base_env, node_env)
+
+
+def test_worker_gets_the_contract():
+    env = _env(Task("worker", 1, "localhost", 2001), {"HOME": "/root"})
+
+    assert env["ADRUN_WORKER_INDEX"] == "1"
+    assert env["ADRUN_TASK_INDEX"] == "1"
+    assert env["ADRUN_ROLE"] == "worker"
+    assert env["ADRUN_NUM_WORKERS"] == "2"
+    assert env["ADRUN_JOB_ID"] == "job-7"
+    assert env["ADRUN_MODE"] == "run"
+    assert env["ADRUN_STRATEGY_FILE"] == "/runs/job-7/strategy.yml"
+    assert json.loads(env["ADRUN_CLUSTER"]) == CLUSTER
+    assert env["PYTHONUNBUFFERED"] == "1"
+    assert env["HOME"] == "/root"
+
+
+def test_ps_has_no_worker_index_even_if_the_launcher_had_one():
+    stale = {"ADRUN_WORKER_INDEX": "5", "ADRUN_JOB_ID": "other-job", "ADRUN_INIT_TIMEOUT": "30"}
+    env = _env(Task("ps", 0, "localhost", 2002), stale)
+
+    assert "ADRUN_WORKER_INDEX" not in env
+    assert env["ADRUN_ROLE"] == "ps"
+    assert env["ADRUN_TASK_INDEX"] == "0"
+    assert env["ADRUN_JOB_ID"] == "job-7"
+    assert env["ADRUN_INIT_TIMEOUT"] == "30"  # a setting, not part of the contract: passes through
+
+
+def test_hook_dir_comes_first_on_pythonpath():
+    task = Task("worker", 0, "localhost", 2000)
+    assert _env(task, {})["PYTHONPATH"] == "/adrun/hook"
+    assert _env(task, {"PYTHONPATH": f"/a{os.pathsep}/b"})["PYTHONPATH"] == os.pathsep.join(["/adrun/hook", "/a", "/b"])
+
+
+def test_node_env_is_merged_but_cannot_override_the_contract():
+    node_env = {"PYTHONPATH": "/node", "OMP_NUM_THREADS": 2, "ADRUN_ROLE": "ps"}
+    env = _env(Task("worker", 0, "localhost", 2000), {"PYTHONPATH": "/launcher"}, node_env)
+
+    assert env["PYTHONPATH"] == os.pathsep.join(["/adrun/hook", "/node"])
+    assert env["OMP_NUM_THREADS"] == "2"
+    assert env["ADRUN_ROLE"] == "worker"
+
+
+def test_no_strategy_file_variable_when_none_is_given():
+    env = task_env(Task("worker", 0, "h", 1), "j", 1, {"worker": ["h:1"]}, "run", None, "/hook", {"ADRUN_STRATEGY_FILE": "/old"})
+    assert "ADRUN_STRATEGY_FILE" not in env
