@@ -31,7 +31,8 @@ _PLAIN_STATUS_INTERVAL_S = 10.0
 
 
 def print_status(message: str) -> None:
-    console.print(Text.assemble(("adrun: ", "bold"), message))
+    """One line of adrun's own progress on stderr."""
+    console.print(Text.assemble(("adrun: ", "bold"), message), soft_wrap=True)
 
 
 def print_user_error(message: str) -> None:
@@ -132,22 +133,24 @@ class JobView:
     def __init__(self, quiet: bool = False) -> None:
         self.quiet = quiet
         self._live: Live | None = None
+        self._task_console = task_console
         self._tag_styles: dict[str, str] = {}
         self._last_plain_status = time.monotonic()
 
     def __enter__(self) -> JobView:
         if not self.quiet and console.is_terminal:
-            # Task lines written to a terminal stdout must pass through the live display to
-            # land above it; a redirected stdout is left alone.
             self._live = Live(
                 Text(""),
                 console=console,
                 auto_refresh=False,
                 transient=True,
-                redirect_stdout=task_console.is_terminal,
+                redirect_stdout=False,
                 redirect_stderr=False,
             )
             self._live.start()
+            if task_console.is_terminal:
+                # Same terminal: task lines must pass through the live display to land above it.
+                self._task_console = console
         return self
 
     def __exit__(
@@ -156,6 +159,7 @@ class JobView:
         if self._live is not None:
             self._live.stop()
             self._live = None
+            self._task_console = task_console
 
     def job_started(self, job_id: str, tasks: Sequence[Task]) -> None:
         for i, task in enumerate(tasks):
@@ -166,7 +170,7 @@ class JobView:
         style = self._tag_styles.get(task.tag, "")
         # stderr tags are dimmed so a script's own stdout stands out among TF's stderr logging.
         tag_style = f"bold {style}" if stream == "stdout" else f"dim {style}"
-        task_console.print(Text.assemble((f"[{task.tag}] ", tag_style), line))
+        self._task_console.print(Text.assemble((f"[{task.tag}] ", tag_style), line), soft_wrap=True)
 
     def progress(self, throughput: Throughput, elapsed_s: float) -> None:
         if self.quiet:
@@ -175,7 +179,7 @@ class JobView:
         if self._live is not None:
             self._live.update(status, refresh=True)
         elif throughput.workers and time.monotonic() - self._last_plain_status >= _PLAIN_STATUS_INTERVAL_S:
-            console.print(Text.assemble(("adrun: ", "bold"), status))
+            console.print(Text.assemble(("adrun: ", "bold"), status), soft_wrap=True)
             self._last_plain_status = time.monotonic()
 
     def stopping(self, reason: str) -> None:
@@ -226,7 +230,8 @@ def _sync_text(sync: Any) -> str:
             mode = "async"
         else:
             mode = f"sync, staleness {sync.staleness}" if sync.staleness else "sync"
-        return f"ps{sync.ps_task} ({mode})"
+        proxy = ", local proxy" if sync.local_proxy else ""
+        return f"ps{sync.ps_task} ({mode}{proxy})"
     if kind == "allreduce":
         compressor = f", {sync.compressor}" if sync.compressor and sync.compressor != "none" else ""
         return f"allreduce group {sync.group}{compressor}"

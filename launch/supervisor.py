@@ -98,6 +98,7 @@ class Failure:
 @dataclass(frozen=True)
 class TaskOutcome:
     task: Task
+    pid: int
     returncode: int | None  # None only if the task could not be reaped
     stopped: bool  # ended because adrun stopped it (after success, a failure or an interrupt)
 
@@ -301,7 +302,7 @@ class _Job:
             exit_code = INTERRUPTED_EXIT_CODE
         else:
             exit_code = 0
-        outcomes = [TaskOutcome(r.task, r.returncode, r.stopped) for r in self.running]
+        outcomes = [TaskOutcome(r.task, r.proc.pid, r.returncode, r.stopped) for r in self.running]
         interrupted = self.interrupted and self.failure is None
         return JobResult(exit_code, self.failure, interrupted, self.throughput, outcomes, elapsed_s)
 

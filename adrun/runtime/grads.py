@@ -22,6 +22,7 @@ class GradientRecord:
 class GraphRecords:
     calls: list[GradientRecord] = field(default_factory=list)
     train_ops: set[str] = field(default_factory=set)  # names of ops that run one training step
+    chief_setup_ops: list[tf.Operation] = field(default_factory=list)  # run once by the chief's session
 
 
 _records: "weakref.WeakKeyDictionary[tf.Graph, GraphRecords]" = weakref.WeakKeyDictionary()

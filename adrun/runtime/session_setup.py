@@ -18,6 +18,7 @@ import tensorflow as tf
 from adrun.runtime.capture import describe_graph
 from adrun.strategies.document import describe_variable_changes
 from adrun.runtime.context import TaskContext
+from adrun.runtime.grads import records_for
 from adrun.runtime.kernels.devices import COLLECTIVE_GROUP_LEADER, worker_device
 from adrun.runtime.kernels.gradient_sync import PlanMismatchError
 from adrun.runtime.kernels.initialization import share_chief_initialization
@@ -30,6 +31,7 @@ _POLL_S = 0.2
 @dataclass
 class PreparedGraph:
     ready_checks: list[tf.Tensor] = field(default_factory=list)  # non-chief: the chief's init is done
+    chief_setup_ops: list[tf.Operation] = field(default_factory=list)  # chief: run once, then cleared
 
 
 _server: tf.distribute.Server | None = None
@@ -72,7 +74,9 @@ def _prepare_graph(graph: tf.Graph, ctx: TaskContext) -> PreparedGraph:
         devices = variable_devices(graph, ctx)
         place_variables(graph, devices)
         prepared = PreparedGraph()
-        if not ctx.is_chief:
+        if ctx.is_chief:
+            prepared.chief_setup_ops = list(records_for(graph).chief_setup_ops)
+        else:
             prepared.ready_checks = share_chief_initialization(graph, devices, worker_device(ctx.task_index))
     finally:
         if finalized:
@@ -101,7 +105,10 @@ def prepare_session(
     prepared = _prepared[graph]
     server = _local_server(ctx)
 
-    def wait_for_chief(session: tf.compat.v1.Session) -> None:
+    def after_create(session: tf.compat.v1.Session) -> None:
+        if prepared.chief_setup_ops:
+            session.run(prepared.chief_setup_ops)
+            prepared.chief_setup_ops = []
         if not prepared.ready_checks:
             return
         deadline = time.monotonic() + INIT_TIMEOUT_S
@@ -113,4 +120,4 @@ def prepare_session(
                 )
             time.sleep(_POLL_S)
 
-    return server.target, session_config(ctx, user_config), wait_for_chief
+    return server.target, session_config(ctx, user_config), after_create

@@ -61,5 +61,6 @@ def test_node_env_is_merged_but_cannot_override_the_contract():
 
 
 def test_no_strategy_file_variable_when_none_is_given():
-    env = task_env(Task("worker", 0, "h", 1), "j", 1, {"worker": ["h:1"]}, "run", None, "/hook", {"ADRUN_STRATEGY_FILE": "/old"})
+    base_env = {"ADRUN_STRATEGY_FILE": "/old"}
+    env = task_env(Task("worker", 0, "h", 1), "j", 1, {"worker": ["h:1"]}, "run", None, "/hook", base_env)
     assert "ADRUN_STRATEGY_FILE" not in env

@@ -158,6 +158,14 @@ def test_plan_local_job_defaults_to_the_launchers_python():
     assert launches[0].argv[0] == sys.executable
 
 
+def test_plan_local_job_reads_the_real_cluster_spec():
+    from adrun.spec import ClusterSpec
+
+    spec = ClusterSpec.model_validate({"version": 1, "nodes": [{"address": "localhost", "workers": 2, "ps": 1}]})
+    launches = plan_local_job(spec, "t.py", [], job_id="j", strategy_file="s.yml", base_env={})
+    assert [launch.task.tag for launch in launches] == ["w0", "w1", "ps0"]
+
+
 def test_plan_local_job_rejects_a_remote_node():
     spec = Spec([Node("localhost", workers=1, chief=True), Node("203.0.113.7", workers=1)])
     with pytest.raises(UserError, match="node 203.0.113.7 is not this machine"):

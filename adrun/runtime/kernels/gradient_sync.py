@@ -1,10 +1,17 @@
-"""Rewrites one `apply_gradients` call according to the plan: synchronized gradients in, a
-role-specific training step out.
+"""Rewrites one `apply_gradients` call according to the plan.
 
-Chief: gradients are synchronized (PS take / all-reduce), the optimizer's own update runs on them,
-then the other workers are released. Non-chief with PS variables: push gradients, wait for the
-chief's release; the chief alone applies PS updates (and advances `global_step` once per step).
-With all-reduce only, every worker applies the same averaged gradient to its own replica.
+Per variable, the gradient the optimizer applies is replaced by its synchronized form:
+- all-reduce: the collective mean (every worker updates its own replica);
+- PS, synchronous (`sync: true, staleness: 0`): the mean taken from the PS accumulator; only the
+  chief applies these updates, once every worker has pushed its gradient;
+- PS, bounded staleness (`staleness: s > 0`) or asynchronous (`sync: false`): the worker's own
+  gradient, applied to the PS variable by every worker as it arrives (with a bound of s steps
+  between the fastest and the slowest worker for bounded staleness).
+
+The chief runs the optimizer's whole step, then releases the other workers. A non-chief worker
+pushes its synchronous gradients, runs its own updates (replicas, asynchronous PS variables), tells
+the chief it is done (so state the optimizer updates once per step, like Adam's beta powers or
+global_step, changes only after every worker used it), and waits for the chief's release.
 """
 
 from __future__ import annotations
@@ -14,13 +21,44 @@ from typing import Any, Callable
 import tensorflow as tf
 
 from adrun.runtime.context import TaskContext
-from adrun.runtime.grads import is_sparse, variable_name
+from adrun.runtime.grads import is_sparse, records_for, variable_name
 from adrun.runtime.kernels.allreduce_sync import all_gather_sparse_mean, all_reduce_dense_groups
-from adrun.runtime.kernels.ps_sync import PSAggregation, StepTokens
+from adrun.runtime.kernels.ps_sync import PSAggregation, StalenessBarrier, StepTokens
 
 
 class PlanMismatchError(RuntimeError):
     """The script's graph is not the graph the plan was made for."""
+
+
+def update_ops_by_variable(new_ops: list[tf.Operation], scope: str, names: list[str]) -> dict[str, list[tf.Operation]]:
+    """The ops that end each variable's update inside one `apply_gradients` call.
+
+    tf.compat.v1 optimizers build each variable's update under `<scope>/update_<variable>/`; the
+    ops of that block that something outside it waits on are the update's end points.
+    """
+    result: dict[str, list[tf.Operation]] = {}
+    for name in names:
+        prefix = f"{scope}/update_{name}/"
+        block = [op for op in new_ops if op.name.startswith(prefix)]
+        block_names = {op.name for op in block}
+        ends = [
+            op for op in block
+            if any(c.name not in block_names for c in op._control_outputs)
+            or any(c.name not in block_names for out in op.outputs for c in out.consumers())
+        ]
+        result[name] = ends or block[-1:]
+    return result
+
+
+def _finish_ops(new_ops: list[tf.Operation], updates: list[tf.Operation], scope: str) -> list[tf.Operation]:
+    """Ops after the per-variable updates (optimizer-wide state, global_step): control consumers
+    of the updates outside every `update_` block."""
+    update_names = {op.name for op in updates}
+    return [
+        op for op in new_ops
+        if not op.name.startswith(f"{scope}/update_")
+        and any(c.name in update_names for c in op.control_inputs)
+    ]
 
 
 def synchronized_apply(
@@ -34,7 +72,9 @@ def synchronized_apply(
     n = ctx.num_workers
     synced: dict[str, Any] = {}
     pushes: list[tf.Operation] = []
-    ps_takes: list[tuple[str, PSAggregation]] = []
+    bsp_vars: list[str] = []  # PS, fully synchronous: the chief applies
+    own_update_vars: list[str] = []  # replicas and async PS variables: every worker applies
+    staleness_bounds: list[int] = []
     dense_ar: list[tuple[str, int, tf.Tensor]] = []
     for grad, var in grads_and_vars:
         if grad is None:
@@ -47,29 +87,47 @@ def synchronized_apply(
                 f"({ctx.strategy_file}); the script's graph differs from the one captured"
             )
         sync = plan.sync
-        if sync.kind == "ps":
+        if sync.kind == "ps" and sync.sync and sync.staleness == 0:
             agg = PSAggregation(name, grad, sync.ps_task, n)
             pushes.append(agg.push)
-            ps_takes.append((name, agg))
+            if ctx.is_chief:
+                synced[name] = agg.take_mean()
+            bsp_vars.append(name)
+            continue
+        own_update_vars.append(name)
+        if sync.kind == "ps":
+            if sync.staleness:
+                staleness_bounds.append(sync.staleness)
         elif is_sparse(grad):
             synced[name] = all_gather_sparse_mean(name, grad, n)
         else:
             dense_ar.append((name, sync.group, grad))
     synced.update(all_reduce_dense_groups(dense_ar, n))
 
-    if not ps_takes:
-        new_pairs = [(synced.get(variable_name(v), g) if g is not None else g, v) for g, v in grads_and_vars]
-        return apply(new_pairs, **apply_kwargs)
+    graph = tf.compat.v1.get_default_graph()
+    before = len(graph.get_operations())
+    new_pairs = [(synced.get(variable_name(v), g) if g is not None else g, v) for g, v in grads_and_vars]
+    train_op = apply(new_pairs, **apply_kwargs)
+    scope = train_op.name  # the optimizer names its step op after its name scope
+    if staleness_bounds:
+        barrier = StalenessBarrier(call_index, n, min(staleness_bounds))
+        if ctx.is_chief:
+            records_for(graph).chief_setup_ops.append(barrier.initial_tokens())
+        train_op = barrier.after_step(ctx.task_index, train_op)
+    if not bsp_vars or n == 1:
+        return train_op
 
-    if any(p.sync.kind != "ps" for p in plans.values()):
-        raise PlanMismatchError("mixing PS and all-reduce synchronizers in one plan is not supported yet")
-
+    new_ops = graph.get_operations()[before:]
+    updates = update_ops_by_variable(new_ops, scope, bsp_vars + own_update_vars)
     tokens = StepTokens(call_index, n)
     if ctx.is_chief:
-        synced.update({name: agg.take_mean() for name, agg in ps_takes})
-        new_pairs = [(synced.get(variable_name(v), g) if g is not None else g, v) for g, v in grads_and_vars]
-        return tokens.release_all(apply(new_pairs, **apply_kwargs))
-    # Build the optimizer's ops anyway (slots, names and checkpoints match the chief's graph),
-    # but this worker's step only pushes gradients and waits for the chief.
-    apply(grads_and_vars, **apply_kwargs)
+        if own_update_vars:
+            # optimizer-wide state changes only once every worker has applied its own updates
+            done = tokens.wait_all_done()
+            for op in _finish_ops(new_ops, [u for us in updates.values() for u in us], scope):
+                op._add_control_input(done)
+        return tokens.release_all(train_op)
+    own_updates = [u for name in own_update_vars for u in updates[name]]
+    if own_updates:
+        pushes.append(tokens.report_done(ctx.task_index, own_updates))
     return tokens.wait_own(ctx.task_index, pushes)

@@ -72,29 +72,82 @@ class PSAggregation:
             return total / tf.cast(n, total.dtype)
 
 
+def _token_queue(name: str, capacity: int) -> tf.queue.FIFOQueue:
+    with tf.device(ps_device(0)):
+        return tf.queue.FIFOQueue(capacity, tf.int64, shapes=[[]], shared_name=name, name="adrun_tokens")
+
+
+def _token() -> tf.Tensor:
+    return tf.constant(0, tf.int64)
+
+
 class StepTokens:
-    """Per-worker token queues on PS 0 that end a synchronous step for the non-chief workers."""
+    """Token queues on PS 0 that order one synchronous step between the chief and the others.
+
+    Each non-chief worker has its own release queue, so a fast worker can never take a slow
+    worker's token and start a second step early.
+    """
 
     def __init__(self, call_index: int, num_workers: int) -> None:
         self.num_workers = num_workers
-        self.call_index = call_index
+        self.prefix = f"adrun/step_tokens/{call_index}"
 
-    def _queue(self, worker: int) -> tf.queue.FIFOQueue:
-        with tf.device(ps_device(0)):
-            return tf.queue.FIFOQueue(
-                2, tf.int64, shapes=[[]],
-                shared_name=f"adrun/step_tokens/{self.call_index}/w{worker}",
-                name=f"adrun_step_tokens_w{worker}",
-            )
+    def _release_queue(self, worker: int) -> tf.queue.FIFOQueue:
+        return _token_queue(f"{self.prefix}/release/w{worker}", 2)
+
+    def _done_queue(self) -> tf.queue.FIFOQueue:
+        return _token_queue(f"{self.prefix}/done", 2 * self.num_workers)
 
     def release_all(self, after: tf.Operation) -> tf.Operation:
-        """Chief: once `after` (the update) has run, give every other worker one token."""
+        """Chief: once `after` (the step) has run, give every other worker one token."""
         with tf.control_dependencies([after]):
-            enqueues = [self._queue(w).enqueue(tf.constant(0, tf.int64)) for w in range(1, self.num_workers)]
+            enqueues = [self._release_queue(w).enqueue(_token()) for w in range(1, self.num_workers)]
             return tf.group(after, *enqueues, name="adrun_sync_step")
 
     def wait_own(self, worker: int, after: list) -> tf.Operation:
-        """Non-chief: once `after` (the pushes) has run, wait for this worker's token."""
+        """Non-chief: once `after` (pushes, own updates) has run, wait for this worker's token."""
         with tf.control_dependencies(after):
-            token = self._queue(worker).dequeue()
+            token = self._release_queue(worker).dequeue()
         return tf.group(token, name="adrun_sync_step")
+
+    def report_done(self, worker: int, after: list) -> tf.Operation:
+        """Non-chief: tell the chief this worker's own updates of the step are applied."""
+        with tf.control_dependencies(after):
+            return self._done_queue().enqueue(_token(), name=f"adrun_done_w{worker}")
+
+    def wait_all_done(self) -> tf.Operation:
+        """Chief: wait until every other worker has reported its own updates applied."""
+        return self._done_queue().dequeue_many(self.num_workers - 1).op
+
+
+class StalenessBarrier:
+    """Bounded staleness: no worker finishes step k before every other worker finished step k - s.
+
+    One queue per ordered pair (w, u) starts with s tokens; after each step u puts one token into
+    every (w, u) queue and w takes one from each of its (w, u) queues. So w's step count never
+    exceeds u's by more than s, for every pair.
+    """
+
+    def __init__(self, call_index: int, num_workers: int, bound: int) -> None:
+        self.num_workers = num_workers
+        self.bound = bound
+        self.prefix = f"adrun/staleness/{call_index}"
+
+    def _queue(self, waiter: int, producer: int) -> tf.queue.FIFOQueue:
+        return _token_queue(f"{self.prefix}/w{waiter}_from_w{producer}", 2 * self.bound + 2)
+
+    def initial_tokens(self) -> tf.Operation:
+        """Chief, once before training: the s tokens of slack in every pair queue."""
+        fills = [
+            self._queue(w, u).enqueue_many(tf.zeros([self.bound], tf.int64))
+            for w in range(self.num_workers) for u in range(self.num_workers) if w != u
+        ]
+        return tf.group(*fills, name="adrun_staleness_init")
+
+    def after_step(self, worker: int, step: tf.Operation) -> tf.Operation:
+        others = [u for u in range(self.num_workers) if u != worker]
+        with tf.control_dependencies([step]):
+            produced = [self._queue(u, worker).enqueue(_token()) for u in others]
+        with tf.control_dependencies(produced):
+            taken = [self._queue(worker, u).dequeue() for u in others]
+        return tf.group(*taken, name="adrun_bounded_step")

@@ -1,0 +1,207 @@
+"""Supervising jobs of tiny `python -c` tasks: success, failures, metrics, logs, teardown."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+import time
+import uuid
+
+import psutil
+import pytest
+
+from adrun.errors import UserError
+from adrun.launch.env import task_env
+from adrun.launch.job import TaskLaunch
+from adrun.launch.supervisor import supervise
+from adrun.launch.tasks import Task
+from adrun.launch.teardown import kill_leftovers, leftover_processes
+
+pytestmark = pytest.mark.timeout(60)
+
+SLEEP = "import time; time.sleep(600)"
+
+
+class Recorder:
+    """A JobListener that remembers what it was told."""
+
+    def __init__(self) -> None:
+        self.tasks: list[Task] = []
+        self.lines: list[tuple[str, str, str]] = []
+        self.stops: list[str] = []
+
+    def job_started(self, job_id, tasks):
+        self.tasks = list(tasks)
+
+    def task_output(self, task, stream, line):
+        self.lines.append((task.tag, stream, line))
+
+    def progress(self, throughput, elapsed_s):
+        pass
+
+    def stopping(self, reason):
+        self.stops.append(reason)
+
+
+@pytest.fixture
+def job_id():
+    job = f"test-{uuid.uuid4().hex[:12]}"
+    yield job
+    kill_leftovers(job)
+
+
+@pytest.fixture
+def make(job_id, tmp_path):
+    """make(role, index, code) -> a TaskLaunch running `python -c code` under the env contract."""
+    cluster = {"ps": ["localhost:1"], "worker": ["localhost:2", "localhost:3"]}
+
+    def _make(role: str, index: int, code: str) -> TaskLaunch:
+        task = Task(role, index, "localhost", 0)
+        env = task_env(task, job_id, 2, cluster, "run", None, str(tmp_path), os.environ)
+        env.pop("ADRUN_MODE")  # keep the real sitecustomize inert, should one be on the path
+        return TaskLaunch(task, [sys.executable, "-c", textwrap.dedent(code)], env, tmp_path)
+
+    return _make
+
+
+def _gone(pids: list[int]) -> bool:
+    return not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
+
+
+def test_success_when_all_workers_exit_0_and_ps_is_stopped(make, job_id):
+    rec = Recorder()
+    worker = "import os; print('hello from', os.environ['ADRUN_WORKER_INDEX'])"
+    launches = [make("worker", 0, worker), make("worker", 1, worker), make("ps", 0, SLEEP)]
+
+    result = supervise(launches, job_id, rec)
+
+    assert result.exit_code == 0 and result.failed is None and not result.interrupted
+    assert [t.tag for t in rec.tasks] == ["ps0", "w0", "w1"]  # PS started first
+    assert ("w0", "stdout", "hello from 0") in rec.lines
+    assert ("w1", "stdout", "hello from 1") in rec.lines
+    outcomes = {o.task.tag: o for o in result.outcomes}
+    assert outcomes["w0"].returncode == 0 and not outcomes["w0"].stopped
+    assert outcomes["ps0"].stopped and outcomes["ps0"].signal_name == "SIGTERM"
+    assert _gone([o.pid for o in result.outcomes]) and leftover_processes(job_id) == []
+
+
+def test_failing_worker_stops_its_siblings_and_is_the_root_cause(make, job_id):
+    rec = Recorder()
+    failing = """
+        import sys, time
+        time.sleep(0.3)
+        print("step 1 ok", file=sys.stderr)
+        print("boom: disk on fire", file=sys.stderr)
+        sys.exit(3)
+    """
+    launches = [make("worker", 0, SLEEP), make("worker", 1, failing), make("ps", 0, SLEEP)]
+
+    start = time.monotonic()
+    result = supervise(launches, job_id, rec)
+    elapsed = time.monotonic() - start
+
+    assert result.exit_code == 3
+    assert result.failed is not None
+    assert result.failed.task.tag == "w1" and result.failed.task.role == "worker"
+    assert result.failed.returncode == 3 and result.failed.signal_name is None
+    assert result.failed.stderr_tail[-2:] == ["step 1 ok", "boom: disk on fire"]
+    assert "w1 (worker 1 on localhost) exited with code 3" in rec.stops[0]
+    assert elapsed < 10
+    assert _gone([o.pid for o in result.outcomes]) and leftover_processes(job_id) == []
+    assert {o.task.tag for o in result.outcomes if o.stopped} == {"w0", "ps0"}
+
+
+def test_sibling_ignoring_sigterm_is_killed_within_10_s(make, job_id):
+    stubborn = """
+        import signal, sys, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print("ready", flush=True)
+        time.sleep(600)
+    """
+    failing = "import sys, time; time.sleep(1.0); sys.exit(1)"
+    launches = [make("worker", 0, stubborn), make("worker", 1, failing)]
+
+    start = time.monotonic()
+    result = supervise(launches, job_id, Recorder())
+    elapsed = time.monotonic() - start
+
+    assert result.failed.task.tag == "w1"
+    stubborn_outcome = next(o for o in result.outcomes if o.task.tag == "w0")
+    assert stubborn_outcome.signal_name == "SIGKILL"
+    assert elapsed < 10
+    assert leftover_processes(job_id) == []
+
+
+def test_worker_killed_by_a_signal_is_reported_by_signal_name(make, job_id):
+    code = "import os, signal, time; time.sleep(0.2); os.kill(os.getpid(), signal.SIGKILL)"
+    result = supervise([make("worker", 0, code), make("ps", 0, SLEEP)], job_id, Recorder())
+
+    assert result.failed.task.tag == "w0"
+    assert result.failed.signal_name == "SIGKILL"
+    assert result.exit_code == 128 + 9
+
+
+def test_ps_exiting_by_itself_fails_the_job(make, job_id):
+    result = supervise([make("worker", 0, SLEEP), make("ps", 0, "import time; time.sleep(0.3)")], job_id, Recorder())
+
+    assert result.failed.task.tag == "ps0"
+    assert result.failed.returncode == 0
+    assert result.exit_code == 1
+    assert "while the workers were still running" in result.failed.summary
+
+
+def test_metric_lines_are_parsed_and_not_shown(make, job_id):
+    rec = Recorder()
+    code = """
+        import json, sys
+        def metric(step, t):
+            print("@@ADRUN " + json.dumps({"event": "step", "step": step, "time": t, "examples": 8}), file=sys.stderr)
+        metric(1, 1000.0)
+        print("training...", file=sys.stderr)
+        metric(21, 1002.0)
+        print("@@ADRUN not-json", file=sys.stderr)
+    """
+    result = supervise([make("worker", 0, code)], job_id, rec)
+
+    assert result.exit_code == 0
+    assert rec.lines == [("w0", "stderr", "training..."), ("w0", "stderr", "@@ADRUN not-json")]
+    assert result.metrics.workers[0].steps == 21
+    assert result.metrics.steps_per_s == pytest.approx(10.0)
+    assert result.metrics.examples_per_s == pytest.approx(80.0)
+
+
+def test_quiet_hides_lines_but_keeps_the_stderr_tail(make, job_id):
+    rec = Recorder()
+    code = "import sys; print('noisy'); print('why it broke', file=sys.stderr); sys.exit(2)"
+    result = supervise([make("worker", 0, code)], job_id, rec, quiet=True)
+
+    assert rec.lines == []
+    assert result.failed.stderr_tail == ["why it broke"]
+
+
+def test_log_dir_has_one_file_per_task_with_both_streams(make, job_id, tmp_path):
+    code = """
+        import sys
+        print("out line")
+        print("@@ADRUN " + '{"event": "step", "step": 1, "time": 1.0}', file=sys.stderr)
+        print("err line", file=sys.stderr)
+    """
+    ps = "import time; print('ps up', flush=True); time.sleep(600)"
+    log_dir = tmp_path / "logs"
+    result = supervise([make("worker", 0, code), make("ps", 0, ps)], job_id, Recorder(), log_dir=log_dir)
+
+    assert result.exit_code == 0
+    assert sorted(p.name for p in log_dir.iterdir()) == ["ps0.log", "w0.log"]
+    assert sorted((log_dir / "w0.log").read_text().splitlines()) == ["err line", "out line"]
+    assert (log_dir / "ps0.log").read_text() == "ps up\n"
+
+
+def test_a_task_that_cannot_start_is_a_user_error_and_started_tasks_are_stopped(make, job_id):
+    ps = make("ps", 0, SLEEP)
+    broken = make("worker", 0, "pass")
+    broken = TaskLaunch(broken.task, ["/nonexistent/python3", "x.py"], broken.env, broken.cwd)
+
+    with pytest.raises(UserError, match="cannot start w0 on localhost: /nonexistent/python3"):
+        supervise([ps, broken], job_id, Recorder())
+    assert leftover_processes(job_id) == []
