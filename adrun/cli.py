@@ -19,7 +19,7 @@ from adrun import __version__
 from adrun.errors import UserError
 
 DEFAULT_STRATEGY = "PSLoadBalancing"
-RUNS_DIR = Path("/tmp/adrun/runs")
+RUNS_DIR = Path("/tmp/adrun-runs")  # not /tmp/adrun: that would shadow the package when cwd is /tmp
 
 
 class _RunByDefault(click.Group):

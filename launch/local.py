@@ -19,7 +19,7 @@ from typing import IO
 import psutil
 
 _PR_SET_PDEATHSIG = 1
-_libc = ctypes.CDLL(None, use_errno=True)
+_libc = ctypes.CDLL(None)
 
 
 def worker_argv(python: str, script: str | Path, script_args: Sequence[str]) -> list[str]:
@@ -106,7 +106,7 @@ class LocalProcess:
             os.killpg(self.pid, 0)
         except ProcessLookupError:
             return False
-        except PermissionError:
+        except PermissionError:  # a member we may not signal (e.g. setuid) still exists
             return True
         return True
 
