@@ -10,53 +10,50 @@ from pathlib import Path
 
 from adrun.errors import UserError
 from adrun.graph_item import GraphItem, load_graph_item
+from adrun.launch.env import task_env
+from adrun.launch.job import HOOK_DIR
+from adrun.launch.local import LocalProcess, worker_argv
+from adrun.launch.tasks import Task
 
-HOOK_DIR = str(Path(__file__).resolve().parent / "hook")
 CAPTURE_TIMEOUT_S = 600
 _TAIL_LINES = 15
 
 
-def _tail(text: str) -> str:
-    lines = [line for line in text.splitlines() if line.strip()]
+def _tail(text: bytes) -> str:
+    lines = [line for line in text.decode(errors="replace").splitlines() if line.strip()]
     return "\n".join("    " + line for line in lines[-_TAIL_LINES:])
 
 
-def capture_graph(script: Path, script_args: list[str], num_workers: int, python: str = sys.executable) -> GraphItem:
-    """Run `script` up to its Session creation and return what its graph holds.
+def capture_graph(
+    script: Path, script_args: list[str], num_workers: int, job_id: str, python: str = sys.executable
+) -> GraphItem:
+    """Run `script` as worker 0 up to its Session creation and return what its graph holds.
 
     Raises UserError when the script fails, never creates a Session (not graph mode), or has
-    nothing to train.
+    nothing to train. The capture process is stopped with its whole process group in any case.
     """
     with tempfile.TemporaryDirectory(prefix="adrun-capture-") as tmp:
         out = Path(tmp) / "graph_item.json"
-        env = dict(os.environ)
-        env.update(
-            PYTHONPATH=os.pathsep.join(p for p in (HOOK_DIR, env.get("PYTHONPATH", "")) if p),
-            PYTHONUNBUFFERED="1",
-            ADRUN_MODE="capture",
-            ADRUN_CAPTURE_OUT=str(out),
-            ADRUN_ROLE="worker",
-            ADRUN_TASK_INDEX="0",
-            ADRUN_WORKER_INDEX="0",
-            ADRUN_NUM_WORKERS=str(num_workers),
-            ADRUN_JOB_ID="capture",
+        env = task_env(
+            Task("worker", 0, "localhost", 0), job_id, num_workers, {}, "capture", None, str(HOOK_DIR), os.environ
         )
+        env["ADRUN_CAPTURE_OUT"] = str(out)
+        process = LocalProcess(worker_argv(python, script, script_args), cwd=Path.cwd(), env=env)
         try:
-            proc = subprocess.run(
-                [python, str(script), *script_args],
-                env=env, capture_output=True, text=True, timeout=CAPTURE_TIMEOUT_S, stdin=subprocess.DEVNULL,
-            )
+            _, stderr = process.communicate(timeout=CAPTURE_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             raise UserError(
                 f"{script}: did not create a tf.compat.v1.Session within {CAPTURE_TIMEOUT_S} s while adrun "
                 "captured its graph"
             ) from None
+        finally:
+            process.kill_group()
         if out.exists():
             item = load_graph_item(out)
-        elif proc.returncode != 0:
+        elif process.poll() != 0:
             raise UserError(
-                f"{script}: failed before creating its Session (exit code {proc.returncode}); "
-                f"last lines of its stderr:\n{_tail(proc.stderr)}"
+                f"{script}: failed before creating its Session (exit code {process.poll()}); "
+                f"last lines of its stderr:\n{_tail(stderr)}"
             )
         else:
             raise UserError(

@@ -68,20 +68,26 @@ def _existing_script(script: str) -> Path:
     return path
 
 
-def _plan(strategy: str, options: dict[str, str], script: Path, script_args: list[str], spec):
-    """Capture the script's graph and turn it into a Strategy for this cluster."""
+def _plan(strategy: str, options: dict[str, str], script: Path, script_args: list[str], spec, job_id: str):
+    """Capture the script's graph and turn it into a Strategy for this cluster.
+
+    Everything that can be checked without the script (builder name and options, the document)
+    is checked before the capture, which takes seconds.
+    """
     from adrun.capture_run import capture_graph
-    from adrun.strategies import build_strategy
+    from adrun.strategies import configured_builder
     from adrun.strategies.document import check_matches, load_strategy
 
-    item = capture_graph(script, script_args, spec.num_workers)
     if strategy.endswith((".yml", ".yaml")) or Path(strategy).is_file():
         if options:
             raise UserError("--strategy-opt applies to a builder name, not to a strategy document")
         plan = load_strategy(Path(strategy))
+        item = capture_graph(script, script_args, spec.num_workers, job_id)
         check_matches(plan, item, spec, source=strategy)
         return item, plan
-    return item, build_strategy(strategy, item, spec, options)
+    builder = configured_builder(strategy, options)
+    item = capture_graph(script, script_args, spec.num_workers, job_id)
+    return item, builder.build(item, spec)
 
 
 def _new_job_id() -> str:
@@ -120,9 +126,9 @@ def run(spec_path, strategy, strategy_opts, quiet, log_dir, dry_run, job_id, scr
     spec = _load_cluster(spec_path)
     script_path = _existing_script(script)
     options = _parse_options(strategy_opts)
-    ui.print_status(f"capturing the graph of {script_path} ...")
-    item, plan = _plan(strategy, options, script_path, list(script_args), spec)
     job_id = job_id or _new_job_id()
+    ui.print_status(f"capturing the graph of {script_path} ...")
+    item, plan = _plan(strategy, options, script_path, list(script_args), spec, job_id)
     job_dir = RUNS_DIR / job_id
     job_dir.mkdir(parents=True, exist_ok=True)
     strategy_file = job_dir / "strategy.yml"
@@ -164,7 +170,7 @@ def strategy_build(name, spec_path, strategy_opts, output, script, script_args) 
     from adrun.strategies.document import dump_strategy
 
     spec = _load_cluster(spec_path)
-    item, plan = _plan(name, _parse_options(strategy_opts), _existing_script(script), list(script_args), spec)
+    item, plan = _plan(name, _parse_options(strategy_opts), _existing_script(script), list(script_args), spec, _new_job_id())
     dump_strategy(plan, Path(output))
     ui.print_plan(plan, item, spec)
     ui.print_status(f"wrote {output}")

@@ -51,6 +51,9 @@ def task_env(
     env = {k: v for k, v in merged.items() if k not in CONTRACT_VARS}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (hook_dir, env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
+    # TF's C++ INFO/WARNING lines (e.g. one rendezvous warning per distributed step) drown the
+    # script's own output; a value the user set wins.
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env.update(
         ADRUN_MODE=mode,
         ADRUN_ROLE=task.role,

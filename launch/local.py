@@ -87,6 +87,10 @@ class LocalProcess:
         assert self._popen.stderr is not None
         return self._popen.stderr
 
+    def communicate(self, timeout: float) -> tuple[bytes, bytes]:
+        """Wait for the task to end and return everything it wrote (TimeoutExpired after `timeout`)."""
+        return self._popen.communicate(timeout=timeout)
+
     def poll(self) -> int | None:
         """The exit status once the task has ended (negative: killed by that signal), else None."""
         return self._popen.poll()

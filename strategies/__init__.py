@@ -21,14 +21,22 @@ from .ps import PS, PSLoadBalancing
 BUILDERS: dict[str, type[StrategyBuilder]] = {b.__name__: b for b in (PS, PSLoadBalancing, AllReduce)}
 
 
-def build_strategy(
-    name: str, graph_item: GraphItem, spec: ClusterSpec, options: Mapping[str, str] | None = None
-) -> Strategy:
-    """Plan `graph_item` on `spec` with the builder called `name`, configured by CLI `options`."""
+def configured_builder(name: str, options: Mapping[str, str] | None = None) -> StrategyBuilder:
+    """The builder called `name` with CLI `options`; UserError for an unknown name or option.
+
+    Separate from building so the CLI can refuse a mistyped name before the slow graph capture.
+    """
     builder = BUILDERS.get(name)
     if builder is None:
         by_lower = {known.lower(): known for known in BUILDERS}
         close = by_lower.get(name.lower()) or next(iter(difflib.get_close_matches(name, BUILDERS, n=1)), None)
         hint = f" (did you mean {close}?)" if close else ""
         raise UserError(f"unknown strategy builder '{name}'{hint}; known builders: {', '.join(sorted(BUILDERS))}")
-    return builder.from_cli(options or {}).build(graph_item, spec)
+    return builder.from_cli(options or {})
+
+
+def build_strategy(
+    name: str, graph_item: GraphItem, spec: ClusterSpec, options: Mapping[str, str] | None = None
+) -> Strategy:
+    """Plan `graph_item` on `spec` with the builder called `name`, configured by CLI `options`."""
+    return configured_builder(name, options).build(graph_item, spec)

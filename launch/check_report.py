@@ -1,0 +1,129 @@
+"""Results of `adrun cluster check`: the data, its JSON form, and the terminal table.
+
+Kept apart from the probing so the CLI, tests and a future `--dry-run` can show results
+without touching any node.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+# Column order of the table and key order of the JSON.
+CHECKS: dict[str, str] = {
+    "ssh": "ssh",
+    "host_key": "host key",
+    "python": "python",
+    "versions": "versions",
+    "script": "script",
+    "ports": "ports",
+    "cpus": "cpus",
+    "memory": "memory",
+    "gpus": "gpus",
+    "disk": "disk",
+    "clock": "clock",
+    "bandwidth": "bandwidth",
+}
+# Checks whose value is worth reading in the table even when they pass.
+_SHOW_DETAIL = {"cpus", "memory", "gpus", "disk", "clock", "bandwidth"}
+_MARK = {"pass": ("✓", "green"), "fail": ("✗", "bold red"), "skip": ("–", "dim")}
+
+Status = Literal["pass", "fail", "skip"]
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One check on one node. `skip`: not applicable, or not runnable because an earlier check failed."""
+
+    status: Status
+    detail: str
+    remedy: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.status == "fail") != (self.remedy is not None):
+            raise ValueError("a failed check needs a remedy, and only a failed check has one")
+
+
+@dataclass
+class NodeReport:
+    address: str
+    local: bool  # checked on this machine, without SSH
+    results: dict[str, CheckResult]
+
+    @property
+    def ok(self) -> bool:
+        return all(r.status != "fail" for r in self.results.values())
+
+
+@dataclass(frozen=True)
+class PairBandwidth:
+    """One measured direction between two nodes; `mbit_s` None means the transfer failed."""
+
+    source: str
+    target: str
+    mbit_s: float | None
+    error: str | None = None
+
+
+@dataclass
+class CheckReport:
+    nodes: list[NodeReport]
+    pairs: list[PairBandwidth] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Every check of every node passed or did not apply; the CLI exits 0 only then."""
+        return all(node.ok for node in self.nodes)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else 1
+
+    def to_dict(self) -> dict:
+        return {
+            "ok": self.ok,
+            "nodes": [
+                {"address": n.address, "local": n.local, "ok": n.ok,
+                 "checks": {name: asdict(n.results[name]) for name in CHECKS if name in n.results}}
+                for n in self.nodes
+            ],
+            "pairs": [asdict(p) for p in self.pairs],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, ensure_ascii=False)
+
+
+def render(report: CheckReport, console: Console) -> None:
+    """A row per node, a column per check, then one line per failure with its remedy."""
+    table = Table(title="cluster check", title_justify="left")
+    table.add_column("node", no_wrap=True)
+    for title in CHECKS.values():
+        table.add_column(title, justify="center")
+    for node in report.nodes:
+        label = f"{node.address} (local)" if node.local else node.address
+        table.add_row(label, *(_cell(name, node.results.get(name)) for name in CHECKS))
+    console.print(table)
+    failures = [(n, name, n.results[name]) for n in report.nodes for name in CHECKS
+                if name in n.results and n.results[name].status == "fail"]
+    for node, name, result in failures:
+        console.print(Text.assemble(("✗ ", "bold red"), (f"{node.address} {CHECKS[name]}: ", "bold"), result.detail))
+        console.print(Text.assemble("    → ", result.remedy or ""))
+    if report.ok:
+        console.print(Text("✓ every check passed", style="green"))
+    else:
+        console.print(Text(f"✗ {len(failures)} check(s) failed", style="bold red"))
+
+
+def _cell(name: str, result: CheckResult | None) -> Text:
+    if result is None:
+        return Text("–", style="dim")
+    mark, style = _MARK[result.status]
+    if result.status == "pass" and name in _SHOW_DETAIL:
+        return Text.assemble((mark, style), " ", result.detail)
+    return Text(mark, style=style)
