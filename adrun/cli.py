@@ -74,6 +74,7 @@ def _plan(strategy: str, options: dict[str, str], script: Path, script_args: lis
     Everything that can be checked without the script (builder name and options, the document)
     is checked before the capture, which takes seconds.
     """
+    from adrun import ui
     from adrun.capture_run import capture_graph
     from adrun.strategies import configured_builder
     from adrun.strategies.document import check_matches, load_strategy
@@ -82,10 +83,12 @@ def _plan(strategy: str, options: dict[str, str], script: Path, script_args: lis
         if options:
             raise UserError("--strategy-opt applies to a builder name, not to a strategy document")
         plan = load_strategy(Path(strategy))
+        ui.print_status(f"capturing the graph of {script} ...")
         item = capture_graph(script, script_args, spec.num_workers, job_id)
         check_matches(plan, item, spec, source=strategy)
         return item, plan
     builder = configured_builder(strategy, options)
+    ui.print_status(f"capturing the graph of {script} ...")
     item = capture_graph(script, script_args, spec.num_workers, job_id)
     return item, builder.build(item, spec)
 
@@ -127,7 +130,6 @@ def run(spec_path, strategy, strategy_opts, quiet, log_dir, dry_run, job_id, scr
     script_path = _existing_script(script)
     options = _parse_options(strategy_opts)
     job_id = job_id or _new_job_id()
-    ui.print_status(f"capturing the graph of {script_path} ...")
     item, plan = _plan(strategy, options, script_path, list(script_args), spec, job_id)
     job_dir = RUNS_DIR / job_id
     job_dir.mkdir(parents=True, exist_ok=True)
