@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import paramiko
+
 from adrun.errors import UserError
 
 from . import probe
@@ -153,6 +155,8 @@ def _connect(item: _Probed, known_hosts: str | Path | None) -> bool:
         item.results[why.check] = CheckResult("fail", why.message, why.remedy)
         if why.check == "host_key":
             item.results["ssh"] = passed("reachable")
+        elif isinstance(e, paramiko.AuthenticationException):  # the host key was verified first
+            item.results["host_key"] = passed("known")
         return False
     item.shell = SSHShell(conn)
     user = conn.user

@@ -46,10 +46,12 @@ class StepReporter:
         self._last_emit = 0.0
         atexit.register(self.emit)
 
-    def after_run(self, graph: tf.Graph, fetches: Any, feed_dict: dict | None) -> None:
+    @staticmethod
+    def is_training_step(graph: tf.Graph, fetches: Any) -> bool:
         train_ops = records_for(graph).train_ops
-        if not train_ops or not (train_ops & _fetched_names(fetches)):
-            return
+        return bool(train_ops) and bool(train_ops & _fetched_names(fetches))
+
+    def after_step(self, graph: tf.Graph, feed_dict: dict | None) -> None:
         self.steps += 1
         if not self._examples_read:
             self.examples = _examples_in_feed(feed_dict) or static_batch_size(graph)

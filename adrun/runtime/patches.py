@@ -74,7 +74,7 @@ def _patch_session(ctx) -> None:
     from adrun.runtime.grads import records_for
     from adrun.runtime.kernels.gradient_sync import PlanMismatchError
     from adrun.runtime.metrics import StepReporter
-    from adrun.runtime.session_setup import prepare_session
+    from adrun.runtime.session_setup import prepare_session, take_start_op
 
     original_init = tf_session.Session.__init__
 
@@ -100,8 +100,13 @@ def _patch_session(ctx) -> None:
 
     @functools.wraps(original_run)
     def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
+        if not StepReporter.is_training_step(self.graph, fetches):
+            return original_run(self, fetches, feed_dict, options, run_metadata)
+        start = take_start_op(self.graph)
+        if start is not None:
+            original_run(self, start)
         result = original_run(self, fetches, feed_dict, options, run_metadata)
-        reporter.after_run(self.graph, fetches, feed_dict)
+        reporter.after_step(self.graph, feed_dict)
         return result
 
     tf_session.BaseSession.run = run

@@ -21,7 +21,8 @@ from adrun.runtime.context import TaskContext
 from adrun.runtime.grads import records_for
 from adrun.runtime.kernels.devices import COLLECTIVE_GROUP_LEADER, worker_device
 from adrun.runtime.kernels.gradient_sync import PlanMismatchError
-from adrun.runtime.kernels.initialization import share_chief_initialization
+from adrun.runtime.kernels.initialization import keep_shared_initialization
+from adrun.runtime.kernels.start_sync import build_start_op
 from adrun.runtime.kernels.placement import place_variables, variable_devices
 
 INIT_TIMEOUT_S = float(os.environ.get("ADRUN_INIT_TIMEOUT", "600"))
@@ -32,6 +33,7 @@ _POLL_S = 0.2
 class PreparedGraph:
     ready_checks: list[tf.Tensor] = field(default_factory=list)  # non-chief: the chief's init is done
     chief_setup_ops: list[tf.Operation] = field(default_factory=list)  # chief: run once, then cleared
+    start_op: tf.Operation | None = None  # run once before the first training step
 
 
 _server: tf.distribute.Server | None = None
@@ -73,11 +75,15 @@ def _prepare_graph(graph: tf.Graph, ctx: TaskContext) -> PreparedGraph:
     try:
         devices = variable_devices(graph, ctx)
         place_variables(graph, devices)
-        prepared = PreparedGraph()
+        local = worker_device(ctx.task_index)
+        uses_ps = any(s.kind == "ps" for v in ctx.strategy.variables for s in [v.sync])
+        prepared = PreparedGraph(
+            start_op=build_start_op(graph, devices, local, ctx.task_index, ctx.num_workers, uses_ps)
+        )
         if ctx.is_chief:
             prepared.chief_setup_ops = list(records_for(graph).chief_setup_ops)
         else:
-            prepared.ready_checks = share_chief_initialization(graph, devices, worker_device(ctx.task_index))
+            prepared.ready_checks = keep_shared_initialization(graph, devices, local)
     finally:
         if finalized:
             graph.finalize()
@@ -94,6 +100,15 @@ def session_config(ctx: TaskContext, user_config: tf.compat.v1.ConfigProto | Non
         config.device_filters.append("/job:worker/task:0")  # initial values come from the chief
     config.experimental.collective_group_leader = COLLECTIVE_GROUP_LEADER
     return config
+
+
+def take_start_op(graph: tf.Graph) -> tf.Operation | None:
+    """The start op of `graph` the first time this is asked, then None."""
+    prepared = _prepared.get(graph)
+    if prepared is None or prepared.start_op is None:
+        return None
+    op, prepared.start_op = prepared.start_op, None
+    return op
 
 
 def prepare_session(
