@@ -18,15 +18,19 @@ _EMIT_INTERVAL_S = 0.5
 
 
 def _fetched_names(fetches: Any) -> set[str]:
-    names = set()
-    for f in tf.nest.flatten(fetches):
-        if isinstance(f, tf.Operation):
-            names.add(f.name)
-        elif isinstance(f, tf.Tensor):
-            names.add(f.op.name)
-        elif isinstance(f, str):
-            names.add(f.split(":")[0])
-    return names
+    """Op names in a fetch structure (tf.nest would sort dict keys, and MonitoredTrainingSession
+    keys its fetch dicts by hook objects, which do not sort)."""
+    if isinstance(fetches, tf.Operation):
+        return {fetches.name}
+    if isinstance(fetches, tf.Tensor):
+        return {fetches.op.name}
+    if isinstance(fetches, str):
+        return {fetches.split(":")[0]}
+    if isinstance(fetches, dict):
+        fetches = list(fetches.values())
+    if isinstance(fetches, (list, tuple)):
+        return set().union(*map(_fetched_names, fetches)) if fetches else set()
+    return set()
 
 
 def _examples_in_feed(feed_dict: dict | None) -> int | None:

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import functools
+import numbers
 import os
 import sys
 import threading
@@ -112,6 +113,33 @@ def _patch_session(ctx) -> None:
     tf_session.BaseSession.run = run
 
 
+def _patch_saver_on_non_chief() -> None:
+    """Only the chief writes or reads checkpoints.
+
+    Other workers would write the same files concurrently, and a late restore on a non-chief could
+    overwrite shared variables mid-training. A non-chief's restore just initializes its own
+    replicas: they receive the chief's (restored) values at the first step anyway.
+    """
+    from tensorflow.python.training import saver as tf_saver
+    from tensorflow.python.training import training_util
+
+    from adrun.runtime.session_setup import local_init_op
+
+    def save(self, sess, save_path, global_step=None, *args, **kwargs):
+        if global_step is None:
+            return save_path
+        step = global_step if isinstance(global_step, numbers.Integral) else training_util.global_step(sess, global_step)
+        return f"{save_path}-{step}"
+
+    def restore(self, sess, save_path):
+        op = local_init_op(sess.graph)
+        if op is not None:
+            sess.run(op)
+
+    tf_saver.Saver.save = save
+    tf_saver.Saver.restore = restore
+
+
 def install() -> None:
     """Install the patches once; inert outside adrun worker processes."""
     global _installed
@@ -121,3 +149,5 @@ def install() -> None:
     _installed = True
     _patch_optimizer(ctx)
     _patch_session(ctx)
+    if ctx.mode == "run" and not ctx.is_chief:
+        _patch_saver_on_non_chief()

@@ -34,6 +34,7 @@ class PreparedGraph:
     ready_checks: list[tf.Tensor] = field(default_factory=list)  # non-chief: the chief's init is done
     chief_setup_ops: list[tf.Operation] = field(default_factory=list)  # chief: run once, then cleared
     start_op: tf.Operation | None = None  # run once before the first training step
+    local_init_op: tf.Operation | None = None  # non-chief: what a checkpoint restore does here
 
 
 _server: tf.distribute.Server | None = None
@@ -84,6 +85,9 @@ def _prepare_graph(graph: tf.Graph, ctx: TaskContext) -> PreparedGraph:
             prepared.chief_setup_ops = list(records_for(graph).chief_setup_ops)
         else:
             prepared.ready_checks = keep_shared_initialization(graph, devices, local)
+            with graph.as_default():
+                replicas = [v for v in tf.compat.v1.global_variables() if devices[v.op.name] == local]
+                prepared.local_init_op = tf.compat.v1.variables_initializer(replicas, name="adrun_local_init")
     finally:
         if finalized:
             graph.finalize()
@@ -100,6 +104,11 @@ def session_config(ctx: TaskContext, user_config: tf.compat.v1.ConfigProto | Non
         config.device_filters.append("/job:worker/task:0")  # initial values come from the chief
     config.experimental.collective_group_leader = COLLECTIVE_GROUP_LEADER
     return config
+
+
+def local_init_op(graph: tf.Graph) -> tf.Operation | None:
+    prepared = _prepared.get(graph)
+    return prepared.local_init_op if prepared else None
 
 
 def take_start_op(graph: tf.Graph) -> tf.Operation | None:
