@@ -65,7 +65,11 @@ def print_summary(result: JobResult) -> None:
         title = Text("job interrupted", style="bold yellow")
     else:
         title = Text("job succeeded", style="bold green")
-    table = Table(title=title, caption=f"wall time {result.elapsed_s:.1f} s", title_justify="left")
+    caption = f"wall time {result.elapsed_s:.1f} s"
+    payload = max((r.wire_bytes for r in result.metrics.workers.values()), default=0)
+    if payload:
+        caption += f" · all-reduce payload {payload:,} B/step per worker"
+    table = Table(title=title, caption=caption, title_justify="left")
     for name in ("task", "role", "exit"):
         table.add_column(name)
     for name in ("steps", "steps/s", "examples/s"):

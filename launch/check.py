@@ -17,7 +17,6 @@ import os
 import random
 import shlex
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +41,7 @@ BANDWIDTH_BYTES = 8 << 20
 BANDWIDTH_TIMEOUT = 20.0
 BANDWIDTH_CONNECT_TIMEOUT = 5.0  # the receiver starts in a fresh Python: ~0.1 s, more on a busy node
 _BIND_ATTEMPTS = 3
+MAX_PARALLEL = 32  # nodes probed at once; each holds one SSH connection
 
 
 @dataclass
@@ -64,13 +64,13 @@ def run_checks(spec: Any, script: str | Path | None = None, *,
     if script_arg is not None and not Path(script_arg).is_file():
         raise UserError(f"script {script_arg} not found on this machine")
     nodes = list(spec.nodes)
-    with ThreadPoolExecutor(max_workers=len(nodes) + 1) as pool:
+    with ThreadPoolExecutor(max_workers=min(len(nodes) + 1, MAX_PARALLEL)) as pool:
         here_future = pool.submit(_reference_facts, script_arg)
         probed = list(pool.map(lambda n: _probe_node(n, script_arg, known_hosts), nodes))
     try:
         here = here_future.result()
         for item in probed:
-            _judge_facts(item, here, script_arg)
+            _judge_facts(item, here)
         usable = [p for p in probed if p.facts is not None]
         pairs = [_measure_pair(a, b) for a, b in itertools.combinations(usable, 2)]
     finally:
@@ -116,7 +116,7 @@ def _parse(stdout: str) -> dict[str, Any] | None:
 
 
 def _reference_facts(script: str | None) -> dict[str, Any]:
-    """This machine's facts, from the launcher's own interpreter (TF is never imported here)."""
+    """This machine's facts from the launcher's interpreter, in a subprocess: launch/ never imports TF."""
     args = {"workdir": os.getcwd(), "script": script, "ports": []}
     command = f"{shlex.quote(sys.executable)} -c {shlex.quote(PROBE_SOURCE)} facts {shlex.quote(json.dumps(args))}"
     done = LocalShell().run(command, FACTS_TIMEOUT)
@@ -190,7 +190,7 @@ def _run_facts(item: _Probed, script: str | None) -> None:
     item.results["python"] = passed(f"{facts['executable']} ({facts['python']})")
 
 
-def _judge_facts(item: _Probed, here: dict[str, Any], script: str | None) -> None:
+def _judge_facts(item: _Probed, here: dict[str, Any]) -> None:
     facts, node, address = item.facts, item.node, item.node.address
     if facts is None:
         return

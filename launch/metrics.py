@@ -34,6 +34,7 @@ class WorkerRate:
     steps: int
     last_time: float
     examples: int | None = None  # per step, when the worker knows its batch size
+    wire_bytes: int = 0  # bytes per step this worker hands to dense all-reduces
 
     @property
     def steps_per_s(self) -> float | None:
@@ -61,6 +62,8 @@ class Throughput:
         rate.steps, rate.last_time = step, float(when)
         if isinstance(examples, int):
             rate.examples = examples
+        if isinstance(event.get("wire_bytes"), int):
+            rate.wire_bytes = event["wire_bytes"]
 
     @property
     def steps_per_s(self) -> float | None:

@@ -58,7 +58,7 @@ def open_connection(node: Any, *, known_hosts: str | Path | None = None,
     try:
         conn.open()
     except BaseException:
-        conn.close()
+        conn.client.close()  # Connection.close() skips a transport that never finished connecting
         raise
     return conn
 

@@ -23,6 +23,8 @@ class GraphRecords:
     calls: list[GradientRecord] = field(default_factory=list)
     train_ops: set[str] = field(default_factory=set)  # names of ops that run one training step
     chief_setup_ops: list[tf.Operation] = field(default_factory=list)  # run once by the chief's session
+    setup_ops: list[tf.Operation] = field(default_factory=list)  # run once by every worker's session
+    wire_bytes_per_step: int = 0  # bytes this worker hands to dense all-reduces per step
 
 
 _records: "weakref.WeakKeyDictionary[tf.Graph, GraphRecords]" = weakref.WeakKeyDictionary()

@@ -46,6 +46,7 @@ class StepReporter:
     def __init__(self) -> None:
         self.steps = 0
         self.examples: int | None = None
+        self.wire_bytes = 0
         self._examples_read = False
         self._last_emit = 0.0
         atexit.register(self.emit)
@@ -57,6 +58,7 @@ class StepReporter:
 
     def after_step(self, graph: tf.Graph, feed_dict: dict | None) -> None:
         self.steps += 1
+        self.wire_bytes = records_for(graph).wire_bytes_per_step
         if not self._examples_read:
             self.examples = _examples_in_feed(feed_dict) or static_batch_size(graph)
             self._examples_read = True
@@ -68,6 +70,9 @@ class StepReporter:
         if not self.steps:
             return
         self._last_emit = now or time.monotonic()
-        event = {"event": "step", "step": self.steps, "time": time.time(), "examples": self.examples}
+        event = {
+            "event": "step", "step": self.steps, "time": time.time(), "examples": self.examples,
+            "wire_bytes": self.wire_bytes,
+        }
         sys.__stderr__.write(METRIC_PREFIX + json.dumps(event) + "\n")
         sys.__stderr__.flush()

@@ -32,7 +32,7 @@ _POLL_S = 0.2
 @dataclass
 class PreparedGraph:
     ready_checks: list[tf.Tensor] = field(default_factory=list)  # non-chief: the chief's init is done
-    chief_setup_ops: list[tf.Operation] = field(default_factory=list)  # chief: run once, then cleared
+    setup_ops: list[tf.Operation] = field(default_factory=list)  # run once at session creation, then cleared
     start_op: tf.Operation | None = None  # run once before the first training step
     local_init_op: tf.Operation | None = None  # non-chief: what a checkpoint restore does here
 
@@ -81,8 +81,9 @@ def _prepare_graph(graph: tf.Graph, ctx: TaskContext) -> PreparedGraph:
         prepared = PreparedGraph(
             start_op=build_start_op(graph, devices, local, ctx.task_index, ctx.num_workers, uses_ps)
         )
+        prepared.setup_ops = list(records_for(graph).setup_ops)
         if ctx.is_chief:
-            prepared.chief_setup_ops = list(records_for(graph).chief_setup_ops)
+            prepared.setup_ops += records_for(graph).chief_setup_ops
         else:
             prepared.ready_checks = keep_shared_initialization(graph, devices, local)
             with graph.as_default():
@@ -130,9 +131,9 @@ def prepare_session(
     server = _local_server(ctx)
 
     def after_create(session: tf.compat.v1.Session) -> None:
-        if prepared.chief_setup_ops:
-            session.run(prepared.chief_setup_ops)
-            prepared.chief_setup_ops = []
+        if prepared.setup_ops:
+            session.run(prepared.setup_ops)
+            prepared.setup_ops = []
         if not prepared.ready_checks:
             return
         deadline = time.monotonic() + INIT_TIMEOUT_S

@@ -245,11 +245,19 @@ class NetnsCluster:
         raise RuntimeError(f"sshd on {host.address} not listening after {SSHD_READY_TIMEOUT:.0f} s")
 
     def stop_sshd(self, host: NetnsHost) -> None:
-        """Stop the host's listening sshd (sessions already open keep running)."""
-        if host.sshd is not None:
-            _stop_pid(host.sshd.pid)
+        """Stop the host's sshd with its sessions, deepest processes first, so each is reaped by
+        its own parent: orphans would linger as zombies until init gets round to them."""
+        if host.sshd is None:
+            return
+        for level in reversed(_descendants_by_depth(host.sshd.pid)):
+            _signal_and_wait(level)
+        host.sshd.terminate()
+        try:
             host.sshd.wait(timeout=STOP_TIMEOUT)
-            host.sshd = None
+        except subprocess.TimeoutExpired:
+            host.sshd.kill()
+            host.sshd.wait(timeout=STOP_TIMEOUT)
+        host.sshd = None
 
     def shape(self, host: NetnsHost, rate_mbit: float) -> None:
         """Limit the host's link to `rate_mbit` in both directions (token bucket on each veth end)."""
@@ -300,33 +308,54 @@ def _free_subnet() -> str:
     raise RuntimeError(f"every {SUBNET_PREFIX}.X.0/24 subnet is in use")
 
 
-def _stop_pid(pid: int) -> None:
-    """SIGTERM, then SIGKILL after STOP_TIMEOUT; a pid that is already gone is fine."""
-    try:
-        proc = psutil.Process(pid)
-        proc.terminate()
-        proc.wait(timeout=STOP_TIMEOUT)
-    except psutil.TimeoutExpired:
-        os.kill(pid, signal.SIGKILL)
-    except psutil.NoSuchProcess:
-        pass
-
-
 def _stop_netns_processes(netns: str) -> None:
-    """End what still runs inside the namespace (ssh sessions, test listeners): all were started
+    """End what still runs inside the namespace (test listeners, stray sessions): all were started
     by this cluster or through its sshd, and the namespace cannot be reused while they live."""
-    pids = [int(p) for p in _run("ip", "netns", "pids", netns, check=False).stdout.split()]
     procs = []
-    for pid in pids:
+    for pid in _run("ip", "netns", "pids", netns, check=False).stdout.split():
         try:
-            procs.append(psutil.Process(pid))
-            procs[-1].terminate()
+            procs.append(psutil.Process(int(pid)))
         except psutil.NoSuchProcess:
             pass
-    _, alive = psutil.wait_procs(procs, timeout=STOP_TIMEOUT)
-    for proc in alive:
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(alive, timeout=STOP_TIMEOUT)
+    _signal_and_wait(procs)
+
+
+def _descendants_by_depth(pid: int) -> list[list[psutil.Process]]:
+    """Children of `pid`, then grandchildren, ... (empty when `pid` is gone)."""
+    levels: list[list[psutil.Process]] = []
+    try:
+        level = psutil.Process(pid).children()
+    except psutil.NoSuchProcess:
+        return levels
+    while level and len(levels) < 10:  # sshd session trees are 2-3 deep
+        levels.append(level)
+        nxt = []
+        for proc in level:
+            try:
+                nxt += proc.children()
+            except psutil.NoSuchProcess:
+                pass
+        level = nxt
+    return levels
+
+
+def _signal_and_wait(procs: list[psutil.Process]) -> None:
+    """SIGTERM, then SIGKILL to what is left after STOP_TIMEOUT, waiting until each process is
+    reaped; a zombie whose parent is init (which may reap late) counts as ended. Bounded waits."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        alive = [p for p in procs if not _ended(p)]
+        for proc in alive:
+            try:
+                proc.send_signal(sig)
+            except psutil.NoSuchProcess:
+                pass
+        deadline = time.monotonic() + STOP_TIMEOUT
+        while any(not _ended(p) for p in alive) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+def _ended(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE and proc.ppid() == 1
+    except psutil.NoSuchProcess:
+        return True

@@ -10,8 +10,10 @@ from __future__ import annotations
 import importlib.metadata
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from adrun.launch.check import run_checks
@@ -122,8 +124,15 @@ def test_wrong_key(netns_cluster: NetnsCluster, tmp_path: Path) -> None:
     assert_only_failure(report, h3, "ssh")
     assert f"refused {other_key} for root" in result(report, h3, "ssh").detail
     assert result(report, h3, "host_key").status == "pass"  # checked before authentication
+    # The refused connection is closed, not left to the garbage collector: its session ends.
+    sshd = psutil.Process(h3.sshd.pid)
+    deadline = time.monotonic() + 5
+    while sshd.children() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert sshd.children() == []
 
 
+@pytest.mark.filterwarnings("ignore:Unknown ssh-ed25519 host key")  # paramiko's notice under policy "off"
 def test_unknown_host_key_with_strict_policy(netns_cluster: NetnsCluster, tmp_path: Path) -> None:
     c = netns_cluster
     h1, h2 = c.hosts[0], c.hosts[1]

@@ -1,17 +1,21 @@
 """All-reduce gradient synchronization with TF's collective ops (CollectiveReduceV2 / GatherV2).
 
-Dense gradients of one plan group are flattened into one buffer, averaged across all workers by a
-single collective (merge Add, final Div) and split back. Sparse gradients are all-gathered
-(indices and values, padded to the longest worker's length and unpadded after) and their values
-divided by N, so a row touched by one worker of N gets 1/N of that worker's gradient.
+Dense gradients of one plan group (and one dtype and compressor) are flattened into one buffer,
+averaged across all workers by a single collective and split back. Sparse gradients are
+all-gathered (indices and values, padded to the longest worker's length and unpadded after) and
+their values divided by N, so a row touched by one worker of N gets 1/N of that worker's gradient.
 """
 
 from __future__ import annotations
 
 import zlib
 from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
 
 import tensorflow as tf
+
+from adrun.runtime.kernels import compression
 
 GROUP_KEY = 1
 
@@ -21,63 +25,85 @@ def instance_key(label: str) -> int:
     return 1 + (zlib.crc32(label.encode()) & 0x3FFFFFFF)
 
 
-def _all_reduce_mean(buffer: tf.Tensor, num_workers: int, label: str) -> tf.Tensor:
-    return tf.raw_ops.CollectiveReduceV2(
-        input=buffer,
-        group_size=num_workers,
-        group_key=GROUP_KEY,
-        instance_key=instance_key(label),
-        ordering_token=[],
-        merge_op="Add",
-        final_op="Div",
-    )
+@dataclass
+class Collectives:
+    """Builds this worker's collective ops and counts the bytes each step hands to them."""
 
+    num_workers: int
+    internal_initializers: list[tf.Operation] = field(default_factory=list)
+    wire_bytes: int = 0  # dense all-reduce input bytes per step (sparse sizes are data-dependent)
 
-def _all_gather(t: tf.Tensor, num_workers: int, label: str) -> tf.Tensor:
-    return tf.raw_ops.CollectiveGatherV2(
-        input=t,
-        group_size=num_workers,
-        group_key=GROUP_KEY,
-        instance_key=instance_key(label),
-        ordering_token=[],
-    )
+    def _count(self, t: tf.Tensor) -> None:
+        if t.shape.is_fully_defined():
+            self.wire_bytes += t.shape.num_elements() * t.dtype.size
 
+    def reduce(self, t: tf.Tensor, label: str, final_op: str = "Div") -> tf.Tensor:
+        self._count(t)
+        return tf.raw_ops.CollectiveReduceV2(
+            input=t, group_size=self.num_workers, group_key=GROUP_KEY, instance_key=instance_key(label),
+            ordering_token=[], merge_op="Add", final_op=final_op,
+        )
 
-def all_reduce_dense_groups(named_grads: list[tuple[str, int, tf.Tensor]], num_workers: int) -> dict[str, tf.Tensor]:
-    """Mean of each dense gradient over all workers, one collective per plan group."""
-    groups: dict[int, list[tuple[str, tf.Tensor]]] = defaultdict(list)
-    for name, group, grad in named_grads:
-        groups[group].append((name, grad))
-    averaged: dict[str, tf.Tensor] = {}
-    for group, members in sorted(groups.items()):
-        by_dtype: dict[tf.DType, list[tuple[str, tf.Tensor]]] = defaultdict(list)
-        for name, grad in members:
-            by_dtype[grad.dtype.base_dtype].append((name, grad))
-        for dtype, same_dtype in by_dtype.items():
-            names = [n for n, _ in same_dtype]
-            label = f"adrun/allreduce/{group}/{dtype.name}/" + ",".join(names)
+    def mean(self, t: tf.Tensor, label: str) -> tf.Tensor:
+        return self.reduce(t, label, "Div")
+
+    def sum(self, t: tf.Tensor, label: str) -> tf.Tensor:
+        return self.reduce(t, label, "Id")
+
+    def gather(self, t: tf.Tensor, label: str) -> tf.Tensor:
+        return tf.raw_ops.CollectiveGatherV2(
+            input=t, group_size=self.num_workers, group_key=GROUP_KEY, instance_key=instance_key(label),
+            ordering_token=[],
+        )
+
+    def dense_means(self, items: list[tuple[str, Any, tf.Tensor]]) -> dict[str, tf.Tensor]:
+        """Mean over workers of each dense gradient; items are (variable name, AllReduceSync, grad)."""
+        buffers: dict[tuple, list[tuple[str, tf.Tensor]]] = defaultdict(list)
+        averaged: dict[str, tf.Tensor] = {}
+        for name, sync, grad in items:
+            if sync.compressor == "powersgd" and compression.powersgd_applies(grad.shape, sync.powersgd_rank):
+                with tf.name_scope("adrun_powersgd"):
+                    averaged[name] = compression.powersgd_mean(
+                        name, grad, sync.powersgd_rank, lambda t, label: self.mean(t, f"adrun/powersgd/{label}"),
+                        self.internal_initializers,
+                    )
+                continue
+            compressor = "none" if sync.compressor == "powersgd" else sync.compressor
+            if not grad.shape.is_fully_defined():
+                compressor = "none"
+            buffers[(sync.group, grad.dtype.base_dtype.name, compressor)].append((name, grad))
+        for (group, dtype, compressor), members in sorted(buffers.items()):
+            label = f"adrun/allreduce/{group}/{dtype}/{compressor}/" + ",".join(n for n, _ in members)
             with tf.name_scope("adrun_allreduce"):
-                flat = [tf.reshape(g, [-1]) for _, g in same_dtype]
-                sizes = [tf.size(f) for f in flat]
-                reduced = _all_reduce_mean(tf.concat(flat, axis=0), num_workers, label)
-                for (name, grad), piece in zip(same_dtype, tf.split(reduced, tf.stack(sizes), num=len(flat))):
-                    averaged[name] = tf.reshape(piece, tf.shape(grad))
-    return averaged
+                if compressor == "fp16":
+                    means = compression.fp16_mean([g for _, g in members], self.num_workers, self.sum, label)
+                elif compressor == "fp16-ef":
+                    means = compression.fp16_ef_mean(members, self.num_workers, self.sum, label, self.internal_initializers)
+                else:
+                    means = self._plain_means([g for _, g in members], label)
+            averaged.update({name: m for (name, _), m in zip(members, means)})
+        return averaged
 
+    def _plain_means(self, grads: list[tf.Tensor], label: str) -> list[tf.Tensor]:
+        flat = [tf.reshape(g, [-1]) for g in grads]
+        sizes = tf.stack([tf.size(f) for f in flat])
+        reduced = self.mean(tf.concat(flat, axis=0), label)
+        return [tf.reshape(piece, tf.shape(g)) for g, piece in zip(grads, tf.split(reduced, sizes, num=len(flat)))]
 
-def all_gather_sparse_mean(name: str, grad: tf.IndexedSlices, num_workers: int) -> tf.IndexedSlices:
-    """Every worker's rows, values divided by N (duplicates are left to the optimizer to sum)."""
-    label = f"adrun/allgather/{name}"
-    with tf.name_scope("adrun_allgather"):
-        count = tf.shape(grad.indices, out_type=tf.int64)[:1]
-        counts = _all_gather(count, num_workers, label + "/count")
-        longest = tf.reduce_max(counts)
-        pad = longest - count[0]
-        indices = tf.pad(tf.cast(grad.indices, tf.int64), [[0, pad]])
-        values = tf.pad(grad.values, tf.concat([[[0, pad]], tf.zeros([tf.rank(grad.values) - 1, 2], tf.int64)], 0))
-        all_indices = _all_gather(indices, num_workers, label + "/indices")
-        all_values = _all_gather(values, num_workers, label + "/values")
-        keep = tf.reshape(tf.sequence_mask(counts, longest), [-1])
-        kept_values = tf.boolean_mask(all_values, keep) / tf.cast(num_workers, grad.values.dtype)
-        kept_indices = tf.cast(tf.boolean_mask(all_indices, keep), grad.indices.dtype)
-        return tf.IndexedSlices(kept_values, kept_indices, grad.dense_shape)
+    def sparse_mean(self, name: str, grad: tf.IndexedSlices) -> tf.IndexedSlices:
+        """Every worker's rows, values divided by N (duplicates are left to the optimizer to sum)."""
+        label = f"adrun/allgather/{name}"
+        with tf.name_scope("adrun_allgather"):
+            count = tf.shape(grad.indices, out_type=tf.int64)[:1]
+            counts = self.gather(count, label + "/count")
+            longest = tf.reduce_max(counts)
+            pad = longest - count[0]
+            indices = tf.pad(tf.cast(grad.indices, tf.int64), [[0, pad]])
+            value_padding = tf.concat([[[0, pad]], tf.zeros([tf.rank(grad.values) - 1, 2], tf.int64)], 0)
+            values = tf.pad(grad.values, value_padding)
+            all_indices = self.gather(indices, label + "/indices")
+            all_values = self.gather(values, label + "/values")
+            keep = tf.reshape(tf.sequence_mask(counts, longest), [-1])
+            kept_values = tf.boolean_mask(all_values, keep) / tf.cast(self.num_workers, grad.values.dtype)
+            kept_indices = tf.cast(tf.boolean_mask(all_indices, keep), grad.indices.dtype)
+            return tf.IndexedSlices(kept_values, kept_indices, grad.dense_shape)

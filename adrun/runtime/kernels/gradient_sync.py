@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from adrun.runtime.context import TaskContext
 from adrun.runtime.grads import is_sparse, records_for, variable_name
-from adrun.runtime.kernels.allreduce_sync import all_gather_sparse_mean, all_reduce_dense_groups
+from adrun.runtime.kernels.allreduce_sync import Collectives
 from adrun.runtime.kernels.ps_sync import PSAggregation, StalenessBarrier, StepTokens
 
 
@@ -75,7 +75,8 @@ def synchronized_apply(
     bsp_vars: list[str] = []  # PS, fully synchronous: the chief applies
     own_update_vars: list[str] = []  # replicas and async PS variables: every worker applies
     staleness_bounds: list[int] = []
-    dense_ar: list[tuple[str, int, tf.Tensor]] = []
+    dense_ar: list[tuple[str, Any, tf.Tensor]] = []
+    collectives = Collectives(n)
     for grad, var in grads_and_vars:
         if grad is None:
             continue
@@ -99,12 +100,15 @@ def synchronized_apply(
             if sync.staleness:
                 staleness_bounds.append(sync.staleness)
         elif is_sparse(grad):
-            synced[name] = all_gather_sparse_mean(name, grad, n)
+            synced[name] = collectives.sparse_mean(name, grad)
         else:
-            dense_ar.append((name, sync.group, grad))
-    synced.update(all_reduce_dense_groups(dense_ar, n))
+            dense_ar.append((name, sync, grad))
+    synced.update(collectives.dense_means(dense_ar))
 
     graph = tf.compat.v1.get_default_graph()
+    records = records_for(graph)
+    records.setup_ops.extend(collectives.internal_initializers)
+    records.wire_bytes_per_step += collectives.wire_bytes
     before = len(graph.get_operations())
     new_pairs = [(synced.get(variable_name(v), g) if g is not None else g, v) for g, v in grads_and_vars]
     train_op = apply(new_pairs, **apply_kwargs)
@@ -112,7 +116,7 @@ def synchronized_apply(
     if staleness_bounds:
         barrier = StalenessBarrier(call_index, n, min(staleness_bounds))
         if ctx.is_chief:
-            records_for(graph).chief_setup_ops.append(barrier.initial_tokens())
+            records.chief_setup_ops.append(barrier.initial_tokens())
         train_op = barrier.after_step(ctx.task_index, train_op)
     if not bsp_vars or n == 1:
         return train_op

@@ -1,0 +1,82 @@
+"""Gradient compressors for all-reduce: fewer bytes on the wire for a bounded error.
+
+- `fp16`: each worker sends its gradient divided by N in half precision; the sum is the mean.
+- `fp16-ef`: the same with error feedback: what rounding lost this step is kept in a per-worker
+  variable and added to the next step's gradient, so rounding errors do not accumulate.
+- `powersgd`: a rank-r approximation P Qᵀ of each matrix-shaped gradient (Vogels et al., 2019):
+  one power-iteration step per training step, warm-started from the previous Q, with error
+  feedback. Workers all-reduce P (n×r) and Q (m×r) instead of the n×m gradient.
+
+Variables a compressor creates are adrun's own (no collection: not saved, not in the plan's
+fingerprint); their initializers are run by the session setup on every worker.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Callable
+
+import tensorflow as tf
+
+Reduce = Callable[[tf.Tensor, str], tf.Tensor]  # (tensor, label) -> mean over workers
+
+
+def _internal_variable(initial: tf.Tensor, name: str, initializers: list[tf.Operation]) -> tf.Variable:
+    var = tf.compat.v1.Variable(initial, trainable=False, collections=[], name=name)
+    initializers.append(var.initializer)
+    return var
+
+
+def fp16_mean(grads: list[tf.Tensor], num_workers: int, reduce_sum: Reduce, label: str) -> list[tf.Tensor]:
+    flat = tf.concat([tf.reshape(g / tf.cast(num_workers, g.dtype), [-1]) for g in grads], axis=0)
+    summed = reduce_sum(tf.cast(flat, tf.float16), label)
+    pieces = tf.split(tf.cast(summed, grads[0].dtype), [g.shape.num_elements() for g in grads])
+    return [tf.reshape(p, g.shape) for p, g in zip(pieces, grads)]
+
+
+def fp16_ef_mean(
+    named: list[tuple[str, tf.Tensor]], num_workers: int, reduce_sum: Reduce, label: str,
+    initializers: list[tf.Operation],
+) -> list[tf.Tensor]:
+    compensated, residual_updates = [], []
+    for name, grad in named:
+        residual = _internal_variable(tf.zeros(grad.shape, grad.dtype), f"adrun_ef/{name}", initializers)
+        value = grad / tf.cast(num_workers, grad.dtype) + residual.read_value()
+        sent = tf.cast(tf.cast(value, tf.float16), grad.dtype)
+        residual_updates.append(residual.assign(value - sent, read_value=False))
+        compensated.append(value)
+    with tf.control_dependencies(residual_updates):
+        flat = tf.concat([tf.reshape(tf.cast(c, tf.float16), [-1]) for c in compensated], axis=0)
+    summed = reduce_sum(flat, label)
+    pieces = tf.split(tf.cast(summed, named[0][1].dtype), [g.shape.num_elements() for _, g in named])
+    return [tf.reshape(p, g.shape) for p, (_, g) in zip(pieces, named)]
+
+
+def powersgd_applies(shape: tf.TensorShape, rank: int) -> bool:
+    """Low rank only pays for matrices with both sides larger than the rank (and is exact-ish
+    otherwise): vectors and small tensors are reduced uncompressed."""
+    if shape.rank is None or shape.rank < 2 or not shape.is_fully_defined():
+        return False
+    n, m = shape[0], shape.num_elements() // shape[0]
+    return rank < min(n, m) and (n + m) * rank < n * m
+
+
+def powersgd_mean(
+    name: str, grad: tf.Tensor, rank: int, reduce_mean: Reduce, initializers: list[tf.Operation]
+) -> tf.Tensor:
+    n = grad.shape[0]
+    m = grad.shape.num_elements() // n
+    seed = [zlib.crc32(name.encode()) & 0x7FFFFFFF, 0]  # every worker starts from the same Q
+    q = _internal_variable(tf.random.stateless_normal([m, rank], seed, dtype=grad.dtype), f"adrun_powersgd/{name}/q", initializers)
+    error = _internal_variable(tf.zeros([n, m], grad.dtype), f"adrun_powersgd/{name}/error", initializers)
+    matrix = tf.reshape(grad, [n, m]) + error.read_value()
+    p = reduce_mean(tf.matmul(matrix, q.read_value()), f"{name}/p")
+    p, _ = tf.linalg.qr(p)
+    local_q = tf.matmul(matrix, p, transpose_a=True)
+    new_q = reduce_mean(local_q, f"{name}/q")
+    approximation = tf.matmul(p, new_q, transpose_b=True)
+    # this worker's own residual: what its part of the approximation missed
+    residual = matrix - tf.matmul(p, local_q, transpose_b=True)
+    updates = [q.assign(new_q, read_value=False), error.assign(residual, read_value=False)]
+    with tf.control_dependencies(updates):
+        return tf.reshape(tf.identity(approximation), grad.shape)
