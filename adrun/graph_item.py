@@ -66,6 +66,11 @@ class VariableInfo(BaseModel):
     dtype: DType
     trainable: bool
     grad: GradKind | None = None  # None = not updated by an optimizer
+    # None when the runtime can split this variable into shards (created whole through
+    # tf.compat.v1.get_variable and not read inside control flow); otherwise a short reason, e.g.
+    # "read inside tf.while_loop". Capture fills it in. Not part of the fingerprint: it describes how
+    # the graph was built, not the state a plan is tied to.
+    partition_blocker: str | None = None
 
     @property
     def nbytes(self) -> int:
@@ -102,7 +107,8 @@ class GraphItem(BaseModel):
     @property
     def fingerprint(self) -> str:
         """Identity of the graph's state: sha256 over (name, shape, dtype, trainable, grad) of every
-        variable in creation order. Workers compare it with the plan's to refuse a different graph."""
+        variable in creation order. Workers compare it with the plan's to refuse a different graph.
+        `partition_blocker` is deliberately left out, so plans made before it existed stay valid."""
         canonical = json.dumps(
             [[v.name, v.shape, v.dtype, v.trainable, v.grad] for v in self.variables],
             separators=(",", ":"),

@@ -12,7 +12,7 @@ import difflib
 import json
 import types
 from pathlib import Path
-from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -184,9 +184,13 @@ def _resolve(model: type[BaseModel], loc: Loc) -> tuple[Loc, type[BaseModel] | N
 
 
 def _without_none(tp: Any) -> Any:
+    """`tp` without `None` in a union and without `Annotated` metadata (kept on list items, such as a
+    list of tagged unions)."""
+    if get_origin(tp) is Annotated:
+        return _without_none(get_args(tp)[0])
     if get_origin(tp) in (Union, types.UnionType):
         args = [a for a in get_args(tp) if a is not type(None)]
-        return args[0] if len(args) == 1 else Union[tuple(args)]
+        return _without_none(args[0]) if len(args) == 1 else Union[tuple(args)]
     return tp
 
 

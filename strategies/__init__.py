@@ -16,9 +16,24 @@ from adrun.spec import ClusterSpec
 from .allreduce import AllReduce
 from .base import StrategyBuilder
 from .document import Strategy
+from .parallax import Parallax
+from .partitioned_ar import PartitionedAR, RandomAxisPartitionAR
+from .partitioned_ps import PartitionedPS, UnevenPartitionedPS
 from .ps import PS, PSLoadBalancing
 
-BUILDERS: dict[str, type[StrategyBuilder]] = {b.__name__: b for b in (PS, PSLoadBalancing, AllReduce)}
+BUILDERS: dict[str, type[StrategyBuilder]] = {
+    b.__name__: b
+    for b in (
+        PS,
+        PSLoadBalancing,
+        PartitionedPS,
+        UnevenPartitionedPS,
+        AllReduce,
+        PartitionedAR,
+        RandomAxisPartitionAR,
+        Parallax,
+    )
+}
 
 
 def configured_builder(name: str, options: Mapping[str, str] | None = None) -> StrategyBuilder:

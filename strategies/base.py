@@ -1,14 +1,17 @@
 """What every strategy builder shares: typed options from CLI strings, and GraphItem -> Strategy.
 
-A builder only decides one synchronizer per planned variable (`plan`); `build` wraps those decisions
-into a Strategy document tied to the graph's fingerprint and the cluster's size.
+A builder only decides, per planned variable, one synchronizer or a partition (`plan`), optionally
+with a note; `build` wraps those decisions into a Strategy document tied to the graph's fingerprint
+and the cluster's size.
 """
 
 from __future__ import annotations
 
+import types
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
-from typing import ClassVar
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict
 
@@ -17,7 +20,24 @@ from adrun.graph_item import GraphItem, VariableInfo
 from adrun.model_io import validate
 from adrun.spec import ClusterSpec
 
-from .document import AllReduceSync, PSSync, Strategy, VariablePlan
+from .document import AllReduceSync, Partition, PSSync, Strategy, VariablePlan
+
+Sync = PSSync | AllReduceSync
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a builder decided for one variable: exactly one of `sync` or `partition`, and a `note`
+    when it could not do what was asked (e.g. "kept whole: read inside tf.while_loop")."""
+
+    sync: Sync | None = None
+    partition: Partition | None = None
+    note: str | None = None
+
+
+def join_notes(*notes: str | None) -> str | None:
+    """The given notes that are set, joined by "; ", or None."""
+    return "; ".join(n for n in notes if n) or None
 
 
 class BuilderOptions(BaseModel):
@@ -50,28 +70,54 @@ class StrategyBuilder(ABC):
     def describe_options(cls) -> str:
         """`name (type, default value): description` for each option, or `none`."""
         return "; ".join(
-            f"{name} ({getattr(field.annotation, '__name__', field.annotation)}, default {field.default}): "
-            f"{field.description}"
+            f"{name} ({_type_name(field.annotation)}, default {_default_text(field.default)}): {field.description}"
             for name, field in cls.Options.model_fields.items()
         ) or "none"
 
     def build(self, graph_item: GraphItem, spec: ClusterSpec) -> Strategy:
         """Plan every variable that has a gradient; the rest are left to the runtime's defaults."""
         variables = graph_item.trainable_with_grads()
-        synchronizers = self.plan(variables, spec)
+        decisions = [
+            d if isinstance(d, Decision) else Decision(sync=d) for d in self.plan(variables, spec)
+        ]
         return Strategy(
             version=1,
             builder=type(self).__name__,
-            options=self.options.model_dump(),
+            # Unset options (None = "derive from the spec") are left out: the document holds only
+            # what was asked; what was derived is visible in the variables.
+            options=self.options.model_dump(exclude_none=True),
             fingerprint=graph_item.fingerprint,
             num_workers=spec.num_workers,
             num_ps=spec.num_ps,
             variables=[
-                VariablePlan(name=v.name, shape=v.shape, dtype=v.dtype, grad=v.grad, sync=sync)
-                for v, sync in zip(variables, synchronizers, strict=True)
+                VariablePlan(
+                    name=v.name, shape=v.shape, dtype=v.dtype, grad=v.grad,
+                    sync=d.sync, partition=d.partition, note=d.note,
+                )
+                for v, d in zip(variables, decisions, strict=True)
             ],
         )
 
     @abstractmethod
-    def plan(self, variables: list[VariableInfo], spec: ClusterSpec) -> list[PSSync | AllReduceSync]:
-        """One synchronizer per variable, in the order given (creation order)."""
+    def plan(self, variables: list[VariableInfo], spec: ClusterSpec) -> Sequence[Sync | Decision]:
+        """One synchronizer or Decision per variable, in the order given (creation order)."""
+
+
+def _type_name(annotation: Any) -> str:
+    """`int`, `int or unset`, `one of none|fp16`: an option's type as a user types it."""
+    origin = get_origin(annotation)
+    if origin is Literal:
+        return "one of " + "|".join(str(a) for a in get_args(annotation))
+    if origin in (Union, types.UnionType):
+        args = [a for a in get_args(annotation) if a is not type(None)]
+        unset = " or unset" if len(args) < len(get_args(annotation)) else ""
+        return " or ".join(_type_name(a) for a in args) + unset
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _default_text(value: Any) -> str:
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)

@@ -3,12 +3,15 @@
 The planner writes it, a user may read or edit it, and every worker loads it to rewrite its graph.
 It is tied to one graph (`fingerprint`) and one cluster size (`num_workers`, `num_ps`);
 `check_matches` refuses a document used with a different graph or spec.
+
+Each variable has either one synchronizer (`sync`) or a `partition`: split along one axis into
+shards, TF `fixed_size_partitioner` style (`shard_sizes`), each shard with its own synchronizer.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -39,21 +42,56 @@ class PSSync(BaseModel):
         return self
 
 
+Compressor = Literal["none", "fp16", "fp16-ef", "powersgd"]
+
+
 class AllReduceSync(BaseModel):
-    """Every worker keeps a replica; gradients are averaged with a collective all-reduce."""
+    """Every worker keeps a replica; gradients are averaged with a collective all-reduce.
+
+    `compressor` shrinks dense gradients before the reduction: `fp16` casts to half precision and
+    back, `fp16-ef` adds error feedback (the rounding error is kept and added to the next step's
+    gradient), `powersgd` sends a rank-`powersgd_rank` approximation. Sparse gradients are
+    all-gathered and never compressed, so a sparse variable must use `none`. `powersgd_rank` is
+    ignored by every other compressor.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     kind: Literal["allreduce"] = "allreduce"
     group: int = Field(ge=0)  # variables of one group are reduced together in one collective
-    compressor: Literal["none"] = "none"
+    compressor: Compressor = "none"
+    powersgd_rank: int = Field(default=1, ge=1)  # only used by `compressor: powersgd`
 
 
 Synchronizer = Annotated[PSSync | AllReduceSync, Field(discriminator="kind")]
 
 
+def shard_sizes(n: int, k: int) -> list[int]:
+    """Rows of each of `k` shards of a dimension of size `n`, as TF's `fixed_size_partitioner` slices:
+    the first `n % k` shards get one extra row. `shard_sizes(10, 3) == [4, 3, 3]`."""
+    if k < 1 or n < k:
+        raise ValueError(f"cannot split a dimension of {n} into {k} shard(s) (need 1 <= shards <= size)")
+    base, extra = divmod(n, k)
+    return [base + 1 if i < extra else base for i in range(k)]
+
+
+class Partition(BaseModel):
+    """The variable is split along `axis` into `len(shards)` slices (TF's uneven slicing, see
+    `shard_sizes`); shard i is synchronized by `shards[i]`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    axis: int = Field(ge=0)
+    shards: list[Synchronizer] = Field(min_length=2)
+
+
 class VariablePlan(BaseModel):
-    """The plan for one variable; name, shape and dtype repeat the GraphItem so the file is readable."""
+    """The plan for one variable; name, shape and dtype repeat the GraphItem so the file is readable.
+
+    Exactly one of `sync` (the whole variable) or `partition` (one synchronizer per shard) is set.
+    `note` is a remark from the builder when it could not do what was asked for this variable
+    (e.g. "kept whole: read inside tf.while_loop"); the runtime ignores it.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -61,7 +99,70 @@ class VariablePlan(BaseModel):
     shape: Shape
     dtype: DType
     grad: GradKind
-    sync: Synchronizer
+    sync: Synchronizer | None = None
+    partition: Partition | None = None
+    note: str | None = None
+
+    @model_validator(mode="after")
+    def _check_plan(self) -> VariablePlan:
+        if (self.sync is None) == (self.partition is None):
+            which = "both sync and partition" if self.sync is not None else "neither sync nor partition"
+            raise Problems([((), f"variable '{self.name}' has {which}; give exactly one")])
+        findings: list[tuple[Loc, str]] = []
+        if self.partition is not None:
+            findings += self._partition_findings(self.partition)
+        if self.grad == "sparse":
+            for loc, sync in self.located_synchronizers():
+                if isinstance(sync, AllReduceSync) and sync.compressor != "none":
+                    findings.append(
+                        ((*loc, "compressor"), f"compressor '{sync.compressor}' works on dense gradients only; "
+                         f"'{self.name}' has sparse gradients, which are all-gathered uncompressed: use none")
+                    )
+        if findings:
+            raise Problems(findings)
+        return self
+
+    def _partition_findings(self, partition: Partition) -> list[tuple[Loc, str]]:
+        rank, axis = len(self.shape), partition.axis
+        if axis >= rank:
+            return [(("partition", "axis"), f"axis {axis} does not exist: '{self.name}' has shape {self.shape} "
+                     f"(rank {rank})")]
+        findings: list[tuple[Loc, str]] = []
+        if self.grad == "sparse" and axis != 0:
+            findings.append((("partition", "axis"), f"'{self.name}' has sparse gradients, which can only be "
+                             f"partitioned on axis 0, not {axis}"))
+        size, count = self.shape[axis], len(partition.shards)
+        if size == -1:
+            findings.append((("partition", "axis"), f"axis {axis} of '{self.name}' has a size unknown when the "
+                             "graph was built; it cannot be partitioned"))
+        elif count > size:
+            findings.append((("partition", "shards"), f"{count} shards, but axis {axis} of '{self.name}' has "
+                             f"only {size} entries (shape {self.shape})"))
+        return findings
+
+    def synchronizers(self) -> list[PSSync | AllReduceSync]:
+        """One synchronizer for a whole variable, or one per shard in shard order."""
+        if self.partition is not None:
+            return list(self.partition.shards)
+        assert self.sync is not None
+        return [self.sync]
+
+    def located_synchronizers(self) -> list[tuple[Loc, PSSync | AllReduceSync]]:
+        """`synchronizers()` with each one's field path inside this plan (`sync`, `partition.shards[2]`)."""
+        if self.partition is not None:
+            return [(("partition", "shards", i), s) for i, s in enumerate(self.partition.shards)]
+        assert self.sync is not None
+        return [(("sync",), self.sync)]
+
+    def shard_shapes(self) -> list[list[int]]:
+        """The shape of each shard (one entry, the whole shape, when not partitioned)."""
+        if self.partition is None:
+            return [list(self.shape)]
+        axis = self.partition.axis
+        return [
+            [rows if i == axis else d for i, d in enumerate(self.shape)]
+            for rows in shard_sizes(self.shape[axis], len(self.partition.shards))
+        ]
 
 
 class Strategy(BaseModel):
@@ -87,21 +188,27 @@ class Strategy(BaseModel):
                     (("variables", i, "name"), f"duplicate variable '{var.name}' (also variables[{first_seen[var.name]}])")
                 )
             first_seen.setdefault(var.name, i)
-            if isinstance(var.sync, PSSync):
-                findings += self._ps_task_findings(i, var.sync)
+            for loc, sync in var.located_synchronizers():
+                if isinstance(sync, PSSync):
+                    findings += self._ps_task_findings(("variables", i, *loc), sync)
         if findings:
             raise Problems(findings)
         return self
 
-    def _ps_task_findings(self, index: int, sync: PSSync) -> list[tuple[Loc, str]]:
+    def _ps_task_findings(self, loc: Loc, sync: PSSync) -> list[tuple[Loc, str]]:
         if self.num_ps == 0:
-            return [(("variables", index, "sync"), "a 'ps' synchronizer needs a PS process, but num_ps is 0")]
+            return [(loc, "a 'ps' synchronizer needs a PS process, but num_ps is 0")]
         if sync.ps_task >= self.num_ps:
             return [
-                (("variables", index, "sync", "ps_task"),
+                ((*loc, "ps_task"),
                  f"PS task {sync.ps_task} does not exist; num_ps is {self.num_ps} (tasks 0..{self.num_ps - 1})")
             ]
         return []
+
+    @property
+    def uses_ps(self) -> bool:
+        """True when any variable or shard is held by a parameter server."""
+        return any(isinstance(s, PSSync) for v in self.variables for s in v.synchronizers())
 
 
 def strategy_to_yaml(strategy: Strategy) -> str:
@@ -110,7 +217,22 @@ def strategy_to_yaml(strategy: Strategy) -> str:
         f"# adrun strategy, made by {strategy.builder}. The fingerprint ties it to one graph:\n"
         "# edit synchronizers freely, but keep names, shapes and dtypes as captured.\n"
     )
-    return header + dump_yaml(strategy.model_dump(mode="json"))
+    data = strategy.model_dump(mode="json")
+    for var in data["variables"]:
+        _drop_noise(var)
+    return header + dump_yaml(data)
+
+
+def _drop_noise(var: dict[str, Any]) -> None:
+    """Leave out of the YAML what only repeats a default nobody reads: the unset one of sync and
+    partition, an unset note, and `powersgd_rank: 1` on a synchronizer that is not powersgd."""
+    for key in ("sync", "partition", "note"):
+        if var[key] is None:
+            del var[key]
+    syncs = [var["sync"]] if "sync" in var else var["partition"]["shards"]
+    for sync in syncs:
+        if sync["kind"] == "allreduce" and sync["compressor"] != "powersgd" and sync["powersgd_rank"] == 1:
+            del sync["powersgd_rank"]
 
 
 def dump_strategy(strategy: Strategy, path: str | Path) -> None:

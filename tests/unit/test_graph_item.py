@@ -86,3 +86,41 @@ def test_invalid_json_names_file_and_line(tmp_path: Path) -> None:
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="nope.json: file not found"):
         load_graph_item(tmp_path / "nope.json")
+
+
+def with_blocker(item: GraphItem, name: str, reason: str | None) -> GraphItem:
+    return item.model_copy(
+        update={"variables": [v.model_copy(update={"partition_blocker": reason}) if v.name == name else v
+                              for v in item.variables]}
+    )
+
+
+def test_partition_blocker_defaults_to_none() -> None:
+    assert all(v.partition_blocker is None for v in make_item().variables)
+
+
+def test_fingerprint_ignores_partition_blocker() -> None:
+    blocked = with_blocker(make_item(), "dense/kernel", "read inside tf.while_loop")
+    assert blocked.variables[0].partition_blocker == "read inside tf.while_loop"
+    assert blocked.fingerprint == make_item().fingerprint
+    assert blocked != make_item()
+
+
+def test_partition_blocker_round_trip(tmp_path: Path) -> None:
+    item = with_blocker(make_item(), "emb", "created with tf.Variable or a Keras layer, not tf.compat.v1.get_variable")
+    path = tmp_path / "graph.json"
+    save_graph_item(item, path)
+    assert load_graph_item(path) == item
+
+
+def test_json_without_partition_blocker_still_loads(tmp_path: Path) -> None:
+    path = tmp_path / "graph.json"
+    path.write_text(
+        '{"version": 1, "variables": [{"name": "w", "shape": [3, 2], "dtype": "float32", "trainable": true, '
+        '"grad": "dense"}], "optimizer": null, "global_step": null, "batch_size": null}'
+    )
+    item = load_graph_item(path)
+    assert item.variables[0].partition_blocker is None
+    assert item.fingerprint == GraphItem(
+        variables=[VariableInfo(name="w", shape=[3, 2], dtype="float32", trainable=True, grad="dense")]
+    ).fingerprint

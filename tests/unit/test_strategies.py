@@ -15,13 +15,17 @@ from adrun.spec import ClusterSpec, Node
 from adrun.strategies import BUILDERS, build_strategy
 from adrun.strategies.document import (
     AllReduceSync,
+    Partition,
     PSSync,
     Strategy,
+    VariablePlan,
     check_matches,
     dump_strategy,
     load_strategy,
+    shard_sizes,
     strategy_to_yaml,
 )
+from adrun.strategies.partitioned_ps import UnevenPartitionedPS
 from adrun.strategies.ps import least_loaded_assignment
 
 
@@ -57,9 +61,24 @@ def ps_loads(strategy: Strategy, item: GraphItem) -> list[int]:
 # --- builders ---------------------------------------------------------------------------------
 
 
+ALL_BUILDERS = [
+    "AllReduce", "PS", "PSLoadBalancing", "Parallax", "PartitionedAR", "PartitionedPS",
+    "RandomAxisPartitionAR", "UnevenPartitionedPS",
+]
+
+
 def test_registry_names() -> None:
-    assert sorted(BUILDERS) == ["AllReduce", "PS", "PSLoadBalancing"]
+    assert sorted(BUILDERS) == ALL_BUILDERS
     assert all(b.__doc__ and "Choose it" in b.__doc__ for b in BUILDERS.values())
+
+
+@pytest.mark.parametrize("name", ALL_BUILDERS)
+def test_every_option_is_documented(name: str) -> None:
+    # The README is generated from the docstrings: each must name every option and its default.
+    builder = BUILDERS[name]
+    for option, field in builder.Options.model_fields.items():
+        assert field.description, f"{name}.{option} has no description"
+        assert f"`{option}`" in (builder.__doc__ or ""), f"{name} docstring does not mention `{option}`"
 
 
 def test_only_variables_with_gradients_are_planned() -> None:
@@ -68,10 +87,19 @@ def test_only_variables_with_gradients_are_planned() -> None:
 
 
 def test_ps_puts_everything_on_task_0() -> None:
-    strategy = build_strategy("PS", graph(400, 300, 200), spec(ps=3), {"sync": "true", "staleness": "2"})
+    strategy = build_strategy(
+        "PS", graph(400, 300, 200), spec(ps=3), {"sync": "true", "staleness": "2", "local_proxy": "true"}
+    )
     assert ps_tasks(strategy) == [0, 0, 0]
-    assert strategy.options == {"sync": True, "staleness": 2}
-    assert all(isinstance(v.sync, PSSync) and v.sync.staleness == 2 for v in strategy.variables)
+    assert strategy.options == {"sync": True, "staleness": 2, "local_proxy": True}
+    assert all(
+        isinstance(v.sync, PSSync) and v.sync.staleness == 2 and v.sync.local_proxy for v in strategy.variables
+    )
+
+
+def test_ps_local_proxy_defaults_off() -> None:
+    strategy = build_strategy("PSLoadBalancing", graph(400, 300), spec(ps=2), {})
+    assert [v.sync.local_proxy for v in strategy.variables if isinstance(v.sync, PSSync)] == [False, False]
 
 
 def test_ps_load_balancing_lpt() -> None:
@@ -98,7 +126,7 @@ def test_least_loaded_assignment_ties_go_to_lowest_index_and_keep_order() -> Non
 def test_allreduce_groups_by_chunk_size() -> None:
     strategy = build_strategy("AllReduce", graph(4, 4, 4, 4, 4), spec(ps=0), {"chunk_size": "2"})
     assert [v.sync.group for v in strategy.variables if isinstance(v.sync, AllReduceSync)] == [0, 0, 1, 1, 2]
-    assert strategy.options == {"chunk_size": 2}
+    assert strategy.options == {"chunk_size": 2, "compressor": "none", "powersgd_rank": 1}
     assert strategy.num_ps == 0
 
 
@@ -133,7 +161,7 @@ def test_unknown_builder_lists_known_ones() -> None:
     with pytest.raises(UserError) as info:
         build_strategy("Horovod", graph(4), spec(), {})
     assert "unknown strategy builder 'Horovod'" in str(info.value)
-    assert str(info.value).endswith("known builders: AllReduce, PS, PSLoadBalancing")
+    assert str(info.value).endswith("known builders: " + ", ".join(sorted(BUILDERS)))
 
 
 def test_unknown_builder_case_hint() -> None:
@@ -279,3 +307,490 @@ def test_strategies_import_neither_tensorflow_nor_launch() -> None:
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
+
+
+# --- partitioning: shard sizes and the document -----------------------------------------------
+
+
+def var(name: str, shape: list[int], grad: str = "dense", blocker: str | None = None) -> VariableInfo:
+    return VariableInfo(
+        name=name, shape=shape, dtype="float32", trainable=True, grad=grad, partition_blocker=blocker
+    )
+
+
+WHILE = "read inside tf.while_loop"
+
+
+def mixed_graph() -> GraphItem:
+    """An embedding, a dense layer, a bias, a variable read in a while loop, a scalar, a one-row matrix."""
+    return GraphItem(
+        variables=[
+            var("emb", [1000, 16], grad="sparse"),  # 64000 B
+            var("kernel", [784, 10]),  # 31360 B
+            var("bias", [10]),  # 40 B
+            var("lstm", [20, 40], blocker=WHILE),  # 3200 B
+            var("scale", []),  # 4 B
+            var("row", [1, 5]),  # 20 B
+            VariableInfo(name="global_step", shape=[], dtype="int64", trainable=False),
+        ]
+    )
+
+
+def placements(strategy: Strategy) -> dict[str, int | list[int]]:
+    """Variable -> its PS task, or the PS task of each shard."""
+    out: dict[str, int | list[int]] = {}
+    for v in strategy.variables:
+        tasks = [s.ps_task for s in v.synchronizers() if isinstance(s, PSSync)]
+        out[v.name] = tasks if v.partition is not None else tasks[0]
+    return out
+
+
+def shard_loads(strategy: Strategy) -> list[int]:
+    loads = [0] * strategy.num_ps
+    for v in strategy.variables:
+        row_bytes = 4
+        for shape, sync in zip(v.shard_shapes(), v.synchronizers(), strict=True):
+            assert isinstance(sync, PSSync)
+            size = row_bytes
+            for d in shape:
+                size *= d
+            loads[sync.ps_task] += size
+    return loads
+
+
+def test_shard_sizes_follow_tf_slicing() -> None:
+    assert shard_sizes(10, 3) == [4, 3, 3]
+    assert shard_sizes(10, 2) == [5, 5]
+    assert shard_sizes(7, 7) == [1] * 7
+    assert shard_sizes(1000, 3) == [334, 333, 333]
+    for bad in ((3, 4), (5, 0)):
+        with pytest.raises(ValueError, match="cannot split"):
+            shard_sizes(*bad)
+
+
+def test_plan_helpers() -> None:
+    whole = VariablePlan(name="a", shape=[4], dtype="float32", grad="dense", sync=PSSync(ps_task=1))
+    split = VariablePlan(
+        name="b", shape=[5, 3], dtype="float32", grad="dense",
+        partition=Partition(axis=1, shards=[AllReduceSync(group=0), AllReduceSync(group=1)]),
+    )
+    assert whole.synchronizers() == [PSSync(ps_task=1)]
+    assert split.synchronizers() == [AllReduceSync(group=0), AllReduceSync(group=1)]
+    assert whole.shard_shapes() == [[4]]
+    assert split.shard_shapes() == [[5, 2], [5, 1]]
+    base = {"version": 1, "builder": "x", "fingerprint": "f", "num_workers": 1, "num_ps": 2}
+    assert Strategy(**base, variables=[whole, split]).uses_ps
+    assert not Strategy(**base, variables=[split]).uses_ps
+    shard_on_ps = split.model_copy(
+        update={"partition": Partition(axis=1, shards=[AllReduceSync(group=0), PSSync(ps_task=0)])}
+    )
+    assert Strategy(**base, variables=[shard_on_ps]).uses_ps
+
+
+# --- PartitionedPS / UnevenPartitionedPS ------------------------------------------------------
+
+
+def test_partitioned_ps_shards_and_lpt_placement() -> None:
+    strategy = build_strategy("PartitionedPS", mixed_graph(), spec(ps=3), {})
+    counts = {v.name: len(v.synchronizers()) if v.partition else 1 for v in strategy.variables}
+    # k = min(#PS, rows): emb 1000 rows -> 3 (AutoDist: 2), kernel 784 -> 3 (AutoDist: 2), bias 10 -> 3.
+    assert counts == {"emb": 3, "kernel": 3, "bias": 3, "lstm": 1, "scale": 1, "row": 1}
+    assert all(v.partition is None or v.partition.axis == 0 for v in strategy.variables)
+    # Shard bytes: emb 21376/21312/21312, kernel 10480/10440/10440, bias 16/12/12; whole: lstm 3200,
+    # row 20, scale 4. Largest first onto the least loaded PS (ties -> lowest task).
+    assert placements(strategy) == {
+        "emb": [0, 1, 2], "kernel": [1, 2, 0], "bias": [1, 0, 0], "lstm": 2, "scale": 1, "row": 1,
+    }
+    assert shard_loads(strategy) == [31840, 31832, 34952]
+    assert strategy.options == {"sync": True, "staleness": 0, "local_proxy": False}
+
+
+def test_partitioned_ps_notes_only_blocked_variables() -> None:
+    strategy = build_strategy("PartitionedPS", mixed_graph(), spec(ps=3), {})
+    notes = {v.name: v.note for v in strategy.variables if v.note}
+    assert notes == {"lstm": "kept whole: read inside tf.while_loop"}
+    lstm = next(v for v in strategy.variables if v.name == "lstm")
+    assert lstm.partition is None and isinstance(lstm.sync, PSSync)
+
+
+def test_partitioned_ps_ships_options_to_every_shard() -> None:
+    strategy = build_strategy(
+        "PartitionedPS", mixed_graph(), spec(ps=2), {"staleness": "3", "local_proxy": "true"}
+    )
+    syncs = [s for v in strategy.variables for s in v.synchronizers()]
+    assert syncs and all(isinstance(s, PSSync) and s.staleness == 3 and s.local_proxy for s in syncs)
+
+
+def test_partitioned_ps_max_shards() -> None:
+    item = GraphItem(variables=[var("a", [10, 4]), var("b", [3])])
+    strategy = build_strategy("PartitionedPS", item, spec(ps=2), {"max_shards": "4"})
+    assert [len(v.synchronizers()) for v in strategy.variables] == [4, 3]
+    # a: rows 3,3,2,2 x 16 B = 48,48,32,32; b: 4,4,4. LPT: 48->0, 48->1, 32->0, 32->1, 4->0, 4->1, 4->0.
+    assert placements(strategy) == {"a": [0, 1, 0, 1], "b": [0, 1, 0]}
+    assert strategy.options["max_shards"] == 4
+
+
+def test_partitioned_ps_one_ps_keeps_everything_whole() -> None:
+    strategy = build_strategy("PartitionedPS", mixed_graph(), spec(ps=1), {})
+    # Nothing to spread over: no partition, and no note (partitioning was not wanted, so not blocked).
+    assert all(v.partition is None and v.note is None for v in strategy.variables)
+    assert "max_shards" not in strategy.options
+
+
+def test_partitioned_ps_needs_ps() -> None:
+    with pytest.raises(UserError, match=r"PartitionedPS .* no PS process"):
+        build_strategy("PartitionedPS", mixed_graph(), spec(ps=0), {})
+
+
+@pytest.mark.parametrize(
+    ("rows", "max_shards", "count", "note"),
+    [
+        (784, 3, 3, None),  # 784 % 3 == 1
+        (10, 3, 3, None),
+        (9, 3, 2, None),  # 3 divides 9
+        (3, 3, 2, None),  # [2, 1]
+        (1000, 4, 3, None),  # 4 divides 1000
+        (12, 5, 5, None),
+        (6, 3, 3, "shards even: every count from 2 to 3 divides 6"),
+        (12, 4, 4, "shards even: every count from 2 to 4 divides 12"),
+        (2, 3, 2, "shards even: every count from 2 to 2 divides 2"),
+        (10, 1, 1, None),
+    ],
+)
+def test_uneven_shard_count(rows: int, max_shards: int, count: int, note: str | None) -> None:
+    assert UnevenPartitionedPS().choose_shards(rows, max_shards) == (count, note)
+
+
+def test_uneven_partitioned_ps_plan() -> None:
+    item = GraphItem(variables=[var("kernel", [784, 10]), var("w", [6, 2]), var("v", [9]), var("s", [])])
+    strategy = build_strategy("UnevenPartitionedPS", item, spec(ps=2), {})  # max_shards = max(2, 3)
+    shapes = {v.name: v.shard_shapes() for v in strategy.variables}
+    assert shapes == {
+        "kernel": [[262, 10], [261, 10], [261, 10]],
+        "w": [[2, 2], [2, 2], [2, 2]],
+        "v": [[5], [4]],
+        "s": [[]],
+    }
+    notes = {v.name: v.note for v in strategy.variables}
+    assert notes == {"kernel": None, "w": "shards even: every count from 2 to 3 divides 6", "v": None, "s": None}
+    # Bytes: kernel 10480/10440/10440, v 20/16, w 16/16/16, s 4. LPT: 10480 -> 0, 10440 -> 1,
+    # 10440 -> 1 (10440 < 10480), then every small piece -> 0 (10480 < 20880).
+    assert placements(strategy) == {"kernel": [0, 1, 1], "w": [0, 0, 0], "v": [0, 0], "s": 0}
+
+
+def test_uneven_partitioned_ps_one_ps_still_splits() -> None:
+    strategy = build_strategy("UnevenPartitionedPS", GraphItem(variables=[var("k", [10, 2])]), spec(ps=1), {})
+    assert strategy.variables[0].shard_shapes() == [[4, 2], [3, 2], [3, 2]]
+    assert placements(strategy) == {"k": [0, 0, 0]}
+
+
+def test_uneven_blocked_variable_stays_whole() -> None:
+    item = GraphItem(variables=[var("k", [10, 2], blocker="created with tf.Variable")])
+    strategy = build_strategy("UnevenPartitionedPS", item, spec(ps=2), {})
+    assert strategy.variables[0].partition is None
+    assert strategy.variables[0].note == "kept whole: created with tf.Variable"
+
+
+# --- all-reduce family ------------------------------------------------------------------------
+
+
+def groups(strategy: Strategy) -> dict[str, list[int]]:
+    return {v.name: [s.group for s in v.synchronizers() if isinstance(s, AllReduceSync)] for v in strategy.variables}
+
+
+def test_allreduce_compressor_dense_only() -> None:
+    item = GraphItem(variables=[var("emb", [100, 4], grad="sparse"), var("w", [4, 4])])
+    strategy = build_strategy("AllReduce", item, spec(ps=0), {"compressor": "powersgd", "powersgd_rank": "4"})
+    emb, w = strategy.variables
+    assert emb.sync == AllReduceSync(group=0, compressor="none")
+    assert emb.note == "compressor powersgd not applied: sparse gradients are all-gathered uncompressed"
+    assert w.sync == AllReduceSync(group=0, compressor="powersgd", powersgd_rank=4)
+    assert w.note is None
+
+
+def test_allreduce_unknown_compressor() -> None:
+    with pytest.raises(UserError, match=r"AllReduce options: compressor: must be 'none', 'fp16', 'fp16-ef' or "
+                       r"'powersgd', got 'int8'"):
+        build_strategy("AllReduce", graph(4), spec(), {"compressor": "int8"})
+
+
+def test_partitioned_ar_groups_over_flattened_shards() -> None:
+    item = GraphItem(
+        variables=[
+            var("a", [4]),  # 2 shards: indices 0, 1
+            var("b", [1, 3]),  # 1 row: whole, index 2
+            var("c", [5, 2], grad="sparse"),  # 2 shards: 3, 4
+            var("d", [3], blocker=WHILE),  # whole, index 5
+            var("e", [7, 7]),  # 2 shards: 6, 7
+        ]
+    )
+    strategy = build_strategy("PartitionedAR", item, spec(ps=0), {"chunk_size": "3", "compressor": "fp16"})
+    assert groups(strategy) == {"a": [0, 0], "b": [0], "c": [1, 1], "d": [1], "e": [2, 2]}
+    assert {v.name: v.shard_shapes() for v in strategy.variables} == {
+        "a": [[2], [2]], "b": [[1, 3]], "c": [[3, 2], [2, 2]], "d": [[3]], "e": [[4, 7], [3, 7]],
+    }
+    assert {v.name: v.note for v in strategy.variables if v.note} == {
+        "c": "compressor fp16 not applied: sparse gradients are all-gathered uncompressed",
+        "d": "kept whole: read inside tf.while_loop",
+    }
+    compressors = {v.name: {s.compressor for s in v.synchronizers() if isinstance(s, AllReduceSync)}
+                   for v in strategy.variables}
+    assert compressors == {"a": {"fp16"}, "b": {"fp16"}, "c": {"none"}, "d": {"fp16"}, "e": {"fp16"}}
+
+
+def test_partitioned_ar_shards_capped_by_rows() -> None:
+    item = GraphItem(variables=[var("a", [3, 2]), var("b", [10])])
+    strategy = build_strategy("PartitionedAR", item, spec(ps=0), {"shards": "4", "chunk_size": "2"})
+    assert {v.name: v.shard_shapes() for v in strategy.variables} == {
+        "a": [[1, 2], [1, 2], [1, 2]], "b": [[3], [3], [2], [2]],
+    }
+    assert groups(strategy) == {"a": [0, 0, 1], "b": [1, 2, 2, 3]}
+
+
+def test_partitioned_ar_blocked_and_sparse_notes_combine() -> None:
+    item = GraphItem(variables=[var("emb", [10, 2], grad="sparse", blocker=WHILE)])
+    strategy = build_strategy("PartitionedAR", item, spec(ps=0), {"compressor": "fp16-ef"})
+    assert strategy.variables[0].note == (
+        "kept whole: read inside tf.while_loop; "
+        "compressor fp16-ef not applied: sparse gradients are all-gathered uncompressed"
+    )
+
+
+def axis_graph() -> GraphItem:
+    return GraphItem(
+        variables=[
+            var("w0", [4, 6]),
+            var("emb", [8, 3], grad="sparse"),
+            var("w1", [5, 5]),
+            var("col", [1, 7]),  # only axis 1 has >= 2 entries
+            var("w2", [3, 3, 3]),
+            var("w3", [6, 4]),
+            var("s", []),
+        ]
+    )
+
+
+def axes(strategy: Strategy) -> dict[str, int | None]:
+    return {v.name: v.partition.axis if v.partition else None for v in strategy.variables}
+
+
+def test_random_axis_is_deterministic_per_seed() -> None:
+    first = build_strategy("RandomAxisPartitionAR", axis_graph(), spec(ps=0), {"seed": "0", "chunk_size": "4"})
+    again = build_strategy("RandomAxisPartitionAR", axis_graph(), spec(ps=0), {"seed": "0", "chunk_size": "4"})
+    assert first == again
+    assert axes(first) == {"w0": 1, "emb": 0, "w1": 1, "col": 1, "w2": 0, "w3": 1, "s": None}
+    assert groups(first) == {"w0": [0, 0], "emb": [0, 0], "w1": [1, 1], "col": [1, 1], "w2": [2, 2],
+                             "w3": [2, 2], "s": [3]}
+    other = build_strategy("RandomAxisPartitionAR", axis_graph(), spec(ps=0), {"seed": "1", "chunk_size": "4"})
+    assert axes(other) != axes(first)
+    assert axes(other) == {"w0": 0, "emb": 0, "w1": 0, "col": 1, "w2": 1, "w3": 0, "s": None}
+
+
+def test_random_axis_sparse_always_axis_0() -> None:
+    for seed in range(30):
+        strategy = build_strategy("RandomAxisPartitionAR", axis_graph(), spec(ps=0), {"seed": str(seed)})
+        assert axes(strategy)["emb"] == 0
+        assert axes(strategy)["col"] == 1
+
+
+def test_random_axis_blocker_does_not_shift_other_draws() -> None:
+    blocked = axis_graph()
+    blocked = blocked.model_copy(
+        update={"variables": [v.model_copy(update={"partition_blocker": WHILE}) if v.name == "w1" else v
+                              for v in blocked.variables]}
+    )
+    plain = axes(build_strategy("RandomAxisPartitionAR", axis_graph(), spec(ps=0), {"seed": "0"}))
+    with_blocker = build_strategy("RandomAxisPartitionAR", blocked, spec(ps=0), {"seed": "0"})
+    assert axes(with_blocker) == {**plain, "w1": None}
+    assert next(v.note for v in with_blocker.variables if v.name == "w1") == "kept whole: read inside tf.while_loop"
+
+
+# --- Parallax ---------------------------------------------------------------------------------
+
+
+def parallax_graph() -> GraphItem:
+    return GraphItem(
+        variables=[
+            var("emb1", [1000, 16], grad="sparse"),  # 64000 B
+            var("d1", [16, 16]),
+            var("emb2", [500, 16], grad="sparse"),  # 32000 B
+            var("d2", [16]),
+            var("d3", [16, 1]),
+            var("emb3", [625, 16], grad="sparse"),  # 40000 B
+        ]
+    )
+
+
+def test_parallax_dense_allreduce_sparse_ps() -> None:
+    strategy = build_strategy(
+        "Parallax", parallax_graph(), spec(ps=2), {"chunk_size": "2", "compressor": "fp16", "staleness": "1"}
+    )
+    by_name = {v.name: v.sync for v in strategy.variables}
+    # Dense groups count dense variables only: d1, d2 -> group 0; d3 -> group 1.
+    assert by_name["d1"] == AllReduceSync(group=0, compressor="fp16")
+    assert by_name["d2"] == AllReduceSync(group=0, compressor="fp16")
+    assert by_name["d3"] == AllReduceSync(group=1, compressor="fp16")
+    # Sparse by PSLoadBalancing's LPT: 64000 -> 0, 40000 -> 1, 32000 -> 1 (loads 64000 / 72000).
+    assert by_name["emb1"] == PSSync(ps_task=0, staleness=1)
+    assert by_name["emb3"] == PSSync(ps_task=1, staleness=1)
+    assert by_name["emb2"] == PSSync(ps_task=1, staleness=1)
+    assert all(v.partition is None and v.note is None for v in strategy.variables)
+    assert strategy.options == {"chunk_size": 2, "compressor": "fp16", "powersgd_rank": 1, "sync": True, "staleness": 1}
+
+
+def test_parallax_without_ps() -> None:
+    with pytest.raises(UserError) as info:
+        build_strategy("Parallax", parallax_graph(), spec(ps=0), {})
+    message = str(info.value)
+    assert "sparse-gradient variables (emb1, emb2, emb3)" in message
+    assert "--strategy AllReduce" in message and "`ps: 1`" in message
+    dense_only = GraphItem(variables=[var("a", [2]), var("b", [3])])
+    strategy = build_strategy("Parallax", dense_only, spec(ps=0), {})
+    assert groups(strategy) == {"a": [0], "b": [0]}
+
+
+def test_parallax_has_no_local_proxy_option() -> None:
+    with pytest.raises(UserError, match="unknown option 'local_proxy' for strategy builder Parallax"):
+        build_strategy("Parallax", parallax_graph(), spec(ps=1), {"local_proxy": "true"})
+
+
+def test_option_descriptions_show_choices_and_unset() -> None:
+    with pytest.raises(UserError) as info:
+        build_strategy("PartitionedPS", graph(4), spec(), {"shards": "2"})
+    message = str(info.value)
+    assert "unknown option 'shards' for strategy builder PartitionedPS" in message
+    assert "max_shards (int or unset, default unset)" in message
+    assert "sync (bool, default true)" in message
+    with pytest.raises(UserError) as info:
+        build_strategy("AllReduce", graph(4), spec(), {"compresor": "fp16"})
+    assert "compressor (one of none|fp16|fp16-ef|powersgd, default none)" in str(info.value)
+
+
+# --- partitioned documents: validation and YAML -----------------------------------------------
+
+
+def test_partitioned_yaml_round_trip(tmp_path: Path) -> None:
+    for name, options in (("PartitionedPS", {"local_proxy": "true"}), ("PartitionedAR", {"compressor": "powersgd",
+                          "powersgd_rank": "2"}), ("RandomAxisPartitionAR", {"seed": "3"}), ("UnevenPartitionedPS", {})):
+        ps = 0 if name.endswith("AR") else 3
+        strategy = build_strategy(name, mixed_graph(), spec(ps=ps), options)
+        path = tmp_path / f"{name}.yml"
+        dump_strategy(strategy, path)
+        assert load_strategy(path) == strategy, name
+
+
+def test_partitioned_yaml_is_readable() -> None:
+    text = strategy_to_yaml(build_strategy("PartitionedPS", mixed_graph(), spec(ps=3), {}))
+    assert (
+        "  - name: bias\n"
+        "    shape: [10]\n"
+        "    dtype: float32\n"
+        "    grad: dense\n"
+        "    partition:\n"
+        "      axis: 0\n"
+        "      shards:\n"
+        "        - {kind: ps, ps_task: 1, sync: true, staleness: 0, local_proxy: false}\n"
+        "        - {kind: ps, ps_task: 0, sync: true, staleness: 0, local_proxy: false}\n"
+        "        - {kind: ps, ps_task: 0, sync: true, staleness: 0, local_proxy: false}\n"
+        "  - name: lstm\n"
+    ) in text
+    assert "    note: 'kept whole: read inside tf.while_loop'\n" in text
+    assert "partition: null" not in text and "sync: null" not in text and "note: null" not in text
+    ar = strategy_to_yaml(build_strategy("AllReduce", graph(40), spec(), {"compressor": "powersgd"}))
+    assert "sync: {kind: allreduce, group: 0, compressor: powersgd, powersgd_rank: 1}" in ar
+
+
+PARTITIONED = """\
+version: 1
+builder: hand-written
+fingerprint: abc
+num_workers: 2
+num_ps: 2
+variables:
+  - {{name: a, shape: [4, 3], dtype: float32, grad: dense, {plan0}}}
+  - name: b
+    shape: [10, 3]
+    dtype: {dtype1}
+    grad: {grad1}
+    partition:
+      axis: {axis1}
+      shards: [{shards1}]
+"""
+
+
+def partitioned_error(tmp_path: Path, plan0: str = "sync: {kind: ps, ps_task: 0}", grad1: str = "sparse",
+                      axis1: int = 0, dtype1: str = "float32",
+                      shards1: str = "{kind: ps, ps_task: 0}, {kind: ps, ps_task: 1}, {kind: ps, ps_task: 1}") -> str:
+    path = tmp_path / "strategy.yml"
+    path.write_text(PARTITIONED.format(plan0=plan0, grad1=grad1, axis1=axis1, shards1=shards1, dtype1=dtype1))
+    with pytest.raises(UserError) as info:
+        load_strategy(path)
+    return str(info.value)
+
+
+def test_partitioned_document_valid(tmp_path: Path) -> None:
+    path = tmp_path / "strategy.yml"
+    path.write_text(PARTITIONED.format(plan0="sync: {kind: ps, ps_task: 0}", grad1="sparse", axis1=0,
+                                       dtype1="float32", shards1="{kind: ps, ps_task: 0}, {kind: ps, ps_task: 1}"))
+    strategy = load_strategy(path)
+    assert strategy.variables[1].shard_shapes() == [[5, 3], [5, 3]]
+    assert strategy.uses_ps
+
+
+def test_shard_ps_task_out_of_range(tmp_path: Path) -> None:
+    message = partitioned_error(tmp_path, shards1="{kind: ps, ps_task: 0}, {kind: ps, ps_task: 1}, {kind: ps, ps_task: 2}")
+    assert message.endswith(
+        "strategy.yml: variables[1].partition.shards[2].ps_task: PS task 2 does not exist; num_ps is 2 (tasks 0..1)"
+    )
+
+
+def test_shard_field_errors_skip_the_union_tag(tmp_path: Path) -> None:
+    message = partitioned_error(tmp_path, shards1="{kind: ps, ps_task: -1}, {kind: allreduce, grup: 0}")
+    assert "strategy.yml: variables[1].partition.shards[0].ps_task: must be >= 0, got -1" in message
+    assert "strategy.yml: variables[1].partition.shards[1]: unknown field 'grup' (did you mean 'group'?)" in message
+
+
+def test_both_and_neither_sync_and_partition(tmp_path: Path) -> None:
+    both = "sync: {kind: ps, ps_task: 0}, partition: {axis: 0, shards: [{kind: ps, ps_task: 0}, {kind: ps, ps_task: 1}]}"
+    assert "strategy.yml: variables[0]: variable 'a' has both sync and partition; give exactly one" in (
+        partitioned_error(tmp_path, plan0=both)
+    )
+    assert "strategy.yml: variables[0]: variable 'a' has neither sync nor partition; give exactly one" in (
+        partitioned_error(tmp_path, plan0="note: hi")
+    )
+
+
+def test_compressor_on_sparse_gradient(tmp_path: Path) -> None:
+    message = partitioned_error(tmp_path, shards1="{kind: allreduce, group: 0}, {kind: allreduce, group: 0, compressor: fp16}")
+    assert message.endswith(
+        "strategy.yml: variables[1].partition.shards[1].compressor: compressor 'fp16' works on dense gradients "
+        "only; 'b' has sparse gradients, which are all-gathered uncompressed: use none"
+    )
+    path = tmp_path / "strategy.yml"
+    path.write_text(PARTITIONED.format(plan0="sync: {kind: allreduce, group: 0, compressor: fp16-ef}",
+                                       grad1="sparse", axis1=0, dtype1="float32",
+                                       shards1="{kind: allreduce, group: 0}, {kind: ps, ps_task: 1}"))
+    assert load_strategy(path).variables[0].sync == AllReduceSync(group=0, compressor="fp16-ef")  # 'a' is dense
+    path.write_text(PARTITIONED.format(plan0="sync: {kind: allreduce, group: 0, compressor: powersgd, powersgd_rank: 0}",
+                                       grad1="dense", axis1=0, dtype1="float32",
+                                       shards1="{kind: allreduce, group: 0, compressor: fp16}, {kind: ps, ps_task: 1}"))
+    with pytest.raises(UserError, match=r"variables\[0\].sync.powersgd_rank: must be >= 1, got 0"):
+        load_strategy(path)
+
+
+def test_partition_axis_and_shard_count_checks(tmp_path: Path) -> None:
+    assert "strategy.yml: variables[1].partition.axis: axis 2 does not exist: 'b' has shape [10, 3] (rank 2)" in (
+        partitioned_error(tmp_path, axis1=2)
+    )
+    message = partitioned_error(tmp_path, axis1=1, shards1=", ".join(["{kind: ps, ps_task: 0}"] * 4))
+    assert "variables[1].partition.axis: 'b' has sparse gradients, which can only be partitioned on axis 0, not 1" in message
+    assert "variables[1].partition.shards: 4 shards, but axis 1 of 'b' has only 3 entries (shape [10, 3])" in message
+    assert "variables[1].partition.shards: needs at least 2 entry/entries, got 1" in (
+        partitioned_error(tmp_path, shards1="{kind: ps, ps_task: 0}")
+    )
+
+
+def test_unknown_dimension_cannot_be_partitioned() -> None:
+    with pytest.raises(ValueError, match="size unknown when the graph was built"):
+        VariablePlan(name="v", shape=[-1, 4], dtype="float32", grad="dense",
+                     partition=Partition(axis=0, shards=[PSSync(ps_task=0), PSSync(ps_task=0)]))
