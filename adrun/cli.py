@@ -19,6 +19,7 @@ from adrun import __version__
 from adrun.errors import UserError
 
 DEFAULT_STRATEGY = "PSLoadBalancing"
+INTERRUPTED_EXIT_CODE = 130  # as the supervisor's, for an interrupt before the job started
 RUNS_DIR = Path("/tmp/adrun-runs")  # not /tmp/adrun: that would shadow the package when cwd is /tmp
 
 
@@ -41,6 +42,11 @@ def _user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         except UserError as e:
             ui.print_user_error(str(e))
             sys.exit(e.exit_code)
+        except KeyboardInterrupt:
+            # Ctrl-C before the job runs (during capture, say): whatever was started is stopped by
+            # the `finally` blocks it unwound; say so shell-style instead of click's "Aborted!" (1).
+            ui.print_status("interrupted")
+            sys.exit(INTERRUPTED_EXIT_CODE)
 
     return wrapper
 
@@ -66,6 +72,19 @@ def _existing_script(script: str) -> Path:
     if not path.is_file():
         raise UserError(f"script '{script}' not found (looked in {Path.cwd()})")
     return path
+
+
+def _check_fixed_ports(spec) -> None:
+    """Refuse a spec whose fixed ports (base_port) are taken now, before the capture takes seconds.
+
+    The ports are released again at once and claimed for real when the job starts. Only for a
+    spec of this machine: other nodes' ports are theirs to check when their tasks start.
+    """
+    from adrun.launch.local import is_local_host
+    from adrun.launch.ports import allocate_ports
+
+    if any(n.base_port is not None for n in spec.nodes) and all(is_local_host(n.address) for n in spec.nodes):
+        allocate_ports(spec)
 
 
 def _plan(strategy: str, options: dict[str, str], script: Path, script_args: list[str], spec, job_id: str):
@@ -105,7 +124,7 @@ def main() -> None:
     \b
       adrun train.py                       this machine as a local cluster
       adrun --spec cluster.yml --strategy AllReduce train.py --epochs 3
-      adrun strategy build PS --spec cluster.yml train.py -o plan.yml
+      adrun strategy build PS --spec cluster.yml -o plan.yml train.py
     """
 
 
@@ -129,6 +148,8 @@ def run(spec_path, strategy, strategy_opts, quiet, log_dir, dry_run, job_id, scr
     spec = _load_cluster(spec_path)
     script_path = _existing_script(script)
     options = _parse_options(strategy_opts)
+    if not dry_run:
+        _check_fixed_ports(spec)
     job_id = job_id or _new_job_id()
     item, plan = _plan(strategy, options, script_path, list(script_args), spec, job_id)
     job_dir = RUNS_DIR / job_id
@@ -158,7 +179,41 @@ def strategy() -> None:
     """Build and show strategy documents."""
 
 
-@strategy.command("build", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+class _OptionsUpToScript(click.Command):
+    """A command `NAME [OPTIONS] SCRIPT [ARGS]...`: adrun's options may come before or after the
+    first argument, but everything after SCRIPT is the script's own (click alone would stop
+    reading options at the first argument, so `build PS -o plan.yml train.py` would lose `-o`)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        takes_value = {
+            opt: not (param.is_flag or param.count)
+            for param in self.get_params(ctx)
+            if isinstance(param, click.Option)
+            for opt in (*param.opts, *param.secondary_opts)
+        }
+        options: list[str] = []
+        positionals: list[str] = []
+        i = 0
+        while i < len(args) and len(positionals) < 2 and args[i] != "--":
+            arg = args[i]
+            name = arg.split("=", 1)[0]
+            if name in takes_value:
+                options.append(arg)
+                if takes_value[name] and "=" not in arg and i + 1 < len(args):
+                    options.append(args[i + 1])
+                    i += 1
+            elif arg.startswith("-") and len(positionals) < 2:
+                options.append(arg)  # unknown here: click reports it (or it is -oVALUE)
+            else:
+                positionals.append(arg)
+            i += 1
+        return super().parse_args(ctx, [*options, *positionals, *args[i:]])
+
+
+@strategy.command(
+    "build", cls=_OptionsUpToScript,
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
 @click.argument("name")
 @click.option("--spec", "spec_path", type=click.Path(dir_okay=False))
 @click.option("--strategy-opt", "strategy_opts", multiple=True, metavar="KEY=VALUE")

@@ -13,6 +13,7 @@ through a `JobListener`, which `adrun.ui` implements, all calls made from the su
 from __future__ import annotations
 
 import queue
+import re
 import signal
 import threading
 import time
@@ -38,6 +39,13 @@ INTERRUPTED_EXIT_CODE = 130
 _PROGRESS_INTERVAL_S = 1.0
 _TICK_S = 0.1
 _EOF_WAIT_S = 2.0
+# What every TensorFlow process logs at start-up, before absl's log level applies (so
+# TF_CPP_MIN_LOG_LEVEL cannot hide it): absl INFO lines and the note announcing them. Shown and
+# logged like any line, but kept out of a failure's stderr tail, which it would otherwise fill.
+_STARTUP_NOISE = re.compile(
+    r"^(I\d{4} \d\d:\d\d:\d+\.\d+ +\d+ \S+:\d+\] "
+    r"|WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR$)"
+)
 
 
 class JobListener(Protocol):
@@ -274,7 +282,8 @@ class _Job:
                 if run.task.role == "worker":
                     self.throughput.record(run.task.index, event)
                 return
-            run.tail.append(line)
+            if not _STARTUP_NOISE.match(line):
+                run.tail.append(line)
         if run.log:
             run.log.write(line + "\n")
         if not self.quiet:

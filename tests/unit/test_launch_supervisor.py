@@ -205,3 +205,23 @@ def test_a_task_that_cannot_start_is_a_user_error_and_started_tasks_are_stopped(
     with pytest.raises(UserError, match="cannot start w0 on localhost: /nonexistent/python3"):
         supervise([ps, broken], job_id, Recorder())
     assert leftover_processes(job_id) == []
+
+
+def test_tensorflow_startup_noise_stays_out_of_the_stderr_tail(make, job_id):
+    rec = Recorder()
+    code = """
+        import sys
+        for line in ("WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+                     "I0000 00:00:1795280527.138216    8239 port.cc:153] oneDNN custom operations are on.",
+                     "E0000 00:00:1795280529.183838    8239 cuda_platform.cc:52] failed call to cuInit",
+                     "Info: why it broke"):
+            print(line, file=sys.stderr)
+        sys.exit(2)
+    """
+    result = supervise([make("worker", 0, textwrap.dedent(code))], job_id, rec)
+
+    assert result.failed.stderr_tail == [
+        "E0000 00:00:1795280529.183838    8239 cuda_platform.cc:52] failed call to cuInit",
+        "Info: why it broke",
+    ]
+    assert len([line for _, stream, line in rec.lines if stream == "stderr"]) == 4  # still shown

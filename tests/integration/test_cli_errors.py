@@ -1,0 +1,234 @@
+"""User mistakes end as one clear `adrun: error:` message, a non-zero exit, no traceback, and
+nothing left running. Checks that need no script run before the capture, which takes seconds: the
+tests prove it with a script that leaves a file behind when it runs, and with the wall time."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from adrun.launch.teardown import leftover_processes
+from adrun.runtime.patches import PLAN_MISMATCH_EXIT_CODE
+from tests.conftest import REPO, SCRIPTS, AdrunResult, run_adrun
+
+pytestmark = pytest.mark.integration
+
+TINY = str(SCRIPTS / "tiny_model.py")
+TOUCH = str(SCRIPTS / "touch_and_sleep.py")
+# An error found before the capture takes Python start-up and imports (1-3 s on a busy 2-core
+# machine); capturing TOUCH alone would take its 30 s sleep.
+FAST_S = 10.0
+
+
+def flat(text: str) -> str:
+    """Output without rich's box characters and line wrapping: words separated by single spaces."""
+    return " ".join(re.sub(r"[│╭╮╰╯─┃━┏┓┗┛┡┩]", " ", text).split())
+
+
+def error_lines(result: AdrunResult) -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.startswith("adrun: error: ")]
+
+
+def assert_clean_failure(result: AdrunResult, exit_code: int = 2) -> None:
+    assert result.returncode == exit_code, result.output
+    assert "Traceback" not in result.output, result.output
+    assert leftover_processes(result.job_id) == []
+
+
+def assert_script_not_run(marker: Path, result: AdrunResult, elapsed_s: float) -> None:
+    assert not marker.exists(), f"the script ran, so the check came after the capture:\n{result.output}"
+    assert "capturing" not in result.output
+    assert elapsed_s < FAST_S, f"took {elapsed_s:.1f} s\n{result.output}"
+
+
+def timed_adrun(*args: str, **kwargs) -> tuple[AdrunResult, float]:
+    start = time.monotonic()
+    result = run_adrun(*args, **kwargs)
+    return result, time.monotonic() - start
+
+
+# --- 1. missing script --------------------------------------------------------------------------
+
+
+def test_missing_script_names_it_and_the_cwd(tmp_path):
+    result = run_adrun("no_such_train.py", "--steps", "3", cwd=tmp_path)
+    assert_clean_failure(result)
+    assert error_lines(result) == [f"adrun: error: script 'no_such_train.py' not found (looked in {tmp_path})"]
+
+
+# --- 2. unknown strategy ------------------------------------------------------------------------
+
+
+def test_unknown_strategy_lists_builders_before_capture(tmp_path):
+    marker = tmp_path / "ran"
+    result, elapsed = timed_adrun("--strategy", "Horovod", TOUCH, str(marker))
+    assert_clean_failure(result)
+    [line] = error_lines(result)
+    assert line.startswith("adrun: error: unknown strategy builder 'Horovod'")
+    known = line.split("known builders: ")[1].split(", ")
+    assert {"PS", "PSLoadBalancing", "AllReduce"} <= set(known), line
+    assert_script_not_run(marker, result, elapsed)
+
+
+# --- 3. invalid cluster spec --------------------------------------------------------------------
+
+_NODE = "version: 1\nnodes:\n  - address: localhost\n    workers: 2\n    ps: 1\n"
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        ("    wokers: 3\n", "nodes[0]: unknown field 'wokers' (did you mean 'workers'?)"),
+        ("    base_port: lots\n", "nodes[0].base_port: expected a whole number, got 'lots'"),
+    ],
+    ids=["unknown-field", "wrong-type"],
+)
+def test_invalid_spec_names_file_and_field(tmp_path, extra, message):
+    spec = tmp_path / "cluster.yml"
+    spec.write_text(_NODE + extra)
+    marker = tmp_path / "ran"
+    result, elapsed = timed_adrun("--spec", str(spec), TOUCH, str(marker))
+    assert_clean_failure(result)
+    assert error_lines(result) == [f"adrun: error: {spec}: {message}"]
+    assert_script_not_run(marker, result, elapsed)
+
+
+def test_missing_spec_file(tmp_path):
+    spec = tmp_path / "nowhere.yml"
+    marker = tmp_path / "ran"
+    result, elapsed = timed_adrun("--spec", str(spec), TOUCH, str(marker))
+    assert_clean_failure(result)
+    assert error_lines(result) == [f"adrun: error: {spec}: file not found"]
+    assert_script_not_run(marker, result, elapsed)
+
+
+# --- 4-6. scripts adrun cannot distribute ---------------------------------------------------------
+
+
+def test_script_without_training_op():
+    result = run_adrun("--quiet", TINY, "--no-train")
+    assert_clean_failure(result)
+    [line] = error_lines(result)
+    assert line.startswith(f"adrun: error: {TINY}: its graph has no training op:"), line
+    assert "minimize()" in line
+
+
+def test_eager_script_is_told_to_use_graph_mode():
+    script = str(SCRIPTS / "eager_script.py")
+    result = run_adrun("--quiet", script)
+    assert_clean_failure(result)
+    [line] = error_lines(result)
+    assert line.startswith(f"adrun: error: {script}: finished without creating a tf.compat.v1.Session"), line
+    assert "graph-mode" in line and "disable_eager_execution()" in line
+
+
+def test_script_failing_during_capture_shows_its_last_stderr_lines():
+    script = str(SCRIPTS / "broken_import.py")
+    result = run_adrun(script)
+    assert result.returncode == 2, result.output
+    assert leftover_processes(result.job_id) == []
+    lines = result.stderr.splitlines()
+    start = lines.index(f"adrun: error: {script}: failed before creating its Session (exit code 1); "
+                        "last lines of its stderr:")
+    quoted = lines[start + 1:]
+    assert quoted[0] == "    about to fail"
+    assert quoted[-1] == "    ModuleNotFoundError: No module named 'tensorflow_but_misspelled'"
+    # The only traceback shown is the script's, quoted; adrun itself did not crash.
+    assert all(line.startswith("    ") for line in quoted)
+    assert [line for line in lines if "Traceback" in line] == ["    Traceback (most recent call last):"]
+    assert "adrun/cli.py" not in result.output and "click" not in result.output
+
+
+# --- 7. port conflict -----------------------------------------------------------------------------
+
+
+def test_port_conflict_names_port_and_holder_before_anything_starts(tmp_path, spec_file):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        spec = spec_file(base_port=port)
+        marker = tmp_path / "ran"
+        result, elapsed = timed_adrun("--spec", str(spec), TOUCH, str(marker))
+    assert_clean_failure(result)
+    assert error_lines(result) == [
+        f"adrun: error: port {port} on localhost is already in use (pid {os.getpid()}, "
+        f"{_process_name()}): choose another base_port in the spec or stop that process"
+    ]
+    assert_script_not_run(marker, result, elapsed)
+
+
+def _process_name() -> str:
+    return psutil.Process().name()
+
+
+# --- 8. strategy documents ------------------------------------------------------------------------
+
+_BAD_PLAN = """\
+version: 1
+builder: PS
+options: {}
+fingerprint: 0123456789abcdef
+num_workers: 2
+num_ps: 1
+variables:
+  - name: w
+    shape: [2, 1]
+    dtype: float32
+    grad: dense
+    sync: {kind: ps, ps_task: 5, sync: true, staleness: 0}
+"""
+
+
+def test_invalid_strategy_document_names_the_field_before_capture(tmp_path, spec_file):
+    plan = tmp_path / "plan.yml"
+    plan.write_text(_BAD_PLAN)
+    marker = tmp_path / "ran"
+    result, elapsed = timed_adrun("--spec", str(spec_file()), "--strategy", str(plan), TOUCH, str(marker))
+    assert_clean_failure(result)
+    assert error_lines(result) == [
+        f"adrun: error: {plan}: variables[0].sync.ps_task: PS task 5 does not exist; num_ps is 1 (tasks 0..0)"
+    ]
+    assert_script_not_run(marker, result, elapsed)
+
+
+def test_strategy_document_of_another_script_is_refused(tmp_path, spec_file):
+    spec = str(spec_file())
+    plan = tmp_path / "plan.yml"
+    # The documented form: adrun's options after the builder name, the script last.
+    built = run_adrun("strategy", "build", "PS", "--spec", spec, "-o", str(plan),
+                      str(REPO / "examples" / "linear_regression.py"), "--steps", "1")
+    assert built.returncode == 0, built.output
+    assert plan.is_file()
+
+    result = run_adrun("--spec", spec, "--strategy", str(plan), TINY)
+    assert_clean_failure(result)
+    message = result.stderr[result.stderr.index("adrun: error: "):]
+    assert message.startswith(f"adrun: error: {plan}: planned for a different graph (fingerprint "), message
+    # linear_regression trains w [8, 1] and b; tiny_model trains w [2, 1] only.
+    assert "not in the graph (or no longer trained): b" in flat(message)
+    assert "'w' changed: shape [8, 1] -> [2, 1]" in flat(message)
+    assert f"{plan}: plan again (--strategy PS) for this script and cluster" in message
+    assert "adrun: job " not in result.output  # nothing was started
+
+
+# --- 9. plan mismatch at run time -------------------------------------------------------------------
+
+
+def test_worker_building_another_graph_is_the_root_cause(spec_file):
+    result = run_adrun("--spec", str(spec_file()), "--quiet", TINY, "--extra-var-on", "1")
+    assert result.returncode == PLAN_MISMATCH_EXIT_CODE, result.output
+    assert "Traceback" not in result.output, result.output
+    assert leftover_processes(result.job_id) == []
+    text = flat(result.stderr)
+    assert "root cause: w1 failed" in text, result.stderr
+    assert f"task w1 (worker 1) host localhost exit code {PLAN_MISMATCH_EXIT_CODE}" in text
+    cause = text[text.index("root cause: w1 failed"):]
+    assert "worker 1: the script built a different graph than the one planned" in cause
+    assert "read ADRUN_WORKER_INDEX only to choose data" in cause

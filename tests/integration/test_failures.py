@@ -1,0 +1,313 @@
+"""How a running job fails, is interrupted, and cleans up; what every task gets and leaves behind.
+
+Every test trains tests/scripts/tiny_model.py on 2 workers + 1 PS for a few steps, makes one thing
+go wrong, and checks the exit code, the root-cause block, the time adrun took to notice, and that
+no process carrying the job's ADRUN_JOB_ID is left.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from adrun.launch.job import HOOK_DIR
+from adrun.launch.teardown import kill_leftovers, leftover_processes
+from tests.conftest import REPO, SCRIPTS, AdrunResult, run_adrun
+
+pytestmark = pytest.mark.integration
+
+TINY = str(SCRIPTS / "tiny_model.py")
+NOTICE_S = 10.0  # a failure or an interrupt must end the whole job within this
+
+
+def flat(text: str) -> str:
+    """Output without rich's box characters and line wrapping: words separated by single spaces."""
+    return " ".join(re.sub(r"[│╭╮╰╯─┃━┏┓┗┛┡┩├┼┤]", " ", text).split())
+
+
+def root_cause(result: AdrunResult) -> str:
+    text = flat(result.stderr)
+    assert "root cause: " in text, result.output
+    return text[text.index("root cause: "):]
+
+
+def no_adrun_traceback(result: AdrunResult) -> bool:
+    """No traceback but the tasks' own, which adrun shows prefixed `[tag]` or inside the root-cause box."""
+    return all(line.startswith(("[w", "[ps", "│")) for line in result.output.splitlines() if "Traceback" in line)
+
+
+def wait_no_leftovers(job_id: str, timeout_s: float) -> float:
+    """Seconds until no process of `job_id` is left; fails after `timeout_s`."""
+    start = time.monotonic()
+    while leftover_processes(job_id):
+        assert time.monotonic() - start < timeout_s, [p.info for p in leftover_processes(job_id)]
+        time.sleep(0.1)
+    return time.monotonic() - start
+
+
+class LiveAdrun:
+    """adrun in its own session (so only the signals a test sends reach it), output collected live."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+        self.job_id = f"test-{uuid.uuid4().hex[:8]}"
+        self.lines: list[str] = []
+        self._seen = threading.Condition()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "adrun", "--job-id", self.job_id, *args],
+            cwd=REPO, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._seen:
+                self.lines.append(line.rstrip("\n"))
+                self._seen.notify_all()
+
+    @property
+    def output(self) -> str:
+        with self._seen:
+            return "\n".join(self.lines)
+
+    def wait_for_line(self, pattern: str, timeout_s: float = 120) -> str:
+        """The first output line matching `pattern` (a regex), waiting for it to appear."""
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + timeout_s
+        with self._seen:
+            while True:
+                for line in self.lines:
+                    if regex.search(line):
+                        return line
+                left = deadline - time.monotonic()
+                assert left > 0 and self.proc.poll() is None, f"no line matching {pattern!r}:\n" + "\n".join(self.lines)
+                self._seen.wait(min(left, 0.5))
+
+    def wait(self, timeout_s: float) -> int:
+        code = self.proc.wait(timeout=timeout_s)
+        self._reader.join(timeout=5)
+        return code
+
+    def cleanup(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        kill_leftovers(self.job_id)
+
+
+@pytest.fixture
+def live():
+    started: list[LiveAdrun] = []
+
+    def start(*args: str, **kwargs) -> LiveAdrun:
+        job = LiveAdrun(*args, **kwargs)
+        started.append(job)
+        return job
+
+    yield start
+    for job in started:
+        job.cleanup()
+
+
+# --- 10. a worker fails mid-training -------------------------------------------------------------
+
+
+def test_worker_exception_is_root_cause_and_stops_the_job(spec_file):
+    result = run_adrun("--spec", str(spec_file()), TINY, "--steps", "6", "--fail-on", "1", "--fail-at", "2")
+    ended = time.time()
+    assert result.returncode == 1, result.output
+    assert no_adrun_traceback(result), result.output
+    assert leftover_processes(result.job_id) == []
+    cause = root_cause(result)
+    assert cause.startswith("root cause: w1 failed task w1 (worker 1) host localhost exit code 1"), cause
+    assert "RuntimeError: boom from w1" in cause
+    assert "w1 (worker 1 on localhost) exited with code 1: stopping the other tasks" in result.stderr
+    # w0 and ps0 did not finish on their own: adrun stopped them.
+    summary = flat(result.stderr)
+    assert re.search(r"ps0 ps stopped .* w0 worker stopped .* w1 worker 1 ", summary), summary
+    # The script said when it raised; adrun was done (everything stopped) within NOTICE_S of that.
+    [failed_at] = re.findall(r"^\[w1\] failing-at (\d+\.\d+)$", result.stdout, re.MULTILINE)
+    assert 0 < ended - float(failed_at) < NOTICE_S, f"adrun ended {ended - float(failed_at):.1f} s after the failure"
+
+
+# --- 11. a worker killed by SIGKILL ---------------------------------------------------------------
+
+
+def test_worker_sigkill_is_reported_as_such(spec_file):
+    result = run_adrun("--spec", str(spec_file()), "--quiet", TINY, "--steps", "4", "--fail-on", "1",
+                       "--fail-at", "1", "--fail-how", "sigkill")
+    assert result.returncode == 137, result.output
+    assert "Traceback" not in result.output
+    assert leftover_processes(result.job_id) == []
+    cause = root_cause(result)
+    assert cause.startswith("root cause: w1 failed task w1 (worker 1) host localhost exit killed by SIGKILL (status -9)"), cause
+    assert "w1 (worker 1 on localhost) was killed by SIGKILL" in result.stderr
+    # TensorFlow's start-up chatter is not what the user needs to see here.
+    assert "oneDNN" not in cause and "absl::InitializeLog" not in cause, cause
+
+
+# --- 12. a parameter server killed ----------------------------------------------------------------
+
+
+def _job_processes(job_id: str, role: str) -> list[psutil.Process]:
+    return [p for p in leftover_processes(job_id) if p.info["environ"].get("ADRUN_ROLE") == role]
+
+
+def test_killed_parameter_server_fails_the_job(spec_file, live):
+    job = live("--spec", str(spec_file()), TINY, "--steps", "100000", "--step-sleep", "0.05")
+    job.wait_for_line(r"^\[w1\] step 2$")
+    [ps] = _job_processes(job.job_id, "ps")
+    assert ps.info["environ"]["ADRUN_TASK_INDEX"] == "0"
+    ps.kill()
+    killed = time.monotonic()
+    code = job.wait(timeout_s=60)
+    took = time.monotonic() - killed
+    assert code == 137, job.output
+    assert took < NOTICE_S, f"adrun took {took:.1f} s to end the job after ps0 died"
+    assert leftover_processes(job.job_id) == []
+    text = flat(job.output)
+    assert "root cause: ps0 failed task ps0 (ps 0) host localhost exit killed by SIGKILL" in text, job.output
+    assert "Traceback" not in job.output.split("root cause")[1].split("last stderr lines")[0]
+
+
+# --- 13. Ctrl-C -----------------------------------------------------------------------------------
+
+
+def test_ctrl_c_stops_the_job_with_130(spec_file, live):
+    job = live("--spec", str(spec_file()), TINY, "--steps", "100000", "--step-sleep", "0.05")
+    job.wait_for_line(r"^\[w0\] step 2$")
+    assert len(_job_processes(job.job_id, "worker")) == 2
+    job.proc.send_signal(signal.SIGINT)
+    sent = time.monotonic()
+    code = job.wait(timeout_s=60)
+    took = time.monotonic() - sent
+    assert code == 130, job.output
+    assert took < NOTICE_S, f"adrun took {took:.1f} s to stop after SIGINT"
+    assert leftover_processes(job.job_id) == []
+    assert "adrun: interrupted: stopping all tasks" in job.output
+    assert "job interrupted" in job.output
+    assert "root cause" not in job.output and "Traceback" not in job.output
+
+
+def test_ctrl_c_during_capture_exits_130(tmp_path, live):
+    marker = tmp_path / "capturing"
+    job = live(str(SCRIPTS / "touch_and_sleep.py"), str(marker), "60")
+    deadline = time.monotonic() + 30
+    while not marker.exists():
+        assert time.monotonic() < deadline and job.proc.poll() is None, job.output
+        time.sleep(0.1)
+    job.proc.send_signal(signal.SIGINT)
+    sent = time.monotonic()
+    assert job.wait(timeout_s=30) == 130, job.output
+    assert time.monotonic() - sent < NOTICE_S
+    assert leftover_processes(job.job_id) == []  # the capture process went with it
+    assert job.output.splitlines()[-1] == "adrun: interrupted"
+    assert "Traceback" not in job.output and "Aborted" not in job.output
+
+
+# --- 14. the launcher SIGKILLed ----------------------------------------------------------------------
+
+
+def test_killed_launcher_takes_every_task_with_it(spec_file, live):
+    job = live("--spec", str(spec_file()), TINY, "--steps", "100000", "--step-sleep", "0.05")
+    job.wait_for_line(r"^\[w1\] step 2$")
+    assert len(leftover_processes(job.job_id)) == 3  # ps0, w0, w1 (the launcher itself has no ADRUN_JOB_ID)
+    job.proc.kill()
+    job.wait(timeout_s=10)
+    assert wait_no_leftovers(job.job_id, NOTICE_S) < NOTICE_S
+
+
+# --- 15 + 17b. env contract, and a site's own sitecustomize still runs ---------------------------------
+
+_SITECUSTOMIZE = """\
+import os
+os.environ["TEST_SITECUSTOMIZE_MARKER"] = f"chained in {os.getpid()}"
+"""
+
+
+def test_env_contract_and_chained_sitecustomize(tmp_path, spec_file):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_SITECUSTOMIZE)
+    result = run_adrun("--spec", str(spec_file()), TINY, "--steps", "1", "--print-env", "--print-marker", "--print-pid",
+                       env={"PYTHONPATH": str(site)})
+    assert result.returncode == 0, result.output
+    assert leftover_processes(result.job_id) == []
+    for w in (0, 1):
+        lines = [line[len(f"[w{w}] "):] for line in result.stdout.splitlines() if line.startswith(f"[w{w}] ")]
+        assert [line for line in lines if line.startswith("env ")] == [
+            f"env ADRUN_WORKER_INDEX={w}",
+            "env ADRUN_NUM_WORKERS=2",
+            "env ADRUN_ROLE=worker",
+            f"env ADRUN_JOB_ID={result.job_id}",
+        ], result.stdout
+        # The site's sitecustomize ran in this very worker process (not only in the launcher,
+        # whose environment the tasks inherit).
+        [pid] = [line.split()[1] for line in lines if line.startswith("pid ")]
+        assert f"marker chained in {pid}" in lines, lines
+        assert "done" in lines
+
+
+# --- 16. --log-dir and --quiet -------------------------------------------------------------------------
+
+
+def test_log_dir_has_one_file_per_task_and_quiet_still_summarizes(tmp_path, spec_file):
+    logs = tmp_path / "logs"
+    result = run_adrun("--spec", str(spec_file()), "--quiet", "--log-dir", str(logs), TINY, "--steps", "3",
+                       "--print-env")
+    assert result.returncode == 0, result.output
+    assert leftover_processes(result.job_id) == []
+    assert sorted(p.name for p in logs.iterdir()) == ["ps0.log", "w0.log", "w1.log"]
+    for w in (0, 1):
+        log = (logs / f"w{w}.log").read_text()
+        assert f"env ADRUN_WORKER_INDEX={w}\n" in log and "step 3\ndone\n" in log, log
+        assert f"ADRUN_WORKER_INDEX={1 - w}" not in log
+        assert "@@ADRUN" not in log
+    assert "ps0 serving at localhost:" in (logs / "ps0.log").read_text()
+    # --quiet: no task line on the terminal, but the summary is there, with the steps the
+    # metric lines (kept out of the logs) reported.
+    assert result.stdout == "", result.stdout
+    assert "[w0]" not in result.stderr
+    summary = flat(result.stderr)
+    assert "job succeeded" in summary
+    assert re.search(r"w0 worker 0 3 \S+ \S+ w1 worker 0 3 ", summary), summary
+
+
+# --- 17a. the hook is inert outside adrun --------------------------------------------------------------
+
+
+def test_hook_is_inert_without_adrun_mode():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ADRUN_")}
+    env["PYTHONPATH"] = str(HOOK_DIR)
+    proc = subprocess.run([sys.executable, TINY, "--steps", "2", "--print-modules"], capture_output=True, text=True,
+                          env=env, cwd=REPO, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[:3] == ["step 1", "step 2", "done"], proc.stdout
+    [sitecustomize] = [line.split(" ", 1)[1] for line in lines if line.startswith("sitecustomize ")]
+    assert Path(sitecustomize) == HOOK_DIR / "sitecustomize.py"  # the hook was loaded ...
+    assert "adrun-modules []" in lines, lines  # ... and did nothing: no runtime, no patches
+
+
+# --- 18. the job succeeds only if every worker does ----------------------------------------------------
+
+
+def test_worker_exit_code_after_training_is_the_job_exit_code(spec_file):
+    result = run_adrun("--spec", str(spec_file()), "--quiet", TINY, "--steps", "2", "--fail-on", "1",
+                       "--fail-how", "exit3")
+    assert result.returncode == 3, result.output
+    assert "Traceback" not in result.output
+    assert leftover_processes(result.job_id) == []
+    assert root_cause(result).startswith("root cause: w1 failed task w1 (worker 1) host localhost exit code 3")
