@@ -242,3 +242,30 @@ def strategy_show(document) -> None:
     from adrun.strategies.document import load_strategy
 
     ui.print_plan(load_strategy(Path(document)), None, None)
+
+
+@main.group()
+def cluster() -> None:
+    """Inspect the nodes of a cluster spec."""
+
+
+@cluster.command("check")
+@click.option("--spec", "spec_path", type=click.Path(dir_okay=False), help="Cluster spec YAML (default: this machine).")
+@click.option("--script", type=click.Path(dir_okay=False), help="Also check that this script exists on every node.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@_user_errors
+def cluster_check(spec_path, script, as_json) -> None:
+    """Check every node in parallel: SSH, host key, python and versions, ports, resources, clock, bandwidth.
+
+    Exits 0 only when every check passes.
+    """
+    from adrun import ui
+    from adrun.launch.check import run_checks
+    from adrun.launch.check_report import render
+
+    report = run_checks(_load_cluster(spec_path), script)
+    if as_json:
+        click.echo(report.to_json())
+    else:
+        render(report, ui.console)
+    sys.exit(report.exit_code)

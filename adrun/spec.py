@@ -57,6 +57,7 @@ class SSHConfig(BaseModel):
     port: int = Field(default=22, ge=1, le=MAX_PORT)
     identity_file: Text | None = None  # private key on the launching machine
     host_key_policy: Literal["strict", "accept-new", "off"] = "strict"
+    known_hosts: Text | None = None  # extra known_hosts file read (never written) besides ~/.ssh/known_hosts
     forward_env: list[EnvName] = []  # names of launcher environment variables to pass on
     workdir: Text | None = None  # directory to run in on the node; default: the same path as here
     activate: Text | None = None  # shell command run first, e.g. "source /venv/bin/activate"

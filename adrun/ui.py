@@ -118,7 +118,7 @@ def print_plan(plan: Any, item: Any, spec: Any) -> None:
         row = [var.name, str(list(var.shape)), var.dtype, var.grad or "-"]
         if sizes:
             row.append(_bytes(sizes[var.name]) if var.name in sizes else "-")
-        table.add_row(*row, _sync_text(var.sync))
+        table.add_row(*row, _plan_text(var))
     if spec is not None:
         nodes = ", ".join(f"{n.address} ({n.workers} workers, {n.ps} PS)" for n in spec.nodes)
         table.caption = f"cluster: {nodes}"
@@ -225,6 +225,16 @@ def _bytes(n: int) -> str:
         if size < 1024 or unit == "GiB":
             break
     return f"{size:.1f} {unit}"
+
+
+def _plan_text(var: Any) -> str:
+    """The synchronization of one variable: its synchronizer, or its shards', plus the builder's note."""
+    if var.partition is None:
+        text = _sync_text(var.sync)
+    else:
+        shards = "; ".join(_sync_text(s) for s in var.partition.shards)
+        text = f"{len(var.partition.shards)} shards on axis {var.partition.axis}: {shards}"
+    return f"{text}\n[dim]{var.note}[/dim]" if var.note else text
 
 
 def _sync_text(sync: Any) -> str:

@@ -14,6 +14,11 @@ import os
 import sys
 
 
+def _report_broken_sitecustomize(error: BaseException) -> None:
+    # what Python itself prints for a failing sitecustomize
+    sys.stderr.write(f"Error in sitecustomize; set PYTHONVERBOSE for traceback:\n{type(error).__name__}: {error}\n")
+
+
 def _chain_to_next_sitecustomize() -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     ours = sys.modules.pop("sitecustomize", None)
@@ -21,8 +26,11 @@ def _chain_to_next_sitecustomize() -> None:
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
     try:
         importlib.import_module("sitecustomize")
-    except ImportError:
-        pass
+    except ModuleNotFoundError as e:
+        if e.name != "sitecustomize":
+            _report_broken_sitecustomize(e)
+    except Exception as e:  # a broken site customisation must not stop adrun's hook
+        _report_broken_sitecustomize(e)
     finally:
         sys.path[:] = saved_path
         if ours is not None:

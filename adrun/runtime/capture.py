@@ -13,11 +13,15 @@ import tensorflow as tf
 
 from adrun.graph_item import GraphItem, VariableInfo, save_graph_item
 from adrun.runtime.grads import is_sparse, records_for, variable_name
+from adrun.runtime.kernels.partitioning import partition_blockers
 
 CAPTURED_EXIT_CODE = 0
 
 
 def describe_graph(graph: tf.Graph) -> GraphItem:
+    """The GraphItem of `graph`. Shards of a partitioned variable count as the one variable they
+    slice (its full name and shape), so a worker whose variables adrun partitioned describes the
+    same graph as the capture did."""
     records = records_for(graph)
     grad_kind: dict[str, str] = {}
     optimizer = None
@@ -25,27 +29,39 @@ def describe_graph(graph: tf.Graph) -> GraphItem:
         optimizer = type(call.optimizer).__name__
         for grad, var in call.grads_and_vars:
             if grad is not None:
-                grad_kind[variable_name(var)] = "sparse" if is_sparse(grad) else "dense"
+                grad_kind[_logical(var)[0]] = "sparse" if is_sparse(grad) else "dense"
     with graph.as_default():
         global_vars = tf.compat.v1.global_variables()
-        trainable = {variable_name(v) for v in tf.compat.v1.trainable_variables()}
+        trainable = {_logical(v)[0] for v in tf.compat.v1.trainable_variables()}
         step = tf.compat.v1.train.get_global_step(graph)
-    variables = [
-        VariableInfo(
-            name=variable_name(v),
-            shape=[int(d) if d is not None else -1 for d in v.shape.as_list()],
-            dtype=v.dtype.base_dtype.name,
-            trainable=variable_name(v) in trainable,
-            grad=grad_kind.get(variable_name(v)),
+    blockers = partition_blockers(graph, global_vars)
+    logical: dict[str, VariableInfo] = {}
+    for var in global_vars:
+        name, shape = _logical(var)
+        if name in logical:
+            continue
+        logical[name] = VariableInfo(
+            name=name,
+            shape=shape,
+            dtype=var.dtype.base_dtype.name,
+            trainable=name in trainable,
+            grad=grad_kind.get(name),
+            partition_blocker=blockers.get(var.op.name),
         )
-        for v in global_vars
-    ]
     return GraphItem(
-        variables=variables,
+        variables=list(logical.values()),
         optimizer=optimizer,
         global_step=variable_name(step) if step is not None else None,
         batch_size=static_batch_size(graph),
     )
+
+
+def _logical(var) -> tuple[str, list[int]]:
+    """Name and shape of the variable `var` is, or is a shard of."""
+    info = getattr(var, "_save_slice_info", None)
+    if info is not None:
+        return info.full_name, list(info.full_shape)
+    return variable_name(var), [int(d) if d is not None else -1 for d in var.shape.as_list()]
 
 
 def static_batch_size(graph: tf.Graph) -> int | None:

@@ -35,6 +35,12 @@ class TaskContext:
             raise RuntimeError("adrun: ADRUN_STRATEGY_FILE is not set for a run-mode process")
         return load_strategy(self.strategy_file)
 
+    @cached_property
+    def plan(self):  # -> adrun.runtime.kernels.plan_lookup.PlanIndex
+        from adrun.runtime.kernels.plan_lookup import PlanIndex
+
+        return PlanIndex(self.strategy)
+
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "TaskContext":
         env = dict(os.environ) if env is None else env

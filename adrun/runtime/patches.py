@@ -113,6 +113,41 @@ def _patch_session(ctx) -> None:
     tf_session.BaseSession.run = run
 
 
+def _patch_partitioning(ctx) -> None:
+    """Partition planned variables as the script creates them (see kernels/partitioning.py)."""
+    from tensorflow.python.ops import embedding_ops, variable_scope
+
+    from adrun.runtime.kernels.partitioning import partitioner_for
+
+    ours: set[int] = set()  # ids of the PartitionedVariables adrun made
+    original_get = variable_scope._VariableStore.get_variable
+
+    @functools.wraps(original_get)
+    def get_variable(self, name, *args, **kwargs):
+        partition = ctx.plan.partition(name)
+        if partition is None or kwargs.get("partitioner") is not None:
+            return original_get(self, name, *args, **kwargs)
+        kwargs["partitioner"] = partitioner_for(partition)
+        var = original_get(self, name, *args, **kwargs)
+        ours.add(id(var))
+        return var
+
+    original_lookup = embedding_ops.embedding_lookup
+
+    @functools.wraps(original_lookup)
+    def embedding_lookup(params, ids, partition_strategy="mod", *args, **kwargs):
+        # The script was written for one table; adrun's shards are contiguous slices of it.
+        if id(params) in ours:
+            partition_strategy = "div"
+        return original_lookup(params, ids, partition_strategy, *args, **kwargs)
+
+    variable_scope._VariableStore.get_variable = get_variable
+    embedding_ops.embedding_lookup = embedding_lookup
+    import tensorflow as tf
+
+    tf.compat.v1.nn.embedding_lookup = embedding_lookup
+
+
 def _patch_saver_on_non_chief() -> None:
     """Only the chief writes or reads checkpoints.
 
@@ -149,5 +184,7 @@ def install() -> None:
     _installed = True
     _patch_optimizer(ctx)
     _patch_session(ctx)
-    if ctx.mode == "run" and not ctx.is_chief:
-        _patch_saver_on_non_chief()
+    if ctx.mode == "run":
+        _patch_partitioning(ctx)
+        if not ctx.is_chief:
+            _patch_saver_on_non_chief()

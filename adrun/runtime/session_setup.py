@@ -77,9 +77,8 @@ def _prepare_graph(graph: tf.Graph, ctx: TaskContext) -> PreparedGraph:
         devices = variable_devices(graph, ctx)
         place_variables(graph, devices)
         local = worker_device(ctx.task_index)
-        uses_ps = any(s.kind == "ps" for v in ctx.strategy.variables for s in [v.sync])
         prepared = PreparedGraph(
-            start_op=build_start_op(graph, devices, local, ctx.task_index, ctx.num_workers, uses_ps)
+            start_op=build_start_op(graph, devices, local, ctx.task_index, ctx.num_workers, ctx.plan.uses_ps)
         )
         prepared.setup_ops = list(records_for(graph).setup_ops)
         if ctx.is_chief:

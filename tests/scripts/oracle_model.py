@@ -61,6 +61,22 @@ variables = tf1.trainable_variables()
 names = [v.op.name for v in variables]
 
 
+def logical_values(sess) -> dict:
+    """Trainable values by variable name, shards of a partitioned variable put back together
+    (in an adrun run with a partitioning strategy, trainable_variables() lists TF's shards)."""
+    pieces: dict = {}
+    for v, value in zip(tf1.trainable_variables(), sess.run(tf1.trainable_variables())):
+        info = v._save_slice_info
+        name = info.full_name if info is not None else v.op.name
+        pieces.setdefault(name, []).append((list(info.var_offset) if info is not None else [], value))
+    result = {}
+    for name, parts in pieces.items():
+        parts.sort(key=lambda p: p[0])
+        axis = next((i for i, o in enumerate(zip(*[p[0] for p in parts])) if len(set(o)) > 1), 0)
+        result[name] = np.concatenate([p[1] for p in parts], axis=axis) if len(parts) > 1 else parts[0][1]
+    return result
+
+
 def feed(w_index: int, step: int):
     xs, idv, ys = batch_for(w_index, step)
     return {x: xs, ids: idv, y: ys}
@@ -95,17 +111,17 @@ if args.reference:
 train_op = tf1.train.GradientDescentOptimizer(args.lr).minimize(loss, global_step=global_step)
 if args.model == "mts":
     with tf1.train.MonitoredTrainingSession() as sess:
-        initial = sess.run(variables)
+        initial = logical_values(sess)
         for step in range(args.steps):
             sess.run(train_op, feed(worker, step))
-        final, gs = sess.run(variables), sess.run(global_step)
+        final, gs = logical_values(sess), sess.run(global_step)
 else:
     with tf1.Session() as sess:
         sess.run(tf1.global_variables_initializer())
-        initial = sess.run(variables)
+        initial = logical_values(sess)
         for step in range(args.steps):
             sess.run(train_op, feed(worker, step))
-        final, gs = sess.run(variables), sess.run(global_step)
-result = {f"{kind}/{n}": v for kind, vals in (("init", initial), ("final", final)) for n, v in zip(names, vals)}
+        final, gs = logical_values(sess), sess.run(global_step)
+result = {f"{kind}/{n}": v for kind, vals in (("init", initial), ("final", final)) for n, v in vals.items()}
 np.savez(os.path.join(args.out, f"w{worker}.npz"), global_step=gs, **result)
 print(f"worker {worker} done: global_step={gs}")

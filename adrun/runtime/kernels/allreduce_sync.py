@@ -32,6 +32,7 @@ class Collectives:
     num_workers: int
     internal_initializers: list[tf.Operation] = field(default_factory=list)
     wire_bytes: int = 0  # dense all-reduce input bytes per step (sparse sizes are data-dependent)
+    _gather_steps: tf.Variable | None = None
 
     def _count(self, t: tf.Tensor) -> None:
         if t.shape.is_fully_defined():
@@ -50,9 +51,24 @@ class Collectives:
     def sum(self, t: tf.Tensor, label: str) -> tf.Tensor:
         return self.reduce(t, label, "Id")
 
-    def gather(self, t: tf.Tensor, label: str) -> tf.Tensor:
+    def _step_counter(self) -> tf.Variable:
+        """This worker's count of sparse all-gather steps (every worker counts in lockstep)."""
+        if self._gather_steps is None:
+            self._gather_steps = tf.compat.v1.Variable(
+                tf.constant(0, tf.int64), trainable=False, collections=[], name="adrun_gather_steps"
+            )
+            self.internal_initializers.append(self._gather_steps.initializer)
+        return self._gather_steps
+
+    def gather(self, t: tf.Tensor, label: str, step: tf.Tensor) -> tf.Tensor:
+        """All-gather along axis 0 under a key that changes every step.
+
+        TF's collective runtime remembers an instance's shape by key; padded sparse gathers change
+        shape from step to step, so each step needs keys of its own.
+        """
+        key = (instance_key(label) + step * 7919) % 0x3FFFFFFF + 1
         return tf.raw_ops.CollectiveGatherV2(
-            input=t, group_size=self.num_workers, group_key=GROUP_KEY, instance_key=instance_key(label),
+            input=t, group_size=self.num_workers, group_key=GROUP_KEY, instance_key=tf.cast(key, tf.int32),
             ordering_token=[],
         )
 
@@ -94,15 +110,21 @@ class Collectives:
         """Every worker's rows, values divided by N (duplicates are left to the optimizer to sum)."""
         label = f"adrun/allgather/{name}"
         with tf.name_scope("adrun_allgather"):
+            counter = self._step_counter()
+            step = counter.read_value()
             count = tf.shape(grad.indices, out_type=tf.int64)[:1]
-            counts = self.gather(count, label + "/count")
+            counts = self.gather(count, label + "/count", step)
             longest = tf.reduce_max(counts)
             pad = longest - count[0]
             indices = tf.pad(tf.cast(grad.indices, tf.int64), [[0, pad]])
             value_padding = tf.concat([[[0, pad]], tf.zeros([tf.rank(grad.values) - 1, 2], tf.int64)], 0)
             values = tf.pad(grad.values, value_padding)
-            all_indices = self.gather(indices, label + "/indices")
-            all_values = self.gather(values, label + "/values")
+            all_indices = self.gather(indices, label + "/indices", step)
+            all_values = self.gather(values, label + "/values", step)
+            with tf.control_dependencies([all_indices, all_values]):
+                advanced = counter.assign_add(1, read_value=False)
+            with tf.control_dependencies([advanced]):
+                all_values = tf.identity(all_values)
             keep = tf.reshape(tf.sequence_mask(counts, longest), [-1])
             kept_values = tf.boolean_mask(all_values, keep) / tf.cast(self.num_workers, grad.values.dtype)
             kept_indices = tf.cast(tf.boolean_mask(all_indices, keep), grad.indices.dtype)

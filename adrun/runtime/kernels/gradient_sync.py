@@ -68,7 +68,6 @@ def synchronized_apply(
     call_index: int,
     **apply_kwargs: Any,
 ) -> tf.Operation:
-    plans = {v.name: v for v in ctx.strategy.variables}
     n = ctx.num_workers
     synced: dict[str, Any] = {}
     pushes: list[tf.Operation] = []
@@ -81,13 +80,12 @@ def synchronized_apply(
         if grad is None:
             continue
         name = variable_name(var)
-        plan = plans.get(name)
-        if plan is None:
+        sync = ctx.plan.synchronizer(name)
+        if sync is None:
             raise PlanMismatchError(
                 f"variable '{name}' is trained by the script but not in the strategy plan "
                 f"({ctx.strategy_file}); the script's graph differs from the one captured"
             )
-        sync = plan.sync
         if sync.kind == "ps" and sync.sync and sync.staleness == 0:
             agg = PSAggregation(name, grad, sync.ps_task, n)
             pushes.append(agg.push)

@@ -20,18 +20,16 @@ def _colocated_with(op: tf.Operation) -> list[str]:
 
 def variable_devices(graph: tf.Graph, ctx: TaskContext) -> dict[str, str]:
     """Device of every global variable of the graph, by variable name."""
-    plans = {p.name: p for p in ctx.strategy.variables}
-    uses_ps = any(p.sync.kind == "ps" for p in plans.values())
     # State the plan does not name (global_step, optimizer scalars, batch-norm statistics) is shared
     # on PS 0 when the plan uses PSs, so there is one copy the chief updates; else each worker keeps
     # its own replica, updated identically.
-    default = ps_device(0) if uses_ps else worker_device(ctx.task_index)
+    default = ps_device(0) if ctx.plan.uses_ps else worker_device(ctx.task_index)
 
     def planned_device(name: str) -> str | None:
-        plan = plans.get(name)
-        if plan is None:
+        sync = ctx.plan.synchronizer(name)
+        if sync is None:
             return None
-        return ps_device(plan.sync.ps_task) if plan.sync.kind == "ps" else worker_device(ctx.task_index)
+        return ps_device(sync.ps_task) if sync.kind == "ps" else worker_device(ctx.task_index)
 
     with graph.as_default():
         global_vars = tf.compat.v1.global_variables()
