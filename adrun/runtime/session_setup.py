@@ -24,6 +24,7 @@ from adrun.runtime.kernels.gradient_sync import PlanMismatchError
 from adrun.runtime.kernels.initialization import keep_shared_initialization
 from adrun.runtime.kernels.start_sync import build_start_op
 from adrun.runtime.kernels.placement import place_variables, variable_devices
+from adrun.runtime.kernels.proxy import add_local_proxy
 
 INIT_TIMEOUT_S = float(os.environ.get("ADRUN_INIT_TIMEOUT", "600"))
 _POLL_S = 0.2
@@ -77,6 +78,11 @@ def _prepare_graph(graph: tf.Graph, ctx: TaskContext) -> PreparedGraph:
         devices = variable_devices(graph, ctx)
         place_variables(graph, devices)
         local = worker_device(ctx.task_index)
+        with graph.as_default():
+            for var in tf.compat.v1.global_variables():
+                sync = ctx.plan.synchronizer(var.op.name)
+                if sync is not None and sync.kind == "ps" and sync.local_proxy and var.op.type == "VarHandleOp":
+                    add_local_proxy(graph, var, local)
         prepared = PreparedGraph(
             start_op=build_start_op(graph, devices, local, ctx.task_index, ctx.num_workers, ctx.plan.uses_ps)
         )

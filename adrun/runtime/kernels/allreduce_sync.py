@@ -54,9 +54,10 @@ class Collectives:
     def _step_counter(self) -> tf.Variable:
         """This worker's count of sparse all-gather steps (every worker counts in lockstep)."""
         if self._gather_steps is None:
-            self._gather_steps = tf.compat.v1.Variable(
-                tf.constant(0, tf.int64), trainable=False, collections=[], name="adrun_gather_steps"
-            )
+            with tf.control_dependencies(None):  # its initializer runs at session set-up
+                self._gather_steps = tf.compat.v1.Variable(
+                    tf.constant(0, tf.int64), trainable=False, collections=[], name="adrun_gather_steps"
+                )
             self.internal_initializers.append(self._gather_steps.initializer)
         return self._gather_steps
 

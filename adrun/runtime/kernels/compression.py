@@ -22,7 +22,9 @@ Reduce = Callable[[tf.Tensor, str], tf.Tensor]  # (tensor, label) -> mean over w
 
 
 def _internal_variable(initial: tf.Tensor, name: str, initializers: list[tf.Operation]) -> tf.Variable:
-    var = tf.compat.v1.Variable(initial, trainable=False, collections=[], name=name)
+    # outside the caller's control dependencies: the initializer runs at session set-up
+    with tf.control_dependencies(None):
+        var = tf.compat.v1.Variable(initial, trainable=False, collections=[], name=name)
     initializers.append(var.initializer)
     return var
 

@@ -137,12 +137,16 @@ class StalenessBarrier:
         return _token_queue(f"{self.prefix}/w{waiter}_from_w{producer}", 2 * self.bound + 2)
 
     def initial_tokens(self) -> tf.Operation:
-        """Chief, once before training: the s tokens of slack in every pair queue."""
-        fills = [
-            self._queue(w, u).enqueue_many(tf.zeros([self.bound], tf.int64))
-            for w in range(self.num_workers) for u in range(self.num_workers) if w != u
-        ]
-        return tf.group(*fills, name="adrun_staleness_init")
+        """Chief, once before training: the s tokens of slack in every pair queue.
+
+        Built outside the caller's control dependencies: a script may wrap `minimize` in its own,
+        which must not run at set-up time."""
+        with tf.control_dependencies(None):
+            fills = [
+                self._queue(w, u).enqueue_many(tf.zeros([self.bound], tf.int64))
+                for w in range(self.num_workers) for u in range(self.num_workers) if w != u
+            ]
+            return tf.group(*fills, name="adrun_staleness_init")
 
     def after_step(self, worker: int, step: tf.Operation) -> tf.Operation:
         others = [u for u in range(self.num_workers) if u != worker]

@@ -1,0 +1,34 @@
+"""Bounded staleness and asynchronous PS updates (docs/testing.md), measured by per-worker step
+counters that the workers read after every step, not by timing. Worker 1 is slowed down, so
+without a bound the others run far ahead."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from adrun.launch.teardown import leftover_processes
+from tests.conftest import SCRIPTS, run_adrun
+
+pytestmark = pytest.mark.integration
+STEPS = 12
+
+
+def _max_leads(tmp_path, spec_file, option: str) -> list[int]:
+    out = tmp_path / option.replace("=", "-")
+    out.mkdir()
+    result = run_adrun("--spec", str(spec_file(workers=3, ps=1)), "--strategy", "PS", "--strategy-opt", option,
+                       "--quiet", str(SCRIPTS / "staleness_model.py"), "--steps", str(STEPS), "--out", str(out))
+    assert result.returncode == 0, result.output
+    assert leftover_processes(result.job_id) == []
+    runs = [np.load(out / f"w{w}.npz") for w in range(3)]
+    for run in runs:
+        assert run["losses"][-1] < run["losses"][0] / 2, "training must still make progress"
+    return [int(run["leads"].max()) for run in runs]
+
+
+def test_bounded_staleness_holds_and_async_is_unbounded(tmp_path, spec_file):
+    bounded = _max_leads(tmp_path, spec_file, "staleness=2")
+    assert max(bounded) <= 2, f"a worker ran more than 2 steps ahead: {bounded}"
+    unbounded = _max_leads(tmp_path, spec_file, "sync=false")
+    assert max(unbounded) > 2, f"asynchronous workers should outrun the slow one: {unbounded}"
