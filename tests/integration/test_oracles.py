@@ -23,10 +23,16 @@ STEPS = 3
 NUM_WORKERS = 2
 
 
-def _train_and_compare(tmp_path, spec_file, strategy: str, model: str, data: str, num_ps: int = 1) -> None:
+TWO_PS = {"PSLoadBalancing", "PartitionedPS", "UnevenPartitionedPS", "Parallax"}
+BUILDERS = ["PS", "PSLoadBalancing", "AllReduce", "PartitionedPS", "UnevenPartitionedPS", "Parallax",
+            "PartitionedAR", "RandomAxisPartitionAR"]
+
+
+def _train_and_compare(tmp_path, spec_file, strategy: str, model: str, data: str, *options: str) -> None:
     out = tmp_path / "out"
-    spec = spec_file(workers=NUM_WORKERS, ps=num_ps)
-    result = run_adrun("--spec", str(spec), "--strategy", strategy, "--quiet",
+    spec = spec_file(workers=NUM_WORKERS, ps=2 if strategy in TWO_PS else 1)
+    opts = [arg for option in options for arg in ("--strategy-opt", option)]
+    result = run_adrun("--spec", str(spec), "--strategy", strategy, *opts, "--quiet",
                        str(SCRIPTS / "oracle_model.py"), "--model", model, "--data", data,
                        "--steps", str(STEPS), "--out", str(out))
     assert result.returncode == 0, result.output
@@ -51,17 +57,29 @@ def _train_and_compare(tmp_path, spec_file, strategy: str, model: str, data: str
 @pytest.mark.parametrize("strategy", ["PS", "PSLoadBalancing", "AllReduce"])
 @pytest.mark.parametrize("model", ["dense", "sparse"])
 def test_averaging_per_worker_data(tmp_path, spec_file, strategy, model):
-    _train_and_compare(tmp_path, spec_file, strategy, model, "per-worker", num_ps=2 if strategy == "PSLoadBalancing" else 1)
+    _train_and_compare(tmp_path, spec_file, strategy, model, "per-worker")
+
+
+@pytest.mark.parametrize("strategy,model,options", [
+    ("PartitionedPS", "sparse", ()),
+    ("UnevenPartitionedPS", "dense", ()),
+    ("Parallax", "sparse", ()),
+    ("PartitionedAR", "sparse", ()),
+    ("RandomAxisPartitionAR", "dense", ()),  # w [4, 3] is cut on axis 1 with seed 0
+    ("PS", "sparse", ("local_proxy=true",)),
+])
+def test_averaging_strategy_library(tmp_path, spec_file, strategy, model, options):
+    _train_and_compare(tmp_path, spec_file, strategy, model, "per-worker", *options)
 
 
 @pytest.mark.parametrize("strategy,model", [("PS", "keras"), ("AllReduce", "mts"), ("PSLoadBalancing", "mts"), ("AllReduce", "keras")])
 def test_equivalence_same_data(tmp_path, spec_file, strategy, model):
-    _train_and_compare(tmp_path, spec_file, strategy, model, "same", num_ps=2 if strategy == "PSLoadBalancing" else 1)
+    _train_and_compare(tmp_path, spec_file, strategy, model, "same")
 
 
 @pytest.mark.full
-@pytest.mark.parametrize("strategy", ["PS", "PSLoadBalancing", "AllReduce"])
+@pytest.mark.parametrize("strategy", BUILDERS)
 @pytest.mark.parametrize("model", ["dense", "sparse", "keras", "mts"])
 @pytest.mark.parametrize("data", ["same", "per-worker"])
 def test_oracle_matrix(tmp_path, spec_file, strategy, model, data):
-    _train_and_compare(tmp_path, spec_file, strategy, model, data, num_ps=2 if strategy == "PSLoadBalancing" else 1)
+    _train_and_compare(tmp_path, spec_file, strategy, model, data)
