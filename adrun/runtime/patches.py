@@ -53,7 +53,7 @@ def _patch_optimizer(ctx) -> None:
             else:
                 try:
                     op = synchronized_apply(
-                        functools.partial(original, self), pairs, ctx, len(records.calls) - 1,
+                        self, functools.partial(original, self), pairs, ctx, len(records.calls) - 1,
                         global_step=global_step, name=name,
                     )
                 except PlanMismatchError as e:

@@ -28,17 +28,18 @@ BUILDERS = ["PS", "PSLoadBalancing", "AllReduce", "PartitionedPS", "UnevenPartit
             "PartitionedAR", "RandomAxisPartitionAR"]
 
 
-def _train_and_compare(tmp_path, spec_file, strategy: str, model: str, data: str, *options: str) -> None:
+def _train_and_compare(tmp_path, spec_file, strategy: str, model: str, data: str, *options: str,
+                       optimizer: str = "sgd") -> None:
     out = tmp_path / "out"
     spec = spec_file(workers=NUM_WORKERS, ps=2 if strategy in TWO_PS else 1)
     opts = [arg for option in options for arg in ("--strategy-opt", option)]
     result = run_adrun("--spec", str(spec), "--strategy", strategy, *opts, "--quiet",
                        str(SCRIPTS / "oracle_model.py"), "--model", model, "--data", data,
-                       "--steps", str(STEPS), "--out", str(out))
+                       "--optimizer", optimizer, "--steps", str(STEPS), "--out", str(out))
     assert result.returncode == 0, result.output
     assert leftover_processes(result.job_id) == []
     subprocess.run([sys.executable, str(SCRIPTS / "oracle_model.py"), "--model", model, "--data", data,
-                    "--steps", str(STEPS), "--out", str(out), "--reference", str(NUM_WORKERS),
+                    "--optimizer", optimizer, "--steps", str(STEPS), "--out", str(out), "--reference", str(NUM_WORKERS),
                     "--init-from", str(out / "w0.npz")], check=True, capture_output=True, cwd=REPO)
     reference = np.load(out / "reference.npz")
     chief = np.load(out / "w0.npz")
@@ -70,6 +71,31 @@ def test_averaging_per_worker_data(tmp_path, spec_file, strategy, model):
 ])
 def test_averaging_strategy_library(tmp_path, spec_file, strategy, model, options):
     _train_and_compare(tmp_path, spec_file, strategy, model, "per-worker", *options)
+
+
+@pytest.mark.parametrize("strategy,model,optimizer", [
+    ("PS", "sparse", "adam"),
+    ("Parallax", "dense-first", "adam"),  # Adam's beta powers replicated on the workers, emb on a PS
+    ("AllReduce", "while", "adam"),
+    ("PSLoadBalancing", "lstm", "momentum"),
+])
+def test_averaging_optimizer_state_and_control_flow(tmp_path, spec_file, strategy, model, optimizer):
+    _train_and_compare(tmp_path, spec_file, strategy, model, "per-worker", optimizer=optimizer)
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("strategy", BUILDERS)
+@pytest.mark.parametrize("optimizer", ["adam", "momentum", "rmsprop", "adagrad"])
+@pytest.mark.parametrize("model", ["sparse", "dense-first"])
+def test_optimizer_matrix(tmp_path, spec_file, strategy, optimizer, model):
+    _train_and_compare(tmp_path, spec_file, strategy, model, "per-worker", optimizer=optimizer)
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("strategy", ["PS", "PSLoadBalancing", "AllReduce", "PartitionedPS", "Parallax"])
+@pytest.mark.parametrize("model", ["while", "lstm"])
+def test_control_flow_matrix(tmp_path, spec_file, strategy, model):
+    _train_and_compare(tmp_path, spec_file, strategy, model, "per-worker", optimizer="adam")
 
 
 @pytest.mark.parametrize("strategy,model", [("PS", "keras"), ("AllReduce", "mts"), ("PSLoadBalancing", "mts"), ("AllReduce", "keras")])

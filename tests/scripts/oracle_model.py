@@ -19,7 +19,8 @@ tf1 = tf.compat.v1
 tf1.disable_eager_execution()
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--model", choices=["dense", "sparse", "keras", "mts"], required=True)
+parser.add_argument("--model", choices=["dense", "sparse", "dense-first", "keras", "mts", "while", "lstm"], required=True)
+parser.add_argument("--optimizer", choices=["sgd", "adam", "momentum", "rmsprop", "adagrad"], default="sgd")
 parser.add_argument("--data", choices=["same", "per-worker"], required=True)
 parser.add_argument("--steps", type=int, default=3)
 parser.add_argument("--lr", type=float, default=0.1)
@@ -44,13 +45,24 @@ def batch_for(w: int, step: int):
 x = tf1.placeholder(tf.float32, [None, 4], name="x")
 ids = tf1.placeholder(tf.int64, [None, 3], name="ids")
 y = tf1.placeholder(tf.float32, [None, 3], name="y")
-if args.model == "sparse":
+if args.model in ("sparse", "dense-first"):  # dense-first: optimizer state colocates with a dense variable
+    if args.model == "dense-first":  # v1 Adam colocates beta powers with the first variable by name
+        w = tf1.get_variable("a_dense", [4, 3], initializer=tf1.random_normal_initializer(seed=2))
     emb = tf1.get_variable("emb", [VOCAB, 4], initializer=tf1.random_normal_initializer(seed=1))
-    w = tf1.get_variable("w", [4, 3], initializer=tf1.random_normal_initializer(seed=2))
+    if args.model == "sparse":
+        w = tf1.get_variable("w", [4, 3], initializer=tf1.random_normal_initializer(seed=2))
     pred = tf.matmul(tf.reduce_mean(tf.nn.embedding_lookup(emb, ids), axis=1), w)
 elif args.model == "keras":
     hidden = tf.keras.layers.Dense(5, activation="tanh", name="hidden")(x)
     pred = tf.keras.layers.Dense(3, name="out")(hidden)
+elif args.model == "while":  # a variable read inside tf.while_loop, three times per step
+    w = tf1.get_variable("w", [4, 4])
+    v = tf1.get_variable("v", [4, 3])
+    _, state = tf1.while_loop(lambda i, s: i < 3, lambda i, s: (i + 1, tf.tanh(tf.matmul(s, w))), [0, x])
+    pred = tf.matmul(state, v)
+elif args.model == "lstm":  # Keras LSTM over the 4 features as a sequence of length 4
+    sequence = tf.expand_dims(x, -1)
+    pred = tf.keras.layers.Dense(3, name="head")(tf.keras.layers.LSTM(5, name="lstm")(sequence))
 else:  # dense, mts
     w = tf1.get_variable("w", [4, 3])  # unseeded glorot: replicas must still start equal
     b = tf1.get_variable("b", [3], initializer=tf1.zeros_initializer())
@@ -82,6 +94,25 @@ def feed(w_index: int, step: int):
     return {x: xs, ids: idv, y: ys}
 
 
+def make_optimizer():
+    return {
+        "sgd": lambda: tf1.train.GradientDescentOptimizer(args.lr),
+        "adam": lambda: tf1.train.AdamOptimizer(args.lr),
+        "momentum": lambda: tf1.train.MomentumOptimizer(args.lr, 0.9),
+        "rmsprop": lambda: tf1.train.RMSPropOptimizer(args.lr),
+        "adagrad": lambda: tf1.train.AdagradOptimizer(args.lr),
+    }[args.optimizer]()
+
+
+def mean_gradient(per_worker: list):
+    """Data-parallel mean of one variable's per-worker gradients: dense arrays averaged; sparse
+    rows of every worker kept, values divided by N (a row one worker touched gets 1/N of it)."""
+    if hasattr(per_worker[0], "indices"):
+        return (np.concatenate([g.indices for g in per_worker]),
+                np.concatenate([g.values for g in per_worker]) / len(per_worker))
+    return np.mean(per_worker, axis=0)
+
+
 def densify(grad, var_value):
     if hasattr(grad, "indices"):
         dense = np.zeros_like(var_value)
@@ -97,18 +128,46 @@ if args.reference:
     with tf1.Session() as sess:
         sess.run(tf1.global_variables_initializer())
         values = [start["init/" + n] for n in names]
-        for step in range(args.steps):
-            per_worker = []
-            for w_index in range(args.reference):
-                for v, value in zip(variables, values):
+        if args.optimizer == "sgd":  # the update itself in numpy too
+            for step in range(args.steps):
+                per_worker = []
+                for w_index in range(args.reference):
+                    for v, value in zip(variables, values):
+                        v.load(value, sess)
+                    per_worker.append([densify(g, val) for g, val in zip(sess.run(grads, feed(w_index, step)), values)])
+                values = [val - args.lr * np.mean([pw[i] for pw in per_worker], axis=0) for i, val in enumerate(values)]
+        else:  # the optimizer's own update, applied once per step to the mean gradient
+            slots = []
+            for g, v in zip(grads, variables):
+                if hasattr(g, "indices"):
+                    slots.append(tf.IndexedSlices(tf1.placeholder(v.dtype, [None, *v.shape[1:]]), tf1.placeholder(tf.int64, [None]), v.shape))
+                else:
+                    slots.append(tf1.placeholder(v.dtype, v.shape))
+            apply = make_optimizer().apply_gradients(zip(slots, variables))
+            sess.run(tf1.global_variables_initializer())
+            for v, value in zip(variables, values):
+                v.load(value, sess)
+            for step in range(args.steps):
+                current = sess.run(variables)
+                per_worker = []
+                for w_index in range(args.reference):
+                    per_worker.append(sess.run(grads, feed(w_index, step)))
+                fed = {}
+                for i, slot in enumerate(slots):
+                    mean = mean_gradient([pw[i] for pw in per_worker])
+                    if isinstance(slot, tf.IndexedSlices):
+                        fed[slot.indices], fed[slot.values] = mean
+                    else:
+                        fed[slot] = mean
+                for v, value in zip(variables, current):
                     v.load(value, sess)
-                per_worker.append([densify(g, val) for g, val in zip(sess.run(grads, feed(w_index, step)), values)])
-            values = [val - args.lr * np.mean([pw[i] for pw in per_worker], axis=0) for i, val in enumerate(values)]
+                sess.run(apply, fed)
+            values = sess.run(variables)
         result = {"final/" + n: v for n, v in zip(names, values)}
         np.savez(os.path.join(args.out, "reference.npz"), global_step=args.steps, **result)
     raise SystemExit(0)
 
-train_op = tf1.train.GradientDescentOptimizer(args.lr).minimize(loss, global_step=global_step)
+train_op = make_optimizer().minimize(loss, global_step=global_step)
 if args.model == "mts":
     with tf1.train.MonitoredTrainingSession() as sess:
         initial = logical_values(sess)

@@ -23,6 +23,8 @@ import tensorflow as tf
 from adrun.runtime.context import TaskContext
 from adrun.runtime.grads import is_sparse, records_for, variable_name
 from adrun.runtime.kernels.allreduce_sync import Collectives
+from adrun.runtime.kernels.devices import worker_device
+from adrun.runtime.kernels.placement import variable_devices
 from adrun.runtime.kernels.ps_sync import PSAggregation, StalenessBarrier, StepTokens
 
 
@@ -61,7 +63,32 @@ def _finish_ops(new_ops: list[tf.Operation], updates: list[tf.Operation], scope:
     ]
 
 
+def _local_finish_ops(
+    optimizer: Any, graph: tf.Graph, ctx: TaskContext, finish: list[tf.Operation], chief_only: list[tf.Operation]
+) -> list[tf.Operation]:
+    """A non-chief's share of the optimizer's finish step (e.g. Adam's beta powers).
+
+    When that optimizer-wide state is replicated on this worker (tf.compat.v1 optimizers colocate
+    it with the first variable by name, which may be an all-reduced one), every worker must advance
+    its own copy once per step; the chief-only PS updates are cut out of its control inputs here.
+    When the state lives on a PS, the chief alone advances it: nothing to run.
+    """
+    non_slot = optimizer._non_slot_variables() if hasattr(optimizer, "_non_slot_variables") else []
+    devices = variable_devices(graph, ctx)
+    here = worker_device(ctx.task_index)
+    if not non_slot or any(devices.get(v.op.name) != here for v in non_slot):
+        return []
+    cut = {op.name for op in chief_only}
+    for op in finish:
+        kept = [c for c in op.control_inputs if c.name not in cut]
+        if len(kept) != len(op.control_inputs):
+            op._remove_all_control_inputs()
+            op._add_control_inputs(kept)
+    return finish
+
+
 def synchronized_apply(
+    optimizer: Any,
     apply: Callable[..., tf.Operation],
     grads_and_vars: list[tuple[Any, Any]],
     ctx: TaskContext,
@@ -122,14 +149,18 @@ def synchronized_apply(
     new_ops = graph.get_operations()[before:]
     updates = update_ops_by_variable(new_ops, scope, bsp_vars + own_update_vars)
     tokens = StepTokens(call_index, n)
+    finish = _finish_ops(new_ops, [u for us in updates.values() for u in us], scope)
     if ctx.is_chief:
         if own_update_vars:
             # optimizer-wide state changes only once every worker has applied its own updates
             done = tokens.wait_all_done()
-            for op in _finish_ops(new_ops, [u for us in updates.values() for u in us], scope):
+            for op in finish:
                 op._add_control_input(done)
         return tokens.release_all(train_op)
     own_updates = [u for name in own_update_vars for u in updates[name]]
+    if own_updates:
+        chief_only = [u for name in bsp_vars for u in updates[name]]
+        own_updates += _local_finish_ops(optimizer, graph, ctx, finish, chief_only)
     if own_updates:
         pushes.append(tokens.report_done(ctx.task_index, own_updates))
     return tokens.wait_own(ctx.task_index, pushes)
