@@ -7,6 +7,7 @@ shows strategy documents. User mistakes end as one `adrun: error:` line and a no
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import uuid
 from datetime import datetime
@@ -135,11 +136,12 @@ def main() -> None:
 @click.option("--quiet", is_flag=True, help="Do not print the processes' output (summary and errors only).")
 @click.option("--log-dir", type=click.Path(file_okay=False), help="Also write one log file per process here.")
 @click.option("--dry-run", is_flag=True, help="Capture and plan, print the plan and the processes, start nothing.")
+@click.option("--shard-data", is_flag=True, help="Give each worker a disjoint shard of the script's tf.data input (same as ADRUN_SHARD_DATA=1).")
 @click.option("--job-id", help="Name of this run (default: time-stamped); every process carries it as ADRUN_JOB_ID.")
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @_user_errors
-def run(spec_path, strategy, strategy_opts, quiet, log_dir, dry_run, job_id, script, script_args) -> None:
+def run(spec_path, strategy, strategy_opts, quiet, log_dir, dry_run, shard_data, job_id, script, script_args) -> None:
     """Run SCRIPT with ARGS on every worker of the cluster."""
     from adrun import ui
     from adrun.launch.supervisor import JobConfig, run_job
@@ -160,6 +162,8 @@ def run(spec_path, strategy, strategy_opts, quiet, log_dir, dry_run, job_id, scr
     if dry_run:
         ui.print_status(f"dry run: strategy written to {strategy_file}; nothing started")
         return
+    if shard_data:
+        os.environ["ADRUN_SHARD_DATA"] = "1"  # an ADRUN_* setting: passes through to every task
     result = run_job(
         JobConfig(
             job_id=job_id,

@@ -148,6 +148,21 @@ def _patch_partitioning(ctx) -> None:
     tf.compat.v1.nn.embedding_lookup = embedding_lookup
 
 
+def _patch_input_sharding(ctx) -> None:
+    """With --shard-data, each iterator the script makes reads only this worker's shard."""
+    from tensorflow.python.data.ops import dataset_ops
+
+    from adrun.runtime.kernels.input_sharding import shard_for_worker
+
+    for method in ("_make_one_shot_iterator", "_make_initializable_iterator"):
+        original = getattr(dataset_ops.DatasetV1, method)
+
+        def sharded_iterator(self, *args, _original=original, **kwargs):
+            return _original(shard_for_worker(self, ctx.num_workers, ctx.task_index), *args, **kwargs)
+
+        setattr(dataset_ops.DatasetV1, method, functools.wraps(original)(sharded_iterator))
+
+
 def _patch_saver_on_non_chief() -> None:
     """Only the chief writes or reads checkpoints.
 
@@ -186,5 +201,7 @@ def install() -> None:
     _patch_session(ctx)
     if ctx.mode == "run":
         _patch_partitioning(ctx)
+        if os.environ.get("ADRUN_SHARD_DATA") == "1":
+            _patch_input_sharding(ctx)
         if not ctx.is_chief:
             _patch_saver_on_non_chief()
