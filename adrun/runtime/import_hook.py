@@ -1,48 +1,85 @@
-"""Install adrun's TensorFlow patches as soon as the user's script imports tensorflow.
+"""Install adrun's patches right after the user's script imports the modules they patch.
 
-Importing TensorFlow ourselves would cost seconds in every process and change import order, so a
-meta-path finder waits for the script's own `import tensorflow` and runs the patches right after
-the module has finished executing.
+Importing TensorFlow (or tf_keras) ourselves would cost seconds in every process and change
+import order, so a meta-path finder waits for the script's own imports and runs each patch right
+after its module has finished executing.
 """
+
+from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import sys
 from types import ModuleType
-
-_TARGET = "tensorflow"
+from typing import Callable
 
 
 class _AfterImportLoader(importlib.abc.Loader):
-    def __init__(self, wrapped: importlib.abc.Loader) -> None:
+    def __init__(self, wrapped: importlib.abc.Loader, then: Callable[[], None]) -> None:
         self._wrapped = wrapped
+        self._then = then
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         return self._wrapped.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
         self._wrapped.exec_module(module)
-        from adrun.runtime.patches import install
-
-        install()
+        self._then()
 
 
-class _TensorFlowFinder(importlib.abc.MetaPathFinder):
+class _PostImportFinder(importlib.abc.MetaPathFinder):
+    def __init__(self, patches: dict[str, Callable[[], None]]) -> None:
+        self._patches = patches
+
     def find_spec(self, fullname, path, target=None):  # type: ignore[no-untyped-def]
-        if fullname != _TARGET:
+        then = self._patches.pop(fullname, None)
+        if then is None:
             return None
-        sys.meta_path.remove(self)  # one shot: the real finders resolve tensorflow
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if not self._patches:
+            sys.meta_path.remove(self)
+        spec = _find_with_other_finders(self, fullname, path, target)
         if spec is not None and spec.loader is not None:
-            spec.loader = _AfterImportLoader(spec.loader)
+            spec.loader = _AfterImportLoader(spec.loader, then)
         return spec
 
 
-def install_after_tensorflow_import() -> None:
-    """Patch TensorFlow now if it is already imported, else right after it is."""
-    if _TARGET in sys.modules:
-        from adrun.runtime.patches import install
+def _find_with_other_finders(me, fullname, path, target):  # type: ignore[no-untyped-def]
+    for finder in sys.meta_path:
+        if finder is me or not hasattr(finder, "find_spec"):
+            continue
+        spec = finder.find_spec(fullname, path, target)
+        if spec is not None:
+            return spec
+    return None
 
-        install()
-    else:
-        sys.meta_path.insert(0, _TensorFlowFinder())
+
+def _install_tensorflow() -> None:
+    from adrun.runtime.patches import install
+
+    install()
+
+
+def _install_tf_keras() -> None:
+    from adrun.runtime.patches import install_tf_keras
+
+    install_tf_keras()
+
+
+# module -> patch to run once it is imported
+PATCHES: dict[str, Callable[[], None]] = {
+    "tensorflow": _install_tensorflow,
+    "tf_keras.src.optimizers.legacy.optimizer_v2": _install_tf_keras,
+}
+
+
+def install_after_tensorflow_import() -> None:
+    """Run each patch now if its module is already imported, else right after it is."""
+    pending = {}
+    for module, patch in PATCHES.items():
+        if module in sys.modules:
+            patch()
+        else:
+            pending[module] = patch
+    if pending:
+        sys.meta_path.insert(0, _PostImportFinder(pending))

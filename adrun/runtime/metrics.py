@@ -53,14 +53,28 @@ class StepReporter:
 
     @staticmethod
     def is_training_step(graph: tf.Graph, fetches: Any) -> bool:
+        """Whether running `fetches` runs an optimizer step: a step op is fetched, or is a control
+        input of a fetched op (tf.group(train_op, ...), Keras's updates op)."""
         train_ops = records_for(graph).train_ops
-        return bool(train_ops) and bool(train_ops & _fetched_names(fetches))
+        if not train_ops:
+            return False
+        names = _fetched_names(fetches)
+        if train_ops & names:
+            return True
+        for name in names:
+            try:
+                op = graph.get_operation_by_name(name)
+            except (KeyError, ValueError):
+                continue
+            if train_ops & {c.name for c in op.control_inputs}:
+                return True
+        return False
 
-    def after_step(self, graph: tf.Graph, feed_dict: dict | None) -> None:
+    def after_step(self, graph: tf.Graph, feed_dict: dict | None, examples: int | None = None) -> None:
         self.steps += 1
         self.wire_bytes = records_for(graph).wire_bytes_per_step
         if not self._examples_read:
-            self.examples = _examples_in_feed(feed_dict) or static_batch_size(graph)
+            self.examples = examples or _examples_in_feed(feed_dict) or static_batch_size(graph)
             self._examples_read = True
         now = time.monotonic()
         if now - self._last_emit >= _EMIT_INTERVAL_S:

@@ -29,33 +29,35 @@ def _fail(message: str) -> None:
     os._exit(PLAN_MISMATCH_EXIT_CODE)
 
 
-def _patch_optimizer(ctx) -> None:
+def _patch_apply_gradients(optimizer_class, ctx) -> None:
+    """Record and (in run mode) synchronize every `apply_gradients` of `optimizer_class`.
+
+    Works for tf.compat.v1.train.Optimizer and tf_keras's OptimizerV2 alike: both build each
+    variable's update under `<name>/update_<variable>/` and return one step op.
+    """
     from tensorflow.python.framework import ops
-    from tensorflow.python.training import optimizer as v1_optimizer
 
     from adrun.runtime.grads import GradientRecord, records_for
     from adrun.runtime.kernels.gradient_sync import PlanMismatchError, synchronized_apply
 
-    original = v1_optimizer.Optimizer.apply_gradients
+    original = optimizer_class.apply_gradients
 
     @functools.wraps(original)
-    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+    def apply_gradients(self, grads_and_vars, *args, **kwargs):
         if getattr(_local, "depth", 0) or ops.executing_eagerly_outside_functions():
-            return original(self, grads_and_vars, global_step=global_step, name=name)
+            return original(self, grads_and_vars, *args, **kwargs)
         _local.depth = 1
         try:
             pairs = list(grads_and_vars)
             records = records_for(ops.get_default_graph())
             call = GradientRecord(self, pairs)
             records.calls.append(call)
+            apply = functools.partial(_apply_with, original, self, args, kwargs)
             if ctx.mode == "capture":
-                op = original(self, pairs, global_step=global_step, name=name)
+                op = apply(pairs)
             else:
                 try:
-                    op = synchronized_apply(
-                        self, functools.partial(original, self), pairs, ctx, len(records.calls) - 1,
-                        global_step=global_step, name=name,
-                    )
+                    op = synchronized_apply(self, apply, pairs, ctx, len(records.calls) - 1)
                 except PlanMismatchError as e:
                     _fail(str(e))
             call.train_op = op
@@ -64,7 +66,11 @@ def _patch_optimizer(ctx) -> None:
         finally:
             _local.depth = 0
 
-    v1_optimizer.Optimizer.apply_gradients = apply_gradients
+    optimizer_class.apply_gradients = apply_gradients
+
+
+def _apply_with(original, optimizer, args, kwargs, pairs):
+    return original(optimizer, pairs, *args, **kwargs)
 
 
 def _patch_session(ctx) -> None:
@@ -111,6 +117,31 @@ def _patch_session(ctx) -> None:
         return result
 
     tf_session.BaseSession.run = run
+
+    original_make_callable = tf_session.BaseSession._make_callable_from_options
+
+    @functools.wraps(original_make_callable)
+    def _make_callable_from_options(self, callable_options):
+        """Callables (how tf_keras's Model.fit runs its train function) get the same first-step
+        start and step counting as `run`."""
+        callable_fn = original_make_callable(self, callable_options)
+        targets = list(callable_options.target) + list(callable_options.fetch)
+        if not StepReporter.is_training_step(self.graph, targets):
+            return callable_fn
+        session = self
+
+        def training_step(*args, **kwargs):
+            start = take_start_op(session.graph)
+            if start is not None:
+                original_run(session, start)
+            result = callable_fn(*args, **kwargs)
+            first = args[0] if args else None
+            reporter.after_step(session.graph, None, len(first) if hasattr(first, "__len__") else None)
+            return result
+
+        return training_step
+
+    tf_session.BaseSession._make_callable_from_options = _make_callable_from_options
 
 
 def _patch_partitioning(ctx) -> None:
@@ -197,7 +228,9 @@ def install() -> None:
     if _installed or ctx.role != "worker":
         return
     _installed = True
-    _patch_optimizer(ctx)
+    from tensorflow.python.training import optimizer as v1_optimizer
+
+    _patch_apply_gradients(v1_optimizer.Optimizer, ctx)
     _patch_session(ctx)
     if ctx.mode == "run":
         _patch_partitioning(ctx)
@@ -205,3 +238,13 @@ def install() -> None:
             _patch_input_sharding(ctx)
         if not ctx.is_chief:
             _patch_saver_on_non_chief()
+
+
+def install_tf_keras() -> None:
+    """Patch tf_keras's legacy optimizers (what `Model.fit` uses in graph mode) once imported."""
+    ctx = current()
+    if ctx.role != "worker":
+        return
+    from tf_keras.src.optimizers.legacy import optimizer_v2
+
+    _patch_apply_gradients(optimizer_v2.OptimizerV2, ctx)

@@ -32,6 +32,16 @@ class PlanMismatchError(RuntimeError):
     """The script's graph is not the graph the plan was made for."""
 
 
+def _update_scope(new_ops: list[tf.Operation], names: list[str]) -> str:
+    """The optimizer call's name scope: what precedes `update_<variable>/` in its update ops."""
+    for op in new_ops:
+        for name in names:
+            at = op.name.find(f"update_{name}/")
+            if at > 0:
+                return op.name[: at - 1]
+    raise PlanMismatchError(f"found no update ops of {names[:3]} in the optimizer's step")
+
+
 def update_ops_by_variable(new_ops: list[tf.Operation], scope: str, names: list[str]) -> dict[str, list[tf.Operation]]:
     """The ops that end each variable's update inside one `apply_gradients` call.
 
@@ -93,7 +103,6 @@ def synchronized_apply(
     grads_and_vars: list[tuple[Any, Any]],
     ctx: TaskContext,
     call_index: int,
-    **apply_kwargs: Any,
 ) -> tf.Operation:
     n = ctx.num_workers
     synced: dict[str, Any] = {}
@@ -136,8 +145,7 @@ def synchronized_apply(
     records.wire_bytes_per_step += collectives.wire_bytes
     before = len(graph.get_operations())
     new_pairs = [(synced.get(variable_name(v), g) if g is not None else g, v) for g, v in grads_and_vars]
-    train_op = apply(new_pairs, **apply_kwargs)
-    scope = train_op.name  # the optimizer names its step op after its name scope
+    train_op = apply(new_pairs)
     if staleness_bounds:
         barrier = StalenessBarrier(call_index, n, min(staleness_bounds))
         if ctx.is_chief:
@@ -147,6 +155,7 @@ def synchronized_apply(
         return train_op
 
     new_ops = graph.get_operations()[before:]
+    scope = _update_scope(new_ops, bsp_vars + own_update_vars)
     updates = update_ops_by_variable(new_ops, scope, bsp_vars + own_update_vars)
     tokens = StepTokens(call_index, n)
     finish = _finish_ops(new_ops, [u for us in updates.values() for u in us], scope)

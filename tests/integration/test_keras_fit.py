@@ -1,0 +1,32 @@
+"""tf_keras `Model.fit` in graph mode trains synchronously under adrun (tests/scripts/keras_fit_model.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from adrun.launch.teardown import leftover_processes
+from tests.conftest import REPO, SCRIPTS, run_adrun
+
+pytestmark = pytest.mark.integration
+SCRIPT = str(SCRIPTS / "keras_fit_model.py")
+STEPS = 4
+
+
+@pytest.mark.parametrize("strategy,optimizer", [("PS", "sgd"), ("AllReduce", "adam")])
+def test_model_fit_equals_single_process_fit_on_the_combined_batches(tmp_path, spec_file, strategy, optimizer):
+    result = run_adrun("--spec", str(spec_file(workers=2, ps=1)), "--strategy", strategy, "--quiet",
+                       SCRIPT, "--optimizer", optimizer, "--steps", str(STEPS), "--out", str(tmp_path))
+    assert result.returncode == 0, result.output
+    assert leftover_processes(result.job_id) == []
+    subprocess.run([sys.executable, SCRIPT, "--optimizer", optimizer, "--steps", str(STEPS), "--out", str(tmp_path),
+                    "--reference", "2"], check=True, capture_output=True, cwd=REPO)
+    reference = np.load(tmp_path / "reference.npz")
+    for w in (0, 1):
+        got = np.load(tmp_path / f"w{w}.npz")
+        assert int(got["iterations"]) == STEPS
+        for key in (k for k in reference.files if k.startswith("arr_")):
+            np.testing.assert_allclose(got[key], reference[key], rtol=1e-5, atol=1e-6, err_msg=f"w{w} weight {key}")
