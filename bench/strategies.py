@@ -1,0 +1,97 @@
+"""Throughput of adrun's strategies on the bundled examples, on this machine as a local cluster.
+
+Runs `adrun --quiet` for each (example, strategy, options) and reads the summary: cluster steps/s,
+examples/s and the all-reduce payload per step. Writes a markdown table (default
+bench/RESULTS.md). Numbers from a shared 2-core machine are indicative only: compare rows of one
+run, not runs of different days.
+
+    .venv/bin/python bench/strategies.py [--steps 300] [--out bench/RESULTS.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SPEC = "version: 1\nnodes:\n  - address: localhost\n    workers: 2\n    ps: 2\n"
+CASES = [
+    ("linear_regression.py", "PS", ()),
+    ("linear_regression.py", "PSLoadBalancing", ()),
+    ("linear_regression.py", "AllReduce", ()),
+    ("embedding.py", "PS", ()),
+    ("embedding.py", "PSLoadBalancing", ()),
+    ("embedding.py", "PartitionedPS", ()),
+    ("embedding.py", "Parallax", ()),
+    ("embedding.py", "AllReduce", ()),
+    ("keras_cnn.py", "PSLoadBalancing", ()),
+    ("keras_cnn.py", "AllReduce", ()),
+    ("keras_cnn.py", "AllReduce", ("compressor=fp16",)),
+    ("keras_cnn.py", "AllReduce", ("compressor=powersgd",)),
+]
+
+
+def _number(pattern: str, text: str) -> str:
+    match = re.search(pattern, text)
+    return match.group(1) if match else "-"
+
+
+def run_case(spec: Path, script: str, strategy: str, options: tuple[str, ...], steps: int) -> dict[str, str]:
+    opts = [a for o in options for a in ("--strategy-opt", o)]
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "adrun", "--spec", str(spec), "--strategy", strategy, *opts, "--quiet",
+         str(REPO / "examples" / script), "--steps", str(steps)],
+        capture_output=True, text=True, cwd=REPO, env={**os.environ, "COLUMNS": "200"}, timeout=900,
+    )
+    out = proc.stdout + proc.stderr
+    cluster = re.search(r"cluster\s*│[^│]*│\s*(\d+)\s*│\s*(\d+)\s*│\s*([\d.,]+)\s*│\s*([\d.,-]+)", out)
+    return {
+        "example": script,
+        "strategy": strategy + (f" ({', '.join(options)})" if options else ""),
+        "exit": str(proc.returncode),
+        "steps/s": cluster.group(3) if cluster else "-",
+        "examples/s": cluster.group(4) if cluster else "-",
+        "payload B/step": _number(r"all-reduce payload ([\d,]+) B/step", out),
+        "wall s": f"{time.monotonic() - started:.1f}",
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "RESULTS.md")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = Path(tmp) / "cluster.yml"
+        spec.write_text(SPEC)
+        rows = []
+        for script, strategy, options in CASES:
+            rows.append(run_case(spec, script, strategy, options, args.steps))
+            print(" | ".join(rows[-1].values()), flush=True)
+    header = list(rows[0])
+    lines = [
+        "# Strategy throughput (bench/strategies.py)",
+        "",
+        f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
+        f"cluster: this machine, 2 workers + 2 PS; {args.steps} steps per run; wall time includes "
+        "capture and TF start-up. Indicative only (shared machine).",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+        *("| " + " | ".join(row.values()) + " |" for row in rows),
+        "",
+    ]
+    args.out.write_text("\n".join(lines))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
