@@ -76,16 +76,18 @@ def _existing_script(script: str) -> Path:
 
 
 def _check_fixed_ports(spec) -> None:
-    """Refuse a spec whose fixed ports (base_port) are taken now, before the capture takes seconds.
+    """Refuse a spec whose fixed ports (base_port) on this machine are taken now, before the
+    capture takes seconds.
 
-    The ports are released again at once and claimed for real when the job starts. Only for a
-    spec of this machine: other nodes' ports are theirs to check when their tasks start.
+    The ports are released again at once and claimed for real when the job starts. Other nodes'
+    fixed ports are checked over SSH (`RemoteNodes.preflight`).
     """
     from adrun.launch.local import is_local_host
     from adrun.launch.ports import allocate_ports
 
-    if any(n.base_port is not None for n in spec.nodes) and all(is_local_host(n.address) for n in spec.nodes):
-        allocate_ports(spec)
+    here = [is_local_host(n.address) for n in spec.nodes]
+    if any(n.base_port is not None and mine for n, mine in zip(spec.nodes, here)):
+        allocate_ports(spec, here)
 
 
 def _plan(strategy: str, options: dict[str, str], script: Path, script_args: list[str], spec, job_id: str):
@@ -138,22 +140,40 @@ def main() -> None:
 @click.option("--dry-run", is_flag=True, help="Capture and plan, print the plan and the processes, start nothing.")
 @click.option("--shard-data", is_flag=True, help="Give each worker a disjoint shard of the script's tf.data input (same as ADRUN_SHARD_DATA=1).")
 @click.option("--job-id", help="Name of this run (default: time-stamped); every process carries it as ADRUN_JOB_ID.")
+@click.option("--sync-code", is_flag=True,
+              help="Copy the script's directory to every remote node first (no .git, __pycache__, .venv, *.pyc; max 50 MB).")
+@click.option("--stall-timeout", type=click.FloatRange(min=0), default=300, show_default=True, metavar="SECONDS",
+              help="Warn when a worker makes no training step for this long (0: never).")
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @_user_errors
-def run(spec_path, strategy, strategy_opts, quiet, log_dir, dry_run, shard_data, job_id, script, script_args) -> None:
+def run(spec_path, strategy, strategy_opts, quiet, log_dir, dry_run, shard_data, job_id, sync_code, stall_timeout,
+        script, script_args) -> None:
     """Run SCRIPT with ARGS on every worker of the cluster."""
-    from adrun import ui
-    from adrun.launch.supervisor import JobConfig, run_job
-    from adrun.strategies.document import dump_strategy
+    from adrun.launch.provision import RemoteNodes
 
     spec = _load_cluster(spec_path)
     script_path = _existing_script(script)
     options = _parse_options(strategy_opts)
-    if not dry_run:
-        _check_fixed_ports(spec)
-    job_id = job_id or _new_job_id()
-    item, plan = _plan(strategy, options, script_path, list(script_args), spec, job_id)
+    with RemoteNodes(spec) as remote:
+        if not dry_run:
+            _check_fixed_ports(spec)
+            remote.connect()
+            remote.preflight(script_path, sync_code)
+        _run_planned(spec, remote, strategy, options, script_path, list(script_args), job_id or _new_job_id(),
+                     quiet=quiet, log_dir=log_dir, dry_run=dry_run, shard_data=shard_data,
+                     stall_timeout=stall_timeout or None)
+
+
+def _run_planned(spec, remote, strategy: str, options: dict[str, str], script_path: Path, script_args: list[str],
+                 job_id: str, *, quiet: bool, log_dir: str | None, dry_run: bool, shard_data: bool,
+                 stall_timeout: float | None) -> None:
+    """Capture, plan, and (unless `dry_run`) run the job, remote nodes through `remote`."""
+    from adrun import ui
+    from adrun.launch.supervisor import JobConfig, run_job
+    from adrun.strategies.document import dump_strategy
+
+    item, plan = _plan(strategy, options, script_path, script_args, spec, job_id)
     job_dir = RUNS_DIR / job_id
     job_dir.mkdir(parents=True, exist_ok=True)
     strategy_file = job_dir / "strategy.yml"
@@ -169,11 +189,13 @@ def run(spec_path, strategy, strategy_opts, quiet, log_dir, dry_run, shard_data,
             job_id=job_id,
             spec=spec,
             script=script_path,
-            script_args=list(script_args),
+            script_args=script_args,
             strategy_file=strategy_file,
             quiet=quiet,
             log_dir=Path(log_dir) if log_dir else None,
-        )
+            stall_timeout_s=stall_timeout,
+        ),
+        remote,
     )
     sys.exit(result.exit_code)
 

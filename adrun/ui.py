@@ -46,7 +46,9 @@ def print_failure(failure: Failure) -> None:
     fields = Table.grid(padding=(0, 2))
     fields.add_row("task", f"{task.tag} ({task.role} {task.index})")
     fields.add_row("host", task.host)
-    if failure.signal_name:
+    if failure.lost:
+        fields.add_row("exit", Text(f"unknown: the SSH connection to {task.host} was lost", style="bold red"))
+    elif failure.signal_name:
         fields.add_row("exit", Text(f"killed by {failure.signal_name} (status {failure.returncode})", style="bold red"))
     elif failure.returncode == 0:
         fields.add_row("exit", Text("0, but a parameter server must serve until the workers finish", style="bold red"))
@@ -54,7 +56,7 @@ def print_failure(failure: Failure) -> None:
         fields.add_row("exit", Text(f"code {failure.returncode}", style="bold red"))
     tail = Text("\n".join(failure.stderr_tail)) if failure.stderr_tail else Text("(nothing on stderr)", style="dim")
     body = Group(fields, Text(""), Text("last stderr lines:", style="bold"), tail)
-    console.print(Panel(body, title=f"root cause: {task.tag} failed", title_align="left", border_style="red"))
+    console.print(Panel(body, title=f"root cause: {task.label} failed", title_align="left", border_style="red"))
 
 
 def print_summary(result: JobResult) -> None:
@@ -79,7 +81,7 @@ def print_summary(result: JobResult) -> None:
         rate = rates.get(outcome.task.index) if outcome.task.role == "worker" else None
         failed = result.failed is not None and result.failed.task == outcome.task
         table.add_row(
-            outcome.task.tag,
+            outcome.task.label,
             outcome.task.role,
             Text(_exit_text(outcome), style="red" if failed else ""),
             str(rate.steps) if rate else "-",
@@ -97,6 +99,20 @@ def print_summary(result: JobResult) -> None:
         style="bold",
     )
     console.print(table)
+    if result.traffic:
+        console.print(_traffic_table(result.traffic))
+
+
+def _traffic_table(traffic: dict[str, tuple[int, int]]) -> Table:
+    """Bytes each node's interfaces (loopback excepted) sent and received during the run: all
+    of the node's traffic, not only the job's, which is what a saturated link cares about."""
+    table = Table(title="network per node", title_justify="left")
+    table.add_column("node")
+    table.add_column("sent", justify="right")
+    table.add_column("received", justify="right")
+    for node, (sent, received) in traffic.items():
+        table.add_row(node, _bytes(sent), _bytes(received))
+    return table
 
 
 def print_plan(plan: Any, item: Any, spec: Any) -> None:
@@ -167,14 +183,14 @@ class JobView:
 
     def job_started(self, job_id: str, tasks: Sequence[Task]) -> None:
         for i, task in enumerate(tasks):
-            self._tag_styles[task.tag] = _TAG_COLORS[i % len(_TAG_COLORS)]
+            self._tag_styles[task.label] = _TAG_COLORS[i % len(_TAG_COLORS)]
         print_status(f"job {job_id}: " + ", ".join(f"{t.tag} {t.address}" for t in tasks))
 
     def task_output(self, task: Task, stream: Stream, line: str) -> None:
-        style = self._tag_styles.get(task.tag, "")
+        style = self._tag_styles.get(task.label, "")
         # stderr tags are dimmed so a script's own stdout stands out among TF's stderr logging.
         tag_style = f"bold {style}" if stream == "stdout" else f"dim {style}"
-        self._task_console.print(Text.assemble((f"[{task.tag}] ", tag_style), line), soft_wrap=True)
+        self._task_console.print(Text.assemble((f"[{task.label}] ", tag_style), line), soft_wrap=True)
 
     def progress(self, throughput: Throughput, elapsed_s: float) -> None:
         if self.quiet:
@@ -188,6 +204,9 @@ class JobView:
 
     def stopping(self, reason: str) -> None:
         print_status(reason)
+
+    def warning(self, message: str) -> None:
+        console.print(Text(f"adrun: warning: {message}", style="yellow"), soft_wrap=True)
 
 
 def _status_text(throughput: Throughput, elapsed_s: float) -> Text:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from .tasks import Task
 
@@ -66,4 +66,36 @@ def task_env(
         env["ADRUN_WORKER_INDEX"] = str(task.index)
     if strategy_file is not None:
         env["ADRUN_STRATEGY_FILE"] = str(strategy_file)
+    return env
+
+
+def forwarded_env(launcher_env: Mapping[str, str], names: Sequence[str]) -> dict[str, str]:
+    """What a remote task takes from the launcher's environment: the variables named in the
+    node's `ssh.forward_env` (an explicit allow list; a name not set here is not set there),
+    plus adrun's own ADRUN_* settings. Nothing else crosses: the launcher's PATH, HOME or
+    secrets mean nothing, or too much, on another machine."""
+    wanted = set(names)
+    return {k: v for k, v in launcher_env.items()
+            if k in wanted or (k.startswith("ADRUN_") and k not in CONTRACT_VARS)}
+
+
+def remote_task_env(
+    task: Task,
+    job_id: str,
+    num_workers: int,
+    cluster_def: Mapping[str, list[str]],
+    strategy_file: str | os.PathLike[str],
+    launcher_env: Mapping[str, str],
+    forward_env: Sequence[str],
+    node_env: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The variables set for `task` on a remote node, on top of that node's own environment.
+
+    The contract and defaults are those of `task_env`; the hook directory is put in front of
+    PYTHONPATH by the keeper on the node (`remote_agent`), from the node's adrun installation.
+    """
+    env = task_env(task, job_id, num_workers, cluster_def, "run", strategy_file, "",
+                   forwarded_env(launcher_env, forward_env), node_env)
+    if not env["PYTHONPATH"]:
+        del env["PYTHONPATH"]  # keep the node's own (e.g. from ssh.activate)
     return env

@@ -1,7 +1,7 @@
 """What to start for a job: one command line, environment and directory per task.
 
 Kept apart from supervision so the supervisor can run any list of commands (tests run plain
-`python -c` tasks) and a future SSH launcher can reuse the same plan.
+`python -c` tasks); local and remote tasks are planned alike, only their environment differs.
 """
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import adrun
 from adrun.errors import UserError
 
-from .env import task_env
+from .env import remote_task_env, task_env
 from .local import is_local_host, ps_argv, worker_argv
 from .ports import allocate_ports
 from .tasks import Task, cluster_def, placements
@@ -26,7 +26,8 @@ HOOK_DIR = Path(adrun.__file__).resolve().parent / "hook"
 
 @dataclass(frozen=True)
 class TaskLaunch:
-    """Everything needed to start one task."""
+    """Everything needed to start one task. For a remote task (`task.remote`), `env` holds only
+    the variables set on top of the node's own environment and `cwd` is a path on that node."""
 
     task: Task
     argv: list[str]
@@ -34,37 +35,55 @@ class TaskLaunch:
     cwd: Path
 
 
-def plan_local_job(
+def remote_workdir(node: Any, cwd: str | Path | None = None) -> str:
+    """Where a remote node's tasks run: `ssh.workdir`, else the launcher's own directory."""
+    ssh = getattr(node, "ssh", None)
+    if ssh is not None and ssh.workdir:
+        return ssh.workdir
+    return str(Path(cwd) if cwd is not None else Path.cwd())
+
+
+def plan_job(
     spec: Any,
     script: str | Path,
     script_args: Sequence[str],
     *,
     job_id: str,
     strategy_file: str | Path,
+    remote_ports: Mapping[str, Sequence[int]] | None = None,
     cwd: str | Path | None = None,
     hook_dir: str | Path = HOOK_DIR,
     base_env: Mapping[str, str] | None = None,
 ) -> list[TaskLaunch]:
-    """Launches for every task of `spec` in run mode, with ports reserved on this machine.
+    """Launches for every task of `spec` in run mode.
 
-    Every node must be this machine until an SSH launcher exists; saying so now beats a task
-    that cannot connect later.
+    Ports of this machine's nodes are reserved here; `remote_ports[address]` holds those a
+    remote node's probe chose (`adrun.launch.provision`). A remote node without them is refused:
+    its tasks could only be started blind.
     """
-    remote = [node.address for node in spec.nodes if not is_local_host(node.address)]
-    if remote:
-        raise UserError(
-            f"node {remote[0]} is not this machine: adrun can only start processes locally for now; "
-            "use localhost (or this machine's address) for every node"
-        )
-    placed = placements(spec, allocate_ports(spec))
+    here = [is_local_host(node.address) for node in spec.nodes]
+    ports = allocate_ports(spec, here)
+    for pos, node in enumerate(spec.nodes):
+        if not here[pos]:
+            if remote_ports is None or node.address not in remote_ports:
+                raise UserError(f"node {node.address} is not this machine and no SSH connection to it is open")
+            ports[pos] = list(remote_ports[node.address])
+    remote_hosts = {node.address for pos, node in enumerate(spec.nodes) if not here[pos]}
+    placed = [(replace(task, remote=task.host in remote_hosts), node) for task, node in placements(spec, ports)]
     tasks = [task for task, _ in placed]
     cluster = cluster_def(tasks)
     num_workers = sum(t.role == "worker" for t in tasks)
     workdir = Path(cwd) if cwd is not None else Path.cwd()
+    launcher_env = os.environ if base_env is None else base_env
     launches = []
     for task, node in placed:
         python = node.python or sys.executable
         argv = worker_argv(python, script, script_args) if task.role == "worker" else ps_argv(python)
+        if task.remote:
+            env = remote_task_env(task, job_id, num_workers, cluster, str(strategy_file), launcher_env,
+                                  node.ssh.forward_env if node.ssh is not None else [], node.env)
+            launches.append(TaskLaunch(task, argv, env, Path(remote_workdir(node, workdir))))
+            continue
         env = task_env(
             task,
             job_id=job_id,
@@ -73,7 +92,7 @@ def plan_local_job(
             mode="run",
             strategy_file=str(strategy_file),
             hook_dir=str(hook_dir),
-            base_env=os.environ if base_env is None else base_env,
+            base_env=launcher_env,
             node_env=node.env,
         )
         launches.append(TaskLaunch(task, argv, env, workdir))

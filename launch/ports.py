@@ -1,4 +1,4 @@
-"""TCP ports for the tasks of a job on this machine.
+"""TCP ports for the tasks of a job on this machine (other nodes: `provision.py`).
 
 Ports are tested by binding them on the wildcard address, because TF's gRPC servers listen on all
 interfaces: a port taken on any address would make the server fail at start-up, long after the
@@ -9,6 +9,7 @@ ports handed out are distinct from each other.
 from __future__ import annotations
 
 import socket
+from collections.abc import Sequence
 from contextlib import ExitStack
 from typing import Any
 
@@ -17,19 +18,21 @@ import psutil
 from adrun.errors import UserError
 
 
-def allocate_ports(spec: Any) -> list[list[int]]:
+def allocate_ports(spec: Any, here: Sequence[bool] | None = None) -> list[list[int]]:
     """Ports for every node of `spec`, in node order: `node.workers + node.ps` ports each.
 
     A node with `base_port` gets `base_port, base_port+1, ...`, each checked to be free; other
     nodes get ports the kernel reports free. Fixed ranges are claimed first so a kernel-chosen
-    port can never land in one of them.
+    port can never land in one of them. `here[i]` False skips node i (an empty list): its ports
+    are another machine's, probed there (`adrun.launch.provision`).
     """
     nodes = list(spec.nodes)
+    include = list(here) if here is not None else [True] * len(nodes)
     result: list[list[int]] = [[] for _ in nodes]
     with ExitStack() as held:
         taken: set[int] = set()
         for pos, node in enumerate(nodes):
-            if node.base_port is None:
+            if node.base_port is None or not include[pos]:
                 continue
             # The spec guarantees the range ends at or below 65535.
             for port in range(node.base_port, node.base_port + node.workers + node.ps):
@@ -42,7 +45,7 @@ def allocate_ports(spec: Any) -> list[list[int]]:
                 taken.add(port)
                 result[pos].append(port)
         for pos, node in enumerate(nodes):
-            if node.base_port is None:
+            if node.base_port is None and include[pos]:
                 for _ in range(node.workers + node.ps):
                     sock = held.enter_context(_claim(node.address, 0))
                     result[pos].append(sock.getsockname()[1])

@@ -26,9 +26,11 @@ from typing import IO, Any, Literal, Protocol, TextIO
 from adrun import ui
 from adrun.errors import UserError
 
-from .job import TaskLaunch, plan_local_job
+from .job import TaskLaunch, plan_job
 from .local import LocalProcess
 from .metrics import Throughput, parse_metric_line
+from .provision import RemoteNodes, local_traffic
+from .remote import RemoteProcess
 from .tasks import Task
 from .teardown import GRACE_S, kill_leftovers, stop_processes
 
@@ -36,6 +38,7 @@ Stream = Literal["stdout", "stderr"]
 
 TAIL_LINES = 20
 INTERRUPTED_EXIT_CODE = 130
+STALL_TIMEOUT_S = 300.0
 _PROGRESS_INTERVAL_S = 1.0
 _TICK_S = 0.1
 _EOF_WAIT_S = 2.0
@@ -62,6 +65,9 @@ class JobListener(Protocol):
     def stopping(self, reason: str) -> None:
         """The job is over (success, failure or interrupt) and its tasks are being stopped."""
 
+    def warning(self, message: str) -> None:
+        """Something looks wrong but the job goes on (e.g. a worker stalls)."""
+
 
 def signal_name(returncode: int | None) -> str | None:
     """`SIGKILL` for an exit status of -9; None for a normal exit (or no status)."""
@@ -80,6 +86,7 @@ class Failure:
     task: Task
     returncode: int  # negative: killed by that signal
     stderr_tail: list[str]
+    lost: bool = False  # a remote task whose SSH connection (or keeper) died: status unknown
 
     @property
     def signal_name(self) -> str | None:
@@ -88,7 +95,9 @@ class Failure:
     @property
     def summary(self) -> str:
         """One line: which task, where, and how it ended."""
-        who = f"{self.task.tag} ({self.task.role} {self.task.index} on {self.task.host})"
+        who = f"{self.task.label} ({self.task.role} {self.task.index} on {self.task.host})"
+        if self.lost:
+            return f"{who}: lost the SSH connection to {self.task.host}, the task's state is unknown"
         if self.signal_name:
             return f"{who} was killed by {self.signal_name}"
         if self.returncode == 0:
@@ -123,6 +132,7 @@ class JobResult:
     metrics: Throughput
     outcomes: list[TaskOutcome]
     elapsed_s: float
+    traffic: dict[str, tuple[int, int]] = field(default_factory=dict)  # node: (bytes sent, received)
 
 
 def supervise(
@@ -133,6 +143,8 @@ def supervise(
     quiet: bool = False,
     log_dir: Path | None = None,
     grace_s: float = GRACE_S,
+    remote: RemoteNodes | None = None,
+    stall_timeout_s: float | None = STALL_TIMEOUT_S,
 ) -> JobResult:
     """Run `launches` (PS tasks first) as job `job_id` until it succeeds, fails or is interrupted.
 
@@ -140,20 +152,25 @@ def supervise(
     `log_dir` gets one `<tag>.log` per task with both streams. When this returns, no process
     whose environment carries `ADRUN_JOB_ID=job_id` is alive. Must run in the thread that
     should own the tasks (see `adrun.launch.local`); in the main thread it also handles
-    SIGINT/SIGTERM as an interrupt.
+    SIGINT/SIGTERM as an interrupt. Remote tasks (`task.remote`) start through `remote`, whose
+    nodes are swept for the job's leftovers too. A worker without a new step for
+    `stall_timeout_s` (None: never) gets a warning, not a kill: a slow step is not a dead one.
     """
-    return _Job(job_id, listener, quiet, log_dir, grace_s).run(launches)
+    return _Job(job_id, listener, quiet, log_dir, grace_s, remote, stall_timeout_s).run(launches)
 
 
 @dataclass
 class _Running:
     launch: TaskLaunch
-    proc: LocalProcess
+    proc: LocalProcess | RemoteProcess
     log: TextIO | None
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
     open_streams: int = 2
     returncode: int | None = None
     stopped: bool = False
+    progress_at: float = field(default_factory=time.monotonic)  # last new step (or start)
+    last_step: int | None = None
+    stall_warned: bool = False
 
     @property
     def task(self) -> Task:
@@ -162,9 +179,12 @@ class _Running:
 
 class _Job:
     def __init__(
-        self, job_id: str, listener: JobListener, quiet: bool, log_dir: Path | None, grace_s: float
+        self, job_id: str, listener: JobListener, quiet: bool, log_dir: Path | None, grace_s: float,
+        remote: RemoteNodes | None, stall_timeout_s: float | None,
     ) -> None:
         self.job_id = job_id
+        self.remote = remote
+        self.stall_timeout_s = stall_timeout_s
         self.listener = listener
         self.quiet = quiet
         self.log_dir = log_dir
@@ -207,7 +227,11 @@ class _Job:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             log = open(self.log_dir / f"{launch.task.tag}.log", "w", encoding="utf-8", buffering=1)
         try:
-            proc = LocalProcess(launch.argv, cwd=launch.cwd, env=launch.env)
+            if launch.task.remote:
+                assert self.remote is not None, "a remote task needs the job's SSH connections"
+                proc: LocalProcess | RemoteProcess = self.remote.start(launch, self.job_id)
+            else:
+                proc = LocalProcess(launch.argv, cwd=launch.cwd, env=launch.env)
         except OSError as e:
             if log:
                 log.close()
@@ -246,12 +270,27 @@ class _Job:
             now = time.monotonic()
             if now >= next_progress:
                 self.listener.progress(self.throughput, now - started)
+                self._check_stalls(workers, now)
                 next_progress = now + _PROGRESS_INTERVAL_S
+
+    def _check_stalls(self, workers: Sequence[_Running], now: float) -> None:
+        """Warn once per stall about a running worker whose step count has not moved."""
+        if self.stall_timeout_s is None:
+            return
+        for run in workers:
+            idle = now - run.progress_at
+            if run.returncode is None and not run.stall_warned and idle >= self.stall_timeout_s:
+                run.stall_warned = True
+                step = "no step yet" if run.last_step is None else f"still at step {run.last_step}"
+                self.listener.warning(f"{run.task.label} (worker {run.task.index} on {run.task.host}) has made "
+                                      f"no training progress for {idle:.0f} s ({step}); it may be waiting for "
+                                      "a parameter server or another worker")
 
     def _fail(self, run: _Running) -> None:
         self._drain_until(lambda: run.open_streams == 0, _EOF_WAIT_S)
         assert run.returncode is not None
-        self.failure = Failure(run.task, run.returncode, list(run.tail))
+        lost = isinstance(run.proc, RemoteProcess) and run.proc.lost
+        self.failure = Failure(run.task, run.returncode, list(run.tail), lost)
         self.listener.stopping(f"{self.failure.summary}: stopping the other tasks")
 
     def _dispatch(self, timeout: float) -> None:
@@ -281,6 +320,7 @@ class _Job:
             if event is not None:
                 if run.task.role == "worker":
                     self.throughput.record(run.task.index, event)
+                    self._note_step(run, event)
                 return
             if not _STARTUP_NOISE.match(line):
                 run.tail.append(line)
@@ -289,6 +329,11 @@ class _Job:
         if not self.quiet:
             self.listener.task_output(run.task, stream, line)
 
+    def _note_step(self, run: _Running, event: dict[str, Any]) -> None:
+        step = event.get("step")
+        if event.get("event") == "step" and isinstance(step, int) and step != run.last_step:
+            run.last_step, run.progress_at, run.stall_warned = step, time.monotonic(), False
+
     # --- stop --------------------------------------------------------------------------------
 
     def _teardown(self) -> None:
@@ -296,7 +341,11 @@ class _Job:
         for run in self.running:
             run.stopped = run.proc.poll() is None
         stop_processes([r.proc for r in self.running], self.grace_s)
-        kill_leftovers(self.job_id)
+        if any(not r.task.remote for r in self.running):
+            kill_leftovers(self.job_id)
+        if self.remote is not None:
+            for problem in self.remote.sweep(self.job_id):
+                self.listener.warning(f"final sweep: {problem}")
         for run in self.running:
             run.returncode = run.proc.poll()
         self._drain_until(lambda: all(r.open_streams == 0 for r in self.running), _EOF_WAIT_S)
@@ -343,15 +392,26 @@ class JobConfig:
     strategy_file: Path
     quiet: bool = False
     log_dir: Path | None = None
+    stall_timeout_s: float | None = STALL_TIMEOUT_S
 
 
-def run_job(config: JobConfig) -> JobResult:
-    """Start `config`'s job on this machine, show it in the terminal, and return how it ended."""
-    launches = plan_local_job(
-        config.spec, config.script, config.script_args, job_id=config.job_id, strategy_file=config.strategy_file
-    )
+def run_job(config: JobConfig, remote: RemoteNodes) -> JobResult:
+    """Start `config`'s job (remote nodes through `remote`, already connected and checked), show
+    it in the terminal, and return how it ended, with each node's network bytes meanwhile."""
+    here = ", ".join(n.address for n in config.spec.nodes if n.address not in remote.links)
+    before = remote.prepare_launch(config.strategy_file)
+    local_before = local_traffic() if here else None
+    launches = plan_job(config.spec, config.script, config.script_args, job_id=config.job_id,
+                        strategy_file=config.strategy_file, remote_ports=remote.ports)
     with ui.JobView(quiet=config.quiet) as view:
-        result = supervise(launches, config.job_id, view, quiet=config.quiet, log_dir=config.log_dir)
+        result = supervise(launches, config.job_id, view, quiet=config.quiet, log_dir=config.log_dir,
+                           remote=remote, stall_timeout_s=config.stall_timeout_s)
+    after = remote.traffic()
+    if local_before is not None:
+        after[here] = local_traffic()
+        before[here] = local_before
+    result.traffic.update({node: (sent - before[node][0], recv - before[node][1])
+                           for node, (sent, recv) in after.items() if node in before})
     ui.print_summary(result)
     if result.failed:
         ui.print_failure(result.failed)

@@ -21,11 +21,18 @@ class Task:
     index: int
     host: str
     port: int
+    remote: bool = False  # started over SSH on another machine
 
     @property
     def tag(self) -> str:
-        """Short stable name used as the output prefix and in messages: `w0`, `ps1`."""
+        """Short stable name (log file names, metrics): `w0`, `ps1`."""
         return f"w{self.index}" if self.role == "worker" else f"ps{self.index}"
+
+    @property
+    def label(self) -> str:
+        """The output prefix and the name in messages: `w0` here, `w1@10.0.0.2` on another node,
+        so a line or a failure says which machine to look at."""
+        return f"{self.tag}@{self.host}" if self.remote else self.tag
 
     @property
     def address(self) -> str:

@@ -7,13 +7,13 @@ the job inherits even when it left its task's group; processes are never matched
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 
 import psutil
 
 from .local import LocalProcess
+from .remote_agent import job_pids
 
 GRACE_S = 5.0
 _KILL_WAIT_S = 2.0
@@ -47,19 +47,11 @@ def _wait_gone(procs: Sequence[LocalProcess], timeout_s: float) -> bool:
 def leftover_processes(job_id: str) -> list[psutil.Process]:
     """Live processes (not zombies) whose environment says they belong to job `job_id`.
 
-    Processes whose environment we may not read are skipped; so is the calling process.
+    Processes whose environment we may not read are skipped; so is the calling process. The
+    scan is `remote_agent.job_pids`, the same one the final sweep runs on remote nodes.
     """
-    found = []
-    for proc in psutil.process_iter(["environ", "status"]):
-        env = proc.info["environ"]
-        if (
-            proc.pid != os.getpid()
-            and env
-            and env.get("ADRUN_JOB_ID") == job_id
-            and proc.info["status"] != psutil.STATUS_ZOMBIE
-        ):
-            found.append(proc)
-    return found
+    pids = set(job_pids(job_id))
+    return [proc for proc in psutil.process_iter(["environ", "status"]) if proc.pid in pids]
 
 
 def kill_leftovers(job_id: str, timeout_s: float = _KILL_WAIT_S) -> list[psutil.Process]:

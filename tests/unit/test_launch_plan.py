@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from adrun.errors import UserError
-from adrun.launch.job import plan_local_job
+from adrun.launch.job import plan_job
 from adrun.launch.ports import allocate_ports
 from adrun.launch.tasks import Task, cluster_def, plan_tasks
 
@@ -124,11 +124,11 @@ def test_overlapping_base_ports_on_this_machine_are_rejected():
         allocate_ports(spec)
 
 
-def test_plan_local_job_builds_commands_and_contract(tmp_path):
+def test_plan_job_builds_commands_and_contract(tmp_path):
     base = _free_port()
     spec = Spec([Node("localhost", workers=2, ps=1, base_port=base, python="/opt/py/bin/python3", env={"FOO": "bar"})])
 
-    launches = plan_local_job(
+    launches = plan_job(
         spec, "train.py", ["--steps", "3"], job_id="j1", strategy_file=tmp_path / "s.yml",
         cwd=tmp_path, hook_dir="/hook", base_env={"PYTHONPATH": "/mine", "PATH": "/bin"},
     )
@@ -148,20 +148,20 @@ def test_plan_local_job_builds_commands_and_contract(tmp_path):
         assert launch.env["FOO"] == "bar"
 
 
-def test_plan_local_job_defaults_to_the_launchers_python():
-    launches = plan_local_job(Spec([Node(workers=1)]), "t.py", [], job_id="j", strategy_file="s.yml", base_env={})
+def test_plan_job_defaults_to_the_launchers_python():
+    launches = plan_job(Spec([Node(workers=1)]), "t.py", [], job_id="j", strategy_file="s.yml", base_env={})
     assert launches[0].argv[0] == sys.executable
 
 
-def test_plan_local_job_reads_the_real_cluster_spec():
+def test_plan_job_reads_the_real_cluster_spec():
     from adrun.spec import ClusterSpec
 
     spec = ClusterSpec.model_validate({"version": 1, "nodes": [{"address": "localhost", "workers": 2, "ps": 1}]})
-    launches = plan_local_job(spec, "t.py", [], job_id="j", strategy_file="s.yml", base_env={})
+    launches = plan_job(spec, "t.py", [], job_id="j", strategy_file="s.yml", base_env={})
     assert [launch.task.tag for launch in launches] == ["w0", "w1", "ps0"]
 
 
-def test_plan_local_job_rejects_a_remote_node():
+def test_plan_job_rejects_a_remote_node():
     spec = Spec([Node("localhost", workers=1, chief=True), Node("203.0.113.7", workers=1)])
-    with pytest.raises(UserError, match="node 203.0.113.7 is not this machine"):
-        plan_local_job(spec, "t.py", [], job_id="j", strategy_file="s.yml")
+    with pytest.raises(UserError, match="node 203.0.113.7 is not this machine and no SSH connection"):
+        plan_job(spec, "t.py", [], job_id="j", strategy_file="s.yml")

@@ -1,0 +1,261 @@
+"""The program adrun runs on a remote node for a job: a task's keeper, and small job-time probes.
+
+Why a separate file with only the standard library: like `probe.py`, its source is sent over
+SSH and run as `python -c SOURCE MODE ARGS_JSON` with the node's interpreter, so it depends on
+nothing but Python. Modes print one line `@@ADRUN-AGENT {json}`, except `run`.
+
+Modes:
+  run                     keep one task (its spec arrives as the first stdin line, see `run`)
+  prepare {"ports": {"base": int|None, "count": int}, "files": [path, ...]}
+                          free ports (or which of base..base+count-1 are taken), sha256 of files
+                          (None when missing), network byte counters
+  netio   {}              network byte counters: {"sent", "recv"} over all interfaces but lo
+  sweep   {"job_id"}      SIGKILL every process whose environment says ADRUN_JOB_ID=job_id
+
+`run` is why remote tasks cannot outlive the launcher: the task runs in its own session (so its
+whole process group can be signalled), and the keeper kills that group when its stdin (the SSH
+channel) reaches EOF, when its parent (the sshd session) dies, or when the launcher's pings stop
+for longer than the lease (a network cut that neither side's TCP notices). Commands on stdin:
+`TERM` / `KILL` signal the group, `PING` renews the lease. stdout/stderr are the task's own
+(inherited, not relayed); the keeper adds `@@ADRUN-STARTED {"pid"}` and `@@ADRUN-EXIT
+{"returncode"}` (negative: killed by that signal) on stderr, and exits once the group is empty.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+MARKER = "@@ADRUN-AGENT "
+STARTED_MARKER = "@@ADRUN-STARTED "
+EXIT_MARKER = "@@ADRUN-EXIT "
+NO_ADRUN = 127  # `run`: adrun is not importable with this interpreter, so the hook cannot load
+_POLL_S = 0.05
+_GRACE_S = 2.0  # keeper on its own (launcher gone): SIGTERM, then SIGKILL after this
+_CHUNK = 1 << 16
+
+
+# --- run -------------------------------------------------------------------------------------
+
+
+class _Keeper:
+    """One task and its process group; every wait is bounded, nothing blocks on the launcher."""
+
+    def __init__(self, spec: dict) -> None:
+        self.lease_s = float(spec.get("lease_s", 30))
+        self.last_ping = time.monotonic()
+        self.lost: str | None = None  # why the keeper stops the group on its own
+        self.parent = os.getppid()
+        env = dict(os.environ)
+        env.update(spec["env"])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_hook_dir(), env.get("PYTHONPATH", "")) if p)
+        try:
+            self.child = subprocess.Popen(spec["argv"], env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+        except OSError as e:
+            sys.stderr.write(f"adrun: cannot start {spec['argv'][0]} on {socket.gethostname()}: {e.strerror}\n")
+            sys.exit(NO_ADRUN)
+        _say(STARTED_MARKER, {"pid": self.child.pid})
+
+    def signal_group(self, sig: int) -> None:
+        try:
+            os.killpg(self.child.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def group_alive(self) -> bool:
+        try:
+            os.killpg(self.child.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def read_commands(self) -> None:
+        """Thread: obey the launcher; EOF means it (or its connection) is gone."""
+        for line in sys.stdin:
+            word = line.strip()
+            if word == "PING":
+                self.last_ping = time.monotonic()
+            elif word == "TERM":
+                self.signal_group(signal.SIGTERM)
+            elif word == "KILL":
+                self.signal_group(signal.SIGKILL)
+        self.lost = self.lost or "stdin closed"
+
+    def run(self) -> int:
+        reported = False
+        lost_at: float | None = None
+        while True:
+            code = self.child.poll()
+            if code is not None and not reported:
+                _say(EXIT_MARKER, {"returncode": code})
+                reported = True
+            if code is not None and not self.group_alive():
+                return 0
+            if self.lost is None and os.getppid() != self.parent:
+                self.lost = "parent died"
+            if self.lost is None and time.monotonic() - self.last_ping > self.lease_s:
+                self.lost = "lease expired"
+            if self.lost is not None:
+                if lost_at is None:
+                    lost_at = time.monotonic()
+                    self.signal_group(signal.SIGTERM)
+                elif time.monotonic() - lost_at > _GRACE_S:
+                    self.signal_group(signal.SIGKILL)
+            time.sleep(_POLL_S)
+
+
+def _hook_dir() -> str:
+    """adrun's sitecustomize directory in this node's installation (not the launcher's path)."""
+    found = importlib.util.find_spec("adrun")
+    if found is None or not found.submodule_search_locations:
+        sys.stderr.write(f"adrun: adrun is not installed for {sys.executable} on {socket.gethostname()}\n")
+        sys.exit(NO_ADRUN)
+    return os.path.join(list(found.submodule_search_locations)[0], "hook")
+
+
+def run() -> int:
+    """Read the task spec {"argv", "env", "lease_s"} from stdin, run it, keep it in check."""
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a dead channel must not kill the keeper first
+    keeper = _Keeper(json.loads(sys.stdin.readline()))
+
+    def stop(signum: int, frame: object) -> None:
+        keeper.lost = keeper.lost or f"signal {signum}"
+
+    for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, stop)
+    threading.Thread(target=keeper.read_commands, daemon=True).start()
+    return keeper.run()
+
+
+# --- probes ----------------------------------------------------------------------------------
+
+
+def job_pids(job_id: str) -> list[int]:
+    """Live (non-zombie) processes whose environment holds ADRUN_JOB_ID=job_id, except this one.
+
+    Also used on the launching machine (`adrun.launch.teardown`), so both sides find a job's
+    processes the same way: by environment, never by name.
+    """
+    needle = b"ADRUN_JOB_ID=" + job_id.encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if needle not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:  # gone, or not ours to read
+            continue
+        if state != b"Z":
+            found.append(int(entry))
+    return found
+
+
+def sweep(args: dict) -> dict:
+    """SIGKILL the job's leftovers and wait (bounded) until they are gone."""
+    pids = job_pids(args["job_id"])
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    deadline = time.monotonic() + 2.0
+    while job_pids(args["job_id"]) and time.monotonic() < deadline:
+        time.sleep(_POLL_S)
+    return {"killed": pids, "left": job_pids(args["job_id"])}
+
+
+def netio(args: dict) -> dict:
+    """Bytes sent and received over every interface but loopback, from /proc/net/dev."""
+    sent = recv = 0
+    with open("/proc/net/dev") as f:
+        for line in f.readlines()[2:]:
+            name, _, counters = line.partition(":")
+            if name.strip() == "lo":
+                continue
+            fields = counters.split()
+            recv += int(fields[0])
+            sent += int(fields[8])
+    return {"sent": sent, "recv": recv}
+
+
+def _ports(base: int | None, count: int) -> dict:
+    """Free ports: `count` kernel-chosen ones held together (so distinct), or the taken ones of
+    base..base+count-1, bound as TF's gRPC server binds (all interfaces, SO_REUSEADDR)."""
+    held = []
+    try:
+        if base is None:
+            for _ in range(count):
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                held.append(sock)
+                sock.bind(("", 0))
+                sock.listen()
+            return {"ports": [s.getsockname()[1] for s in held]}
+        taken = []
+        for port in range(base, base + count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            held.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(("", port))
+                sock.listen()
+            except OSError:
+                taken.append(port)
+        return {"ports": list(range(base, base + count)), "taken": taken}
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def _sha256(path: str) -> str | None:
+    if not os.path.isfile(path):
+        return None
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(_CHUNK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def prepare(args: dict) -> dict:
+    ports = args["ports"]
+    return {**_ports(ports["base"], ports["count"]), "hashes": {p: _sha256(p) for p in args["files"]},
+            "net": netio({})}
+
+
+def _say(marker: str, payload: dict) -> None:
+    try:
+        sys.stderr.write(marker + json.dumps(payload) + "\n")
+        sys.stderr.flush()
+    except OSError:  # the channel is gone; the keeper still has a group to stop
+        pass
+
+
+def main(argv: list[str]) -> None:
+    mode = argv[0]
+    if mode == "run":
+        sys.exit(run())
+    args = json.loads(argv[1]) if len(argv) > 1 else {}
+    try:
+        result = {"prepare": prepare, "netio": netio, "sweep": sweep}[mode](args)
+    except Exception as e:
+        result = {"error": f"{type(e).__name__}: {e}"}
+    print(MARKER + json.dumps(result), flush=True)
+    sys.exit(1 if "error" in result else 0)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

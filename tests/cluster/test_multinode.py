@@ -1,0 +1,161 @@
+"""Jobs over SSH on two network-namespace hosts: results, failures, teardown, code shipping.
+
+Every host runs its tasks through its own sshd, at its own address; the launcher runs in the
+root namespace, so no node is "this machine" and every task is remote. PIDs are shared with the
+root namespace (one kernel), so `leftover_processes` sees every host's processes: a scan by
+ADRUN_JOB_ID that must come back empty within NOTICE_S after each job.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from adrun.launch.teardown import leftover_processes
+from tests.conftest import REPO, run_adrun
+from tests.integration.test_failures import NOTICE_S, TINY, LiveAdrun, flat, wait_no_leftovers
+from tests.integration.test_oracles import _train_and_compare
+
+from .netns import NetnsCluster
+
+pytestmark = pytest.mark.cluster
+RELATIVE_TINY = "tests/scripts/tiny_model.py"
+
+
+def write_spec(path: Path, cluster: NetnsCluster, ps: tuple[int, int] = (1, 0), h2: dict | None = None) -> Path:
+    """1 worker on each of the first two hosts, `ps[i]` PS on host i; `h2` adds ssh fields to host 2."""
+    lines = ["version: 1", "nodes:"]
+    for i, host in enumerate(cluster.hosts[:2]):
+        ssh = {"user": "root", "identity_file": str(cluster.client_key), "known_hosts": str(cluster.known_hosts),
+               **((h2 or {}) if i == 1 else {})}
+        lines += [f"  - address: {host.address}", f"    chief: {'true' if i == 0 else 'false'}",
+                  "    workers: 1", f"    ps: {ps[i]}", "    ssh:"]
+        lines += [f"      {key}: {value}" for key, value in ssh.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def job_process(job_id: str, role: str, index: int) -> psutil.Process:
+    """The task process (not its keeper) of `role` `index` in job `job_id`."""
+    [proc] = [p for p in leftover_processes(job_id)
+              if p.info["environ"].get("ADRUN_ROLE") == role and p.info["environ"].get("ADRUN_TASK_INDEX") == str(index)]
+    return proc
+
+
+@pytest.fixture
+def live():
+    started: list[LiveAdrun] = []
+
+    def start(*args: str) -> LiveAdrun:
+        job = LiveAdrun(*args)
+        started.append(job)
+        return job
+
+    yield start
+    for job in started:
+        job.cleanup()
+
+
+@pytest.fixture
+def long_job(netns_cluster, tmp_path, live):
+    """A 2-host job (w0 + ps0 on host 1, w1 on host 2) training until stopped, both workers stepping."""
+    c = netns_cluster
+    job = live("--spec", str(write_spec(tmp_path / "cluster.yml", c)), TINY, "--steps", "100000", "--step-sleep", "0.05")
+    job.wait_for_line(rf"^\[w1@{c.hosts[1].address}\] step 2$")
+    job.wait_for_line(rf"^\[w0@{c.hosts[0].address}\] step 2$")
+    return job
+
+
+# --- results match the single-process reference exactly as on one machine -----------------------
+
+
+@pytest.mark.parametrize("strategy", ["PS", "PSLoadBalancing", "AllReduce"])
+@pytest.mark.parametrize("data", ["per-worker", "same"])
+def test_oracles_across_hosts(netns_cluster, tmp_path, strategy, data):
+    def spec_file(workers: int, ps: int) -> Path:
+        assert workers == 2
+        return write_spec(tmp_path / "cluster.yml", netns_cluster, ps=(1, 0) if ps == 1 else (1, 1))
+
+    _train_and_compare(tmp_path, spec_file, strategy, "dense", data)
+
+
+# --- failures: a clear message, and nothing of the job left on any host ---------------------------
+
+
+def _assert_ends_cleanly(job: LiveAdrun, event_at: float, code: int) -> None:
+    assert job.wait(timeout_s=60) == code, job.output
+    took = time.monotonic() - event_at
+    assert took < NOTICE_S, f"adrun took {took:.1f} s to end the job"
+    assert leftover_processes(job.job_id) == [], job.output
+
+
+def test_remote_worker_sigkill(netns_cluster, long_job):
+    h2 = netns_cluster.hosts[1].address
+    job_process(long_job.job_id, "worker", 1).kill()
+    _assert_ends_cleanly(long_job, time.monotonic(), 137)
+    text = flat(long_job.output)
+    assert f"w1@{h2} (worker 1 on {h2}) was killed by SIGKILL" in text, long_job.output
+    assert f"root cause: w1@{h2} failed task w1 (worker 1) host {h2} exit killed by SIGKILL (status -9)" in text
+
+
+def test_remote_ps_sigkill(netns_cluster, long_job):
+    h1 = netns_cluster.hosts[0].address
+    job_process(long_job.job_id, "ps", 0).kill()
+    _assert_ends_cleanly(long_job, time.monotonic(), 137)
+    assert f"root cause: ps0@{h1} failed task ps0 (ps 0) host {h1} exit killed by SIGKILL" in flat(long_job.output)
+
+
+def test_ctrl_c(long_job):
+    long_job.proc.send_signal(signal.SIGINT)
+    _assert_ends_cleanly(long_job, time.monotonic(), 130)
+    assert "adrun: interrupted: stopping all tasks" in long_job.output
+
+
+def test_killed_launcher(long_job):
+    assert {p.info["environ"].get("ADRUN_ROLE") for p in leftover_processes(long_job.job_id)} >= {"worker", "ps"}
+    long_job.proc.kill()
+    long_job.wait(timeout_s=10)
+    took = wait_no_leftovers(long_job.job_id, NOTICE_S)
+    print(f"every remote task gone {took:.1f} s after SIGKILL of adrun")
+
+
+def test_cut_ssh_connection(netns_cluster, long_job):
+    """Killing the sshd process that serves the launcher's connection to host 2 (as a crashed
+    sshd or a reset connection would) ends host 2's tasks and fails the job, naming the host."""
+    h2 = netns_cluster.hosts[1]
+    sessions = psutil.Process(h2.sshd.pid).children()  # one forked sshd per connection
+    assert sessions
+    for session in sessions:
+        session.kill()
+    cut = time.monotonic()
+    assert long_job.wait(timeout_s=60) != 0, long_job.output
+    assert time.monotonic() - cut < NOTICE_S
+    assert wait_no_leftovers(long_job.job_id, NOTICE_S) < NOTICE_S
+    assert f"lost the SSH connection to {h2.address}" in flat(long_job.output), long_job.output
+
+
+# --- the script must be on every node; --sync-code puts it there ---------------------------------
+
+
+def test_missing_script_then_sync_code(netns_cluster, tmp_path):
+    workdir = tmp_path / "elsewhere"
+    workdir.mkdir()
+    spec = write_spec(tmp_path / "cluster.yml", netns_cluster, h2={"workdir": str(workdir)})
+    h2 = netns_cluster.hosts[1].address
+
+    missing = run_adrun("--spec", str(spec), "--quiet", RELATIVE_TINY, cwd=REPO, timeout=120)
+    assert missing.returncode == 2, missing.output
+    assert (f"adrun: error: {RELATIVE_TINY} not found on {h2} (at {workdir}/{RELATIVE_TINY}): copy it there, "
+            "set ssh.workdir, or pass --sync-code") in flat(missing.stderr), missing.output
+    assert "capturing" not in missing.output  # refused before the capture
+
+    synced = run_adrun("--spec", str(spec), "--quiet", "--sync-code", RELATIVE_TINY, cwd=REPO, timeout=300)
+    assert synced.returncode == 0, synced.output
+    assert (workdir / RELATIVE_TINY).read_bytes() == (REPO / RELATIVE_TINY).read_bytes()
+    assert not list(workdir.rglob("__pycache__")) and not list(workdir.rglob("*.pyc"))
+    assert "network per node" in synced.output
+    assert leftover_processes(synced.job_id) == []
