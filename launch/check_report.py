@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-# Column order of the table and key order of the JSON.
+# Row order of the table and key order of the JSON.
 CHECKS: dict[str, str] = {
     "ssh": "ssh",
     "host_key": "host key",
@@ -29,8 +29,7 @@ CHECKS: dict[str, str] = {
     "clock": "clock",
     "bandwidth": "bandwidth",
 }
-# Checks whose value is worth reading in the table even when they pass.
-_SHOW_DETAIL = {"cpus", "memory", "gpus", "disk", "clock", "bandwidth"}
+_CELL_CHARS = 40  # a cell shows this much of a finding; failures are printed in full below
 _MARK = {"pass": ("✓", "green"), "fail": ("✗", "bold red"), "skip": ("–", "dim")}
 
 Status = Literal["pass", "fail", "skip"]
@@ -100,14 +99,15 @@ class CheckReport:
 
 
 def render(report: CheckReport, console: Console) -> None:
-    """A row per node, a column per check, then one line per failure with its remedy."""
-    table = Table(title="cluster check", title_justify="left")
-    table.add_column("node", no_wrap=True)
-    for title in CHECKS.values():
-        table.add_column(title, justify="center")
+    """A row per check and a column per node (✓/✗ and the short finding), then one line per
+    failure with its remedy. Checks as rows keep the table readable at 80 columns for a few
+    nodes; wider clusters wrap inside cells rather than off the screen."""
+    table = Table(title="cluster check", title_justify="left", show_lines=False)
+    table.add_column("check", no_wrap=True, style="bold")
     for node in report.nodes:
-        label = f"{node.address} (local)" if node.local else node.address
-        table.add_row(label, *(_cell(name, node.results.get(name)) for name in CHECKS))
+        table.add_column(f"{node.address}\n(local)" if node.local else node.address, overflow="fold")
+    for name, title in CHECKS.items():
+        table.add_row(title, *(_cell(node.results.get(name)) for node in report.nodes))
     console.print(table)
     failures = [(n, name, n.results[name]) for n in report.nodes for name in CHECKS
                 if name in n.results and n.results[name].status == "fail"]
@@ -120,10 +120,9 @@ def render(report: CheckReport, console: Console) -> None:
         console.print(Text(f"✗ {len(failures)} check(s) failed", style="bold red"))
 
 
-def _cell(name: str, result: CheckResult | None) -> Text:
+def _cell(result: CheckResult | None) -> Text:
     if result is None:
         return Text("–", style="dim")
     mark, style = _MARK[result.status]
-    if result.status == "pass" and name in _SHOW_DETAIL:
-        return Text.assemble((mark, style), " ", result.detail)
-    return Text(mark, style=style)
+    detail = result.detail if len(result.detail) <= _CELL_CHARS else result.detail[: _CELL_CHARS - 1] + "…"
+    return Text.assemble((mark, style), " ", (detail, "dim" if result.status == "skip" else ""))

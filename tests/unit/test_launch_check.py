@@ -164,12 +164,22 @@ def test_render_table_then_remedies() -> None:
     console = Console(record=True, width=200)
     render(_report(fail=True), console)
     text = console.export_text()
-    assert "a (local)" in text and "✗" in text
+    assert "(local)" in text and "✗" in text
+    rows = {line.split("│")[1].strip(): line for line in text.splitlines() if line.startswith("│")}
+    assert "✗" in rows["ports"] and "✗" not in rows["ssh"]  # a row per check, a column per node
     assert "✗ b ports: port 23001 in use on b\n    → choose another base_port" in text
     assert "1 check(s) failed" in text
     console = Console(record=True, width=200)
     render(_report(fail=False), console)
     assert "✓ every check passed" in console.export_text()
+
+
+def test_render_fits_80_columns_for_three_nodes() -> None:
+    nodes = [NodeReport(f"10.0.0.{i}", False, {name: CheckResult("pass", "python 3.11.2, tf 2.21.0, adrun 0.1.0")
+                                               for name in CHECKS}) for i in range(3)]
+    console = Console(record=True, width=80)
+    render(CheckReport(nodes), console)
+    assert max(len(line) for line in console.export_text().splitlines()) <= 80
 
 
 # -- probe (runs in this process; the same code runs on nodes) --------------------------------------
