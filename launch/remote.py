@@ -65,11 +65,10 @@ class NodeLink:
     @classmethod
     def open(cls, node: Any, python: str) -> NodeLink:
         """Connect as the spec says; UserError with the reason and remedy when that fails."""
-        known_hosts = node.ssh.known_hosts if node.ssh is not None else None
         try:
-            conn = open_connection(node, known_hosts=known_hosts)
+            conn = open_connection(node)
         except Exception as e:
-            why = explain_failure(e, node, known_hosts=known_hosts)
+            why = explain_failure(e, node)
             raise UserError(f"{why.message}: {why.remedy}") from e
         conn.client.get_transport().set_keepalive(int(PING_INTERVAL_S * 5))
         return cls(node, python, conn)

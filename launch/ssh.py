@@ -35,7 +35,8 @@ def open_connection(node: Any, *, known_hosts: str | Path | None = None,
     """A connected fabric Connection to `node` (a spec Node); raises paramiko/socket errors.
 
     With `identity_file` set, only that key is offered: falling back to other keys or an agent
-    would hide a wrong `identity_file` until the day those keys are gone.
+    would hide a wrong `identity_file` until the day those keys are gone. Host keys are read
+    from ~/.ssh/known_hosts, the node's `ssh.known_hosts` and `known_hosts` (read-only).
     """
     ssh = node.ssh
     connect_kwargs: dict[str, Any] = {"banner_timeout": timeout, "auth_timeout": timeout}
@@ -53,8 +54,9 @@ def open_connection(node: Any, *, known_hosts: str | Path | None = None,
     conn.client.set_missing_host_key_policy(_POLICIES[policy]())
     if policy != "off":
         conn.client.load_system_host_keys()  # ~/.ssh/known_hosts when it exists
-        if known_hosts is not None:
-            conn.client.load_system_host_keys(str(known_hosts))  # read-only: never written back
+        for extra in (known_hosts, ssh.known_hosts if ssh is not None else None):
+            if extra is not None:
+                conn.client.load_system_host_keys(str(Path(extra).expanduser()))  # read-only: never written back
     try:
         conn.open()
     except BaseException:
@@ -78,6 +80,7 @@ def explain_failure(error: BaseException, node: Any, *, known_hosts: str | Path 
     port = ssh.port if ssh is not None else 22
     user = (ssh.user if ssh is not None else None) or "the current user"
     where = f"{node.address}:{port}"
+    known_hosts = known_hosts if known_hosts is not None else (ssh.known_hosts if ssh is not None else None)
     hosts_file = str(known_hosts) if known_hosts is not None else "~/.ssh/known_hosts"
     scan = f"ssh-keyscan -p {port} {node.address}"
     if isinstance(error, paramiko.BadHostKeyException):
