@@ -9,6 +9,8 @@ ADRUN_JOB_ID that must come back empty within NOTICE_S after each job.
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -91,6 +93,7 @@ def _assert_ends_cleanly(job: LiveAdrun, event_at: float, code: int) -> None:
     took = time.monotonic() - event_at
     assert took < NOTICE_S, f"adrun took {took:.1f} s to end the job"
     assert leftover_processes(job.job_id) == [], job.output
+    print(f"job ended and every host clean {took:.1f} s after the event")
 
 
 def test_remote_worker_sigkill(netns_cluster, long_job):
@@ -135,6 +138,7 @@ def test_cut_ssh_connection(netns_cluster, long_job):
     assert long_job.wait(timeout_s=60) != 0, long_job.output
     assert time.monotonic() - cut < NOTICE_S
     assert wait_no_leftovers(long_job.job_id, NOTICE_S) < NOTICE_S
+    print(f"job ended and every host clean {time.monotonic() - cut:.1f} s after the cut")
     assert f"lost the SSH connection to {h2.address}" in flat(long_job.output), long_job.output
 
 
@@ -159,3 +163,33 @@ def test_missing_script_then_sync_code(netns_cluster, tmp_path):
     assert not list(workdir.rglob("__pycache__")) and not list(workdir.rglob("*.pyc"))
     assert "network per node" in synced.output
     assert leftover_processes(synced.job_id) == []
+
+
+# --- what is checked over SSH before the capture --------------------------------------------------
+
+
+def test_taken_fixed_port_on_a_node_is_named(netns_cluster, tmp_path):
+    h2 = netns_cluster.hosts[1]
+    spec = write_spec(tmp_path / "cluster.yml", netns_cluster)
+    spec.write_text(spec.read_text().replace("    workers: 1\n    ps: 0\n", "    workers: 1\n    ps: 0\n    base_port: 23500\n"))
+    listener = subprocess.Popen(h2.exec_argv(sys.executable, "-c", "import socket, time; s = socket.socket(); "
+                                             "s.bind(('', 23500)); s.listen(); print('up', flush=True); time.sleep(60)"),
+                                stdout=subprocess.PIPE, text=True)
+    try:
+        assert listener.stdout.readline().strip() == "up"
+        result = run_adrun("--spec", str(spec), "--quiet", TINY, timeout=120)
+    finally:
+        listener.kill()
+        listener.wait()
+    assert result.returncode == 2, result.output
+    assert f"adrun: error: port 23500 on {h2.address} is already in use" in result.stderr
+    assert "capturing" not in result.output
+
+
+def test_unreachable_node_is_named_before_the_capture(netns_cluster, tmp_path):
+    h2 = netns_cluster.hosts[1].address
+    spec = write_spec(tmp_path / "cluster.yml", netns_cluster, h2={"port": 2})
+    result = run_adrun("--spec", str(spec), "--quiet", TINY, timeout=120)
+    assert result.returncode == 2, result.output
+    assert f"nothing accepts SSH connections on {h2}:2 (connection refused)" in flat(result.stderr), result.output
+    assert "capturing" not in result.output
