@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, Iterator
 
+import paramiko
 from fabric import Connection
 
 from adrun.errors import UserError
@@ -112,9 +113,14 @@ class NodeLink:
         sftp.posix_rename(temporary, remote)
 
     def start(self, argv: Sequence[str], env: Mapping[str, str], workdir: str, job_id: str) -> RemoteProcess:
-        channel = self.conn.client.get_transport().open_session(timeout=HELPER_TIMEOUT)
-        channel.exec_command(agent_command(self.node, self.python, "run", workdir=workdir, job_id=job_id))
-        channel.sendall((json.dumps({"argv": list(argv), "env": dict(env), "lease_s": LEASE_S}) + "\n").encode())
+        """Start a task under its keeper on a new channel; the env travels on stdin, off `ps`."""
+        try:
+            channel = self.conn.client.get_transport().open_session(timeout=HELPER_TIMEOUT)
+            channel.exec_command(agent_command(self.node, self.python, "run", workdir=workdir, job_id=job_id))
+            channel.sendall((json.dumps({"argv": list(argv), "env": dict(env), "lease_s": LEASE_S}) + "\n").encode())
+        except (paramiko.SSHException, OSError) as e:
+            raise UserError(f"cannot start a task on {self.address} over SSH: {e} (one channel per task: "
+                            "sshd's MaxSessions, 10 by default, bounds the tasks per node)") from e
         proc = RemoteProcess(self.address, channel)
         self.processes.append(proc)
         return proc
