@@ -8,6 +8,8 @@ instead of a silently ignored line. `load_spec` reports every problem of a file 
 from __future__ import annotations
 
 import ipaddress
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -80,6 +82,7 @@ class Node(BaseModel):
     ps: int = Field(default=0, ge=0)  # parameter-server processes on this node
     cpus: int | None = Field(default=None, ge=1)  # informational
     gpus: int = Field(default=0, ge=0)
+    memory_gb: float | None = Field(default=None, gt=0)  # informational
     python: Text | None = None  # interpreter on this node; default: the launcher's interpreter
     env: dict[EnvName, EnvValue] = {}  # extra environment for this node's processes
     base_port: int | None = Field(default=None, ge=1024, le=MAX_PORT)  # fixed ports from here; else free
@@ -168,7 +171,22 @@ def spec_to_yaml(spec: ClusterSpec) -> str:
 
 def default_local_spec() -> ClusterSpec:
     """This machine as a small cluster: 2 worker processes and 1 PS, for `adrun train.py` without --spec."""
-    return ClusterSpec(version=1, nodes=[Node(address="localhost", chief=True, workers=2, ps=1, cpus=_usable_cpus())])
+    node = Node(
+        address="localhost", chief=True, workers=2, ps=1, cpus=_usable_cpus(),
+        gpus=_visible_gpus(), memory_gb=round(psutil.virtual_memory().total / 2**30, 1),
+    )
+    return ClusterSpec(version=1, nodes=[node])
+
+
+def _visible_gpus() -> int:
+    """NVIDIA GPUs nvidia-smi lists (0 without the tool or a driver)."""
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in listing.stdout.splitlines() if line.startswith("GPU ")) if listing.returncode == 0 else 0
 
 
 def _usable_cpus() -> int | None:
