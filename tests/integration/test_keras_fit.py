@@ -30,3 +30,19 @@ def test_model_fit_equals_single_process_fit_on_the_combined_batches(tmp_path, s
         assert int(got["iterations"]) == STEPS
         for key in (k for k in reference.files if k.startswith("arr_")):
             np.testing.assert_allclose(got[key], reference[key], rtol=1e-5, atol=1e-6, err_msg=f"w{w} weight {key}")
+
+
+@pytest.mark.parametrize("strategy", ["PS", "AllReduce"])
+def test_batchnorm_statistics_are_per_worker_and_match_single_process(tmp_path, spec_file, strategy):
+    """Moving statistics (TF marks them ON_READ) stay on each worker: updated once per step from its
+    own batch, never N times over on a shared copy. With identical data every worker's statistics
+    and weights equal single-process training."""
+    flags = ["--batchnorm", "--same-data", "--steps", str(STEPS), "--out", str(tmp_path)]
+    result = run_adrun("--spec", str(spec_file(workers=2, ps=1)), "--strategy", strategy, "--quiet", SCRIPT, *flags)
+    assert result.returncode == 0, result.output
+    subprocess.run([sys.executable, SCRIPT, *flags, "--reference", "1"], check=True, capture_output=True, cwd=REPO)
+    reference = np.load(tmp_path / "reference.npz")
+    for w in (0, 1):
+        got = np.load(tmp_path / f"w{w}.npz")
+        for key in (k for k in reference.files if k.startswith("arr_")):
+            np.testing.assert_allclose(got[key], reference[key], rtol=1e-5, atol=1e-6, err_msg=f"w{w} {key} ({strategy})")

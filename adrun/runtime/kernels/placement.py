@@ -20,10 +20,13 @@ def _colocated_with(op: tf.Operation) -> list[str]:
 
 def variable_devices(graph: tf.Graph, ctx: TaskContext) -> dict[str, str]:
     """Device of every global variable of the graph, by variable name."""
-    # State the plan does not name (global_step, optimizer scalars, batch-norm statistics) is shared
-    # on PS 0 when the plan uses PSs, so there is one copy the chief updates; else each worker keeps
-    # its own replica, updated identically.
-    default = ps_device(0) if ctx.plan.uses_ps else worker_device(ctx.task_index)
+    # State the plan does not name (global_step, optimizer scalars, the script's own counters) is
+    # shared on PS 0 when the plan uses PSs, so there is one copy the chief updates; else each worker
+    # keeps its own replica, updated identically. State TF marks as per-replica (synchronization
+    # ON_READ, e.g. Keras batch-norm moving statistics) is always kept on each worker: every worker
+    # updates it from its own batches, as under TF's own distribution strategies.
+    local = worker_device(ctx.task_index)
+    default = ps_device(0) if ctx.plan.uses_ps else local
 
     def planned_device(name: str) -> str | None:
         sync = ctx.plan.synchronizer(name)
@@ -37,6 +40,8 @@ def variable_devices(graph: tf.Graph, ctx: TaskContext) -> dict[str, str]:
     for var in global_vars:
         name = variable_name(var)
         device = planned_device(name)
+        if device is None and getattr(var, "synchronization", None) == tf.VariableSynchronization.ON_READ:
+            device = local
         if device is None:
             # optimizer slots are created colocated with their variable: keep them together
             device = next((d for d in map(planned_device, _colocated_with(var.op)) if d), default)
