@@ -10,9 +10,10 @@ import functools
 import os
 import sys
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import click
 

@@ -28,8 +28,20 @@ from adrun.errors import UserError
 
 from . import probe
 from .check_report import CHECKS, CheckReport, CheckResult, NodeReport, PairBandwidth
-from .check_rules import (judge_bandwidth, judge_clock, judge_cpus, judge_disk, judge_gpus, judge_memory,
-                          judge_ports, judge_python, judge_script, judge_versions, passed, skipped)
+from .check_rules import (
+    judge_bandwidth,
+    judge_clock,
+    judge_cpus,
+    judge_disk,
+    judge_gpus,
+    judge_memory,
+    judge_ports,
+    judge_python,
+    judge_script,
+    judge_versions,
+    passed,
+    skipped,
+)
 from .local import is_local_host
 from .node_shell import LocalShell, NodeShell, SSHShell
 from .ssh import explain_failure, open_connection

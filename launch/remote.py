@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import shlex
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any
 
 import paramiko
 from fabric import Connection

@@ -214,7 +214,7 @@ class _Job:
         """PS tasks first, so workers find their servers; readers start once all are forked,
         so no reader thread is mid-read while another task forks."""
         try:
-            for launch in sorted(launches, key=lambda l: l.task.role != "ps"):
+            for launch in sorted(launches, key=lambda item: item.task.role != "ps"):
                 self.running.append(self._start(launch))
         finally:
             for run in self.running:

@@ -52,7 +52,7 @@ class Parallax(StrategyBuilder):
         tasks, _ = least_loaded_assignment([variables[i].nbytes for i in sparse], max(spec.num_ps, 1))
         task_of = dict(zip(sparse, tasks, strict=True))
         decisions, dense_index = [], 0
-        for i, var in enumerate(variables):
+        for i in range(len(variables)):
             if i in task_of:
                 decisions.append(Decision(sync=ps_sync(o, task_of[i])))
             else:

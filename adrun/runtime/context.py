@@ -42,7 +42,7 @@ class TaskContext:
         return PlanIndex(self.strategy)
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> "TaskContext":
+    def from_env(cls, env: dict[str, str] | None = None) -> TaskContext:
         env = dict(os.environ) if env is None else env
         return cls(
             mode=env["ADRUN_MODE"],

@@ -27,7 +27,7 @@ class GraphRecords:
     wire_bytes_per_step: int = 0  # bytes this worker hands to dense all-reduces per step
 
 
-_records: "weakref.WeakKeyDictionary[tf.Graph, GraphRecords]" = weakref.WeakKeyDictionary()
+_records: weakref.WeakKeyDictionary[tf.Graph, GraphRecords] = weakref.WeakKeyDictionary()
 
 
 def records_for(graph: tf.Graph) -> GraphRecords:

@@ -11,8 +11,8 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
+from collections.abc import Callable
 from types import ModuleType
-from typing import Callable
 
 
 class _AfterImportLoader(importlib.abc.Loader):

@@ -38,7 +38,10 @@ def _patch_apply_gradients(optimizer_class, ctx) -> None:
     from tensorflow.python.framework import ops
 
     from adrun.runtime.grads import GradientRecord, records_for
-    from adrun.runtime.kernels.gradient_sync import PlanMismatchError, synchronized_apply
+    from adrun.runtime.kernels.gradient_sync import (
+        PlanMismatchError,
+        synchronized_apply,
+    )
 
     original = optimizer_class.apply_gradients
 

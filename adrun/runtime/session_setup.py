@@ -10,21 +10,21 @@ from __future__ import annotations
 import os
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import tensorflow as tf
 
 from adrun.runtime.capture import describe_graph
-from adrun.strategies.document import describe_variable_changes
 from adrun.runtime.context import TaskContext
 from adrun.runtime.grads import records_for
 from adrun.runtime.kernels.devices import COLLECTIVE_GROUP_LEADER, worker_device
 from adrun.runtime.kernels.gradient_sync import PlanMismatchError
 from adrun.runtime.kernels.initialization import keep_shared_initialization
-from adrun.runtime.kernels.start_sync import build_start_op
 from adrun.runtime.kernels.placement import place_variables, variable_devices
 from adrun.runtime.kernels.proxy import add_local_proxy
+from adrun.runtime.kernels.start_sync import build_start_op
+from adrun.strategies.document import describe_variable_changes
 
 INIT_TIMEOUT_S = float(os.environ.get("ADRUN_INIT_TIMEOUT", "600"))
 _POLL_S = 0.2
@@ -39,7 +39,7 @@ class PreparedGraph:
 
 
 _server: tf.distribute.Server | None = None
-_prepared: "weakref.WeakKeyDictionary[tf.Graph, PreparedGraph]" = weakref.WeakKeyDictionary()
+_prepared: weakref.WeakKeyDictionary[tf.Graph, PreparedGraph] = weakref.WeakKeyDictionary()
 
 
 def server_config() -> tf.compat.v1.ConfigProto:

@@ -14,7 +14,7 @@ fingerprint); their initializers are run by the session setup on every worker.
 from __future__ import annotations
 
 import zlib
-from typing import Callable
+from collections.abc import Callable
 
 import tensorflow as tf
 

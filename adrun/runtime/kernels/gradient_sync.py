@@ -16,7 +16,8 @@ global_step, changes only after every worker used it), and waits for the chief's
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import tensorflow as tf
 
