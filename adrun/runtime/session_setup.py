@@ -27,6 +27,9 @@ from adrun.runtime.kernels.start_sync import build_start_op
 from adrun.strategies.document import describe_variable_changes
 
 INIT_TIMEOUT_S = float(os.environ.get("ADRUN_INIT_TIMEOUT", "600"))
+# No session.run of a worker may block longer than this (a dead or wedged peer becomes an error,
+# not a hang); a timeout the script set itself wins.
+OP_TIMEOUT_S = float(os.environ.get("ADRUN_OP_TIMEOUT", "600"))
 _POLL_S = 0.2
 
 
@@ -109,6 +112,8 @@ def session_config(ctx: TaskContext, user_config: tf.compat.v1.ConfigProto | Non
     if ctx.task_index != 0:
         config.device_filters.append("/job:worker/task:0")  # initial values come from the chief
     config.experimental.collective_group_leader = COLLECTIVE_GROUP_LEADER
+    if not config.operation_timeout_in_ms and OP_TIMEOUT_S > 0:
+        config.operation_timeout_in_ms = int(OP_TIMEOUT_S * 1000)
     return config
 
 

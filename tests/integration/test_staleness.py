@@ -32,3 +32,16 @@ def test_bounded_staleness_holds_and_async_is_unbounded(tmp_path, spec_file):
     assert max(bounded) <= 2, f"a worker ran more than 2 steps ahead: {bounded}"
     unbounded = _max_leads(tmp_path, spec_file, "sync=false")
     assert max(unbounded) > 2, f"asynchronous workers should outrun the slow one: {unbounded}"
+
+
+def test_a_step_blocked_on_a_wedged_peer_times_out_instead_of_hanging(tmp_path, spec_file):
+    """ADRUN_OP_TIMEOUT bounds every worker session.run: worker 1 sleeps 3 s between steps, so the
+    chief's synchronous step waits on it longer than the 1 s allowed and must fail, not hang."""
+    out = tmp_path / "timeout"
+    out.mkdir()
+    result = run_adrun("--spec", str(spec_file(workers=2, ps=1)), "--strategy", "PS", "--quiet",
+                       str(SCRIPTS / "staleness_model.py"), "--steps", "3", "--slow", "3", "--out", str(out),
+                       env={"ADRUN_OP_TIMEOUT": "1"}, timeout=120)
+    assert result.returncode != 0, result.output
+    assert "DeadlineExceededError" in result.output
+    assert leftover_processes(result.job_id) == []
