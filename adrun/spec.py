@@ -89,11 +89,33 @@ class Node(BaseModel):
     ps: int = Field(default=0, ge=0)  # parameter-server processes on this node
     cpus: int | None = Field(default=None, ge=1)  # informational
     gpus: int = Field(default=0, ge=0)
+    # in-graph replicas per worker, one per device: GPUs when the node has any (each worker gets
+    # its own), else virtual CPU devices; default: the node's GPUs shared out among its workers, or 1
+    replicas: int | None = Field(default=None, ge=1)
     memory_gb: float | None = Field(default=None, gt=0)  # informational
     python: Text | None = None  # interpreter on this node; default: the launcher's interpreter
     env: dict[EnvName, EnvValue] = {}  # extra environment for this node's processes
     base_port: int | None = Field(default=None, ge=1024, le=MAX_PORT)  # fixed ports from here; else free
     ssh: SSHConfig | None = None
+
+    @property
+    def replicas_per_worker(self) -> int:
+        if self.replicas is not None:
+            return self.replicas
+        return max(1, self.gpus // self.workers) if self.workers else 1
+
+    @property
+    def replica_device_type(self) -> str:
+        return "GPU" if self.gpus else "CPU"
+
+    @model_validator(mode="after")
+    def _gpus_suffice(self) -> Node:
+        if self.gpus and self.replicas is not None and self.replicas * self.workers > self.gpus:
+            raise Problems(
+                [(("replicas",), f"{self.replicas} replica(s) for each of {self.workers} worker(s) need "
+                  f"{self.replicas * self.workers} GPUs; the node has {self.gpus}")]
+            )
+        return self
 
     @model_validator(mode="after")
     def _ports_fit(self) -> Node:
@@ -156,6 +178,21 @@ class ClusterSpec(BaseModel):
     def chief(self) -> Node:
         """The chief node: the one marked `chief: true`, or the only node."""
         return next((node for node in self.nodes if node.chief), self.nodes[0])
+
+    def worker_node_order(self) -> list[int]:
+        """Positions of the nodes in the order their workers get task indices: the chief node
+        first (worker 0 is the chief), then the others in spec order."""
+        chief = next(i for i, node in enumerate(self.nodes) if node is self.chief)
+        return [chief] + [i for i in range(len(self.nodes)) if i != chief]
+
+    def replica_devices(self) -> list[list[str]]:
+        """By worker task index: the local devices of that worker's in-graph replicas
+        (`GPU:0`.. of the GPUs the launcher makes visible to it, or virtual `CPU:0`..)."""
+        devices = []
+        for pos in self.worker_node_order():
+            node = self.nodes[pos]
+            devices += [[f"{node.replica_device_type}:{k}" for k in range(node.replicas_per_worker)]] * node.workers
+        return devices
 
     @property
     def num_workers(self) -> int:

@@ -135,10 +135,27 @@ def print_plan(plan: Any, item: Any, spec: Any) -> None:
         if sizes:
             row.append(_bytes(sizes[var.name]) if var.name in sizes else "-")
         table.add_row(*row, _plan_text(var))
+    captions = []
     if spec is not None:
         nodes = ", ".join(f"{n.address} ({n.workers} workers, {n.ps} PS)" for n in spec.nodes)
-        table.caption = f"cluster: {nodes}"
+        captions.append(f"cluster: {nodes}")
+    if plan.replica_devices and any(len(d) > 1 for d in plan.replica_devices):
+        captions.append(f"in-graph replicas: {_replicas_text(plan.replica_devices)}")
+    table.caption = "\n".join(captions) or None
     console.print(table)
+
+
+def _replicas_text(replica_devices: list[list[str]]) -> str:
+    """`w0-w1: CPU:0 CPU:1 · w2: CPU:0`: each run of workers with the same replica devices."""
+    runs: list[tuple[int, int, list[str]]] = []
+    for i, devices in enumerate(replica_devices):
+        if runs and runs[-1][2] == devices:
+            runs[-1] = (runs[-1][0], i, devices)
+        else:
+            runs.append((i, i, devices))
+    return " · ".join(
+        f"{f'w{a}' if a == b else f'w{a}-w{b}'}: {' '.join(devices)}" for a, b, devices in runs
+    )
 
 
 class JobView:

@@ -69,6 +69,18 @@ def task_env(
     return env
 
 
+def gpu_visibility(role: str, index_on_node: int, gpus: int, replicas_per_worker: int) -> dict[str, str]:
+    """CUDA_VISIBLE_DEVICES for a task on a node with `gpus` GPUs: the `index_on_node`-th worker
+    sees its own `replicas_per_worker` GPUs (as GPU:0.. inside the process), a PS sees none (it
+    only holds and updates variables, and would otherwise reserve memory on every GPU)."""
+    if not gpus:
+        return {}
+    if role != "worker":
+        return {"CUDA_VISIBLE_DEVICES": ""}
+    first = index_on_node * replicas_per_worker
+    return {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in range(first, first + replicas_per_worker))}
+
+
 def forwarded_env(launcher_env: Mapping[str, str], names: Sequence[str]) -> dict[str, str]:
     """What a remote task takes from the launcher's environment: the variables named in the
     node's `ssh.forward_env` (an explicit allow list; a name not set here is not set there),

@@ -16,7 +16,7 @@ from typing import Any
 import adrun
 from adrun.errors import UserError
 
-from .env import remote_task_env, task_env
+from .env import gpu_visibility, remote_task_env, task_env
 from .local import is_local_host, ps_argv, worker_argv
 from .ports import allocate_ports
 from .tasks import Task, cluster_def, placements
@@ -76,12 +76,17 @@ def plan_job(
     workdir = Path(cwd) if cwd is not None else Path.cwd()
     launcher_env = os.environ if base_env is None else base_env
     launches = []
+    on_node: dict[tuple[int, str], int] = {}  # (node, role) -> tasks of that role placed so far
     for task, node in placed:
+        index_on_node = on_node.get((id(node), task.role), 0)
+        on_node[(id(node), task.role)] = index_on_node + 1
+        # the node's own env wins, e.g. a CUDA_VISIBLE_DEVICES the user chose
+        node_env = {**gpu_visibility(task.role, index_on_node, node.gpus, node.replicas_per_worker), **node.env}
         python = node.python or sys.executable
         argv = worker_argv(python, script, script_args) if task.role == "worker" else ps_argv(python)
         if task.remote:
             env = remote_task_env(task, job_id, num_workers, cluster, str(strategy_file), launcher_env,
-                                  node.ssh.forward_env if node.ssh is not None else [], node.env)
+                                  node.ssh.forward_env if node.ssh is not None else [], node_env)
             launches.append(TaskLaunch(task, argv, env, Path(remote_workdir(node, workdir))))
             continue
         env = task_env(
@@ -93,7 +98,7 @@ def plan_job(
             strategy_file=str(strategy_file),
             hook_dir=str(hook_dir),
             base_env=launcher_env,
-            node_env=node.env,
+            node_env=node_env,
         )
         launches.append(TaskLaunch(task, argv, env, workdir))
     return launches

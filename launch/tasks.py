@@ -49,11 +49,8 @@ def placements(spec: Any, ports: Sequence[Sequence[int]]) -> list[tuple[Task, An
     per-node settings (python, env) even when two nodes share an address.
     """
     nodes = list(spec.nodes)
-    chief_pos = next(i for i, node in enumerate(nodes) if node is spec.chief)
-    worker_order = [chief_pos] + [i for i in range(len(nodes)) if i != chief_pos]
-
     workers: list[tuple[Task, Any]] = []
-    for pos in worker_order:
+    for pos in spec.worker_node_order():
         node = nodes[pos]
         for k in range(node.workers):
             workers.append((Task("worker", len(workers), node.address, ports[pos][k]), node))

@@ -96,6 +96,7 @@ class StrategyBuilder(ABC):
                 )
                 for v, d in zip(variables, decisions, strict=True)
             ],
+            replica_devices=spec.replica_devices(),
         )
 
     @abstractmethod

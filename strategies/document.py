@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from adrun.errors import UserError
 from adrun.graph_item import DType, GradKind, GraphItem, Shape
@@ -165,8 +165,23 @@ class VariablePlan(BaseModel):
         ]
 
 
+def _check_device(name: str) -> str:
+    kind, _, index = name.partition(":")
+    if kind not in ("CPU", "GPU") or not index.isdigit():
+        raise ValueError(f"'{name}' is not a local device name; use CPU:<n> or GPU:<n>")
+    return name
+
+
+ReplicaDevice = Annotated[str, AfterValidator(_check_device)]
+
+
 class Strategy(BaseModel):
-    """A whole plan: which builder made it, for which graph and cluster size, and every variable's sync."""
+    """A whole plan: which builder made it, for which graph and cluster size, every variable's sync,
+    and the devices of each worker's in-graph replicas.
+
+    `replica_devices[i]` lists worker i's local devices (`GPU:0`, `CPU:1`, ...), one replica of the
+    training step on each; unset means one replica per worker on its default device.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -177,6 +192,31 @@ class Strategy(BaseModel):
     num_workers: int = Field(ge=1)
     num_ps: int = Field(ge=0)
     variables: list[VariablePlan]
+    replica_devices: list[list[ReplicaDevice]] | None = None
+
+    @model_validator(mode="after")
+    def _check_replica_devices(self) -> Strategy:
+        if self.replica_devices is None:
+            return self
+        findings: list[tuple[Loc, str]] = []
+        if len(self.replica_devices) != self.num_workers:
+            findings.append((("replica_devices",), f"{len(self.replica_devices)} entries for {self.num_workers} "
+                             "worker(s); give one list of devices per worker"))
+        for i, devices in enumerate(self.replica_devices):
+            loc: Loc = ("replica_devices", i)
+            if not devices:
+                findings.append((loc, "no device; a worker needs at least one (e.g. [CPU:0])"))
+            elif len(set(devices)) != len(devices):
+                findings.append((loc, f"a device is listed twice in {devices}"))
+            elif len({d.split(":")[0] for d in devices}) > 1:
+                findings.append((loc, f"{devices} mixes CPU and GPU devices; a worker's replicas use one kind"))
+        if findings:
+            raise Problems(findings)
+        return self
+
+    def replicas_of(self, worker: int) -> list[str]:
+        """Worker `worker`'s replica devices; [] when the document leaves them unset (one replica)."""
+        return list(self.replica_devices[worker]) if self.replica_devices is not None else []
 
     @model_validator(mode="after")
     def _check_variables(self) -> Strategy:

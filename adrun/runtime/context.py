@@ -23,10 +23,6 @@ class TaskContext:
     def is_chief(self) -> bool:
         return self.role == "worker" and self.task_index == 0
 
-    @property
-    def worker_device(self) -> str:
-        return f"/job:worker/task:{self.task_index}"
-
     @cached_property
     def strategy(self):  # -> adrun.strategies.document.Strategy
         from adrun.strategies.document import load_strategy

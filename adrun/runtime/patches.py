@@ -4,7 +4,8 @@
   pairs; in run mode synchronizes the gradients per the plan and returns this worker's step op.
 - `Session.__init__` (also reached by MonitoredTrainingSession and the tf_keras backend): in capture
   mode describes the graph and exits; in run mode returns a session of the distributed job.
-- `BaseSession.run`: counts training steps for the launcher's throughput view.
+- `BaseSession.run`: counts training steps for the launcher's throughput view, and with in-graph
+  replicas fetches every replicated tensor merged over the replicas.
 """
 
 from __future__ import annotations
@@ -38,10 +39,12 @@ def _patch_apply_gradients(optimizer_class, ctx) -> None:
     from tensorflow.python.framework import ops
 
     from adrun.runtime.grads import GradientRecord, records_for
+    from adrun.runtime.kernels.devices import worker_device
     from adrun.runtime.kernels.gradient_sync import (
         PlanMismatchError,
         synchronized_apply,
     )
+    from adrun.runtime.kernels.replication import ReplicationError, replicate
 
     original = optimizer_class.apply_gradients
 
@@ -60,7 +63,7 @@ def _patch_apply_gradients(optimizer_class, ctx) -> None:
                 op = apply(pairs)
             else:
                 try:
-                    op = synchronized_apply(self, apply, pairs, ctx, len(records.calls) - 1)
+                    op = synchronized_apply(self, apply, _replicated(pairs), ctx, len(records.calls) - 1)
                 except PlanMismatchError as e:
                     _fail(str(e))
             call.train_op = op
@@ -68,6 +71,19 @@ def _patch_apply_gradients(optimizer_class, ctx) -> None:
             return op
         finally:
             _local.depth = 0
+
+    def _replicated(pairs):
+        """The pairs with each gradient combined over this worker's in-graph replicas, if any."""
+        devices = ctx.strategy.replicas_of(ctx.task_index)
+        if len(devices) < 2:
+            return pairs
+        try:
+            pairs = replicate(ops.get_default_graph(), pairs, [worker_device(ctx.task_index, d) for d in devices])
+        except ReplicationError as e:
+            _fail(f"worker {ctx.task_index}: cannot split the training step over replicas {devices}: {e}")
+        sys.stderr.write(f"adrun: worker {ctx.task_index}: {len(devices)} in-graph replicas on {', '.join(devices)}; "
+                         "each takes a slice of every batch\n")
+        return pairs
 
     optimizer_class.apply_gradients = apply_gradients
 
@@ -83,6 +99,7 @@ def _patch_session(ctx) -> None:
     from adrun.runtime.capture import capture_and_exit
     from adrun.runtime.grads import records_for
     from adrun.runtime.kernels.gradient_sync import PlanMismatchError
+    from adrun.runtime.kernels.replication import replication_of
     from adrun.runtime.metrics import StepReporter
     from adrun.runtime.session_setup import prepare_session, take_start_op
 
@@ -110,6 +127,9 @@ def _patch_session(ctx) -> None:
 
     @functools.wraps(original_run)
     def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
+        replication = replication_of(self.graph)
+        if replication is not None:
+            fetches = replication.merged_fetches(fetches)
         if not StepReporter.is_training_step(self.graph, fetches):
             return original_run(self, fetches, feed_dict, options, run_metadata)
         start = take_start_op(self.graph)
@@ -125,8 +145,14 @@ def _patch_session(ctx) -> None:
 
     @functools.wraps(original_make_callable)
     def _make_callable_from_options(self, callable_options):
-        """Callables (how tf_keras's Model.fit runs its train function) get the same first-step
-        start and step counting as `run`."""
+        """Callables (how tf_keras's Model.fit runs its train function) get the same merged
+        fetches, first-step start and step counting as `run`."""
+        replication = replication_of(self.graph)
+        if replication is not None:
+            merged = replication.merged_fetches(list(callable_options.fetch))
+            callable_options = type(callable_options).FromString(callable_options.SerializeToString())
+            del callable_options.fetch[:]
+            callable_options.fetch.extend(merged)
         callable_fn = original_make_callable(self, callable_options)
         targets = list(callable_options.target) + list(callable_options.fetch)
         if not StepReporter.is_training_step(self.graph, targets):

@@ -17,12 +17,14 @@ import tensorflow as tf
 
 from adrun.runtime.capture import describe_graph
 from adrun.runtime.context import TaskContext
+from adrun.runtime.graph_edit import unfinalized
 from adrun.runtime.grads import records_for
 from adrun.runtime.kernels.devices import COLLECTIVE_GROUP_LEADER, worker_device
 from adrun.runtime.kernels.gradient_sync import PlanMismatchError
 from adrun.runtime.kernels.initialization import keep_shared_initialization
 from adrun.runtime.kernels.placement import place_variables, variable_devices
 from adrun.runtime.kernels.proxy import add_local_proxy
+from adrun.runtime.kernels.replication import replication_of
 from adrun.runtime.kernels.start_sync import build_start_op
 from adrun.strategies.document import describe_variable_changes
 
@@ -45,17 +47,22 @@ _server: tf.distribute.Server | None = None
 _prepared: weakref.WeakKeyDictionary[tf.Graph, PreparedGraph] = weakref.WeakKeyDictionary()
 
 
-def server_config() -> tf.compat.v1.ConfigProto:
+def server_config(replica_devices: list[str] | None = None) -> tf.compat.v1.ConfigProto:
+    """The config of a task's gRPC server; CPU replicas get that many virtual CPU devices."""
     config = tf.compat.v1.ConfigProto()
     config.experimental.collective_group_leader = COLLECTIVE_GROUP_LEADER
+    cpus = [int(d.split(":")[1]) for d in replica_devices or [] if d.startswith("CPU:")]
+    if cpus:
+        config.device_count["CPU"] = max(cpus) + 1
     return config
 
 
 def _local_server(ctx: TaskContext) -> tf.distribute.Server:
     global _server
     if _server is None:
+        config = server_config(ctx.strategy.replicas_of(ctx.task_index))
         _server = tf.distribute.Server(
-            tf.train.ClusterSpec(ctx.cluster), job_name="worker", task_index=ctx.task_index, config=server_config()
+            tf.train.ClusterSpec(ctx.cluster), job_name="worker", task_index=ctx.task_index, config=config
         )
     return _server
 
@@ -74,10 +81,10 @@ def check_fingerprint(graph: tf.Graph, ctx: TaskContext) -> None:
 
 def _prepare_graph(graph: tf.Graph, ctx: TaskContext) -> PreparedGraph:
     check_fingerprint(graph, ctx)
-    finalized = graph.finalized
-    if finalized:
-        graph._unsafe_unfinalize()  # MonitoredTrainingSession finalizes before creating the session
-    try:
+    with unfinalized(graph):
+        replication = replication_of(graph)
+        if replication is not None:
+            replication.rewire_consumers()
         devices = variable_devices(graph, ctx)
         place_variables(graph, devices)
         local = worker_device(ctx.task_index)
@@ -97,9 +104,6 @@ def _prepare_graph(graph: tf.Graph, ctx: TaskContext) -> PreparedGraph:
             with graph.as_default():
                 replicas = [v for v in tf.compat.v1.global_variables() if devices[v.op.name] == local]
                 prepared.local_init_op = tf.compat.v1.variables_initializer(replicas, name="adrun_local_init")
-    finally:
-        if finalized:
-            graph.finalize()
     return prepared
 
 
@@ -112,6 +116,8 @@ def session_config(ctx: TaskContext, user_config: tf.compat.v1.ConfigProto | Non
     if ctx.task_index != 0:
         config.device_filters.append("/job:worker/task:0")  # initial values come from the chief
     config.experimental.collective_group_leader = COLLECTIVE_GROUP_LEADER
+    if any(d.startswith("GPU:") for d in ctx.strategy.replicas_of(ctx.task_index)[1:]):
+        config.allow_soft_placement = True  # replica copies of ops that have no GPU kernel run on the CPU
     if not config.operation_timeout_in_ms and OP_TIMEOUT_S > 0:
         config.operation_timeout_in_ms = int(OP_TIMEOUT_S * 1000)
     return config

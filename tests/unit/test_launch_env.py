@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from adrun.launch.env import task_env
+from adrun.launch.env import gpu_visibility, task_env
 from adrun.launch.tasks import Task
 
 pytestmark = pytest.mark.timeout(10)
@@ -64,3 +64,10 @@ def test_no_strategy_file_variable_when_none_is_given():
     base_env = {"ADRUN_STRATEGY_FILE": "/old"}
     env = task_env(Task("worker", 0, "h", 1), "j", 1, {"worker": ["h:1"]}, "run", None, "/hook", base_env)
     assert "ADRUN_STRATEGY_FILE" not in env
+
+
+def test_gpu_visibility_gives_each_worker_its_own_gpus_and_hides_them_from_ps():
+    assert gpu_visibility("worker", 0, gpus=4, replicas_per_worker=2) == {"CUDA_VISIBLE_DEVICES": "0,1"}
+    assert gpu_visibility("worker", 1, gpus=4, replicas_per_worker=2) == {"CUDA_VISIBLE_DEVICES": "2,3"}
+    assert gpu_visibility("ps", 0, gpus=4, replicas_per_worker=2) == {"CUDA_VISIBLE_DEVICES": ""}
+    assert gpu_visibility("worker", 0, gpus=0, replicas_per_worker=3) == {}

@@ -15,6 +15,7 @@ from adrun.errors import UserError
 from adrun.launch.job import plan_job
 from adrun.launch.ports import allocate_ports
 from adrun.launch.tasks import Task, cluster_def, plan_tasks
+from adrun.spec import ClusterSpec
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -30,6 +31,8 @@ class Node:
     python: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     base_port: int | None = None
+    gpus: int = 0
+    replicas_per_worker: int = 1
 
 
 @dataclass
@@ -39,6 +42,8 @@ class Spec:
     @property
     def chief(self) -> Node:
         return next((n for n in self.nodes if n.chief), self.nodes[0])
+
+    worker_node_order = ClusterSpec.worker_node_order
 
 
 def _free_port() -> int:

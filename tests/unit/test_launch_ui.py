@@ -83,6 +83,11 @@ def test_plan_table_shows_each_variable_with_size_and_sync(capsys):
     assert "ps0 (async)" in err and "30.6 KiB" in err
     assert "allreduce group 1" in err and "62.5 KiB" in err
     assert "cluster: localhost (2 workers, 1 PS)" in err
+    assert "in-graph replicas" not in err  # one replica per worker: nothing to say
+
+    plan.replica_devices = [["CPU:0", "CPU:1"], ["CPU:0", "CPU:1"], ["CPU:0"]]
+    ui.print_plan(plan, item, None)
+    assert "in-graph replicas: w0-w1: CPU:0 CPU:1 · w2: CPU:0" in capsys.readouterr().err
 
 
 def test_job_view_prints_tagged_task_lines_and_no_metric_lines(tmp_path, capsys):

@@ -189,3 +189,24 @@ def test_yaml_merge_keys_allowed(tmp_path: Path) -> None:
     )
     spec = load_spec(write(tmp_path, text))
     assert (spec.num_workers, spec.num_ps, spec.chief.address) == (4, 2, "10.0.0.1")
+
+
+def test_replicas_default_to_the_gpus_shared_out_else_one() -> None:
+    assert Node(address="h", workers=2).replicas_per_worker == 1
+    assert Node(address="h", workers=2, gpus=4).replicas_per_worker == 2
+    assert Node(address="h", workers=1, replicas=3).replicas_per_worker == 3
+
+
+def test_replica_devices_follow_worker_order() -> None:
+    spec = ClusterSpec(version=1, nodes=[
+        Node(address="10.0.0.1", workers=1, replicas=3),
+        Node(address="10.0.0.2", workers=2, gpus=4, chief=True),
+    ])
+    # the chief node's workers come first: they are workers 0 and 1
+    assert spec.replica_devices() == [["GPU:0", "GPU:1"], ["GPU:0", "GPU:1"], ["CPU:0", "CPU:1", "CPU:2"]]
+
+
+def test_more_gpu_replicas_than_gpus(tmp_path: Path) -> None:
+    message = load_error(tmp_path, "version: 1\nnodes:\n  - address: h\n    workers: 2\n    gpus: 3\n    replicas: 2\n")
+    assert message.endswith("cluster.yml: nodes[0].replicas: 2 replica(s) for each of 2 worker(s) need 4 GPUs; "
+                            "the node has 3")

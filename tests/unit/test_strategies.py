@@ -192,7 +192,8 @@ def test_yaml_is_readable() -> None:
     assert "shape: [10]" in text
     assert "sync: {kind: allreduce, group: 0, compressor: none}" in text
     keys = [line.split(":")[0] for line in text.splitlines() if re.match(r"^[a-z_]+:", line)]
-    assert keys == ["version", "builder", "options", "fingerprint", "num_workers", "num_ps", "variables"]
+    assert keys == ["version", "builder", "options", "fingerprint", "num_workers", "num_ps", "variables",
+                    "replica_devices"]
 
 
 STRATEGY = """\
@@ -794,3 +795,26 @@ def test_unknown_dimension_cannot_be_partitioned() -> None:
     with pytest.raises(ValueError, match="size unknown when the graph was built"):
         VariablePlan(name="v", shape=[-1, 4], dtype="float32", grad="dense",
                      partition=Partition(axis=0, shards=[PSSync(ps_task=0), PSSync(ps_task=0)]))
+
+
+def test_builders_write_the_replica_devices_of_the_spec() -> None:
+    plan = build_strategy("PS", graph(40), ClusterSpec(version=1, nodes=[
+        Node(address="localhost", workers=2, ps=1, replicas=2)]), {})
+    assert plan.replica_devices == [["CPU:0", "CPU:1"], ["CPU:0", "CPU:1"]]
+    assert plan.replicas_of(1) == ["CPU:0", "CPU:1"]
+
+
+@pytest.mark.parametrize("devices,reason", [
+    ("[[CPU:0]]", "replica_devices: 1 entries for 2 worker(s); give one list of devices per worker"),
+    ("[[CPU:0], []]", "replica_devices[1]: no device; a worker needs at least one"),
+    ("[[CPU:0, CPU:0], [CPU:0]]", "replica_devices[0]: a device is listed twice"),
+    ("[[CPU:0, GPU:0], [CPU:0]]", "replica_devices[0]: ['CPU:0', 'GPU:0'] mixes CPU and GPU devices"),
+    ("[[CPU:0], [TPU:0]]", "replica_devices[1][0]: 'TPU:0' is not a local device name; use CPU:<n> or GPU:<n>"),
+])
+def test_bad_replica_devices_name_the_field(tmp_path: Path, devices: str, reason: str) -> None:
+    path = tmp_path / "strategy.yml"
+    text = STRATEGY.format(num_ps=2, sync3="{kind: ps, ps_task: 1}", name3="d", sync4="{kind: allreduce, group: 1}")
+    path.write_text(text + f"replica_devices: {devices}\n")
+    with pytest.raises(UserError) as info:
+        load_strategy(path)
+    assert f"strategy.yml: {reason}" in str(info.value)

@@ -5,8 +5,9 @@ def ps_device(task: int) -> str:
     return f"/job:ps/task:{task}/device:CPU:0"
 
 
-def worker_device(task: int) -> str:
-    return f"/job:worker/task:{task}/device:CPU:0"
+def worker_device(task: int, local: str = "CPU:0") -> str:
+    """A device of worker `task`: its first CPU by default, else `local` (e.g. `GPU:1`)."""
+    return f"/job:worker/task:{task}/device:{local}"
 
 
 CHIEF_DEVICE = worker_device(0)

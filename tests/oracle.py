@@ -1,0 +1,68 @@
+"""The equivalence/averaging oracle run shared by the integration tests (docs/testing.md).
+
+Trains tests/scripts/oracle_model.py under adrun, then computes in a separate plain process what
+synchronous data-parallel SGD over the workers' batches must give from the chief's initial values,
+averaging the per-worker gradients independently in numpy. Every worker's final variables must
+match it, and global_step must equal the number of steps.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from adrun.launch.teardown import leftover_processes
+from tests.conftest import REPO, SCRIPTS, AdrunResult, run_adrun
+
+STEPS = 3
+NUM_WORKERS = 2
+TWO_PS = {"PSLoadBalancing", "PartitionedPS", "UnevenPartitionedPS", "Parallax"}
+ORACLE_BUILDERS = ["PS", "PSLoadBalancing", "AllReduce", "PartitionedPS", "UnevenPartitionedPS", "Parallax",
+                   "PartitionedAR", "RandomAxisPartitionAR"]
+SCRIPT = str(SCRIPTS / "oracle_model.py")
+
+
+def train_and_compare(tmp_path: Path, spec_file: Callable[..., Path], strategy: str, model: str, data: str,
+                      *options: str, optimizer: str = "sgd", replicas: int | None = None,
+                      edit_plan: Callable[[dict[str, Any]], None] | None = None) -> AdrunResult:
+    """Run the oracle; `replicas` sets the node's in-graph replicas per worker, and `edit_plan`
+    edits the built strategy document (as a dict) before the run, as a user editing the YAML would."""
+    out = tmp_path / "out"
+    node_fields = {"replicas": replicas} if replicas is not None else {}
+    spec = spec_file(workers=NUM_WORKERS, ps=2 if strategy in TWO_PS else 1, **node_fields)
+    opts = [arg for option in options for arg in ("--strategy-opt", option)]
+    script = [SCRIPT, "--model", model, "--data", data, "--optimizer", optimizer, "--steps", str(STEPS)]
+    if edit_plan is not None:
+        plan_file = tmp_path / "plan.yml"
+        built = run_adrun("strategy", "build", strategy, "--spec", str(spec), *opts, "-o", str(plan_file),
+                          *script, "--out", str(out))
+        assert built.returncode == 0, built.output
+        plan = yaml.safe_load(plan_file.read_text())
+        edit_plan(plan)
+        plan_file.write_text(yaml.safe_dump(plan))
+        strategy, opts = str(plan_file), []
+    result = run_adrun("--spec", str(spec), "--strategy", strategy, *opts, *script, "--out", str(out))
+    assert result.returncode == 0, result.output
+    assert leftover_processes(result.job_id) == []
+    subprocess.run([sys.executable, *script, "--out", str(out), "--reference", str(NUM_WORKERS),
+                    "--init-from", str(out / "w0.npz")], check=True, capture_output=True, cwd=REPO)
+    reference = np.load(out / "reference.npz")
+    chief = np.load(out / "w0.npz")
+    for w in range(NUM_WORKERS):
+        got = np.load(out / f"w{w}.npz")
+        assert int(got["global_step"]) == STEPS, f"w{w}: global_step"
+        for key in reference.files:
+            if key.startswith("final/"):
+                name = key[len("final/"):]
+                np.testing.assert_allclose(got[key], reference[key], rtol=1e-5, atol=1e-6,
+                                           err_msg=f"w{w}: {name} after {STEPS} steps ({strategy}, {model}, {data})")
+    # the oracle must be able to fail: training moved the variables
+    assert any(not np.allclose(chief[k.replace("final/", "init/")], reference[k])
+               for k in reference.files if k.startswith("final/"))
+    return result
