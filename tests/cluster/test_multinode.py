@@ -20,7 +20,7 @@ import pytest
 from adrun.launch.teardown import leftover_processes
 from tests.conftest import REPO, run_adrun
 from tests.integration.test_failures import NOTICE_S, TINY, LiveAdrun, flat, wait_no_leftovers
-from tests.integration.test_oracles import _train_and_compare
+from tests.oracle import train_and_compare
 
 from .netns import NetnsCluster
 
@@ -28,14 +28,16 @@ pytestmark = pytest.mark.cluster
 RELATIVE_TINY = "tests/scripts/tiny_model.py"
 
 
-def write_spec(path: Path, cluster: NetnsCluster, ps: tuple[int, int] = (1, 0), h2: dict | None = None) -> Path:
-    """1 worker on each of the first two hosts, `ps[i]` PS on host i; `h2` adds ssh fields to host 2."""
+def write_spec(path: Path, cluster: NetnsCluster, ps: tuple[int, int] = (1, 0), h2: dict | None = None,
+               replicas: tuple[int, int] = (1, 1)) -> Path:
+    """1 worker on each of the first two hosts, `ps[i]` PS and `replicas[i]` in-graph replicas on
+    host i; `h2` adds ssh fields to host 2."""
     lines = ["version: 1", "nodes:"]
     for i, host in enumerate(cluster.hosts[:2]):
         ssh = {"user": "root", "identity_file": str(cluster.client_key), "known_hosts": str(cluster.known_hosts),
                **((h2 or {}) if i == 1 else {})}
         lines += [f"  - address: {host.address}", f"    chief: {'true' if i == 0 else 'false'}",
-                  "    workers: 1", f"    ps: {ps[i]}", "    ssh:"]
+                  "    workers: 1", f"    ps: {ps[i]}", f"    replicas: {replicas[i]}", "    ssh:"]
         lines += [f"      {key}: {value}" for key, value in ssh.items()]
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -82,7 +84,19 @@ def test_oracles_across_hosts(netns_cluster, tmp_path, strategy, data):
         assert workers == 2
         return write_spec(tmp_path / "cluster.yml", netns_cluster, ps=(1, 0) if ps == 1 else (1, 1))
 
-    _train_and_compare(tmp_path, spec_file, strategy, "dense", data)
+    train_and_compare(tmp_path, spec_file, strategy, "dense", data)
+
+
+@pytest.mark.parametrize("strategy", ["PS", "AllReduce"])
+def test_uneven_replica_counts_across_hosts(netns_cluster, tmp_path, strategy):
+    """Host 1's worker splits its batch over 3 replicas (3+3+2 rows), host 2's runs one: the
+    result is still data-parallel SGD over the two workers' whole batches."""
+    def spec_file(workers: int, ps: int) -> Path:
+        return write_spec(tmp_path / "cluster.yml", netns_cluster, ps=(1, 0) if ps == 1 else (1, 1), replicas=(3, 1))
+
+    result = train_and_compare(tmp_path, spec_file, strategy, "sparse", "per-worker")
+    assert "worker 0: 3 in-graph replicas" in result.output
+    assert "worker 1:" not in result.output.replace("worker 1 done", "")
 
 
 # --- failures: a clear message, and nothing of the job left on any host ---------------------------
