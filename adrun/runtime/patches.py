@@ -208,19 +208,27 @@ def _patch_partitioning(ctx) -> None:
     tf.compat.v1.nn.embedding_lookup = embedding_lookup
 
 
-def _patch_input_sharding(ctx) -> None:
-    """With --shard-data, each iterator the script makes reads only this worker's shard."""
+def _patch_dataset_iterators(ctx, shard: bool, replicas: int) -> None:
+    """Adapt each tf.data iterator the script makes: with --shard-data it reads only this worker's
+    shard; with in-graph replicas its batch size is left unknown to the graph (see
+    `relax_batch_dimension`)."""
     from tensorflow.python.data.ops import dataset_ops
 
     from adrun.runtime.kernels.input_sharding import shard_for_worker
+    from adrun.runtime.kernels.replication import relax_batch_dimension
+
+    def adapt(dataset):
+        if shard:
+            dataset = shard_for_worker(dataset, ctx.num_workers, ctx.task_index)
+        return relax_batch_dimension(dataset) if replicas > 1 else dataset
 
     for method in ("_make_one_shot_iterator", "_make_initializable_iterator"):
         original = getattr(dataset_ops.DatasetV1, method)
 
-        def sharded_iterator(self, *args, _original=original, **kwargs):
-            return _original(shard_for_worker(self, ctx.num_workers, ctx.task_index), *args, **kwargs)
+        def adapted_iterator(self, *args, _original=original, **kwargs):
+            return _original(adapt(self), *args, **kwargs)
 
-        setattr(dataset_ops.DatasetV1, method, functools.wraps(original)(sharded_iterator))
+        setattr(dataset_ops.DatasetV1, method, functools.wraps(original)(adapted_iterator))
 
 
 def _patch_saver_on_non_chief() -> None:
@@ -263,8 +271,10 @@ def install() -> None:
     _patch_session(ctx)
     if ctx.mode == "run":
         _patch_partitioning(ctx)
-        if os.environ.get("ADRUN_SHARD_DATA") == "1":
-            _patch_input_sharding(ctx)
+        shard = os.environ.get("ADRUN_SHARD_DATA") == "1"
+        replicas = len(ctx.strategy.replicas_of(ctx.task_index))
+        if shard or replicas > 1:
+            _patch_dataset_iterators(ctx, shard, replicas)
         if not ctx.is_chief:
             _patch_saver_on_non_chief()
 

@@ -13,7 +13,12 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 tf1 = tf.compat.v1
 
-from adrun.runtime.kernels.replication import ReplicationError, replicate, replication_of  # noqa: E402
+from adrun.runtime.kernels.replication import (  # noqa: E402
+    ReplicationError,
+    relax_batch_dimension,
+    replicate,
+    replication_of,
+)
 
 DEVICES = 3
 
@@ -124,3 +129,28 @@ def test_a_second_optimizer_step_is_refused() -> None:
         replicate(graph, grads_and_vars, ["/device:CPU:0", "/device:CPU:1"])
         with pytest.raises(ReplicationError, match="one optimizer step"):
             replicate(graph, grads_and_vars, ["/device:CPU:0", "/device:CPU:1"])
+
+
+def test_fetch_structures_keep_their_shape_and_any_keys() -> None:
+    graph = tf.Graph()
+    inputs, pred, loss, _, grads_and_vars, init = _model(graph)
+    with graph.as_default():
+        replicate(graph, grads_and_vars, [f"/device:CPU:{k}" for k in range(DEVICES)])
+    hook = object()  # MonitoredSession keys its hooks' fetches by the hook object
+    fetches = {"caller": (pred.name, [pred]), hook: {"loss": loss}}
+    merged = replication_of(graph).merged_fetches(fetches)
+    assert set(merged) == {"caller", hook}
+    name, [tensor] = merged["caller"]
+    assert name == tensor.name and tensor.op.type == "ConcatV2"
+    assert merged[hook]["loss"] is loss  # outside the region: fetched as is
+
+
+def test_relaxed_dataset_has_an_unknown_batch_size_and_the_same_data() -> None:
+    graph = tf.Graph()
+    with graph.as_default():
+        data = tf.data.Dataset.from_tensor_slices({"x": np.arange(12.0).reshape(6, 2)}).batch(3, drop_remainder=True)
+        relaxed = relax_batch_dimension(data)
+        element = tf1.data.make_one_shot_iterator(relaxed).get_next()
+        assert element["x"].shape.as_list() == [None, 2]
+        with tf1.Session() as sess:
+            np.testing.assert_array_equal(sess.run(element)["x"], [[0, 1], [2, 3], [4, 5]])

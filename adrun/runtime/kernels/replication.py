@@ -19,8 +19,9 @@ tensors (losses, batch means) are averaged with the same weights, integer ones (
 
 from __future__ import annotations
 
+import copy
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import tensorflow as tf
@@ -84,6 +85,26 @@ def batch_inputs(graph: tf.Graph, upstream: set[str]) -> list[tf.Tensor]:
         if op.type in BATCH_INPUT_TYPES:
             inputs += [t for t in op.outputs if t.shape.rank is not None and t.shape.rank >= 1]
     return inputs
+
+
+def relax_batch_dimension(dataset: Any) -> Any:
+    """`dataset` with the first axis of its elements' static shapes unknown.
+
+    With `batch(..., drop_remainder=True)` the batch size is static, and Keras layers bake it into
+    constants (Flatten's reshape to [32, -1]) that a replica's slice would not fit. Seen as unknown,
+    the model is built with dynamic shapes instead; the data is unchanged.
+    """
+    from tensorflow.python.data.ops import dataset_ops
+
+    def relax(tensor: Any) -> Any:
+        if isinstance(tensor, tf.Tensor) and tensor.shape.rank and tensor.shape[0] is not None:
+            return tf.compat.v1.placeholder_with_default(tensor, [None, *tensor.shape[1:]])
+        return tensor
+
+    def relax_element(*components: Any) -> Any:
+        return nest.map_structure(relax, components[0] if len(components) == 1 else components)
+
+    return dataset_ops.DatasetV1Adapter(dataset.map(relax_element))
 
 
 def _slice_bounds(batch: tf.Tensor, k: int, count: int) -> tuple[tf.Tensor, tf.Tensor]:
@@ -248,7 +269,23 @@ class Replication:
                 return self.merged(leaf)
             return leaf
 
-        return nest.map_structure(merge, fetches)
+        return _map_fetches(merge, fetches)
+
+
+def _map_fetches(fn: Callable[[Any], Any], fetches: Any) -> Any:
+    """`fn` applied to every leaf of a `session.run` fetch structure, the structure kept. Unlike
+    `nest`, dict keys may be any objects (MonitoredSession keys its hooks' fetches by hook)."""
+    if isinstance(fetches, list):
+        return [_map_fetches(fn, f) for f in fetches]
+    if isinstance(fetches, tuple):
+        mapped = [_map_fetches(fn, f) for f in fetches]
+        return type(fetches)(*mapped) if hasattr(fetches, "_fields") else type(fetches)(mapped)
+    if isinstance(fetches, Mapping):
+        out = copy.copy(fetches)
+        for key, value in fetches.items():
+            out[key] = _map_fetches(fn, value)
+        return out
+    return fn(fetches)
 
 
 _replications: weakref.WeakKeyDictionary[tf.Graph, Replication] = weakref.WeakKeyDictionary()
