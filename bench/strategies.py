@@ -1,7 +1,7 @@
 """Throughput of adrun's strategies on the bundled examples, on this machine as a local cluster.
 
-Runs `adrun --quiet` for each (example, strategy, options) and reads the summary: cluster steps/s,
-examples/s and the all-reduce payload per step. Writes a markdown table (default
+Runs `adrun --quiet` for each (example, strategy, options, workers × in-graph replicas) and reads
+the summary: cluster steps/s, examples/s and the all-reduce payload per step. Writes a markdown table (default
 bench/RESULTS.md). Numbers from a shared 2-core machine are indicative only: compare rows of one
 run, not runs of different days.
 
@@ -18,23 +18,41 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SPEC = "version: 1\nnodes:\n  - address: localhost\n    workers: 2\n    ps: 2\n"
+
+
+@dataclass(frozen=True)
+class Case:
+    script: str
+    strategy: str
+    options: tuple[str, ...] = ()
+    workers: int = 2
+    replicas: int = 1  # in-graph replicas per worker (virtual CPU devices here)
+
+    def spec(self) -> str:
+        return (f"version: 1\nnodes:\n  - address: localhost\n    workers: {self.workers}\n    ps: 2\n"
+                f"    replicas: {self.replicas}\n")
+
+
 CASES = [
-    ("linear_regression.py", "PS", ()),
-    ("linear_regression.py", "PSLoadBalancing", ()),
-    ("linear_regression.py", "AllReduce", ()),
-    ("embedding.py", "PS", ()),
-    ("embedding.py", "PSLoadBalancing", ()),
-    ("embedding.py", "PartitionedPS", ()),
-    ("embedding.py", "Parallax", ()),
-    ("embedding.py", "AllReduce", ()),
-    ("keras_cnn.py", "PSLoadBalancing", ()),
-    ("keras_cnn.py", "AllReduce", ()),
-    ("keras_cnn.py", "AllReduce", ("compressor=fp16",)),
-    ("keras_cnn.py", "AllReduce", ("compressor=powersgd",)),
+    Case("linear_regression.py", "PS"),
+    Case("linear_regression.py", "PSLoadBalancing"),
+    Case("linear_regression.py", "AllReduce"),
+    Case("embedding.py", "PS"),
+    Case("embedding.py", "PSLoadBalancing"),
+    Case("embedding.py", "PartitionedPS"),
+    Case("embedding.py", "Parallax"),
+    Case("embedding.py", "AllReduce"),
+    Case("keras_cnn.py", "PSLoadBalancing"),
+    Case("keras_cnn.py", "AllReduce"),
+    Case("keras_cnn.py", "AllReduce", ("compressor=fp16",)),
+    Case("keras_cnn.py", "AllReduce", ("compressor=powersgd",)),
+    # the same two CPU devices as 2 worker processes, or as 2 in-graph replicas of 1 worker
+    Case("keras_cnn.py", "AllReduce", workers=1, replicas=2),
+    Case("keras_cnn.py", "AllReduce", workers=2, replicas=2),
 ]
 
 
@@ -43,19 +61,21 @@ def _number(pattern: str, text: str) -> str:
     return match.group(1) if match else "-"
 
 
-def run_case(spec: Path, script: str, strategy: str, options: tuple[str, ...], steps: int) -> dict[str, str]:
-    opts = [a for o in options for a in ("--strategy-opt", o)]
+def run_case(case: Case, spec: Path, steps: int) -> dict[str, str]:
+    spec.write_text(case.spec())
+    opts = [a for o in case.options for a in ("--strategy-opt", o)]
     started = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "adrun", "--spec", str(spec), "--strategy", strategy, *opts, "--quiet",
-         str(REPO / "examples" / script), "--steps", str(steps)],
+        [sys.executable, "-m", "adrun", "--spec", str(spec), "--strategy", case.strategy, *opts, "--quiet",
+         str(REPO / "examples" / case.script), "--steps", str(steps)],
         capture_output=True, text=True, cwd=REPO, env={**os.environ, "COLUMNS": "200"}, timeout=900,
     )
     out = proc.stdout + proc.stderr
     cluster = re.search(r"cluster\s*│[^│]*│\s*(\d+)\s*│\s*(\d+)\s*│\s*([\d.,]+)\s*│\s*([\d.,-]+)", out)
     return {
-        "example": script,
-        "strategy": strategy + (f" ({', '.join(options)})" if options else ""),
+        "example": case.script,
+        "strategy": case.strategy + (f" ({', '.join(case.options)})" if case.options else ""),
+        "workers × replicas": f"{case.workers} × {case.replicas}",
         "exit": str(proc.returncode),
         "steps/s": cluster.group(3) if cluster else "-",
         "examples/s": cluster.group(4) if cluster else "-",
@@ -71,17 +91,16 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         spec = Path(tmp) / "cluster.yml"
-        spec.write_text(SPEC)
         rows = []
-        for script, strategy, options in CASES:
-            rows.append(run_case(spec, script, strategy, options, args.steps))
+        for case in CASES:
+            rows.append(run_case(case, spec, args.steps))
             print(" | ".join(rows[-1].values()), flush=True)
     header = list(rows[0])
     lines = [
         "# Strategy throughput (bench/strategies.py)",
         "",
         f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
-        f"cluster: this machine, 2 workers + 2 PS; {args.steps} steps per run; wall time includes "
+        f"cluster: this machine, 2 PS and the workers × in-graph replicas shown; {args.steps} steps per run; wall time includes "
         "capture and TF start-up. Indicative only (shared machine).",
         "",
         "| " + " | ".join(header) + " |",
