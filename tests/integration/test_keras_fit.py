@@ -7,8 +7,8 @@ import sys
 
 import numpy as np
 import pytest
-
 from adrun.launch.teardown import leftover_processes
+
 from tests.conftest import REPO, SCRIPTS, run_adrun
 
 pytestmark = pytest.mark.integration
@@ -16,12 +16,18 @@ SCRIPT = str(SCRIPTS / "keras_fit_model.py")
 STEPS = 4
 
 
-@pytest.mark.parametrize("strategy,optimizer", [("PS", "sgd"), ("AllReduce", "adam")])
-def test_model_fit_equals_single_process_fit_on_the_combined_batches(tmp_path, spec_file, strategy, optimizer):
-    result = run_adrun("--spec", str(spec_file(workers=2, ps=1)), "--strategy", strategy, "--quiet",
+@pytest.mark.parametrize("strategy,optimizer,replicas", [
+    ("PS", "sgd", 1),
+    ("AllReduce", "adam", 1),
+    ("AllReduce", "adam", 3),  # in-graph replicas: each batch of 8 split 3+3+2, the same result
+])
+def test_model_fit_equals_single_process_fit_on_the_combined_batches(tmp_path, spec_file, strategy, optimizer, replicas):
+    result = run_adrun("--spec", str(spec_file(workers=2, ps=1, replicas=replicas)), "--strategy", strategy,
                        SCRIPT, "--optimizer", optimizer, "--steps", str(STEPS), "--out", str(tmp_path))
     assert result.returncode == 0, result.output
     assert leftover_processes(result.job_id) == []
+    if replicas > 1:
+        assert f"worker 1: {replicas} in-graph replicas" in result.output
     subprocess.run([sys.executable, SCRIPT, "--optimizer", optimizer, "--steps", str(STEPS), "--out", str(tmp_path),
                     "--reference", "2"], check=True, capture_output=True, cwd=REPO)
     reference = np.load(tmp_path / "reference.npz")

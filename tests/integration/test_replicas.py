@@ -5,19 +5,14 @@ included (oracle_model.py's batch of 8 over 3 replicas is 3+3+2), and replicas a
 their share of the batch. So the result must equal data-parallel SGD over the workers' whole
 batches, whatever the replica counts, also when workers have different numbers of replicas.
 The log line proves the replicas were built; tests/unit/test_replication.py proves they run on
-their own devices and compute their own slices.
+their own devices and compute their own slices. tf_keras `Model.fit` with replicas is in
+test_keras_fit.py.
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
-import numpy as np
 import pytest
 
-from adrun.launch.teardown import leftover_processes
-from tests.conftest import REPO, SCRIPTS, run_adrun
 from tests.oracle import NUM_WORKERS, ORACLE_BUILDERS, train_and_compare
 
 pytestmark = pytest.mark.integration
@@ -47,21 +42,6 @@ def test_uneven_replica_counts_across_workers_from_an_edited_document(tmp_path, 
     result = train_and_compare(tmp_path, spec_file, "PS", "sparse", "per-worker", edit_plan=edit)
     _assert_replicas(result.output, [3])
     assert "worker 1:" not in result.output.replace("worker 1 done", "")
-
-
-def test_keras_model_fit_with_replicas_equals_single_process_fit(tmp_path, spec_file):
-    script = str(SCRIPTS / "keras_fit_model.py")
-    flags = ["--optimizer", "adam", "--steps", "4", "--out", str(tmp_path)]
-    result = run_adrun("--spec", str(spec_file(workers=2, ps=1, replicas=3)), "--strategy", "AllReduce", script, *flags)
-    assert result.returncode == 0, result.output
-    assert leftover_processes(result.job_id) == []
-    _assert_replicas(result.output, [3, 3])
-    subprocess.run([sys.executable, script, *flags, "--reference", "2"], check=True, capture_output=True, cwd=REPO)
-    reference = np.load(tmp_path / "reference.npz")
-    for w in (0, 1):
-        got = np.load(tmp_path / f"w{w}.npz")
-        for key in (k for k in reference.files if k.startswith("arr_")):
-            np.testing.assert_allclose(got[key], reference[key], rtol=1e-5, atol=1e-6, err_msg=f"w{w} weight {key}")
 
 
 @pytest.mark.full
