@@ -17,8 +17,8 @@ import tensorflow as tf
 
 from adrun.runtime.capture import describe_graph
 from adrun.runtime.context import TaskContext
-from adrun.runtime.grads import records_for
 from adrun.runtime.graph_edit import unfinalized
+from adrun.runtime.grads import records_for
 from adrun.runtime.kernels.devices import COLLECTIVE_GROUP_LEADER, worker_device
 from adrun.runtime.kernels.gradient_sync import PlanMismatchError
 from adrun.runtime.kernels.initialization import keep_shared_initialization

@@ -6,6 +6,7 @@ import json
 import os
 
 import pytest
+
 from adrun.launch.env import gpu_visibility, task_env
 from adrun.launch.tasks import Task
 

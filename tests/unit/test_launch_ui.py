@@ -7,14 +7,14 @@ import sys
 import uuid
 
 import pytest
+
+from adrun import ui
 from adrun.launch.env import task_env
 from adrun.launch.job import TaskLaunch
 from adrun.launch.metrics import Throughput
 from adrun.launch.supervisor import Failure, JobResult, TaskOutcome, supervise
 from adrun.launch.tasks import Task
 from adrun.launch.teardown import kill_leftovers
-
-from adrun import ui
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -59,10 +59,9 @@ def test_summary_has_a_row_per_task_and_a_cluster_total(capsys):
 
 
 def test_plan_table_shows_each_variable_with_size_and_sync(capsys):
-    from adrun.strategies.document import Strategy
-
     from adrun.graph_item import GraphItem
     from adrun.spec import default_local_spec
+    from adrun.strategies.document import Strategy
 
     variables = [
         {"name": "dense/kernel", "shape": [784, 10], "dtype": "float32", "grad": "dense",

@@ -8,6 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from adrun.errors import UserError
+from adrun.graph_item import GraphItem, VariableInfo
+from adrun.spec import ClusterSpec, Node
 from adrun.strategies import BUILDERS, build_strategy
 from adrun.strategies.document import (
     AllReduceSync,
@@ -23,10 +27,6 @@ from adrun.strategies.document import (
 )
 from adrun.strategies.partitioned_ps import UnevenPartitionedPS
 from adrun.strategies.ps import least_loaded_assignment
-
-from adrun.errors import UserError
-from adrun.graph_item import GraphItem, VariableInfo
-from adrun.spec import ClusterSpec, Node
 
 
 def float_var(name: str, nbytes: int, grad: str | None = "dense", trainable: bool = True) -> VariableInfo:
