@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import numbers
 import os
 import sys
@@ -175,20 +176,27 @@ def _patch_session(ctx) -> None:
 
 def _patch_partitioning(ctx) -> None:
     """Partition planned variables as the script creates them (see kernels/partitioning.py)."""
+    import tensorflow as tf
     from tensorflow.python.ops import embedding_ops, variable_scope
 
-    from adrun.runtime.kernels.partitioning import partitioner_for
+    from adrun.runtime.kernels.partitioning import partitioner_for, whole_initial_value
 
     ours: set[int] = set()  # ids of the PartitionedVariables adrun made
     original_get = variable_scope._VariableStore.get_variable
+    signature = inspect.signature(original_get)
 
     @functools.wraps(original_get)
     def get_variable(self, name, *args, **kwargs):
         partition = ctx.plan.partition(name)
-        if partition is None or kwargs.get("partitioner") is not None:
+        call = signature.bind(self, name, *args, **kwargs)
+        if partition is None or call.arguments.get("partitioner") is not None:
             return original_get(self, name, *args, **kwargs)
-        kwargs["partitioner"] = partitioner_for(partition)
-        var = original_get(self, name, *args, **kwargs)
+        options = {k: v for k, v in call.arguments.items() if k not in ("self", "name")}
+        options["partitioner"] = partitioner_for(partition)
+        if name not in self._partitioned_vars and options.get("shape") is not None:
+            options["initializer"] = whole_initial_value(
+                self, name, options["shape"], options.get("dtype", tf.float32), options.get("initializer"))
+        var = original_get(self, name, **options)
         ours.add(id(var))
         return var
 
@@ -203,8 +211,6 @@ def _patch_partitioning(ctx) -> None:
 
     variable_scope._VariableStore.get_variable = get_variable
     embedding_ops.embedding_lookup = embedding_lookup
-    import tensorflow as tf
-
     tf.compat.v1.nn.embedding_lookup = embedding_lookup
 
 

@@ -115,7 +115,8 @@ class Collectives:
             step = counter.read_value()
             count = tf.shape(grad.indices, out_type=tf.int64)[:1]
             counts = self.gather(count, label + "/count", step)
-            longest = tf.reduce_max(counts)
+            # at least one row: a gather of empty tensors (no worker touched this shard) crashes TF
+            longest = tf.maximum(tf.reduce_max(counts), 1)
             pad = longest - count[0]
             indices = tf.pad(tf.cast(grad.indices, tf.int64), [[0, pad]])
             value_padding = tf.concat([[[0, pad]], tf.zeros([tf.rank(grad.values) - 1, 2], tf.int64)], 0)

@@ -9,11 +9,17 @@ their variable, and checkpoints store the original name and full shape (SaveSlic
 So only variables the script creates whole through `tf.compat.v1.get_variable` can be
 partitioned; others (tf.Variable, Keras layers) and variables read inside control flow are
 reported as blocked at plan time and kept whole.
+
+Initial values are those of the unpartitioned variable: the script's initializer is called once
+for the full shape and TF slices the result into the shards (see `whole_initial_value`).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import tensorflow as tf
+from tensorflow.python.framework import ops
 from tensorflow.python.ops import variable_scope
 
 _CONTROL_FLOW_OPS = {
@@ -55,3 +61,23 @@ def partition_blockers(graph: tf.Graph, variables: list) -> dict[str, str]:
 def partitioner_for(partition) -> object:
     """The TF partitioner that cuts a variable as `partition` (a strategies Partition) says."""
     return tf.compat.v1.fixed_size_partitioner(len(partition.shards), axis=partition.axis)
+
+
+def whole_initial_value(store: Any, name: str, shape: Any, dtype: Any, initializer: Any) -> Any:
+    """The initial value the unpartitioned variable `name` would get, as one tensor for TF to slice.
+
+    Left to itself, TF calls a random initializer once per shard: the values differ from the
+    unpartitioned variable's, and each call takes a graph-level seed of its own, which shifts the
+    seeds of every random op the script creates afterwards. One call for the full shape, made as
+    the plain variable would make it, keeps a seeded script's initial values and later random ops
+    exactly those of its plain run. A tensor or constant initializer is returned unchanged.
+    """
+    dtype = tf.as_dtype(dtype).base_dtype
+    if initializer is None:
+        initializer, from_value = store._get_default_initializer(name=name, shape=shape, dtype=dtype)
+        if from_value:
+            return initializer
+    if not callable(initializer):
+        return initializer
+    with ops.init_scope(), tf.name_scope(f"{name}/Initializer/"):
+        return initializer(tf.TensorShape(shape).as_list(), dtype=dtype)
