@@ -41,10 +41,7 @@ def _patch_apply_gradients(optimizer_class, ctx) -> None:
 
     from adrun.runtime.grads import GradientRecord, records_for
     from adrun.runtime.kernels.devices import worker_device
-    from adrun.runtime.kernels.gradient_sync import (
-        PlanMismatchError,
-        synchronized_apply,
-    )
+    from adrun.runtime.kernels.gradient_sync import PlanMismatchError, synchronized_apply
     from adrun.runtime.kernels.replication import ReplicationError, replicate
 
     original = optimizer_class.apply_gradients

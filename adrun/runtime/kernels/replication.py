@@ -135,12 +135,11 @@ class Replication:
                 "axis), so there is no batch to split across in-graph replicas; set `replicas: 1` for this node"
             )
         self.region = _downstream_within(inputs, upstream)
-        self._split = {t.name for t in inputs}
         self.batch_dim = inputs[0].shape[0]
         self._merged: dict[str, tf.Tensor] = {}
         graph_def = graph.as_graph_def()  # before any slice exists: copies must not see replica 0's
         with graph.as_default(), graph.name_scope(SCOPE + "/"), tf.control_dependencies(None):
-            self._slices = {t.name: self._slice_all(t) for t in inputs}
+            self._slices = {t.name: self._slice_all(t) for t in inputs}  # by batch input name
             rows = tf.shape(inputs[0], out_type=tf.int32)[0]
             sizes = [_slice_bounds(rows, k, self.count)[1] for k in range(self.count)]
             total = tf.cast(tf.maximum(rows, 1), tf.float32)
@@ -183,7 +182,7 @@ class Replication:
                 else:
                     node.input.append(ref)
                     tensor = graph.get_tensor_by_name(ref if ":" in ref else f"{ref}:0")
-                    input_map[ref] = self._slices[tensor.name][k] if tensor.name in self._split else tensor
+                    input_map[ref] = self._slices[tensor.name][k] if tensor.name in self._slices else tensor
         tf.graph_util.import_graph_def(sub, input_map=input_map, name=f"r{k}")
         for name, sources in outside_controls.items():
             graph.get_operation_by_name(f"{SCOPE}/r{k}/{name}")._add_control_inputs(
@@ -194,7 +193,7 @@ class Replication:
         for name in self.region:
             op = self.graph.get_operation_by_name(name)
             for i, t in enumerate(op.inputs):
-                if t.name in self._split:
+                if t.name in self._slices:
                     op._update_input(i, self._slices[t.name][0])
             if not op.device and not _has_resource_input(op):
                 op._set_device(device)
@@ -207,10 +206,10 @@ class Replication:
             self.graph.get_tensor_by_name(f"{SCOPE}/r{k}/{tensor.name}") for k in range(1, self.count)
         ]
 
-    def _weighted_sum(self, parts: Sequence[tf.Tensor]) -> tf.Tensor:
-        # multiply_no_nan: an empty slice (batch smaller than the replica count) has a NaN mean
-        # and a zero share, and must add nothing
-        return tf.add_n([tf.math.multiply_no_nan(p, tf.cast(s, p.dtype)) for p, s in zip(parts, self.shares)])
+    def _scaled(self, parts: Sequence[tf.Tensor]) -> list[tf.Tensor]:
+        """Each replica's part times its share of the batch. multiply_no_nan: an empty slice (a
+        batch smaller than the replica count) has a NaN mean and a zero share, and adds nothing."""
+        return [tf.math.multiply_no_nan(p, tf.cast(s, p.dtype)) for p, s in zip(parts, self.shares)]
 
     def combine_gradient(self, grad: Any) -> Any:
         """The worker's gradient: the replicas' gradients weighted by their share of the batch."""
@@ -218,11 +217,10 @@ class Replication:
             return grad
         with self.graph.as_default(), self.graph.name_scope(SCOPE + "/combine/"), tf.control_dependencies(None):
             if isinstance(grad, tf.IndexedSlices):
-                values = self.replica_tensors(grad.values)
-                scaled = [tf.math.multiply_no_nan(v, tf.cast(s, v.dtype)) for v, s in zip(values, self.shares)]
+                values = tf.concat(self._scaled(self.replica_tensors(grad.values)), axis=0)
                 indices = tf.concat(self.replica_tensors(grad.indices), axis=0)
-                return tf.IndexedSlices(tf.concat(scaled, axis=0), indices, grad.dense_shape)
-            return self._weighted_sum(self.replica_tensors(grad))
+                return tf.IndexedSlices(values, indices, grad.dense_shape)
+            return tf.add_n(self._scaled(self.replica_tensors(grad)))
 
     def merged(self, tensor: tf.Tensor) -> tf.Tensor:
         """`tensor` over the whole batch: its replicas' values merged (see the module docstring)."""
@@ -235,7 +233,7 @@ class Replication:
                 if self._is_batch_major(tensor):
                     merged = tf.concat(parts, axis=0)
                 elif tensor.dtype.is_floating:
-                    merged = self._weighted_sum(parts)
+                    merged = tf.add_n(self._scaled(parts))
                 elif tensor.dtype.is_integer:
                     merged = tf.add_n(parts)
                 else:
