@@ -38,18 +38,28 @@ class Collectives:
         if t.shape.is_fully_defined():
             self.wire_bytes += t.shape.num_elements() * t.dtype.size
 
-    def reduce(self, t: tf.Tensor, label: str, final_op: str = "Div") -> tf.Tensor:
-        self._count(t)
+    def _reduce(self, t: tf.Tensor, label: str, final_op: str) -> tf.Tensor:
         return tf.raw_ops.CollectiveReduceV2(
             input=t, group_size=self.num_workers, group_key=GROUP_KEY, instance_key=instance_key(label),
             ordering_token=[], merge_op="Add", final_op=final_op,
         )
+
+    def reduce(self, t: tf.Tensor, label: str, final_op: str = "Div") -> tf.Tensor:
+        self._count(t)
+        return self._reduce(t, label, final_op)
 
     def mean(self, t: tf.Tensor, label: str) -> tf.Tensor:
         return self.reduce(t, label, "Div")
 
     def sum(self, t: tf.Tensor, label: str) -> tf.Tensor:
         return self.reduce(t, label, "Id")
+
+    def barrier(self, label: str, after: list[tf.Operation]) -> tf.Operation:
+        """Completes on every worker once every worker has run `after` (a one-number all-reduce)."""
+        with tf.name_scope("adrun_barrier"):
+            with tf.control_dependencies(after):
+                flag = tf.constant(0.0)
+            return self._reduce(flag, f"adrun/barrier/{label}", "Id").op
 
     def _step_counter(self) -> tf.Variable:
         """This worker's count of sparse all-gather steps (every worker counts in lockstep)."""

@@ -11,7 +11,10 @@ Per variable, the gradient the optimizer applies is replaced by its synchronized
 The chief runs the optimizer's whole step, then releases the other workers. A non-chief worker
 pushes its synchronous gradients, runs its own updates (replicas, asynchronous PS variables), tells
 the chief it is done (so state the optimizer updates once per step, like Adam's beta powers or
-global_step, changes only after every worker used it), and waits for the chief's release.
+global_step, changes only after every worker used it), and waits for the chief's release. Steps
+without collectives exchange these signals through token queues on PS 0 (`ps_sync.StepTokens`);
+steps that also all-reduce exchange them through collective barriers (`step_order`), and then
+every worker ends such a step with the barrier.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from adrun.runtime.kernels.allreduce_sync import Collectives
 from adrun.runtime.kernels.devices import worker_device
 from adrun.runtime.kernels.placement import variable_devices
 from adrun.runtime.kernels.ps_sync import PSAggregation, StalenessBarrier, StepTokens
+from adrun.runtime.kernels.step_order import CollectiveStepOrder
 
 
 class PlanMismatchError(RuntimeError):
@@ -112,6 +116,7 @@ def synchronized_apply(
     own_update_vars: list[str] = []  # replicas and async PS variables: every worker applies
     staleness_bounds: list[int] = []
     dense_ar: list[tuple[str, Any, tf.Tensor]] = []
+    all_reduced: list[str] = []
     collectives = Collectives(n)
     for grad, var in grads_and_vars:
         if grad is None:
@@ -134,7 +139,9 @@ def synchronized_apply(
         if sync.kind == "ps":
             if sync.staleness:
                 staleness_bounds.append(sync.staleness)
-        elif is_sparse(grad):
+            continue
+        all_reduced.append(name)
+        if is_sparse(grad):
             synced[name] = collectives.sparse_mean(name, grad)
         else:
             dense_ar.append((name, sync, grad))
@@ -152,25 +159,28 @@ def synchronized_apply(
         if ctx.is_chief:
             records.chief_setup_ops.append(barrier.initial_tokens())
         train_op = barrier.after_step(ctx.task_index, train_op)
-    if not bsp_vars or n == 1:
+    trains_on_ps = len(bsp_vars) + len(own_update_vars) > len(all_reduced)
+    mixed = n > 1 and bool(all_reduced) and trains_on_ps  # ordered by collectives, see step_order.py
+    if n == 1 or not (bsp_vars or mixed):
         return train_op
+    order = CollectiveStepOrder(collectives, call_index) if mixed else StepTokens(call_index, n)
+    if not bsp_vars:
+        return order.end_step(ctx.task_index, [train_op])
 
     new_ops = graph.get_operations()[before:]
     scope = _update_scope(new_ops, bsp_vars + own_update_vars)
     updates = update_ops_by_variable(new_ops, scope, bsp_vars + own_update_vars)
-    tokens = StepTokens(call_index, n)
     finish = _finish_ops(new_ops, [u for us in updates.values() for u in us], scope)
+    own_updates = [u for name in own_update_vars for u in updates[name]]
     if ctx.is_chief:
         if own_update_vars:
             # optimizer-wide state changes only once every worker has applied its own updates
-            done = tokens.wait_all_done()
+            applied = order.own_updates_applied(ctx.task_index, own_updates)
             for op in finish:
-                op._add_control_input(done)
-        return tokens.release_all(train_op)
-    own_updates = [u for name in own_update_vars for u in updates[name]]
-    if own_updates:
+                op._add_control_input(applied)
+        return order.end_step(ctx.task_index, [train_op])
+    if own_update_vars:
         chief_only = [u for name in bsp_vars for u in updates[name]]
         own_updates += _local_finish_ops(optimizer, graph, ctx, finish, chief_only)
-    if own_updates:
-        pushes.append(tokens.report_done(ctx.task_index, own_updates))
-    return tokens.wait_own(ctx.task_index, pushes)
+        pushes.append(order.own_updates_applied(ctx.task_index, own_updates))
+    return order.end_step(ctx.task_index, pushes)

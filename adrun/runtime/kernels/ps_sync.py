@@ -85,7 +85,8 @@ class StepTokens:
     """Token queues on PS 0 that order one synchronous step between the chief and the others.
 
     Each non-chief worker has its own release queue, so a fast worker can never take a slow
-    worker's token and start a second step early.
+    worker's token and start a second step early. Used only in steps without collectives: see
+    `step_order.CollectiveStepOrder` for why a collective step must not wait on a PS queue.
     """
 
     def __init__(self, call_index: int, num_workers: int) -> None:
@@ -98,26 +99,23 @@ class StepTokens:
     def _done_queue(self) -> tf.queue.FIFOQueue:
         return _token_queue(f"{self.prefix}/done", 2 * self.num_workers)
 
-    def release_all(self, after: tf.Operation) -> tf.Operation:
-        """Chief: once `after` (the step) has run, give every other worker one token."""
-        with tf.control_dependencies([after]):
-            enqueues = [self._release_queue(w).enqueue(_token()) for w in range(1, self.num_workers)]
-            return tf.group(after, *enqueues, name="adrun_sync_step")
-
-    def wait_own(self, worker: int, after: list) -> tf.Operation:
-        """Non-chief: once `after` (pushes, own updates) has run, wait for this worker's token."""
-        with tf.control_dependencies(after):
-            token = self._release_queue(worker).dequeue()
-        return tf.group(token, name="adrun_sync_step")
-
-    def report_done(self, worker: int, after: list) -> tf.Operation:
-        """Non-chief: tell the chief this worker's own updates of the step are applied."""
-        with tf.control_dependencies(after):
+    def own_updates_applied(self, worker: int, own_updates: list[tf.Operation]) -> tf.Operation:
+        """Chief: waits until every other worker reported its own updates of the step applied.
+        Non-chief: reports its own updates applied."""
+        if worker == 0:
+            return self._done_queue().dequeue_many(self.num_workers - 1).op
+        with tf.control_dependencies(own_updates):
             return self._done_queue().enqueue(_token(), name=f"adrun_done_w{worker}")
 
-    def wait_all_done(self) -> tf.Operation:
-        """Chief: wait until every other worker has reported its own updates applied."""
-        return self._done_queue().dequeue_many(self.num_workers - 1).op
+    def end_step(self, worker: int, after: list[tf.Operation]) -> tf.Operation:
+        """Chief: once `after` (the step) has run, gives every other worker one token.
+        Non-chief: once `after` (pushes, own updates) has run, waits for this worker's token."""
+        with tf.control_dependencies(after):
+            if worker == 0:
+                waits = [self._release_queue(w).enqueue(_token()) for w in range(1, self.num_workers)]
+            else:
+                waits = [self._release_queue(worker).dequeue()]
+        return tf.group(*waits, name="adrun_sync_step")
 
 
 class StalenessBarrier:
