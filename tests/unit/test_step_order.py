@@ -1,9 +1,10 @@
-"""How a synchronous step is ordered between workers, read from the step graph each worker builds.
+"""How synchronous steps are ordered between workers, read from the graphs each worker builds.
 
 TensorFlow shares one step id among the workers' steps with collectives, and a worker's step end
 aborts what other workers still have pending under that id on the tasks it touched. So a step that
 all-reduces must never wait on a PS queue (a non-chief waiting for its release token on PS 0 was
 aborted with `Cleanup <step id>` under load); steps without collectives keep the token queues.
+The same holds for the start op each worker runs before its first step.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ tf1 = tf.compat.v1
 
 from adrun.graph_item import GraphItem, VariableInfo  # noqa: E402
 from adrun.runtime.context import TaskContext  # noqa: E402
+from adrun.runtime.kernels.devices import ps_device, worker_device  # noqa: E402
 from adrun.runtime.kernels.gradient_sync import synchronized_apply  # noqa: E402
+from adrun.runtime.kernels.start_sync import build_start_op  # noqa: E402
 from adrun.spec import ClusterSpec, Node  # noqa: E402
 from adrun.strategies import build_strategy  # noqa: E402
 from adrun.strategies.document import dump_strategy  # noqa: E402
@@ -47,8 +50,13 @@ def _step_ops(tmp_path, strategy: str, task: int, optimizer: str) -> list[tf.Ope
         opt = tf1.train.AdamOptimizer(0.1) if optimizer == "adam" else tf1.train.GradientDescentOptimizer(0.1)
         pairs = opt.compute_gradients(loss, [emb, w])
         step = synchronized_apply(opt, functools.partial(opt.apply_gradients), pairs, ctx, 0)
+    return _ops_run_by(step)
+
+
+def _ops_run_by(op: tf.Operation) -> list[tf.Operation]:
+    """`op` and its transitive data and control inputs."""
     seen: dict[str, tf.Operation] = {}
-    pending = [step]
+    pending = [op]
     while pending:
         op = pending.pop()
         if op.name not in seen:
@@ -84,3 +92,27 @@ def test_a_step_without_collectives_keeps_the_token_queues(tmp_path, task):
     assert _collectives(ops) == []
     queue_ops = _ps_queue_ops(ops)
     assert any("adrun_tokens" in name for name in queue_ops), queue_ops
+
+
+def _start_op(task: int, replicated: bool) -> tf.Operation:
+    graph = tf.Graph()
+    with graph.as_default():
+        tf1.get_variable("emb", [10, 4])
+        tf1.get_variable("w", [4, 3])
+    local = worker_device(task)
+    devices = {"emb": ps_device(0), "w": local if replicated else ps_device(1)}
+    return build_start_op(graph, devices, local, task, WORKERS, uses_ps=True)
+
+
+@pytest.mark.parametrize("task", [0, 1])
+def test_a_start_with_a_broadcast_waits_on_no_ps_queue(task):
+    ops = _ops_run_by(_start_op(task, replicated=True))
+    assert _collectives(ops), "w is replicated on the workers: the chief broadcasts it"
+    assert _ps_queue_ops(ops) == []
+
+
+@pytest.mark.parametrize("task", [0, 1])
+def test_a_start_without_replicated_variables_uses_a_start_token(task):
+    ops = _ops_run_by(_start_op(task, replicated=False))
+    assert _collectives(ops) == []
+    assert any("adrun_start" in name for name in _ps_queue_ops(ops))

@@ -4,8 +4,10 @@ A script may initialize and then restore a checkpoint, or restore inside Monitor
 only the chief's result counts. So right before each worker's first training step:
 - variables replicated on the workers (all-reduce, and unplanned state when no PS is used) get the
   chief's values by a collective broadcast (one per dtype, all variables flattened together);
-- when the plan uses PSs, non-chief workers wait for a start token the chief gives at its own first
-  step, i.e. after the chief's initialization or restore.
+- non-chief workers start only after the chief's initialization or restore: their broadcast receive
+  waits for the chief's send at its own first step. Without a broadcast (every variable on a PS)
+  they wait for a start token the chief puts on PS 0 at its first step instead. Never both: a run
+  with collectives must not wait on a PS queue (see step_order.py).
 """
 
 from __future__ import annotations
@@ -56,7 +58,10 @@ def build_start_op(
         return None
     with graph.as_default(), tf.name_scope("adrun_start"):
         replicated = [v for v in tf.compat.v1.global_variables() if devices[v.op.name] == local_device]
-        ops = _broadcast_from_chief(replicated, num_workers, worker == 0) if replicated else []
-        if uses_ps:
-            ops += _start_tokens(num_workers, worker)
+        if replicated:
+            ops = _broadcast_from_chief(replicated, num_workers, worker == 0)
+        elif uses_ps:
+            ops = _start_tokens(num_workers, worker)
+        else:
+            ops = []
         return tf.group(*ops, name="start") if ops else None
