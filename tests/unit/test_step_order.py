@@ -32,11 +32,11 @@ VARIABLES = GraphItem(variables=[
 ])
 
 
-def _step_ops(tmp_path, strategy: str, task: int, optimizer: str) -> list[tf.Operation]:
+def _step_ops(tmp_path, strategy: str, task: int, optimizer: str, **options: str) -> list[tf.Operation]:
     """Every op worker `task`'s training step runs (the step op's transitive inputs)."""
     spec = ClusterSpec(version=1, nodes=[Node(address="localhost", workers=WORKERS, ps=2)])
     plan_file = tmp_path / f"{strategy}.yml"
-    dump_strategy(build_strategy(strategy, VARIABLES, spec), plan_file)
+    dump_strategy(build_strategy(strategy, VARIABLES, spec, options), plan_file)
     ctx = TaskContext(
         mode="run", role="worker", task_index=task, num_workers=WORKERS, job_id="t",
         cluster={}, strategy_file=str(plan_file), capture_out=None,
@@ -84,6 +84,14 @@ def test_a_step_with_collectives_waits_on_no_ps_queue(tmp_path, task, optimizer)
     barriers = [name for name in _collectives(ops) if name.startswith("adrun_barrier")]
     # the end of step on every worker; with own updates (w's all-reduce), the updates-applied one too
     assert len(barriers) == 2
+
+
+@pytest.mark.parametrize("options", [{"staleness": "2"}, {"sync": "false"}])
+def test_stale_or_async_ps_variables_next_to_all_reduce_wait_on_no_ps_queue(tmp_path, options):
+    """The all-reduce keeps the workers in lock step: no staleness queues, one end-of-step barrier."""
+    ops = _step_ops(tmp_path, "Parallax", 1, "sgd", **options)
+    assert _ps_queue_ops(ops) == []
+    assert len([name for name in _collectives(ops) if name.startswith("adrun_barrier")]) == 1
 
 
 @pytest.mark.parametrize("task", [0, 1])

@@ -154,7 +154,8 @@ def synchronized_apply(
     before = len(graph.get_operations())
     new_pairs = [(synced.get(variable_name(v), g) if g is not None else g, v) for g, v in grads_and_vars]
     train_op = apply(new_pairs)
-    if staleness_bounds:
+    # with accumulators or collectives in the step every worker already waits for all the others
+    if staleness_bounds and not bsp_vars and not all_reduced:
         barrier = StalenessBarrier(call_index, n, min(staleness_bounds))
         if ctx.is_chief:
             records.chief_setup_ops.append(barrier.initial_tokens())
