@@ -95,9 +95,12 @@ def feed(w_index: int, step: int):
 
 
 def make_optimizer():
+    # Adam's epsilon is raised from 1e-8: a gradient element that cancels to rounding level would
+    # otherwise get a full-size step whose sign is that rounding, and runs that sum the same
+    # gradient in another order (a batch split over in-graph replicas) would differ by up to lr
     return {
         "sgd": lambda: tf1.train.GradientDescentOptimizer(args.lr),
-        "adam": lambda: tf1.train.AdamOptimizer(args.lr),
+        "adam": lambda: tf1.train.AdamOptimizer(args.lr, epsilon=1e-3),
         "momentum": lambda: tf1.train.MomentumOptimizer(args.lr, 0.9),
         "rmsprop": lambda: tf1.train.RMSPropOptimizer(args.lr),
         "adagrad": lambda: tf1.train.AdagradOptimizer(args.lr),
