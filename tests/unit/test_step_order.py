@@ -9,8 +9,6 @@ The same holds for the start op each worker runs before its first step.
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 
 tf = pytest.importorskip("tensorflow")
@@ -49,7 +47,7 @@ def _step_ops(tmp_path, strategy: str, task: int, optimizer: str, **options: str
         loss = tf.reduce_sum(tf.matmul(tf.nn.embedding_lookup(emb, ids), w))
         opt = tf1.train.AdamOptimizer(0.1) if optimizer == "adam" else tf1.train.GradientDescentOptimizer(0.1)
         pairs = opt.compute_gradients(loss, [emb, w])
-        step = synchronized_apply(opt, functools.partial(opt.apply_gradients), pairs, ctx, 0)
+        step = synchronized_apply(opt, opt.apply_gradients, pairs, ctx, 0)
     return _ops_run_by(step)
 
 
