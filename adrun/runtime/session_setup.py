@@ -20,6 +20,7 @@ import weakref
 from dataclasses import dataclass, field
 
 import tensorflow as tf
+from tensorflow.python.eager import context as eager_context
 
 from adrun.runtime.capture import describe_graph
 from adrun.runtime.context import TaskContext
@@ -36,8 +37,8 @@ from adrun.runtime.kernels.start_sync import build_start_op
 from adrun.strategies.document import describe_variable_changes
 
 INIT_TIMEOUT_S = float(os.environ.get("ADRUN_INIT_TIMEOUT", "600"))
-# No session.run of a worker may block longer than this (a dead or wedged peer becomes an error,
-# not a hang); a timeout the script set itself wins.
+# No session.run of a worker of a cluster may block longer than this (a dead or wedged peer becomes
+# an error, not a hang); a timeout the script set itself wins.
 OP_TIMEOUT_S = float(os.environ.get("ADRUN_OP_TIMEOUT", "600"))
 _POLL_S = 0.2
 
@@ -122,19 +123,21 @@ def _prepare_graph(graph: tf.Graph, ctx: TaskContext) -> PreparedGraph:
 
 def session_config(ctx: TaskContext, user_config: tf.compat.v1.ConfigProto | None) -> tf.compat.v1.ConfigProto:
     config = tf.compat.v1.ConfigProto()
-    if user_config is not None:
-        config.CopyFrom(user_config)
+    # without one from the script, what TF gives such a Session: the tf.config settings (threads, optimizer)
+    config.CopyFrom(user_config if user_config is not None else eager_context.context().config)
     replicas = ctx.strategy.replicas_of(ctx.task_index)
-    if ctx.runs_alone:
-        _add_virtual_cpus(config, replicas)  # a plain local session makes its devices itself
-    else:
-        del config.device_filters[:]
-        config.device_filters.extend(["/job:ps", f"/job:worker/task:{ctx.task_index}"])
-        if ctx.task_index != 0:
-            config.device_filters.append("/job:worker/task:0")  # initial values come from the chief
-        config.experimental.collective_group_leader = COLLECTIVE_GROUP_LEADER
     if any(d.startswith("GPU:") for d in replicas[1:]):
         config.allow_soft_placement = True  # replica copies of ops that have no GPU kernel run on the CPU
+    if ctx.runs_alone:
+        # A plain local session makes its devices itself. No operation timeout: there is no peer to
+        # wait for, and TF's local session runs a step with a timeout off the caller's thread.
+        _add_virtual_cpus(config, replicas)
+        return config
+    del config.device_filters[:]
+    config.device_filters.extend(["/job:ps", f"/job:worker/task:{ctx.task_index}"])
+    if ctx.task_index != 0:
+        config.device_filters.append("/job:worker/task:0")  # initial values come from the chief
+    config.experimental.collective_group_leader = COLLECTIVE_GROUP_LEADER
     if not config.operation_timeout_in_ms and OP_TIMEOUT_S > 0:
         config.operation_timeout_in_ms = int(OP_TIMEOUT_S * 1000)
     return config

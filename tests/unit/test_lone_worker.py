@@ -17,6 +17,8 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 tf1 = tf.compat.v1
 
+from tensorflow.python.eager import context as eager_context  # noqa: E402
+
 from adrun.runtime import session_setup  # noqa: E402
 from adrun.runtime.capture import describe_graph  # noqa: E402
 from adrun.runtime.context import TaskContext  # noqa: E402
@@ -123,7 +125,7 @@ def test_a_lone_worker_gets_a_plain_local_session(tmp_path, monkeypatch):
     assert target == ""
     assert session_setup._server is None, "a lone worker started a gRPC server"
     assert list(config.device_filters) == [] and not config.experimental.collective_group_leader
-    assert config.operation_timeout_in_ms == session_setup.OP_TIMEOUT_S * 1000
+    assert config.operation_timeout_in_ms == 0, "no peer to time out on, and it slows a local session down"
     assert graph.get_operation_by_name("w").device == "/job:localhost/replica:0/task:0/device:CPU:0"
     w = pairs[1][1]
     with tf1.Session(target, graph=graph, config=config) as sess:
@@ -134,13 +136,20 @@ def test_a_lone_worker_gets_a_plain_local_session(tmp_path, monkeypatch):
         assert not np.array_equal(sess.run(w), before)
 
 
+def test_a_lone_worker_without_a_config_gets_tfs_own(tmp_path):
+    """What TF gives a Session created without a config (tf.config's threads and optimizer settings)."""
+    assert session_setup.session_config(_context(tmp_path, "AllReduce", 1, 0), None) == eager_context.context().config
+
+
 def test_a_lone_worker_with_replicas_gets_their_virtual_cpus(tmp_path):
     ctx = _context(tmp_path, "AllReduce", 1, 0, replicas=3)
-    config = session_setup.session_config(ctx, tf1.ConfigProto(log_device_placement=True))
+    config = session_setup.session_config(ctx, tf1.ConfigProto(log_device_placement=True, operation_timeout_in_ms=5))
     assert config.device_count["CPU"] == 3 and config.log_device_placement
+    assert config.operation_timeout_in_ms == 5, "the script's own settings are kept"
 
 
 def test_a_worker_of_a_cluster_keeps_the_cluster_config(tmp_path):
     config = session_setup.session_config(_context(tmp_path, "AllReduce", 2, 0, task=1), None)
     assert list(config.device_filters) == ["/job:ps", "/job:worker/task:1", "/job:worker/task:0"]
     assert config.experimental.collective_group_leader == "/job:worker/replica:0/task:0"
+    assert config.operation_timeout_in_ms == session_setup.OP_TIMEOUT_S * 1000
