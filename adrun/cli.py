@@ -357,6 +357,8 @@ def profile(spec_path, trials, trial_steps, output, as_json, records_option, no_
 
     spec = _load_cluster(spec_path)
     script_path = _existing_script(script)
+    if output and not Path(output).parent.is_dir():
+        raise UserError(f"-o {output}: directory {Path(output).parent} does not exist")
     options = ProfileOptions(trials=trials, trial_steps=trial_steps, runs_dir=RUNS_DIR)
     records = None if no_record else open_records(records_path(records_option))
     try:
@@ -370,7 +372,10 @@ def profile(spec_path, trials, trial_steps, output, as_json, records_option, no_
         if records is not None:
             records.close()
     if output:
-        dump_strategy(plan, Path(output))
+        try:
+            dump_strategy(plan, Path(output))
+        except OSError as e:
+            raise UserError(f"-o {output}: cannot write the strategy document: {e.strerror or e}") from None
     if as_json:
         click.echo(report.model_dump_json(indent=2))
     else:

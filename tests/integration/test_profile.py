@@ -153,3 +153,9 @@ def test_corrupt_records_database(tmp_path: Path) -> None:
     line = refused("--records", str(records), TINY, job_id="profile-corrupt-records")
     assert line.startswith(f"adrun: error: records database {records} cannot be used:"), line
     assert "--no-record" in line
+
+
+def test_output_in_a_missing_directory_is_refused_before_the_profile(tmp_path: Path) -> None:
+    plan = tmp_path / "no-such-dir" / "plan.yml"
+    line = refused("--no-record", "-o", str(plan), TINY, job_id="profile-bad-output")
+    assert line == f"adrun: error: -o {plan}: directory {plan.parent} does not exist"
