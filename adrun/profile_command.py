@@ -75,8 +75,9 @@ def profile(spec, remote, script: Path, script_args: list[str], job_id: str, opt
     report = ProfileReport(
         model=model_section(model, str(script), script_args),
         cluster=cluster_section(spec, network),
-        fit=FitSection(records_used=fitted.records_used, error_before=fitted.error_before,
-                       error_after=fitted.error_after) if fitted else FitSection(records_used=0),
+        fit=FitSection(records_used=fitted.records_used, records_skipped=fitted.records_skipped,
+                       error_before=fitted.error_before, error_after=fitted.error_after)
+        if fitted else FitSection(records_used=0),
         candidates=candidates, trials=trials, recommended=chosen.builder, recommended_by=chosen_by,
         recommended_plan=plans[chosen.builder], elapsed_s=time.monotonic() - started,
     )

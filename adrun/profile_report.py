@@ -81,12 +81,13 @@ class ClusterSection(BaseModel):
 
 class FitSection(BaseModel):
     """How the cost model's coefficients were obtained: from `records_used` earlier runs on this
-    cluster (0: the analytical values alone), with the mean relative error of the predicted step
+    cluster (0: the analytical values alone; runs recorded without a profile cannot be used), with the mean relative error of the predicted step
     time on those records before and after fitting."""
 
     model_config = ConfigDict(extra="forbid")
 
     records_used: int = Field(ge=0)
+    records_skipped: int = Field(default=0, ge=0)  # recorded without a profile or network facts
     error_before: float | None = None
     error_after: float | None = None
 

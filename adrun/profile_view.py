@@ -136,14 +136,15 @@ def _bar(fraction: float, full: str = "█") -> str:
 
 def _fit_line(report: ProfileReport) -> str:
     fit = report.fit
+    skipped = f"; {fit.records_skipped} recorded run(s) without a profile cannot be used" if fit.records_skipped else ""
     if fit.records_used == 0:
-        return "cost model: analytical coefficients (no records of this cluster yet)"
+        return f"cost model: analytical coefficients (no usable records of this cluster yet{skipped})"
     line = f"cost model fitted on {fit.records_used} record(s) of this cluster"
     if fit.error_after is not None:
         line += f": mean relative error of the step time {fit.error_after:.0%}"
         if fit.error_before is not None:
             line += f" (analytical: {fit.error_before:.0%})"
-    return line
+    return line + skipped
 
 
 def _recommendation(report: ProfileReport, plan_path: str | None) -> Text:

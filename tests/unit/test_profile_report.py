@@ -200,3 +200,18 @@ def test_trial_result_step_time_is_the_inverse_of_the_workers_mean_rate() -> Non
     assert failed.root_cause_stderr == ["ValueError: boom"]
     unmeasured = trial_result(job(rates=(None, None)))
     assert not unmeasured.succeeded and "raise --trial-steps" in unmeasured.root_cause
+
+
+def test_report_of_the_cost_models_ranking_shows_every_builder_and_auto() -> None:
+    from adrun.strategies import BUILDERS
+    from adrun.strategies.auto import rank_builders
+
+    ranked = rank_builders(graph(), TWO_HOSTS, model(), network())
+    candidates = [Candidate(builder=plan.builder, prediction=p) for plan, p in ranked]
+    value = report(candidates)
+    assert {c.builder for c in value.candidates} == {*BUILDERS, "Auto"}
+    assert ProfileReport.model_validate_json(value.model_dump_json()) == value
+    text = rendered(value)
+    table = text.split("strategies: fastest predicted first")[1]
+    assert [line.split("│")[1].strip() for line in table.splitlines() if line.startswith("│")] == [
+        c.builder for c in candidates]
