@@ -26,6 +26,9 @@ CONTRACT_VARS = (
     "ADRUN_CLUSTER",
     "ADRUN_STRATEGY_FILE",
     "ADRUN_CAPTURE_OUT",
+    "ADRUN_PROFILE_WARMUP",
+    "ADRUN_PROFILE_STEPS",
+    "ADRUN_SCRATCH_DIR",
 )
 
 # A setting (not part of the contract): every worker ends after this many training steps.
