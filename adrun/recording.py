@@ -58,9 +58,14 @@ def trial_from_report(report: JobReport, spec: ClusterSpec, plan: Strategy, work
 
 def record_run(records: Records, report: JobReport, spec: ClusterSpec, plan: Strategy, workload: str,
                batch_size: int | None) -> int | None:
-    """Add the finished run to `records`, with the stored profile of its graph at `batch_size` and
+    """Add the finished run to `records`, with the stored profile of its graph at its batch size and
     the stored network facts of its cluster; the trial number, or None when it was not recorded
-    (see `trial_from_report`). Raises UserError when the database cannot be written."""
-    trial = trial_from_report(report, spec, plan, workload, records.profile_for(plan.fingerprint, batch_size),
-                              records.network_for(cluster_key(spec)))
+    (see `trial_from_report`). Raises UserError when the database cannot be written.
+
+    The batch size is what the workers measured (examples per step, e.g. a fed placeholder's rows),
+    as the profiling run does, else `batch_size` (the capture's): a script fed through placeholders
+    has no batch size in its graph."""
+    measured = next((t.examples_per_step for t in report.tasks if t.role == "worker" and t.examples_per_step), None)
+    profile = records.profile_for(plan.fingerprint, measured or batch_size)
+    trial = trial_from_report(report, spec, plan, workload, profile, records.network_for(cluster_key(spec)))
     return None if trial is None else records.add_trial(trial)

@@ -69,20 +69,24 @@ def test_runs_without_a_measured_rate_or_success_are_not_recorded(case: str) -> 
 
 
 def test_record_run_attaches_the_stored_profile_and_network(tmp_path: Path) -> None:
+    """The profile is looked up at the batch size the workers measured (32 examples per step),
+    also when the capture could not read one (placeholders: None)."""
     plan = build_strategy("AllReduce", item(), TWO_HOSTS)
     done = report([worker(0, "10.0.0.1", 50, 8.0), worker(1, "10.0.0.2", 50, 8.0)])
+    unmeasured = report([w.model_copy(update={"examples_per_step": None})
+                         for w in (worker(0, "10.0.0.1", 50, 8.0), worker(1, "10.0.0.2", 50, 8.0))])
     with open_records(tmp_path / "r.sqlite") as records:
-        assert record_run(records, done, TWO_HOSTS, plan, "t.py", 32) == 1
+        assert record_run(records, done, TWO_HOSTS, plan, "t.py", None) == 1
         records.save_profile(profile(item(32)))
         records.save_network(cluster_key(TWO_HOSTS), network())
-        assert record_run(records, done, TWO_HOSTS, plan, "t.py", 32) == 2
-        assert record_run(records, done, TWO_HOSTS, plan, "t.py", 64) == 3  # no profile at this batch size
-        first, second, third = records.trials(cluster_key(TWO_HOSTS))
-        assert (first.profile, first.network) == (None, None)
-        assert (second.profile, second.network) == (profile(item(32)), network())
-        assert (third.profile, third.network) == (None, network())
+        assert record_run(records, done, TWO_HOSTS, plan, "t.py", None) == 2
+        assert record_run(records, unmeasured, TWO_HOSTS, plan, "t.py", 64) == 3  # no profile at 64
+        assert record_run(records, unmeasured, TWO_HOSTS, plan, "t.py", 32) == 4
+        trials = records.trials(cluster_key(TWO_HOSTS))
+        assert [(t.profile, t.network) for t in trials] == [
+            (None, None), (profile(item(32)), network()), (None, network()), (profile(item(32)), network())]
         assert record_run(records, report([], exit_code=1), TWO_HOSTS, plan, "t.py", 32) is None
-        assert len(records.trials(cluster_key(TWO_HOSTS))) == 3
+        assert len(records.trials(cluster_key(TWO_HOSTS))) == 4
 
 
 def test_workload_name_quotes_arguments_as_a_shell_would() -> None:
