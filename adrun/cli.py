@@ -10,7 +10,8 @@ import functools
 import os
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -91,17 +92,27 @@ def _check_fixed_ports(spec) -> None:
         allocate_ports(spec, here)
 
 
-def _plan(strategy: str, options: dict[str, str], script: Path, script_args: list[str], spec, job_id: str):
+def _plan(strategy: str, options: dict[str, str], script: Path, script_args: list[str], spec, job_id: str, *,
+          remote, records, measure_network: bool):
     """Capture the script's graph and turn it into a Strategy for this cluster.
 
     Everything that can be checked without the script (builder name and options, the document)
-    is checked before the capture, which takes seconds.
+    is checked before the capture, which takes seconds. Auto profiles the script instead (the
+    profile holds the captured graph) and plans with the records and the network facts
+    (adrun/auto_plan.py).
     """
     from adrun import ui
     from adrun.capture_run import capture_graph
     from adrun.strategies import configured_builder
+    from adrun.strategies.auto import AUTO
     from adrun.strategies.document import check_matches, load_strategy
 
+    if strategy == AUTO:
+        from adrun.auto_plan import auto_options, plan_automatically
+
+        auto = plan_automatically(script, script_args, spec, remote, records, auto_options(options), job_id,
+                                  measure_network=measure_network)
+        return auto.profile.graph, auto.plan
     if _names_document(strategy):
         if options:
             raise UserError("--strategy-opt applies to a builder name, not to a strategy document")
@@ -125,6 +136,31 @@ def _names_document(strategy: str) -> bool:
         return Path(strategy).is_file()
     except OSError:
         return False
+
+
+def _records_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """`--records PATH`, `--no-record` and `--measure-network`, shared by the commands that read or add records."""
+    command = click.option("--measure-network", is_flag=True,
+                           help="With --strategy Auto: measure the network even if facts of this cluster are recorded.")(command)
+    command = click.option("--no-record", is_flag=True,
+                           help="Neither read nor add to the records database (no trial is recorded).")(command)
+    return click.option("--records", "records_option", type=click.Path(dir_okay=False), metavar="PATH",
+                        help="Records database (default: $ADRUN_RECORDS, else ~/.adrun/records.sqlite).")(command)
+
+
+@contextmanager
+def _opened_records(option: str | None, no_record: bool, needed: bool = True) -> Iterator[Any]:
+    """The records database the options name, open for the command's duration; None with
+    --no-record or when the command does not `need` it this time."""
+    from adrun.records import open_records, records_path
+
+    if no_record and option:
+        raise UserError("--records and --no-record contradict each other; give one of them")
+    if no_record or not needed:
+        yield None
+        return
+    with open_records(records_path(option)) as records:
+        yield records
 
 
 def _new_job_id() -> str:
@@ -158,38 +194,50 @@ def main() -> None:
               help="Warn when a worker makes no training step for this long (0: never).")
 @click.option("--result-json", type=click.Path(dir_okay=False), metavar="PATH",
               help="Write the job's result (per task exit, steps, rates, bytes per node) here as JSON.")
+@click.option("--max-steps", type=click.IntRange(min=1), metavar="N",
+              help="End every worker cleanly after its Nth training step (same as ADRUN_MAX_STEPS=N).")
+@_records_options
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @_user_errors
 def run(spec_path, strategy, strategy_opts, quiet, log_dir, dry_run, shard_data, job_id, sync_code, stall_timeout,
-        result_json, script, script_args) -> None:
+        result_json, max_steps, records_option, no_record, measure_network, script, script_args) -> None:
     """Run SCRIPT with ARGS on every worker of the cluster."""
+    from adrun.launch.env import MAX_STEPS_VAR
+    from adrun.launch.env import max_steps as max_steps_setting
     from adrun.launch.provision import RemoteNodes
 
     spec = _load_cluster(spec_path)
     script_path = _existing_script(script)
     options = _parse_options(strategy_opts)
-    with RemoteNodes(spec) as remote:
+    if max_steps is not None:
+        os.environ[MAX_STEPS_VAR] = str(max_steps)  # an ADRUN_* setting: passes through to every task
+    max_steps_setting(os.environ)  # refuse a bad ADRUN_MAX_STEPS before anything starts
+    with _opened_records(records_option, no_record) as records, RemoteNodes(spec) as remote:
         if not dry_run:
             _check_fixed_ports(spec)
             remote.connect()
             remote.preflight(script_path, sync_code)
         _run_planned(spec, remote, strategy, options, script_path, list(script_args), job_id or _new_job_id(),
                      quiet=quiet, log_dir=log_dir, dry_run=dry_run, shard_data=shard_data,
-                     stall_timeout=stall_timeout or None, result_json=Path(result_json) if result_json else None)
+                     stall_timeout=stall_timeout or None, result_json=Path(result_json) if result_json else None,
+                     records=records, measure_network=measure_network)
 
 
 def _run_planned(spec, remote, strategy: str, options: dict[str, str], script_path: Path, script_args: list[str],
                  job_id: str, *, quiet: bool, log_dir: str | None, dry_run: bool, shard_data: bool,
-                 stall_timeout: float | None, result_json: Path | None) -> None:
+                 stall_timeout: float | None, result_json: Path | None, records, measure_network: bool) -> None:
     """Capture, plan, and (unless `dry_run`) run the job, remote nodes through `remote`; the
-    result is written as JSON to `result_json` and to `log_dir`/result.json when given."""
+    result is written as JSON to `result_json` and to `log_dir`/result.json when given, and added
+    to `records` (unless None)."""
     from adrun import ui
     from adrun.launch.report import job_report, write_report
     from adrun.launch.supervisor import JobConfig, run_job
+    from adrun.recording import workload_name
     from adrun.strategies.document import dump_strategy
 
-    item, plan = _plan(strategy, options, script_path, script_args, spec, job_id)
+    item, plan = _plan(strategy, options, script_path, script_args, spec, job_id, remote=remote, records=records,
+                       measure_network=measure_network)
     job_dir = RUNS_DIR / job_id
     job_dir.mkdir(parents=True, exist_ok=True)
     strategy_file = job_dir / "strategy.yml"
@@ -217,7 +265,25 @@ def _run_planned(spec, remote, strategy: str, options: dict[str, str], script_pa
     for path in (result_json, Path(log_dir) / "result.json" if log_dir else None):
         if path is not None:
             write_report(report, path)
+    if records is not None:
+        _record(records, report, spec, plan, workload_name(script_path, script_args), item.batch_size)
     sys.exit(result.exit_code)
+
+
+def _record(records, report, spec, plan, workload: str, batch_size: int | None) -> None:
+    """Add the finished run to the records; a failure to do so is a warning, never the job's failure."""
+    from pydantic import ValidationError
+
+    from adrun import ui
+    from adrun.recording import record_run
+
+    try:
+        number = record_run(records, report, spec, plan, workload, batch_size)
+    except (UserError, ValidationError) as e:
+        ui.print_warning(f"the run was not recorded: {e}")
+        return
+    if number is not None:
+        ui.print_status(f"recorded as trial {number} in {records.path}")
 
 
 @main.group()
@@ -282,16 +348,25 @@ class _OptionalValue(click.Option):
 @click.option("--spec", "spec_path", type=click.Path(dir_okay=False))
 @click.option("--strategy-opt", "strategy_opts", multiple=True, metavar="KEY=VALUE")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="Where to write the document.")
+@_records_options
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @_user_errors
-def strategy_build(name, spec_path, strategy_opts, output, script, script_args) -> None:
+def strategy_build(name, spec_path, strategy_opts, output, records_option, no_record, measure_network, script,
+                   script_args) -> None:
     """Capture SCRIPT and write the plan of builder NAME to a document you can edit and run."""
     from adrun import ui
+    from adrun.launch.provision import RemoteNodes
+    from adrun.strategies.auto import AUTO
     from adrun.strategies.document import dump_strategy
 
     spec = _load_cluster(spec_path)
-    item, plan = _plan(name, _parse_options(strategy_opts), _existing_script(script), list(script_args), spec, _new_job_id())
+    script_path = _existing_script(script)
+    options = _parse_options(strategy_opts)
+    # only Auto reads the records: another builder's plan must not depend on (or create) the file
+    with _opened_records(records_option, no_record, needed=name == AUTO) as records, RemoteNodes(spec) as remote:
+        item, plan = _plan(name, options, script_path, list(script_args), spec, _new_job_id(), remote=remote,
+                           records=records, measure_network=measure_network)
     dump_strategy(plan, Path(output))
     ui.print_plan(plan, item, spec)
     ui.print_status(f"wrote {output}")

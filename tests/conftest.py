@@ -45,6 +45,15 @@ def write_spec(path: Path, workers: int = 2, ps: int = 1, **node_fields) -> Path
     return path
 
 
+@pytest.fixture(autouse=True)
+def records_db(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test's adrun runs record into a database of their own (ADRUN_RECORDS), never into the
+    user's ~/.adrun, in a directory apart from tmp_path so a test's own files stay its own."""
+    path = tmp_path_factory.mktemp("records") / "records.sqlite"
+    monkeypatch.setenv("ADRUN_RECORDS", str(path))
+    return path
+
+
 @pytest.fixture
 def spec_file(tmp_path: Path):
     """A factory for local cluster specs in the test's temporary directory."""

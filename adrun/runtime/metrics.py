@@ -1,9 +1,11 @@
-"""Per-step metrics of a worker, written as `@@ADRUN {json}` lines on stderr for the launcher."""
+"""Per-step metrics of a worker, written as `@@ADRUN {json}` lines on stderr for the launcher,
+and the step bound (`ADRUN_MAX_STEPS`) that ends a worker after its Nth training step."""
 
 from __future__ import annotations
 
 import atexit
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -17,7 +19,7 @@ METRIC_PREFIX = "@@ADRUN "
 _EMIT_INTERVAL_S = 0.5
 
 
-def _fetched_names(fetches: Any) -> set[str]:
+def fetched_names(fetches: Any) -> set[str]:
     """Op names in a fetch structure (tf.nest would sort dict keys, and MonitoredTrainingSession
     keys its fetch dicts by hook objects, which do not sort)."""
     if isinstance(fetches, tf.Operation):
@@ -29,11 +31,11 @@ def _fetched_names(fetches: Any) -> set[str]:
     if isinstance(fetches, dict):
         fetches = list(fetches.values())
     if isinstance(fetches, (list, tuple)):
-        return set().union(*map(_fetched_names, fetches)) if fetches else set()
+        return set().union(*map(fetched_names, fetches)) if fetches else set()
     return set()
 
 
-def _controls_a_step(graph: tf.Graph, names: set[str], train_ops: set[str]) -> bool:
+def controls_a_step(graph: tf.Graph, names: set[str], train_ops: set[str]) -> bool:
     """Whether one of the named ops has a step op as a control input."""
     for name in names:
         try:
@@ -45,7 +47,7 @@ def _controls_a_step(graph: tf.Graph, names: set[str], train_ops: set[str]) -> b
     return False
 
 
-def _examples_in_feed(feed_dict: dict | None) -> int | None:
+def examples_in_feed(feed_dict: dict | None) -> int | None:
     """Batch size of a fed placeholder whose first dimension is open (the batch dimension)."""
     for key, value in (feed_dict or {}).items():
         shape = getattr(key, "shape", None)
@@ -55,8 +57,9 @@ def _examples_in_feed(feed_dict: dict | None) -> int | None:
 
 
 class StepReporter:
-    def __init__(self) -> None:
+    def __init__(self, max_steps: int | None = None) -> None:
         self.steps = 0
+        self.max_steps = max_steps
         self.examples: int | None = None
         self.wire_bytes = 0
         self._examples_read = False
@@ -72,24 +75,44 @@ class StepReporter:
         records = records_for(graph)
         if not records.train_ops:
             return False
-        names = _fetched_names(fetches)
+        names = fetched_names(fetches)
         if records.train_ops & names:
             return True
         key = frozenset(names)
         decided = records.step_fetches.get(key)
         if decided is None:
-            decided = records.step_fetches[key] = _controls_a_step(graph, names, records.train_ops)
+            decided = records.step_fetches[key] = controls_a_step(graph, names, records.train_ops)
         return decided
 
     def after_step(self, graph: tf.Graph, feed_dict: dict | None, examples: int | None = None) -> None:
         self.steps += 1
         self.wire_bytes = records_for(graph).wire_bytes_per_step
         if not self._examples_read:
-            self.examples = examples or _examples_in_feed(feed_dict) or static_batch_size(graph)
+            self.examples = examples or examples_in_feed(feed_dict) or static_batch_size(graph)
             self._examples_read = True
+        if self.steps == self.max_steps:
+            self.end_worker()
         now = time.monotonic()
         if now - self._last_emit >= _EMIT_INTERVAL_S:
             self.emit(now)
+
+    def end_worker(self) -> None:
+        """End this worker now, exit status 0, its last metric line and output written.
+
+        Bounded runs (`adrun profile --trials`) need every worker to stop after exactly its Nth
+        step. Under a synchronous plan the Nth step of every worker completes (no peer leaves
+        before its own Nth step, and the chief's Nth step releases the others), so nobody waits
+        for a worker that left. The script's code after the step (saving, evaluation, a
+        MonitoredTrainingSession's hooks at close) does not run: it could run further steps, or
+        wait for peers that have already ended.
+        """
+        self.emit()
+        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            try:
+                stream.flush()
+            except (AttributeError, OSError, ValueError):  # replaced by the script, or closed
+                pass
+        os._exit(0)
 
     def emit(self, now: float | None = None) -> None:
         if not self.steps:
