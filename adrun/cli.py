@@ -412,40 +412,32 @@ def _reads_as_trial_count(text: str) -> bool:
               help="Training steps per worker of each trial.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the recommended strategy document here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document on stdout.")
-@click.option("--records", "records_option", type=click.Path(dir_okay=False), metavar="PATH",
-              help="Records database (default: $ADRUN_RECORDS or ~/.adrun/records.sqlite).")
-@click.option("--no-record", is_flag=True, help="Neither fit on nor add to the records database.")
+@_records_options
 @click.option("--job-id", help="Name of the profiling run; trial N runs as ID-tN-<builder> (default: time-stamped).")
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @_user_errors
-def profile(spec_path, trials, trial_steps, output, as_json, records_option, no_record, job_id, script,
-            script_args) -> None:
+def profile(spec_path, trials, trial_steps, output, as_json, records_option, no_record, measure_network, job_id,
+            script, script_args) -> None:
     """Profile SCRIPT, predict every strategy on the cluster (and try the best with --trials), and
     recommend one."""
     from adrun import ui
     from adrun.launch.provision import RemoteNodes
     from adrun.profile_command import ProfileOptions, profile as profile_script
     from adrun.profile_view import render
-    from adrun.records import open_records, records_path
     from adrun.strategies.document import dump_strategy
 
     spec = _load_cluster(spec_path)
     script_path = _existing_script(script)
     if output and not Path(output).parent.is_dir():
         raise UserError(f"-o {output}: directory {Path(output).parent} does not exist")
-    options = ProfileOptions(trials=trials, trial_steps=trial_steps, runs_dir=RUNS_DIR)
-    records = None if no_record else open_records(records_path(records_option))
-    try:
-        with RemoteNodes(spec) as remote:
-            _check_fixed_ports(spec)
-            remote.connect()
-            remote.preflight(script_path, False)
-            report, plan = profile_script(spec, remote, script_path, list(script_args), job_id or _new_job_id(),
-                                          options, records)
-    finally:
-        if records is not None:
-            records.close()
+    options = ProfileOptions(trials=trials, trial_steps=trial_steps, runs_dir=RUNS_DIR, measure_network=measure_network)
+    with _opened_records(records_option, no_record) as records, RemoteNodes(spec) as remote:
+        _check_fixed_ports(spec)
+        remote.connect()
+        remote.preflight(script_path, False)
+        report, plan = profile_script(spec, remote, script_path, list(script_args), job_id or _new_job_id(),
+                                      options, records)
     if output:
         try:
             dump_strategy(plan, Path(output))

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal
 
 from adrun import ui
-from adrun.launch.report import JobReport
+from adrun.auto_plan import plan_automatically
+from adrun.errors import UserError
 from adrun.profile_report import (
     Candidate,
     FitSection,
@@ -25,9 +25,10 @@ from adrun.profile_report import (
     recommend,
     trials_section,
 )
-from adrun.records import Records, cluster_key
+from adrun.recording import trial_from_report, workload_name
+from adrun.records import Records
+from adrun.strategies.auto import AutoOptions
 from adrun.strategies.document import Strategy
-from adrun.strategies.facts import ModelProfile, NetworkFacts, NodeBytes, TrialRecord
 from adrun.trials import run_trial
 
 TrialCount = int | Literal["all"]
@@ -38,61 +39,51 @@ class ProfileOptions:
     trials: TrialCount | None  # None: predictions only
     trial_steps: int
     runs_dir: Path  # each trial's strategy document goes to runs_dir/<its job id>/
+    measure_network: bool = False  # measure even when the records hold this cluster's network facts
 
 
 def profile(spec, remote, script: Path, script_args: list[str], job_id: str, options: ProfileOptions,
             records: Records | None) -> tuple[ProfileReport, Strategy]:
     """Profile `script` on `spec` (remote nodes through `remote`, connected and checked) and return
     the report with the recommended plan. `records` (None: --no-record) gives the fit its data and
-    keeps every trial."""
-    from adrun.launch.network_facts import network_facts
-    from adrun.profile_run import profile_model
-    from adrun.strategies.auto import rank_builders
-    from adrun.strategies.fit import fit
-
+    keeps every trial that measured a rate."""
     started = time.monotonic()
-    ui.print_status(f"profiling {script} on one process ...")
-    model = profile_model(script, script_args, spec.num_workers, job_id)
-    ui.print_status("measuring the network ...")
-    network = network_facts(spec, remote)
-    fitted = fit(records.trials(cluster_key(spec))) if records is not None else None
-    ranked = rank_builders(model.graph, spec, model, network, coefficients=fitted.coefficients if fitted else None)
-    plans = {plan.builder: plan for plan, _ in ranked}
-    candidates = [Candidate(builder=plan.builder, prediction=prediction) for plan, prediction in ranked]
+    auto = plan_automatically(script, script_args, spec, remote, records, AutoOptions(), job_id,
+                              measure_network=options.measure_network)
+    plans = {plan.builder: plan for plan, _ in auto.ranked}
+    candidates = [Candidate(builder=plan.builder, prediction=prediction) for plan, prediction in auto.ranked]
     trials = None
     if options.trials is not None:
         count = len(candidates) if options.trials == "all" else min(options.trials, len(candidates))
         for number, candidate in enumerate(candidates[:count], start=1):
+            plan = plans[candidate.builder]
             ui.print_status(f"trial {number}/{count}: {candidate.builder}, {options.trial_steps} steps per worker ...")
             trial_id = f"{job_id}-t{number}-{candidate.builder.lower()}"
-            candidate.trial, report = run_trial(spec, remote, script, script_args, plans[candidate.builder],
-                                                options.trial_steps, trial_id, options.runs_dir / trial_id)
-            if records is not None and report is not None and candidate.trial.succeeded:
-                records.add_trial(_trial_record(report, spec, plans[candidate.builder], model, network, script,
-                                                script_args))
+            candidate.trial, report = run_trial(spec, remote, script, script_args, plan, options.trial_steps,
+                                                trial_id, options.runs_dir / trial_id)
+            record = report and trial_from_report(report, spec, plan, workload_name(script, script_args),
+                                                  auto.profile, auto.network)
+            if records is not None and record is not None:
+                _keep(records, record)
         trials = trials_section(candidates, options.trial_steps)
     chosen, chosen_by = recommend(candidates)
+    fitted = auto.fit
     report = ProfileReport(
-        model=model_section(model, str(script), script_args),
-        cluster=cluster_section(spec, network),
+        model=model_section(auto.profile, str(script), script_args),
+        cluster=cluster_section(spec, auto.network),
         fit=FitSection(records_used=fitted.records_used, records_skipped=fitted.records_skipped,
-                       error_before=fitted.error_before, error_after=fitted.error_after)
-        if fitted else FitSection(records_used=0),
+                       error_before=fitted.error_before, error_after=fitted.error_after),
         candidates=candidates, trials=trials, recommended=chosen.builder, recommended_by=chosen_by,
         recommended_plan=plans[chosen.builder], elapsed_s=time.monotonic() - started,
     )
     return report, plans[chosen.builder]
 
 
-def _trial_record(report: JobReport, spec, plan: Strategy, model: ModelProfile, network: NetworkFacts,
-                  script: Path, script_args: list[str]) -> TrialRecord:
-    workers = [t for t in report.tasks if t.role == "worker" and t.steps_per_s]
-    return TrialRecord(
-        recorded_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        cluster_key=cluster_key(spec), workload=" ".join([script.name, *script_args]), spec=spec, strategy=plan,
-        profile=model, network=network, steps_per_s=sum(t.steps_per_s for t in workers) / len(workers),
-        examples_per_s=report.examples_per_s,
-        node_bytes={node: NodeBytes(sent=t.sent_bytes / report.steps * len(workers),
-                                    received=t.received_bytes / report.steps * len(workers))
-                    for node, t in report.network.items()} if report.steps else {},
-    )
+def _keep(records: Records, record) -> None:
+    """Record a trial; a database that cannot be written is a warning: the measurement still counts."""
+    try:
+        number = records.add_trial(record)
+    except UserError as e:
+        ui.print_warning(f"the trial was not recorded: {e}")
+        return
+    ui.print_status(f"recorded as trial {number} in {records.path}")

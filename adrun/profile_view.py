@@ -1,10 +1,11 @@
-"""The terminal form of `adrun profile`'s report: three tables (model, cluster, strategies) and
-the recommendation, meant to be read in a minute. Renders a `ProfileReport` and nothing else,
+"""The terminal form of `adrun profile`'s report: tables of the model, the cluster, the strategies
+(and the trials), then the recommendation, meant to be read in a minute. Renders a `ProfileReport` and nothing else,
 so the terminal and `--json` cannot disagree.
 """
 
 from __future__ import annotations
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -12,15 +13,19 @@ from rich.text import Text
 from .profile_report import Candidate, ProfileReport
 
 MAX_VARIABLE_ROWS = 12  # the rest is summed in one row; --json has them all
-BAR_WIDTH = 20
+BAR_WIDTH = 10
 _EIGHTHS = " ▏▎▍▌▋▊▉"
 
 
 def render(report: ProfileReport, console: Console, plan_path: str | None = None) -> None:
-    for heading, table in (_model_table(report), _cluster_table(report), _strategies_table(report)):
+    tables = [_model_table(report), _cluster_table(report), _strategies_table(report)]
+    if report.trials is not None:
+        tables.append(_trials_table(report))
+    for heading, table, note in tables:
         console.print(heading, soft_wrap=True)
         console.print(table)
-    console.print(Text(_fit_line(report), style="dim"), soft_wrap=True)
+        if note:
+            console.print(Text(note, style="dim"), soft_wrap=True)
     for candidate in report.candidates:
         trial = candidate.trial
         if trial is not None and not trial.succeeded:
@@ -28,22 +33,21 @@ def render(report: ProfileReport, console: Console, plan_path: str | None = None
             last = f": {trial.root_cause_stderr[-1]}" if trial.root_cause_stderr else ""
             console.print(Text.assemble(("✗ ", "bold red"), (f"{candidate.builder} trial failed: ", "bold"),
                                         cause + last), soft_wrap=True)
-    console.print(_recommendation(report, plan_path))
+    console.print(_recommendation(report, plan_path), soft_wrap=True)
 
 
 def _heading(name: str, text: str) -> Text:
     return Text.assemble((f"{name}: ", "bold"), text)
 
 
-def _model_table(report: ProfileReport) -> tuple[Text, Table]:
+def _model_table(report: ProfileReport) -> tuple[Text, Table, str]:
     model = report.model
     batch = f"batch {model.batch_size}" if model.batch_size else "batch size unknown"
     heading = _heading("model", f"{model.script} · {len(model.variables)} variables, {_mb(model.total_mb)} · "
                                 f"{model.optimizer or 'optimizer unknown'} · {batch} · "
                                 f"compute {_ms(model.compute_s)}/step (one process, {model.steps_measured} steps)")
-    table = Table(caption="step: the gradient one worker's step produces (sparse: the rows it touched)",
-                  caption_justify="left")
-    table.add_column("variable")
+    table = Table()
+    table.add_column("variable", overflow="fold")
     table.add_column("shape")
     table.add_column("size", justify="right")
     table.add_column("grad")
@@ -58,10 +62,10 @@ def _model_table(report: ProfileReport) -> tuple[Text, Table]:
     if rest:
         table.add_row(Text(f"… {len(rest)} more", style="dim"), "", _mb(sum(v.mb for v in rest)), "", "",
                       _mb(sum(v.step_mb for v in rest)), f"{sum(v.step_share for v in rest):.0%}")
-    return heading, table
+    return heading, table, "step: the gradient one worker's step produces (sparse: the rows it touched)"
 
 
-def _cluster_table(report: ProfileReport) -> tuple[Text, Table]:
+def _cluster_table(report: ProfileReport) -> tuple[Text, Table, str]:
     cluster = report.cluster
     nodes = ", ".join(f"{n.address}{' (chief)' if n.chief and len(cluster.nodes) > 1 else ''}: "
                       f"{n.workers} workers, {n.ps} PS" for n in cluster.nodes)
@@ -75,63 +79,71 @@ def _cluster_table(report: ProfileReport) -> tuple[Text, Table]:
     for link in cluster.links:
         path = f"{link.src} (inside)" if link.src == link.dst else f"{link.src} → {link.dst}"
         table.add_row(path, f"{link.mbit_s:,.0f} Mbit/s", f"{link.latency_ms:.3f} ms", link.source)
-    return heading, table
+    return heading, table, ""
 
 
-def _strategies_table(report: ProfileReport) -> tuple[Text, Table]:
-    tried = report.trials is not None
+def _strategies_table(report: ProfileReport) -> tuple[Text, Table, str]:
     heading = _heading("strategies", "fastest predicted first")
-    table = Table()
-    table.add_column("builder")
+    table = Table(box=box.SIMPLE_HEAD)
+    table.add_column("builder", overflow="fold")
     table.add_column("step", justify="right")
     table.add_column("examples/s", justify="right")
-    table.add_column("busiest link: bytes/step")
-    table.add_column("bound")
-    if tried:
-        table.add_column("measured step", justify="right")
-        table.add_column("measured ex/s", justify="right")
-        table.add_column("error", justify="right")
-    table.add_column("predicted examples/s" if not tried else "predicted (█) / measured (▒)")
-    best_rate = max(1 / c.prediction.step_s for c in report.candidates)
-    if tried:
-        best_rate = max([best_rate, *(1 / c.measured_step_s for c in report.candidates if c.measured_step_s)])
+    table.add_column("", no_wrap=True, min_width=BAR_WIDTH)
+    table.add_column("busiest\nlink", justify="right")
+    table.add_column("bound", ratio=1, min_width=16)
+    fastest = min(c.prediction.step_s for c in report.candidates)
     for candidate in report.candidates:
         p = candidate.prediction
-        link = "-" if p.busiest_link == "none" else f"{p.busiest_link}: {_mb(p.busiest_link_bytes / 1e6)}"
-        row: list[Text | str] = [candidate.builder, _ms(p.step_s), _rate(p.examples_per_s), link, p.bound]
-        if tried:
-            row += _measured_cells(candidate)
-        row.append(_bars(candidate, best_rate, tried))
-        recommended = candidate.builder == report.recommended
-        table.add_row(*row, style="bold" if recommended else None)
-    return heading, table
+        link = "-" if p.busiest_link == "none" else f"{_mb(p.busiest_link_bytes / 1e6)}"
+        table.add_row(candidate.builder, _ms(p.step_s), _rate(p.examples_per_s),
+                      Text(_bar(fastest / p.step_s), style="cyan"), link, p.bound, style=_row_style(report, candidate))
+    return heading, table, _fit_line(report)
 
 
-def _measured_cells(candidate: Candidate) -> list[Text | str]:
-    trial = candidate.trial
-    if trial is None:
-        return ["not tried", "", ""]
-    if not trial.succeeded or trial.step_s is None:
-        return [Text("failed", style="red"), "", ""]
-    error = (candidate.prediction.step_s - trial.step_s) / trial.step_s
-    return [_ms(trial.step_s), _rate(trial.examples_per_s), f"{error:+.0%}"]
+def _trials_table(report: ProfileReport) -> tuple[Text, Table, str]:
+    """Measured beside predicted, for the candidates that were tried (fastest predicted first)."""
+    trials = report.trials
+    assert trials is not None
+    heading = _heading("trials", f"{trials.tried} strategies, {trials.steps} steps per worker each")
+    table = Table(box=box.SIMPLE_HEAD)
+    table.add_column("builder", no_wrap=True)
+    table.add_column("predicted", justify="right", no_wrap=True)
+    table.add_column("measured", justify="right", no_wrap=True)
+    table.add_column("error", justify="right")
+    table.add_column("examples/s", justify="right", no_wrap=True)
+    table.add_column("", no_wrap=True, min_width=BAR_WIDTH)
+    tried = [c for c in report.candidates if c.trial is not None]
+    fastest = min((c.measured_step_s for c in tried if c.measured_step_s), default=None)
+    for candidate in tried:
+        predicted, measured = candidate.prediction.step_s, candidate.measured_step_s
+        if measured is None or fastest is None:
+            cells: list[Text | str] = [Text("failed", style="red"), "", "", ""]
+        else:
+            cells = [_ms(measured), f"{(predicted - measured) / measured:+.0%}", _rate(candidate.trial.examples_per_s),
+                     Text(_bar(fastest / measured), style="green")]
+        table.add_row(candidate.builder, _ms(predicted), *cells, style=_row_style(report, candidate))
+    return heading, table, _agreement_line(trials)
 
 
-def _bars(candidate: Candidate, best_rate: float, tried: bool) -> Text:
-    bar = Text(_bar(1 / candidate.prediction.step_s / best_rate), style="cyan")
-    measured = candidate.measured_step_s
-    if tried and measured:
-        bar.append("\n")
-        bar.append(_bar(1 / measured / best_rate, "▒"), style="green")
-    return bar
+def _row_style(report: ProfileReport, candidate: Candidate) -> str | None:
+    return "bold" if candidate.builder == report.recommended else None
 
 
-def _bar(fraction: float, full: str = "█") -> str:
-    """A bar of BAR_WIDTH characters at most, in eighths of a character (a full-shade bar)."""
+def _bar(fraction: float) -> str:
+    """A bar of BAR_WIDTH characters at most, in eighths of a character."""
     eighths = round(max(0.0, min(1.0, fraction)) * BAR_WIDTH * 8)
-    if full != "█":
-        return full * max(1, round(eighths / 8))
     return "█" * (eighths // 8) + (_EIGHTHS[eighths % 8] if eighths % 8 else "")
+
+
+def _agreement_line(trials) -> str:
+    if trials.succeeded == 0:
+        return "no trial measured a rate: predictions unchecked"
+    parts = [f"{trials.succeeded} of {trials.tried} measured"]
+    if trials.kendall_tau is not None:
+        parts.append(f"rank agreement (Kendall τ) {trials.kendall_tau:+.2f}")
+    if trials.mean_relative_error is not None:
+        parts.append(f"mean relative error of the predicted step {trials.mean_relative_error:.0%}")
+    return "; ".join(parts)
 
 
 def _fit_line(report: ProfileReport) -> str:
@@ -148,21 +160,16 @@ def _fit_line(report: ProfileReport) -> str:
 
 
 def _recommendation(report: ProfileReport, plan_path: str | None) -> Text:
-    text = Text.assemble(("recommended: ", "bold"), (report.recommended, "bold green"))
-    trials = report.trials
-    if report.recommended_by == "trials" and trials is not None:
-        text.append(f" (fastest of {trials.succeeded} trial(s) of {trials.steps} steps")
-        if trials.kendall_tau is not None:
-            text.append(f"; rank agreement Kendall τ {trials.kendall_tau:+.2f}")
-        if trials.mean_relative_error is not None:
-            text.append(f", mean relative error {trials.mean_relative_error:.0%}")
-        text.append(")")
-    else:
-        text.append(" (fastest predicted" + ("; no trial succeeded)" if trials else ")"))
+    how = "fastest measured" if report.recommended_by == "trials" else "fastest predicted"
+    if report.trials is not None and report.recommended_by == "prediction":
+        how += ", no trial measured a rate"
+    text = Text.assemble(("recommended: ", "bold"), (report.recommended, "bold green"), f" ({how})")
     if plan_path:
         text.append(f"\nwrote {plan_path}: run it with adrun --strategy {plan_path} ...")
     else:
-        text.append("\nwrite its strategy document with -o plan.yml; measure the candidates with --trials")
+        text.append("\nwrite its strategy document with -o plan.yml")
+        if report.trials is None:
+            text.append("; measure the best with --trials K")
     return text
 
 

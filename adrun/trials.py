@@ -13,12 +13,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from adrun.errors import UserError
+from adrun.launch.env import MAX_STEPS_VAR
 from adrun.launch.report import JobReport, job_report
 from adrun.launch.supervisor import JobConfig, run_job
 from adrun.profile_report import TrialResult
 from adrun.strategies.document import Strategy, dump_strategy
-
-MAX_STEPS_ENV = "ADRUN_MAX_STEPS"  # read by each worker's runtime: it ends cleanly after that many steps
 
 
 def run_trial(spec, remote, script: Path, script_args: list[str], plan: Strategy, steps: int, job_id: str,
@@ -61,12 +60,12 @@ def trial_result(report: JobReport) -> TrialResult:
 @contextmanager
 def _step_bound(steps: int) -> Iterator[None]:
     """`ADRUN_MAX_STEPS` for the jobs started meanwhile (an ADRUN_* setting reaches every task)."""
-    before = os.environ.get(MAX_STEPS_ENV)
-    os.environ[MAX_STEPS_ENV] = str(steps)
+    before = os.environ.get(MAX_STEPS_VAR)
+    os.environ[MAX_STEPS_VAR] = str(steps)
     try:
         yield
     finally:
         if before is None:
-            del os.environ[MAX_STEPS_ENV]
+            del os.environ[MAX_STEPS_VAR]
         else:
-            os.environ[MAX_STEPS_ENV] = before
+            os.environ[MAX_STEPS_VAR] = before

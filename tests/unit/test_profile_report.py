@@ -142,28 +142,46 @@ def rendered(value: ProfileReport, plan_path: str | None = None) -> str:
 
 
 def test_terminal_report_without_trials() -> None:
-    text = rendered(report([candidate("Auto", 0.010), candidate("AllReduce", 0.020, )]))
+    text = rendered(report([candidate("Auto", 0.010), candidate("AllReduce", 0.020)]))
     assert "model: train.py · 2 variables" in text and "batch 64" in text and "compute 4.0 ms/step" in text
     assert "│ emb " in text and "300.0 (340)" in text and "19.2 kB" in text and "100%" in text
     assert "cluster: 4 workers, 2 PS on 2 node(s)" in text and "10.0.0.1 → 10.0.0.2" in text and "100 Mbit/s" in text
-    assert "10.0.0.1 -> 10.0.0.2: 2.5 MB" in text
-    assert "10.0 ms" in text and "20.0 ms" in text and "25,600" in text and "12,800" in text
+    full, half = "█" * BAR_WIDTH, "█" * (BAR_WIDTH // 2)
+    assert row(text, "Auto") == ["Auto", "10.0 ms", "25,600", full, "2.5 MB", "compute"]
+    assert row(text, "AllReduce") == ["AllReduce", "20.0 ms", "12,800", half, "2.5 MB", "compute"]
     assert "fitted on 7 record(s) of this cluster: mean relative error of the step time 12% (analytical: 42%)" in text
-    assert "measured step" not in text and "not tried" not in text
-    assert "recommended: Auto (fastest predicted)" in text and "-o plan.yml" in text
-    full, half = BAR_WIDTH * "█", BAR_WIDTH // 2 * "█"
-    assert full in text and f"{half} " in text and f"{half}█" not in text.split("AllReduce")[1]
+    assert "trials:" not in text
+    assert "recommended: Auto (fastest predicted)" in text and "-o plan.yml; measure the best with --trials K" in text
 
 
-def test_terminal_report_with_trials_shows_measured_and_failures() -> None:
+def row(text: str, builder: str, table: str = "strategies:") -> list[str]:
+    """The cells of `builder`'s row in the table after the line starting with `table`."""
+    after = text[text.index(table):]
+    line = next(line for line in after.splitlines() if line.split() and line.split()[0] == builder)
+    return [cell.strip() for cell in line.strip().split("   ") if cell.strip()]
+
+
+def test_terminal_report_with_trials_shows_measured_beside_predicted_and_failures() -> None:
     value = report([candidate("Auto", 0.010, 0.020), candidate("AllReduce", 0.020, 0.016),
                     candidate("PS", 0.030, failed=True), candidate("Parallax", 0.040)])
     text = rendered(value, "plan.yml")
-    assert "16.0 ms" in text and "+25%" in text and "-50%" in text  # AllReduce and Auto's errors
-    assert "failed" in text and "not tried" in text
-    assert "PS trial failed: w1 (worker 1 on 10.0.0.2) exited with code 1: ValueError: boom" in text
-    assert "recommended: AllReduce (fastest of 2 trial(s) of 30 steps; rank agreement Kendall τ -1.00" in text
+    assert "trials: 3 strategies, 30 steps per worker each" in text
+    assert row(text, "Auto", "trials:") == [
+        "Auto", "10.0 ms", "20.0 ms", "-50%", "12,800", "█" * round(BAR_WIDTH * 0.8)]
+    assert row(text, "AllReduce", "trials:") == [
+        "AllReduce", "20.0 ms", "16.0 ms", "+25%", "16,000", "█" * BAR_WIDTH]
+    assert row(text, "PS", "trials:") == ["PS", "30.0 ms", "failed"]
+    assert "Parallax" not in text.split("trials:")[1]  # not tried
+    assert "2 of 3 measured; rank agreement (Kendall τ) -1.00; mean relative error of the predicted step 38%" in text
+    assert "✗ PS trial failed: w1 (worker 1 on 10.0.0.2) exited with code 1: ValueError: boom" in text
+    assert "recommended: AllReduce (fastest measured)" in text
     assert "wrote plan.yml: run it with adrun --strategy plan.yml" in text
+
+
+def test_terminal_report_when_no_trial_measured() -> None:
+    text = rendered(report([candidate("Auto", 0.010, failed=True), candidate("PS", 0.020)]))
+    assert "no trial measured a rate: predictions unchecked" in text
+    assert "recommended: Auto (fastest predicted, no trial measured a rate)" in text
 
 
 def test_terminal_model_table_sums_the_rows_it_does_not_show() -> None:
@@ -173,7 +191,7 @@ def test_terminal_model_table_sums_the_rows_it_does_not_show() -> None:
 
 
 @pytest.mark.parametrize("fraction, bar", [(1.0, "█" * BAR_WIDTH), (0.5, "█" * (BAR_WIDTH // 2)),
-                                           (1 / 160, "▏"), (0.0, ""), (1.7, "█" * BAR_WIDTH)])
+                                           (1 / (8 * BAR_WIDTH), "▏"), (0.0, ""), (1.7, "█" * BAR_WIDTH)])
 def test_bar_in_eighths(fraction: float, bar: str) -> None:
     assert _bar(fraction) == bar
 
@@ -212,6 +230,6 @@ def test_report_of_the_cost_models_ranking_shows_every_builder_and_auto() -> Non
     assert {c.builder for c in value.candidates} == {*BUILDERS, "Auto"}
     assert ProfileReport.model_validate_json(value.model_dump_json()) == value
     text = rendered(value)
-    table = text.split("strategies: fastest predicted first")[1]
-    assert [line.split("│")[1].strip() for line in table.splitlines() if line.startswith("│")] == [
-        c.builder for c in candidates]
+    table = text.split("strategies: fastest predicted first")[1].split("cost model")[0]
+    rows = table.split("─ \n")[1].splitlines()
+    assert [line.split()[0] for line in rows if line.strip()] == [c.builder for c in candidates]
