@@ -23,6 +23,7 @@ from adrun.profile_report import (
     cluster_section,
     model_section,
     recommend,
+    same_plan,
     trials_section,
 )
 from adrun.recording import trial_from_report, workload_name
@@ -51,11 +52,16 @@ def profile(spec, remote, script: Path, script_args: list[str], job_id: str, opt
     auto = plan_automatically(script, script_args, spec, remote, records, AutoOptions(), job_id,
                               measure_network=options.measure_network)
     plans = {plan.builder: plan for plan, _ in auto.ranked}
-    candidates = [Candidate(builder=plan.builder, prediction=prediction) for plan, prediction in auto.ranked]
+    candidates = []
+    for plan, prediction in auto.ranked:
+        same = next((c.builder for c in candidates if c.same_plan_as is None and same_plan(plans[c.builder], plan)),
+                    None)
+        candidates.append(Candidate(builder=plan.builder, prediction=prediction, same_plan_as=same))
     trials = None
     if options.trials is not None:
-        count = len(candidates) if options.trials == "all" else min(options.trials, len(candidates))
-        for number, candidate in enumerate(candidates[:count], start=1):
+        distinct = [c for c in candidates if c.same_plan_as is None]
+        count = len(distinct) if options.trials == "all" else min(options.trials, len(distinct))
+        for number, candidate in enumerate(distinct[:count], start=1):
             plan = plans[candidate.builder]
             ui.print_status(f"trial {number}/{count}: {candidate.builder}, {options.trial_steps} steps per worker ...")
             trial_id = f"{job_id}-t{number}-{candidate.builder.lower()}"

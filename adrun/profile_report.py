@@ -114,6 +114,9 @@ class Candidate(BaseModel):
     builder: str
     prediction: Prediction
     trial: TrialResult | None = None  # None: not tried
+    # an earlier (faster predicted) candidate whose plan synchronizes every variable the same way,
+    # e.g. Auto keeping AllReduce's plan: not tried again, and not counted twice in the agreement
+    same_plan_as: str | None = None
 
     @property
     def measured_step_s(self) -> float | None:
@@ -193,7 +196,7 @@ def cluster_section(spec: ClusterSpec, network: NetworkFacts) -> ClusterSection:
 def trials_section(candidates: list[Candidate], steps: int) -> TrialsSection:
     """Rank agreement (Kendall τ) and mean relative error of the predicted step time over the
     candidates whose trial succeeded."""
-    tried = [c for c in candidates if c.trial is not None]
+    tried = [c for c in candidates if c.trial is not None and c.same_plan_as is None]
     measured = [c for c in tried if c.measured_step_s is not None]
     tau = None
     if len(measured) >= 2:
@@ -204,6 +207,15 @@ def trials_section(candidates: list[Candidate], steps: int) -> TrialsSection:
         error = float(np.mean([abs(c.prediction.step_s - c.measured_step_s) / c.measured_step_s for c in measured]))
     return TrialsSection(steps=steps, tried=len(tried), succeeded=len(measured), kendall_tau=tau,
                          mean_relative_error=error)
+
+
+def same_plan(a: Strategy, b: Strategy) -> bool:
+    """Whether two plans synchronize every variable the same way on the same devices (builders'
+    notes and options aside)."""
+    def essentials(plan: Strategy) -> tuple:
+        return ([v.model_dump(exclude={"note"}) for v in plan.variables], plan.replica_devices, plan.num_ps)
+
+    return essentials(a) == essentials(b)
 
 
 def recommend(candidates: list[Candidate]) -> tuple[Candidate, Literal["prediction", "trials"]]:

@@ -95,7 +95,7 @@ def _strategies_table(report: ProfileReport) -> tuple[Text, Table, str]:
     for candidate in report.candidates:
         p = candidate.prediction
         link = "-" if p.busiest_link == "none" else f"{_mb(p.busiest_link_bytes / 1e6)}"
-        table.add_row(candidate.builder, _ms(p.step_s), _rate(p.examples_per_s),
+        table.add_row(_builder_text(candidate), _ms(p.step_s), _rate(p.examples_per_s),
                       Text(_bar(fastest / p.step_s), style="cyan"), link, p.bound, style=_row_style(report, candidate))
     return heading, table, _fit_line(report)
 
@@ -112,17 +112,27 @@ def _trials_table(report: ProfileReport) -> tuple[Text, Table, str]:
     table.add_column("error", justify="right")
     table.add_column("examples/s", justify="right", no_wrap=True)
     table.add_column("", no_wrap=True, min_width=BAR_WIDTH)
-    tried = [c for c in report.candidates if c.trial is not None]
-    fastest = min((c.measured_step_s for c in tried if c.measured_step_s), default=None)
-    for candidate in tried:
+    tried_builders = {c.builder for c in report.candidates if c.trial is not None}
+    shown = [c for c in report.candidates if c.builder in tried_builders or c.same_plan_as in tried_builders]
+    fastest = min((c.measured_step_s for c in shown if c.measured_step_s), default=None)
+    for candidate in shown:
         predicted, measured = candidate.prediction.step_s, candidate.measured_step_s
-        if measured is None or fastest is None:
-            cells: list[Text | str] = [Text("failed", style="red"), "", "", ""]
+        if candidate.same_plan_as is not None:
+            cells: list[Text | str] = [Text(f"as {candidate.same_plan_as}", style="dim"), "", "", ""]
+        elif measured is None or fastest is None:
+            cells = [Text("failed", style="red"), "", "", ""]
         else:
             cells = [_ms(measured), f"{(predicted - measured) / measured:+.0%}", _rate(candidate.trial.examples_per_s),
                      Text(_bar(fastest / measured), style="green")]
         table.add_row(candidate.builder, _ms(predicted), *cells, style=_row_style(report, candidate))
     return heading, table, _agreement_line(trials)
+
+
+def _builder_text(candidate: Candidate) -> Text:
+    text = Text(candidate.builder)
+    if candidate.same_plan_as is not None:
+        text.append(f" = {candidate.same_plan_as}", style="dim")
+    return text
 
 
 def _row_style(report: ProfileReport, candidate: Candidate) -> str | None:

@@ -28,7 +28,7 @@ EVERY_CANDIDATE = {*BUILDERS, "Auto"}
 def profiled(*args: str, job_id: str, timeout: float = 600) -> tuple[AdrunResult, ProfileReport]:
     result = run_adrun("profile", "--job-id", job_id, "--json", *args, job_id=job_id, timeout=timeout)
     assert result.returncode == 0, result.output
-    assert "Traceback" not in result.output
+    assert "adrun/cli.py" not in result.output  # no traceback of adrun's (a failed trial quotes the script's)
     return result, ProfileReport.model_validate_json(result.stdout)  # stdout holds the report and nothing else
 
 
@@ -66,12 +66,14 @@ def test_embedding_report_and_its_plan_runs(tmp_path: Path, spec_file) -> None:
     assert leftover_processes(run.job_id) == []
 
 
+@pytest.mark.full
 def test_recommended_plan_is_data_parallel_sgd(tmp_path: Path, spec_file) -> None:
     """The `-o` document of the sparse oracle model, run through the averaging oracle."""
     spec = spec_file(workers=2, ps=1)
     plan = tmp_path / "plan.yml"
+    # the profiling run needs more steps than the oracle's 3; the graph, and so the plan, is the same
     profiled("--spec", str(spec), "--no-record", "-o", str(plan), str(SCRIPTS / "oracle_model.py"),
-             "--model", "sparse", "--data", "per-worker", "--steps", "3", "--out", str(tmp_path / "profile-out"),
+             "--model", "sparse", "--data", "per-worker", "--steps", "30", "--out", str(tmp_path / "profile-out"),
              job_id="profile-oracle")
     train_and_compare(tmp_path, spec_file, str(plan), "sparse", "per-worker")
 
@@ -83,14 +85,18 @@ def test_two_trials_are_measured_recorded_and_ranked(tmp_path: Path, spec_file) 
     _, report = profiled("--spec", str(spec), "--records", str(records), "--trials", "2", "--trial-steps", "20",
                          EMBEDDING, job_id="profile-trials")
     no_leftovers(report, "profile-trials")
+    distinct = [c for c in report.candidates if c.same_plan_as is None]
     tried = [c for c in report.candidates if c.trial is not None]
-    assert tried == report.candidates[:2]  # the two best predicted
+    assert tried == distinct[:2]  # the two best predicted plans (a builder repeating a plan is not run again)
     for candidate in tried:
         assert candidate.trial.succeeded, candidate.trial
         assert candidate.trial.step_s > 0 and candidate.trial.examples_per_s > 0
         assert candidate.trial.steps == 2 * 20  # ADRUN_MAX_STEPS ended each worker after its 20th step
     assert (report.trials.tried, report.trials.succeeded, report.trials.steps) == (2, 2, 20)
-    assert report.trials.kendall_tau in (-1.0, 1.0) and report.trials.mean_relative_error >= 0
+    tied = tried[0].prediction.step_s == tried[1].prediction.step_s
+    assert report.trials.kendall_tau in ((None,) if tied else (-1.0, 1.0))
+    assert report.trials.mean_relative_error == pytest.approx(
+        sum(abs(c.prediction.step_s - c.trial.step_s) / c.trial.step_s for c in tried) / 2)
     assert report.recommended_by == "trials"
     assert report.recommended == min(tried, key=lambda c: c.trial.step_s).builder
     with open_records(records) as db:
@@ -119,12 +125,13 @@ def test_failed_trial_is_reported_not_fatal(tmp_path: Path, spec_file) -> None:
 
 
 def refused(*args: str, job_id: str) -> str:
+    """The error message (from its `adrun: error:` line to the end of stderr) of a refused profile."""
     result = run_adrun("profile", "--job-id", job_id, *args, job_id=job_id, timeout=300)
     assert result.returncode == 2, result.output
     assert "Traceback" not in result.output and result.stdout == ""
     assert leftover_processes(job_id) == []
-    [line] = [line for line in result.stderr.splitlines() if line.startswith("adrun: error: ")]
-    return line
+    [start] = [i for i, line in enumerate(result.stderr.splitlines()) if line.startswith("adrun: error: ")]
+    return "\n".join(result.stderr.splitlines()[start:])
 
 
 def test_script_without_training_op() -> None:
@@ -140,11 +147,9 @@ def test_eager_script() -> None:
 
 def test_unreachable_node(tmp_path: Path) -> None:
     spec = tmp_path / "cluster.yml"
-    spec.write_text("version: 1\nnodes:\n  - address: localhost\n    chief: true\n    workers: 1\n    ps: 1\n"
-                    "  - address: no-such-host.invalid\n    workers: 1\n")
-    line = refused("--spec", str(spec), "--no-record", TINY, job_id="profile-unreachable")
-    assert "cannot reach every node" in line, line
-    assert "no-such-host.invalid" in line or "no-such-host.invalid" in line
+    spec.write_text("version: 1\nnodes:\n  - address: no-such-host.invalid\n    workers: 2\n    ps: 1\n")
+    message = refused("--spec", str(spec), "--no-record", TINY, job_id="profile-unreachable")
+    assert message.startswith("adrun: error: cannot reach every node:\n  cannot resolve no-such-host.invalid"), message
 
 
 def test_corrupt_records_database(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from adrun.profile_report import (
     cluster_section,
     model_section,
     recommend,
+    same_plan,
     trials_section,
 )
 from adrun.profile_view import BAR_WIDTH, MAX_VARIABLE_ROWS, _bar, render
@@ -233,3 +234,28 @@ def test_report_of_the_cost_models_ranking_shows_every_builder_and_auto() -> Non
     table = text.split("strategies: fastest predicted first")[1].split("cost model")[0]
     rows = table.split("─ \n")[1].splitlines()
     assert [line.split()[0] for line in rows if line.strip()] == [c.builder for c in candidates]
+
+
+def test_same_plan_compares_what_is_synchronized_how_not_who_built_it() -> None:
+    one_ps = ClusterSpec(version=1, nodes=[Node(address="localhost", workers=2, ps=1)])
+    ps, balanced, allreduce = (build_strategy(name, graph(), one_ps) for name in ("PS", "PSLoadBalancing", "AllReduce"))
+    assert same_plan(ps, balanced)  # one PS: both put everything on it
+    assert not same_plan(ps, allreduce)
+    noted = allreduce.model_copy(update={
+        "builder": "Auto", "variables": [v.model_copy(update={"note": "all-reduce, 90% of the sync time"})
+                                         for v in allreduce.variables]})
+    assert same_plan(allreduce, noted)
+    two_ps = build_strategy("PSLoadBalancing", graph(), TWO_HOSTS)
+    assert not same_plan(build_strategy("PS", graph(), TWO_HOSTS), two_ps)
+
+
+def test_a_plan_tried_under_another_name_counts_once() -> None:
+    twin = candidate("Auto", 1.0)
+    twin.same_plan_as = "AllReduce"
+    candidates = [candidate("AllReduce", 1.0, 2.0), twin, candidate("PS", 3.0, 2.5)]
+    section = trials_section(candidates, steps=30)
+    assert (section.tried, section.succeeded) == (2, 2)
+    assert section.mean_relative_error == pytest.approx((0.5 + 0.2) / 2)
+    text = rendered(report(candidates))
+    assert "Auto = AllReduce" in text.split("strategies:")[1]
+    assert row(text, "Auto", "trials:") == ["Auto", "1,000.0 ms", "as AllReduce"]
