@@ -8,8 +8,9 @@ import pytest
 
 from adrun.errors import UserError
 from adrun.launch import network_facts as network_facts_module
-from adrun.launch.network_facts import network_facts
-from adrun.spec import load_spec, spec_to_yaml
+from adrun.launch.network_facts import MAX_ALL_PAIRS, network_facts
+from adrun.launch.transfer import Transfer
+from adrun.spec import ClusterSpec, load_spec, spec_to_yaml
 
 TWO_NODES = """\
 version: 1
@@ -104,3 +105,57 @@ def test_impossible_network_figures_are_refused_by_field(tmp_path, network, mess
     with pytest.raises(UserError) as refused:
         load_spec(path)
     assert str(refused.value).splitlines() == [f"{path}: {message}" for message in messages]
+
+
+class FakeRemote:
+    """Connected nodes as network_facts reaches them (RemoteNodes.links: address -> NodeLink)."""
+
+    def __init__(self, addresses):
+        self.links = {a: type("Link", (), {"conn": None, "python": "/remote/python3"})() for a in addresses}
+
+
+def measured_spec(n: int) -> ClusterSpec:
+    return ClusterSpec(version=1, nodes=[{"address": f"10.0.0.{i}", "chief": i == 1} for i in range(1, n + 1)])
+
+
+@pytest.fixture
+def transfers(monkeypatch):
+    """Every transfer asked for, answered with a rate that names the path: 1 MB/s per (src + dst) host number."""
+    asked = []
+
+    def measure(sender, receiver, host, nbytes, *, pings, max_s):
+        asked.append((sender.node.address, receiver.node.address, host))
+        rate = 1e6 * (int(sender.node.address.rsplit(".")[-1]) + int(host.rsplit(".")[-1]))
+        return Transfer(nbytes=int(rate), seconds=1.0, rtt_s=[4e-4, 2e-4, 6e-4])
+
+    monkeypatch.setattr(network_facts_module, "measure_transfer", measure)
+    return asked
+
+
+def test_every_ordered_pair_is_measured_one_after_another(transfers):
+    spec = measured_spec(3)
+    facts = network_facts(spec, FakeRemote([n.address for n in spec.nodes]))
+    pairs = [("10.0.0.1", "10.0.0.2"), ("10.0.0.1", "10.0.0.3"), ("10.0.0.2", "10.0.0.1"),
+             ("10.0.0.2", "10.0.0.3"), ("10.0.0.3", "10.0.0.1"), ("10.0.0.3", "10.0.0.2")]
+    assert transfers == [("10.0.0.1", "10.0.0.1", "127.0.0.1")] + [(a, b, b) for a, b in pairs]
+    assert [(link.src, link.dst, link.bytes_per_s, link.source) for link in facts.links] == [
+        (a, b, 1e6 * (int(a[-1]) + int(b[-1])), "measured") for a, b in pairs]
+    assert all(link.latency_s == 2e-4 for link in facts.links)  # half the median round trip
+    assert (facts.local.bytes_per_s, facts.local.source) == (1e6 * (1 + 1), "measured")
+
+
+def test_a_large_cluster_measures_the_chiefs_pairs_and_assumes_the_others(transfers):
+    n = MAX_ALL_PAIRS + 2
+    assert n == 10
+    spec = measured_spec(n)
+    facts = network_facts(spec, FakeRemote([node.address for node in spec.nodes]))
+    assert len(transfers) == 1 + 2 * (n - 1)
+    by_source = {}
+    for link in facts.links:
+        by_source.setdefault(link.source, []).append(link)
+    assert len(by_source["measured"]) == 2 * (n - 1)
+    assert all("10.0.0.1" in (link.src, link.dst) for link in by_source["measured"])
+    assert len(by_source["assumed"]) == (n - 1) * (n - 2)
+    # measured: 1 + k MB/s both ways between the chief (10.0.0.1) and 10.0.0.k, k = 2..10: median 7 MB/s
+    assert {link.bytes_per_s for link in by_source["assumed"]} == {7e6}
+    assert facts.link("10.0.0.4", "10.0.0.7").source == "assumed"
