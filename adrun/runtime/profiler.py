@@ -37,7 +37,7 @@ import tensorflow as tf
 from adrun.profile_samples import ProfileSamples, save_samples
 from adrun.runtime.capture import describe_graph
 from adrun.runtime.grads import GradientRecord, is_sparse, variable_name
-from adrun.runtime.metrics import controls_a_step, examples_in_feed, fetched_names
+from adrun.runtime.metrics import controls_a_step, fetched_names
 
 PROFILED_EXIT_CODE = 0
 
