@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from adrun import ui
+from adrun.launch.provision import RemoteNodes
 from adrun.model_io import validate
 from adrun.records import Records, cluster_key
 from adrun.spec import ClusterSpec
@@ -24,6 +25,10 @@ from adrun.strategies.auto import AUTO, AutoOptions, rank_builders
 from adrun.strategies.document import Strategy
 from adrun.strategies.facts import ModelProfile, NetworkFacts, Prediction
 from adrun.strategies.fit import FitResult, fit
+
+# Auto plans whatever the script's length, so a script of a few steps must still leave timed steps
+# after the warm-up; the profile's median step time already discounts a slow early step or two.
+PROFILE_WARMUP = 1
 
 
 @dataclass(frozen=True)
@@ -51,22 +56,22 @@ def auto_options(cli: Mapping[str, str]) -> AutoOptions:
     return validate(AutoOptions, dict(cli), f"{AUTO} options")
 
 
-def plan_automatically(script: Path, script_args: list[str], spec: ClusterSpec, remote, records: Records | None,
-                       options: AutoOptions, job_id: str, *, measure_network: bool = False) -> AutoPlan:
-    """Run the pipeline for `script` on `spec` (remote nodes through `remote`, connected when the
-    network must be measured there). `records` None (--no-record): nothing is read or saved, the
-    cost model keeps its analytical coefficients and the network is measured. Stored network facts
-    of this cluster are reused unless `measure_network`."""
-    from adrun.launch.network_facts import network_facts
+def plan_automatically(script: Path, script_args: list[str], spec: ClusterSpec, remote: RemoteNodes,
+                       records: Records | None, options: AutoOptions, job_id: str, *,
+                       measure_network: bool = False, warmup: int = PROFILE_WARMUP) -> AutoPlan:
+    """Run the pipeline for `script` on `spec` (remote nodes through `remote`, connected here if
+    the network must be measured and they are not yet). `records` None (--no-record): nothing is
+    read or saved, the cost model keeps its analytical coefficients and the network is measured.
+    The network facts are the spec's `network` field when it has one, else those stored for this
+    cluster unless `measure_network`, else measured."""
     from adrun.profile_run import profile_model
 
     key = cluster_key(spec)
     ui.print_status(f"profiling {script} on one process ...")
-    profile = profile_model(script, script_args, spec.num_workers, job_id)
-    network = None if records is None or measure_network else records.network_for(key)
+    profile = profile_model(script, script_args, spec.num_workers, job_id, warmup=warmup)
+    network = None if records is None or measure_network or spec.network else records.network_for(key)
     if network is None:
-        ui.print_status("measuring the network ...")
-        network = network_facts(spec, remote)
+        network = _network(spec, remote)
     if records is not None:
         records.save_profile(profile)
         records.save_network(key, network)
@@ -74,6 +79,16 @@ def plan_automatically(script: Path, script_args: list[str], spec: ClusterSpec, 
     ui.print_status(fit_summary(fitted))
     ranked = rank_builders(profile.graph, spec, profile, network, coefficients=fitted.coefficients, options=options)
     return AutoPlan(profile=profile, network=network, fit=fitted, ranked=ranked)
+
+
+def _network(spec: ClusterSpec, remote: RemoteNodes) -> NetworkFacts:
+    from adrun.launch.network_facts import network_facts
+
+    if spec.network is None:
+        ui.print_status("measuring the network ...")
+        if remote.nodes and not remote.links:
+            remote.connect()
+    return network_facts(spec, remote)
 
 
 def fit_summary(fitted: FitResult) -> str:

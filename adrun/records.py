@@ -158,6 +158,11 @@ def _unusable(path: Path, why: str) -> UserError:
                      f"one there), point {RECORDS_ENV} or --records elsewhere, or run with --no-record")
 
 
+def _unopenable(path: Path, why: str) -> UserError:
+    return UserError(f"records database {path} cannot be opened: {why}. Point {RECORDS_ENV} or --records at a "
+                     "file in a writable directory, or run with --no-record")
+
+
 def open_records(path: Path) -> Records:
     """Open (creating it and its directory when missing) the records database at `path`.
 
@@ -167,11 +172,11 @@ def open_records(path: Path) -> Records:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise UserError(f"records database {path}: cannot create its directory: {e.strerror or e}") from None
+        raise _unopenable(path, f"cannot create its directory ({e.strerror or e})") from None
     try:
         db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
     except sqlite3.Error as e:
-        raise _unusable(path, str(e)) from None
+        raise _unopenable(path, str(e)) from None
     try:
         _check_or_create_schema(db, path)
     except BaseException:
@@ -197,6 +202,8 @@ def _check_or_create_schema(db: sqlite3.Connection, path: Path) -> None:
             db.execute("ROLLBACK")
             raise
     except sqlite3.Error as e:
+        if e.sqlite_errorname == "SQLITE_CANTOPEN":  # a directory, or no permission to read or create it
+            raise _unopenable(path, str(e)) from None
         raise _unusable(path, f"it is not a readable SQLite database ({e})") from None
     try:
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall())

@@ -37,7 +37,7 @@ import tensorflow as tf
 from adrun.profile_samples import ProfileSamples, save_samples
 from adrun.runtime.capture import describe_graph
 from adrun.runtime.grads import GradientRecord, is_sparse, variable_name
-from adrun.runtime.metrics import controls_a_step, examples_in_feed, fetched_names
+from adrun.runtime.metrics import controls_a_step, fetched_names
 
 PROFILED_EXIT_CODE = 0
 
@@ -55,8 +55,9 @@ _run_by: weakref.WeakKeyDictionary[tf.Graph, dict[frozenset[str], list[RowCounte
 
 def add_row_counters(graph: tf.Graph, call: GradientRecord) -> None:
     """Count the distinct ids of each sparse gradient of `call` (an `apply_gradients` whose step op
-    exists). Built outside the caller's control dependencies and control-flow context, so fetching a
-    counter runs nothing but the gradient it counts."""
+    exists). Built outside the caller's control dependencies and control-flow context (a `minimize`
+    under `tf.control_dependencies(update_ops)`, say): the counter adds no dependency of its own to
+    the step it is fetched with."""
     sparse = [(grad, var) for grad, var in call.grads_and_vars if grad is not None and is_sparse(grad)]
     if not sparse:
         return

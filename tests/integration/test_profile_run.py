@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from adrun.errors import UserError
+from adrun.launch.teardown import leftover_processes
 from adrun.profile_run import profile_model
 from tests.conftest import SCRIPTS
 
@@ -37,6 +38,7 @@ def files_under(path: Path) -> list[Path]:
 def test_sparse_rows_touched_are_the_distinct_ids_of_each_batch(tmp_path, own_tmp):
     # every batch of 32 ids names exactly 7 rows; 10 steps after 2 warm-up, every other one timed
     profile = profile_model(MODEL, [*FOREVER, "--distinct", "7"], 2, "profile-sparse", steps=10, warmup=2)
+    assert leftover_processes("profile-sparse") == []
     assert profile.rows_touched.keys() == {"emb"}
     assert (profile.rows_touched["emb"].mean, profile.rows_touched["emb"].max) == (7.0, 7)
     assert profile.steps_measured == 5
@@ -110,6 +112,7 @@ def test_unprofilable_scripts_are_refused_with_the_reason(script, args, message,
     assert message in str(refused.value)
     assert str(script) in str(refused.value)
     assert files_under(own_tmp) == []
+    assert leftover_processes("profile-bad") == []
 
 
 @pytest.mark.parametrize(("steps", "warmup", "message"), [

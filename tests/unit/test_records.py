@@ -177,3 +177,15 @@ def test_concurrent_writers_lose_no_record(tmp_path: Path) -> None:
     assert sorted(numbers) == list(range(1, 41))
     with open_records(path) as records:
         assert sorted(t.steps_per_s for t in records.trials(cluster_key(spec))) == [float(r) for r in range(1, 41)]
+
+
+@pytest.mark.parametrize("where", ["a directory", "under a file"])
+def test_a_path_that_cannot_be_opened_says_where_to_point_instead(tmp_path: Path, where: str) -> None:
+    blocker = tmp_path / "plain-file"
+    blocker.write_text("x")
+    path = tmp_path if where == "a directory" else blocker / "records.sqlite"
+    with pytest.raises(UserError) as e:
+        open_records(path)
+    message = str(e.value)
+    assert message.startswith(f"records database {path} cannot be opened: ")
+    assert "writable directory" in message and "--no-record" in message and "Move the file" not in message
