@@ -197,9 +197,11 @@ def distinct_rows_of(var: VariablePlan, profile: ModelProfile, num_workers: int)
     shard of a tenth of the rows gets a tenth of them). Without a profiled figure, every row."""
     if var.grad != "sparse":
         return {}
-    rows = var.shape[0]
+    rows = max(var.shape[0], 1) if var.shape else 1  # an unknown size (-1) counts as 1 row, as in nbytes
     touched = profile.rows_touched.get(var.name)
     mean = touched.mean if touched is not None else rows
+    if var.partition is None:
+        return {var.name: [round(mean)] * num_workers}
     return {
         name: [min(shape[0], round(mean * shape[0] / rows))] * num_workers
         for name, shape in zip(var.shard_names(), var.shard_shapes(), strict=True)

@@ -186,3 +186,16 @@ def test_a_missing_path_is_named():
     net = network(hosts_spec(1, ps=0), B)  # knows nothing of 10.0.0.2
     with pytest.raises(UserError, match=r"between 10\.0\.0\.1 and 10\.0\.0\.2"):
         predict(strategy, profile(DENSE, 0.01), spec, net)
+
+
+def test_unknown_sizes_count_as_one_and_never_negative():
+    """A variable whose size was unknown when the graph was built (-1) moves what its known part
+    says (the lower bound), never negative bytes."""
+    odd, emb = var("odd", [-1, 1000]), var("emb", [-1, 64], grad="sparse")
+    graph = GraphItem(variables=[odd, emb])
+    spec = hosts_spec(2, ps=[1, 0])
+    strategy = plan(graph, spec, [planned(odd, sync=PSSync(ps_task=0)), planned(emb, sync=PSSync(ps_task=0))])
+    prediction = predict(strategy, profile(graph, 0.01, {"emb": 50}), spec, network(spec, B), BANDWIDTH_ONLY)
+    read, pushed = 1000 * 4 + 50 * ROW, 1000 * 4 + 50 * (ROW + 8)
+    assert prediction.node_bytes["10.0.0.1"] == NodeBytes(sent=read, received=pushed)
+    assert prediction.step_s == pytest.approx(0.01 + (read + pushed) / B)
