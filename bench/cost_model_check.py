@@ -11,7 +11,8 @@ coefficients fitted on those (leave one workload out) and fitted on all of them 
 
 The model's inputs are built the way `adrun profile` builds them, from the benchmark's own facts:
 - the graph: captured from the workload script (adrun's capture, one process);
-- rows touched per step: the mean distinct ids of the worker's real batches (bench/cluster/touched_rows.py);
+- rows touched per step: the mean distinct ids of the workers' real batches, in all and per
+  sixteenth of the rows (bench/cluster/touched_rows.py);
 - compute time per step: `--compute-s workload=seconds`, else a 1-host run in the results, else a
   short plain run of the script measured here (the machine's load makes it noisy; a constant added
   to every builder's synchronous step does not change their order);
@@ -39,7 +40,7 @@ from adrun.graph_item import GraphItem
 from adrun.spec import ClusterSpec, Node
 from adrun.strategies import build_strategy
 from adrun.strategies.cost_model import Coefficients, predict
-from adrun.strategies.document import Strategy
+from adrun.strategies.document import AllReduceSync, Partition, Strategy
 from adrun.strategies.facts import HostLink, Link, ModelProfile, NetworkFacts, RowsTouched, TrialRecord
 from adrun.strategies.fit import fit
 
@@ -51,6 +52,7 @@ REPO = Path(__file__).resolve().parent.parent
 WORKLOADS = REPO / "bench" / "workloads"
 LOCAL = Link(bytes_per_s=1e9, latency_s=5e-5, source="assumed")
 MEASURE_STEPS, MEASURE_WARMUP = 40, 10
+SLICES = 16  # slices of a sparse variable's rows whose touched rows are counted (RowsTouched.by_range)
 
 Group = tuple[str, str, int]  # (workload, profile, hosts)
 
@@ -80,11 +82,19 @@ def measured_compute_s(workload: str) -> float:
 
 
 def model_profile(workload: str, item: GraphItem, hosts: int, compute_s: float) -> ModelProfile:
-    """The workload's profile as the cost model sees it: rows touched = the mean over the workers'
-    batches of the distinct ids of the whole variable."""
+    """The workload's profile as the cost model sees it: per sparse variable, the mean over the
+    workers' batches of its distinct ids, in all and in each of SLICES equal slices of its rows."""
     whole = build_strategy("AllReduce", item, cluster_spec(hosts))
-    rows = {name: RowsTouched(mean=statistics.mean(counts), max=max(counts))
-            for name, counts in distinct_rows(WORKLOADS, workload, whole).items()}
+    sliced = whole.model_copy(update={"variables": [
+        v.model_copy(update={"sync": None, "partition": Partition(axis=0, shards=[AllReduceSync(group=0)] * SLICES)})
+        if v.grad == "sparse" and v.shape[0] >= SLICES else v
+        for v in whole.variables]})
+    by_slice = distinct_rows(WORKLOADS, workload, sliced)
+    rows = {}
+    for name, counts in distinct_rows(WORKLOADS, workload, whole).items():
+        slices = [by_slice.get(f"{name}/part_{i}") for i in range(SLICES)]
+        rows[name] = RowsTouched(mean=statistics.mean(counts), max=max(counts),
+                                 by_range=[statistics.mean(c) for c in slices] if all(slices) else [])
     return ModelProfile(graph=item, compute_s=compute_s, steps_measured=MEASURE_STEPS - MEASURE_WARMUP,
                         rows_touched=rows)
 
