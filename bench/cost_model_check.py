@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -99,10 +100,6 @@ def model_profile(workload: str, item: GraphItem, hosts: int, compute_s: float) 
                         rows_touched=rows)
 
 
-def plan_of(config: RunConfig, item: GraphItem) -> Strategy:
-    return build_strategy(config.system, item, cluster_spec(config.hosts), dict(config.options))
-
-
 def tau(predicted: list[float], measured: list[float]) -> float | None:
     if len(predicted) < 2:
         return None
@@ -123,15 +120,7 @@ def mean_error(predicted_step: list[float], measured_step: list[float]) -> float
 @click.option("--markdown", type=click.Path(dir_okay=False, path_type=Path), default=REPO / "bench/COST-MODEL-CHECK.md",
               show_default=True)
 def main(results: tuple[Path, ...], compute_given: tuple[str, ...], out: Path, markdown: Path) -> None:
-    measured: dict[Group, dict[RunConfig, float]] = defaultdict(dict)
-    profiles: dict[str, Profile] = {}
-    for path in results:
-        bench = BenchResults.model_validate_json(path.read_text())
-        profiles |= {p.name: p for p in bench.profiles}
-        for summary in summarize(bench):
-            c = summary.config
-            if c.kind == "adrun" and summary.median:
-                measured[c.workload, c.profile, c.hosts][c] = summary.median
+    measured, profiles = measured_rates(results)
     compute = {w: float(s) for w, s in (item.split("=", 1) for item in compute_given)}
     one_host = {c.workload: rate for (_, _, hosts), configs in measured.items() if hosts == 1
                 for c, rate in configs.items() if c.system == "AllReduce" and not c.options}
@@ -147,58 +136,72 @@ def main(results: tuple[Path, ...], compute_given: tuple[str, ...], out: Path, m
         else:
             click.echo(f"cost-model-check: measuring {workload}'s compute time ({MEASURE_STEPS} plain steps)")
             compute[workload] = measured_compute_s(workload)
-
-    records: dict[tuple[str, int], list[TrialRecord]] = defaultdict(list)
-    rows: dict[Group, list[dict]] = {}
-    for (workload, profile, hosts), configs in sorted(measured.items()):
-        spec, item = cluster_spec(hosts), items[workload]
-        prof = model_profile(workload, item, hosts, compute[workload])
-        net = network_facts(profiles[profile], spec)
-        group_rows = []
-        for config, rate in sorted(configs.items(), key=lambda kv: -kv[1]):
-            strategy = plan_of(config, item)
-            steps_per_s = rate / (item.batch_size * spec.num_workers)
-            records[profile, hosts].append(TrialRecord(
-                recorded_at="bench", cluster_key=f"{profile}-{hosts}h", workload=workload, spec=spec,
-                strategy=strategy, profile=prof, network=net, steps_per_s=steps_per_s))
-            group_rows.append({"system": config.label, "measured_examples_per_s": rate,
-                               "measured_step_s": 1 / steps_per_s, "strategy": strategy,
-                               "prediction": predict(strategy, prof, spec, net)})
-        rows[workload, profile, hosts] = group_rows
-
-    report = {"inputs": [str(p) for p in results], "compute_s": compute,
-              "local_path": LOCAL.model_dump(), "groups": []}
-    for (workload, profile, hosts), group_rows in rows.items():
-        spec, net = cluster_spec(hosts), network_facts(profiles[profile], cluster_spec(hosts))
-        prof = model_profile(workload, items[workload], hosts, compute[workload])
-        others = [r for r in records[profile, hosts] if r.workload != workload]
-        fitted = {
-            "leave-one-workload-out": fit(others) if others else None,
-            "in-sample": fit(records[profile, hosts]) if others else None,
-        }
-        meas_rate = [r["measured_examples_per_s"] for r in group_rows]
-        meas_step = [r["measured_step_s"] for r in group_rows]
-        entry = {"workload": workload, "profile": profile, "hosts": hosts, "compute_s": compute[workload],
-                 "rows_touched": {k: v.model_dump() for k, v in prof.rows_touched.items()}, "models": {}}
-        variants: dict[str, Coefficients | None] = {"analytical": Coefficients.analytical()}
-        variants |= {name: f.coefficients for name, f in fitted.items() if f is not None}
-        for name, coefficients in variants.items():
-            preds = [predict(r["strategy"], prof, spec, net, coefficients) for r in group_rows]
-            entry["models"][name] = {
-                "coefficients": coefficients.model_dump(),
-                "records": fitted[name].records_used if name in fitted and fitted[name] else 0,
-                "kendall_tau": tau([p.examples_per_s for p in preds], meas_rate),
-                "mean_relative_error": mean_error([p.step_s for p in preds], meas_step),
-                "systems": [{"system": r["system"], "measured_examples_per_s": r["measured_examples_per_s"],
-                             "predicted_examples_per_s": p.examples_per_s, "predicted_step_s": p.step_s,
-                             "measured_step_s": r["measured_step_s"], "bound": p.bound}
-                            for r, p in zip(group_rows, preds, strict=True)],
-            }
-        report["groups"].append(entry)
+    model_profiles = {(w, hosts): model_profile(w, items[w], hosts, compute[w]) for w, _, hosts in measured}
+    report = {"inputs": [str(p) for p in results], "compute_s": compute, "local_path": LOCAL.model_dump(),
+              "groups": check(measured, profiles, model_profiles)}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
     markdown.write_text(render(report, out))
     click.echo(f"cost-model-check: wrote {out} and {markdown}")
+
+
+def measured_rates(results: Sequence[Path]) -> tuple[dict[Group, dict[RunConfig, float]], dict[str, Profile]]:
+    """The median examples/s of every adrun configuration that ran, by group; the link profiles."""
+    measured: dict[Group, dict[RunConfig, float]] = defaultdict(dict)
+    profiles: dict[str, Profile] = {}
+    for path in results:
+        bench = BenchResults.model_validate_json(path.read_text())
+        profiles |= {p.name: p for p in bench.profiles}
+        for summary in summarize(bench):
+            c = summary.config
+            if c.kind == "adrun" and summary.median:
+                measured[c.workload, c.profile, c.hosts][c] = summary.median
+    return measured, profiles
+
+
+def check(measured: dict[Group, dict[RunConfig, float]], profiles: dict[str, Profile],
+          model_profiles: dict[tuple[str, int], ModelProfile]) -> list[dict]:
+    """Per group: the predictions of every configuration with the analytical coefficients and, when
+    the cluster (profile, hosts) has records of other workloads, fitted without this workload's
+    (leave one workload out) and with all (in-sample); Kendall tau and mean relative error of each."""
+    records: dict[tuple[str, int], list[TrialRecord]] = defaultdict(list)
+    rows: dict[Group, list[tuple[str, Strategy, float, float]]] = {}  # label, plan, examples/s, step s
+    for (workload, profile, hosts), configs in sorted(measured.items()):
+        spec, prof = cluster_spec(hosts), model_profiles[workload, hosts]
+        rows[workload, profile, hosts] = []
+        for config, rate in sorted(configs.items(), key=lambda kv: -kv[1]):
+            strategy = build_strategy(config.system, prof.graph, spec, dict(config.options))
+            steps_per_s = rate / (prof.graph.batch_size * spec.num_workers)
+            records[profile, hosts].append(TrialRecord(
+                recorded_at="bench", cluster_key=f"{profile}-{hosts}h", workload=workload, spec=spec,
+                strategy=strategy, profile=prof, network=network_facts(profiles[profile], spec),
+                steps_per_s=steps_per_s))
+            rows[workload, profile, hosts].append((config.label, strategy, rate, 1 / steps_per_s))
+    groups = []
+    for (workload, profile, hosts), group_rows in rows.items():
+        spec, prof = cluster_spec(hosts), model_profiles[workload, hosts]
+        net = network_facts(profiles[profile], spec)
+        others = [r for r in records[profile, hosts] if r.workload != workload]
+        variants: dict[str, tuple[Coefficients, int]] = {"analytical": (Coefficients.analytical(), 0)}
+        if others:
+            for name, fitted in (("leave-one-workload-out", fit(others)), ("in-sample", fit(records[profile, hosts]))):
+                variants[name] = (fitted.coefficients, fitted.records_used)
+        measured_step = [step for _, _, _, step in group_rows]
+        models = {}
+        for name, (coefficients, used) in variants.items():
+            preds = [predict(plan, prof, spec, net, coefficients) for _, plan, _, _ in group_rows]
+            models[name] = {
+                "coefficients": coefficients.model_dump(), "records": used,
+                "kendall_tau": tau([1 / p.step_s for p in preds], [1 / step for step in measured_step]),
+                "mean_relative_error": mean_error([p.step_s for p in preds], measured_step),
+                "systems": [{"system": label, "measured_examples_per_s": rate,
+                             "predicted_examples_per_s": p.examples_per_s, "predicted_step_s": p.step_s,
+                             "measured_step_s": step, "bound": p.bound}
+                            for (label, _, rate, step), p in zip(group_rows, preds, strict=True)],
+            }
+        groups.append({"workload": workload, "profile": profile, "hosts": hosts, "compute_s": prof.compute_s,
+                       "rows_touched": {k: v.model_dump() for k, v in prof.rows_touched.items()}, "models": models})
+    return groups
 
 
 def render(report: dict, out: Path) -> str:
