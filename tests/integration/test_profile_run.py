@@ -49,12 +49,14 @@ def test_sparse_rows_touched_are_the_distinct_ids_of_each_batch(tmp_path, own_tm
     assert files_under(own_tmp) == []
 
 
-def test_keras_fit_is_profiled_through_its_callable(own_tmp):
-    profile = profile_model(MODEL, ["--steps", "200", "--keras", "--distinct", "5"], 2, "profile-keras",
-                            steps=6, warmup=2)
+def test_keras_fit_is_profiled_through_its_callable_and_its_checkpoints_are_not_written(tmp_path, own_tmp):
+    saves = tmp_path / "keras"
+    profile = profile_model(MODEL, ["--steps", "200", "--keras", "--distinct", "5", "--saver", str(saves)], 2,
+                            "profile-keras", steps=6, warmup=2)
     assert {name: (r.mean, r.max) for name, r in profile.rows_touched.items()} == {"embedding/embeddings": (5.0, 5)}
     assert profile.steps_measured == 3
     assert profile.batch_size == 32
+    assert files_under(saves) == []  # its ModelCheckpoint saves after every batch
 
 
 def plain_run(*args: str, cwd: Path) -> str:
