@@ -28,6 +28,7 @@ from adrun.profile_report import (
 )
 from adrun.recording import trial_from_report, workload_name
 from adrun.records import Records
+from adrun.strategies import BUILDERS, build_strategy
 from adrun.strategies.auto import AutoOptions
 from adrun.strategies.document import Strategy
 from adrun.trials import run_trial
@@ -72,6 +73,8 @@ def profile(spec, remote, script: Path, script_args: list[str], job_id: str, opt
             if records is not None and record is not None:
                 _keep(records, record)
         trials = trials_section(candidates, options.trial_steps)
+    unavailable = {name: why for name in BUILDERS if name not in plans
+                   for why in [_refusal(name, auto.profile.graph, spec)] if why}
     chosen, chosen_by = recommend(candidates)
     fitted = auto.fit
     report = ProfileReport(
@@ -79,10 +82,19 @@ def profile(spec, remote, script: Path, script_args: list[str], job_id: str, opt
         cluster=cluster_section(spec, auto.network),
         fit=FitSection(records_used=fitted.records_used, records_skipped=fitted.records_skipped,
                        error_before=fitted.error_before, error_after=fitted.error_after),
-        candidates=candidates, trials=trials, recommended=chosen.builder, recommended_by=chosen_by,
+        candidates=candidates, unavailable=unavailable, trials=trials, recommended=chosen.builder, recommended_by=chosen_by,
         recommended_plan=plans[chosen.builder], elapsed_s=time.monotonic() - started,
     )
     return report, plans[chosen.builder]
+
+
+def _refusal(builder: str, item, spec) -> str | None:
+    """Why `builder` (left out of the ranking) cannot plan `item` on `spec`."""
+    try:
+        build_strategy(builder, item, spec)
+    except UserError as e:
+        return str(e)
+    return None
 
 
 def _keep(records: Records, record) -> None:

@@ -144,6 +144,8 @@ class ProfileReport(BaseModel):
     cluster: ClusterSection
     fit: FitSection
     candidates: list[Candidate]  # by predicted step time, fastest first
+    # built-in builders that cannot plan this graph on this cluster (e.g. PS builders without a PS), and why
+    unavailable: dict[str, str] = {}
     trials: TrialsSection | None = None
     recommended: str  # a candidate's builder
     recommended_by: Literal["prediction", "trials"]

@@ -97,7 +97,8 @@ def _strategies_table(report: ProfileReport) -> tuple[Text, Table, str]:
         link = "-" if p.busiest_link == "none" else f"{_mb(p.busiest_link_bytes / 1e6)}"
         table.add_row(_builder_text(candidate), _ms(p.step_s), _rate(p.examples_per_s),
                       Text(_bar(fastest / p.step_s), style="cyan"), link, p.bound, style=_row_style(report, candidate))
-    return heading, table, _fit_line(report)
+    unavailable = [f"not on this cluster: {builder}: {why}" for builder, why in report.unavailable.items()]
+    return heading, table, "\n".join([_fit_line(report), *unavailable])
 
 
 def _trials_table(report: ProfileReport) -> tuple[Text, Table, str]:

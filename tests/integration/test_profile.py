@@ -105,15 +105,20 @@ def test_two_trials_are_measured_recorded_and_ranked(tmp_path: Path, spec_file) 
 
 
 def test_failed_trial_is_reported_not_fatal(tmp_path: Path, spec_file) -> None:
-    """Worker 1 raises at its first step in every run (never in the one-process profiling run)."""
-    spec = spec_file(workers=2, ps=1)
+    """Worker 1 raises at its first step in every run (never in the one-process profiling run). The
+    cluster has no PS, so the PS builders are named as impossible rather than predicted."""
+    spec = spec_file(workers=2, ps=0)
     records = tmp_path / "r.sqlite"
     _, report = profiled("--spec", str(spec), "--records", str(records), "--trials", "1", TINY, "--steps", "50",
                          "--fail-on", "1", "--fail-at", "1", job_id="profile-failing")
     no_leftovers(report, "profile-failing")
+    # (Parallax plans this dense model: it puts only sparse variables on PSs)
+    assert set(report.unavailable) == {"PS", "PSLoadBalancing", "PartitionedPS", "UnevenPartitionedPS"}
+    assert all("no PS process" in why for why in report.unavailable.values())
+    assert {c.builder for c in report.candidates} == EVERY_CANDIDATE - set(report.unavailable)
     [tried] = [c for c in report.candidates if c.trial is not None]
     assert not tried.trial.succeeded and tried.trial.step_s is None
-    assert "w1 (worker 1 on localhost) exited with code 1" in tried.trial.root_cause
+    assert "w1 (worker 1 on localhost) exited with code 1" in tried.trial.root_cause, tried.trial
     assert any("RuntimeError" in line or "Error" in line for line in tried.trial.root_cause_stderr)
     assert (report.trials.tried, report.trials.succeeded, report.trials.kendall_tau) == (1, 0, None)
     assert report.recommended == report.candidates[0].builder and report.recommended_by == "prediction"

@@ -259,3 +259,11 @@ def test_a_plan_tried_under_another_name_counts_once() -> None:
     text = rendered(report(candidates))
     assert "Auto = AllReduce" in text.split("strategies:")[1]
     assert row(text, "Auto", "trials:") == ["Auto", "1,000.0 ms", "as AllReduce"]
+
+
+def test_builders_that_cannot_plan_here_are_named_with_the_reason() -> None:
+    value = report([candidate("AllReduce", 0.01)])
+    value.unavailable = {"PS": "strategy PS puts variables on parameter servers, but the cluster spec has no PS process"}
+    assert ProfileReport.model_validate_json(value.model_dump_json()) == value
+    assert ("not on this cluster: PS: strategy PS puts variables on parameter servers, but the cluster spec has no "
+            "PS process") in rendered(value)
