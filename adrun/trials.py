@@ -48,7 +48,8 @@ def trial_result(report: JobReport) -> TrialResult:
     measured = bool(rates) and report.succeeded
     root_cause = report.root_cause
     if report.succeeded and not rates:
-        root_cause = "no worker made two training steps, so no rate could be measured: raise --trial-steps"
+        root_cause = ("the workers ended before a second training step, so no rate could be measured: let the "
+                      "script run longer (its own steps or epochs argument)")
     return TrialResult(
         job_id=report.job_id, succeeded=measured, steps=report.steps,
         step_s=len(rates) / sum(rates) if measured else None,
