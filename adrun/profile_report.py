@@ -18,7 +18,7 @@ from scipy.stats import kendalltau
 from adrun.graph_item import GradKind
 from adrun.spec import ClusterSpec
 from adrun.strategies.document import Strategy
-from adrun.strategies.facts import FactSource, ModelProfile, NetworkFacts, Prediction
+from adrun.strategies.facts import FactSource, Link, ModelProfile, NetworkFacts, Prediction
 
 
 class VariableRow(BaseModel):
@@ -81,8 +81,8 @@ class ClusterSection(BaseModel):
 
 class FitSection(BaseModel):
     """How the cost model's coefficients were obtained: from `records_used` earlier runs on this
-    cluster (0: the analytical values alone; runs recorded without a profile cannot be used), with the mean relative error of the predicted step
-    time on those records before and after fitting."""
+    cluster (0: the analytical values alone; runs recorded without a profile cannot be used), with
+    the mean relative error of the predicted step time on those records before and after fitting."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -183,7 +183,7 @@ def model_section(profile: ModelProfile, script: str, script_args: list[str]) ->
 
 
 def cluster_section(spec: ClusterSpec, network: NetworkFacts) -> ClusterSection:
-    def row(src: str, dst: str, link) -> LinkRow:
+    def row(src: str, dst: str, link: Link) -> LinkRow:
         return LinkRow(src=src, dst=dst, mbit_s=link.bytes_per_s * 8 / 1e6, latency_ms=link.latency_s * 1e3,
                        source=link.source)
 
@@ -191,7 +191,7 @@ def cluster_section(spec: ClusterSpec, network: NetworkFacts) -> ClusterSection:
     return ClusterSection(
         nodes=[NodeRow(address=n.address, chief=n is spec.chief, workers=n.workers, ps=n.ps) for n in spec.nodes],
         num_workers=spec.num_workers, num_ps=spec.num_ps,
-        links=[row(local_name, local_name, network.local), *(row(l.src, l.dst, l) for l in network.links)],
+        links=[row(local_name, local_name, network.local), *(row(link.src, link.dst, link) for link in network.links)],
     )
 
 
