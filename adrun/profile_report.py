@@ -100,6 +100,7 @@ class TrialResult(BaseModel):
     job_id: str
     succeeded: bool
     steps: int  # summed over the workers
+    elapsed_s: float | None = None  # the trial job's wall time, start-up included (None: it never started)
     step_s: float | None = None  # measured seconds per synchronous step
     examples_per_s: float | None = None  # the cluster's
     root_cause: str | None = None  # why it failed: the failing task's one-line summary

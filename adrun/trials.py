@@ -51,7 +51,7 @@ def trial_result(report: JobReport) -> TrialResult:
         root_cause = ("the workers ended before a second training step, so no rate could be measured: let the "
                       "script run longer (its own steps or epochs argument)")
     return TrialResult(
-        job_id=report.job_id, succeeded=measured, steps=report.steps,
+        job_id=report.job_id, succeeded=measured, steps=report.steps, elapsed_s=report.elapsed_s,
         step_s=len(rates) / sum(rates) if measured else None,
         examples_per_s=report.examples_per_s if measured else None,
         root_cause=root_cause, root_cause_stderr=report.root_cause_stderr,

@@ -213,6 +213,7 @@ def job(succeeded: bool = True, rates: tuple[float | None, ...] = (50.0, 40.0)) 
 def test_trial_result_step_time_is_the_inverse_of_the_workers_mean_rate() -> None:
     result = trial_result(job())
     assert result.succeeded and result.step_s == pytest.approx(1 / 45) and result.examples_per_s == 5760.0
+    assert result.elapsed_s == 9.0
     failed = trial_result(job(succeeded=False))
     assert not failed.succeeded and failed.step_s is None
     assert failed.root_cause == "w1 (worker 1 on localhost) exited with code 1"
