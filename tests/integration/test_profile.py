@@ -1,11 +1,15 @@
 """`adrun profile` end to end: the report of a bundled example as JSON (every built-in builder and
 Auto predicted, the model table), `-o` writing a document a run accepts, bounded trials measured
-and recorded, a failed trial reported without ending the profile, and bad input refused with one
-message and nothing left running."""
+and recorded, a failed trial reported without ending the profile, Ctrl-C during a trial, and bad input refused
+with one message and nothing left running."""
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -169,3 +173,34 @@ def test_output_in_a_missing_directory_is_refused_before_the_profile(tmp_path: P
     plan = tmp_path / "no-such-dir" / "plan.yml"
     line = refused("--no-record", "-o", str(plan), TINY, job_id="profile-bad-output")
     assert line == f"adrun: error: -o {plan}: directory {plan.parent} does not exist"
+
+
+@pytest.mark.full
+def test_ctrl_c_during_a_trial_ends_the_profile_with_130(tmp_path: Path) -> None:
+    job_id = "profile-interrupted"
+    err = tmp_path / "stderr"
+    with err.open("w") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "adrun", "profile", "--job-id", job_id, "--no-record", "--trials", "2",
+             "--trial-steps", "100000", TINY, "--steps", "100000", "--step-sleep", "0.05"],
+            cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=sink, text=True,
+            start_new_session=True)
+        try:
+            deadline = time.monotonic() + 300
+            while f"job {job_id}-t1-" not in err.read_text():  # the first trial's tasks started
+                assert proc.poll() is None and time.monotonic() < deadline, err.read_text()
+                time.sleep(0.2)
+            proc.send_signal(signal.SIGINT)
+            stdout, _ = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    text = err.read_text()
+    assert proc.returncode == 130, text
+    assert stdout == "" and text.splitlines()[-1] == "adrun: interrupted"
+    assert "trial 2/" not in text and "Traceback" not in text
+    trial_ids = {line.split()[1].rstrip(":") for line in text.splitlines() if line.startswith(f"adrun: job {job_id}")}
+    assert len(trial_ids) == 1
+    for jid in [job_id, *trial_ids]:
+        assert leftover_processes(jid) == [], jid
