@@ -297,29 +297,47 @@ class _OptionsUpToScript(click.Command):
     reading options at the first argument, so `build PS -o plan.yml train.py` would lose `-o`)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        takes_value = {
-            opt: not (param.is_flag or param.count)
-            for param in self.get_params(ctx)
-            if isinstance(param, click.Option)
-            for opt in (*param.opts, *param.secondary_opts)
-        }
+        params = self.get_params(ctx)
+        options_by_name = {opt: param for param in params if isinstance(param, click.Option)
+                           for opt in (*param.opts, *param.secondary_opts)}
+        fixed = sum(1 for param in params if isinstance(param, click.Argument) and param.nargs == 1)
         options: list[str] = []
         positionals: list[str] = []
         i = 0
-        while i < len(args) and len(positionals) < 2 and args[i] != "--":
+        while i < len(args) and len(positionals) < fixed and args[i] != "--":
             arg = args[i]
             name = arg.split("=", 1)[0]
-            if name in takes_value:
+            param = options_by_name.get(name)
+            if isinstance(param, _OptionalValue) and "=" not in arg:
+                # `--trials 3 train.py` or `--trials train.py`: a value only when it reads as one
+                if i + 1 < len(args) and param.is_value(args[i + 1]):
+                    arg = f"{name}={args[i + 1]}"
+                    i += 1
+                else:
+                    arg = f"{name}={param.when_bare}"
                 options.append(arg)
-                if takes_value[name] and "=" not in arg and i + 1 < len(args):
+            elif param is not None:
+                options.append(arg)
+                if not (param.is_flag or param.count) and "=" not in arg and i + 1 < len(args):
                     options.append(args[i + 1])
                     i += 1
-            elif arg.startswith("-") and len(positionals) < 2:
+            elif arg.startswith("-"):
                 options.append(arg)  # unknown here: click reports it (or it is -oVALUE)
             else:
                 positionals.append(arg)
             i += 1
         return super().parse_args(ctx, [*options, *positionals, *args[i:]])
+
+
+class _OptionalValue(click.Option):
+    """An option whose value may be left out (`--trials` or `--trials 3`): bare, it means
+    `when_bare`. Only `_OptionsUpToScript` commands parse it (click alone would take the script's
+    name as the value)."""
+
+    def __init__(self, *args: Any, when_bare: str, is_value: Callable[[str], bool], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.when_bare = when_bare
+        self.is_value = is_value
 
 
 @strategy.command(
@@ -363,6 +381,72 @@ def strategy_show(document) -> None:
     from adrun.strategies.document import load_strategy
 
     ui.print_plan(load_strategy(Path(document)), None, None)
+
+
+class _TrialCount(click.ParamType):
+    """`--trials K`: a whole number >= 1, or `all`."""
+
+    name = "K"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | str:
+        if value == "all" or isinstance(value, int):
+            return value
+        if not (value.isascii() and value.isdigit() and int(value) >= 1):
+            self.fail(f"expected a whole number of trials (at least 1) or 'all', got '{value}'", param, ctx)
+        return int(value)
+
+
+def _reads_as_trial_count(text: str) -> bool:
+    """Whether the word after a bare `--trials` is its value (else it is the script)."""
+    return text == "all" or (text.isascii() and text.isdigit())
+
+
+@main.command(
+    "profile", cls=_OptionsUpToScript,
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+@click.option("--spec", "spec_path", type=click.Path(dir_okay=False), help="Cluster spec YAML (default: this machine, 2 workers + 1 PS).")
+@click.option("--trials", cls=_OptionalValue, when_bare="all", is_value=_reads_as_trial_count, type=_TrialCount(),
+              help="Also run the K best-predicted strategies (every one when K is left out) for --trial-steps steps each.")
+@click.option("--trial-steps", type=click.IntRange(min=2), default=30, show_default=True, metavar="N",
+              help="Training steps per worker of each trial.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the recommended strategy document here.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document on stdout.")
+@_records_options
+@click.option("--job-id", help="Name of the profiling run; trial N runs as ID-tN-<builder> (default: time-stamped).")
+@click.argument("script")
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@_user_errors
+def profile(spec_path, trials, trial_steps, output, as_json, records_option, no_record, measure_network, job_id,
+            script, script_args) -> None:
+    """Profile SCRIPT, predict every strategy on the cluster (and try the best with --trials), and
+    recommend one."""
+    from adrun import ui
+    from adrun.launch.provision import RemoteNodes
+    from adrun.profile_command import ProfileOptions, profile as profile_script
+    from adrun.profile_view import render
+    from adrun.strategies.document import dump_strategy
+
+    spec = _load_cluster(spec_path)
+    script_path = _existing_script(script)
+    if output and not Path(output).parent.is_dir():
+        raise UserError(f"-o {output}: directory {Path(output).parent} does not exist")
+    options = ProfileOptions(trials=trials, trial_steps=trial_steps, runs_dir=RUNS_DIR, measure_network=measure_network)
+    with _opened_records(records_option, no_record) as records, RemoteNodes(spec) as remote:
+        _check_fixed_ports(spec)
+        remote.connect()
+        remote.preflight(script_path, False)
+        report, plan = profile_script(spec, remote, script_path, list(script_args), job_id or _new_job_id(),
+                                      options, records)
+    if output:
+        try:
+            dump_strategy(plan, Path(output))
+        except OSError as e:
+            raise UserError(f"-o {output}: cannot write the strategy document: {e.strerror or e}") from None
+    if as_json:
+        click.echo(report.model_dump_json(indent=2))
+    else:
+        render(report, ui.console, output)
 
 
 @main.group()

@@ -2,11 +2,11 @@
 
 The search starts from the best-predicted plans of the built-in builders (default options; the
 three best distinct ones, so that one start's local minimum is not the answer) and improves each
-by coordinate descent: variables in order of bytes (largest first), each in turn
-given the choice with the lowest predicted step time while the others stay as they are, until a
-whole round changes nothing. A variable's choices: the whole variable on one PS; split on axis 0
-into k shards (2 <= k <= PS processes) on k consecutive PSs; all-reduce in one of the groups in use
-or a new one (the chunking of the all-reduce groups). By default every choice is exactly
+by coordinate descent: variables in order of bytes (largest first), each in turn given the choice
+with the lowest predicted step time while the others stay as they are, until a whole round changes
+nothing. A variable's choices: the whole variable on one PS; split on axis 0 into k shards
+(2 <= k <= PS processes, each shard at least MIN_SHARD_BYTES) on k consecutive PSs; all-reduce in
+one of the groups in use or a new one (the chunking of the all-reduce groups). By default every choice is exactly
 data-parallel SGD: synchronous, uncompressed. `allow_lossy` adds the fp16 and PowerSGD compressors
 for dense gradients and `allow_staleness` adds a staleness of one step on PS variables.
 
@@ -17,6 +17,7 @@ same plan (fixed visiting order, ties keep the current choice).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 from pydantic import Field
@@ -38,6 +39,8 @@ MAX_ROUNDS = 10  # coordinate-descent rounds; the search stops earlier when a ro
 MIN_GAIN = 1e-9
 STALENESS = 1  # the bound offered with allow_staleness: the smallest that lets communication overlap
 POWERSGD_RANK = 4
+# the smallest shard worth splitting a variable for; TF's MinSizePartitioner uses 256 KiB
+MIN_SHARD_BYTES = 64 * 2**10
 
 
 class AutoOptions(BuilderOptions):
@@ -114,7 +117,7 @@ def _search(
         starts.setdefault(tuple(_key(v) for v in plans[i].variables), plans[i])
     best: tuple[list[VariablePlan], float] | None = None
     for start in list(starts.values())[:START_PLANS]:
-        variables, seconds = descent.run(list(start.variables))
+        variables, seconds = descent.run(start.variables)
         if best is None or seconds < best[1] * (1 - MIN_GAIN):
             best = variables, seconds
     assert best is not None
@@ -126,80 +129,116 @@ def _key(plan: VariablePlan) -> str:
     return plan.model_dump_json(exclude={"note"})
 
 
+# One variable's choice, cheap to make and compare during the search: ("ps", task, staleness),
+# ("split", PS task of each shard, staleness), ("allreduce", group, compressor), or ("given", key) for
+# a start plan's own (any plan a built-in builder made).
+Choice = tuple
+
+
 class _Descent:
-    """Coordinate descent over the variables' choices, with each choice's load computed once."""
+    """Coordinate descent over the variables' choices; each choice's plan and load made once."""
 
     def __init__(self, item: GraphItem, spec: ClusterSpec, profile: ModelProfile, network: NetworkFacts,
                  c: Coefficients, options: AutoOptions, compute_s: float) -> None:
         self.infos = item.trainable_with_grads()
-        self.spec, self.profile, self.c, self.options, self.compute_s = spec, profile, c, options, compute_s
+        self.spec, self.profile, self.c, self.compute_s = spec, profile, c, compute_s
         self.paths = Paths.of(spec, network)
-        self.loads: dict[tuple[int, str], Load] = {}
+        self.placements = [_placements(v, spec, options) for v in self.infos]
+        self.compressors = [_compressors(v, options) for v in self.infos]
+        self.given: dict[str, VariablePlan] = {}
+        self.plans: dict[tuple[int, Choice], VariablePlan] = {}
+        # variables of one shape, dtype and kind load the links alike (a sparse one by its own rows)
+        self.kinds = [(tuple(v.shape), v.dtype, v.grad, v.name if v.grad == "sparse" else "") for v in self.infos]
+        self.loads: dict[tuple[tuple, Choice], Load] = {}
         # largest variables first: their choice shapes the load the small ones are fitted around
         self.order = sorted(range(len(self.infos)), key=lambda i: (-self.infos[i].nbytes, i))
 
-    def load(self, i: int, plan: VariablePlan) -> Load:
-        key = (i, _key(plan))
+    def plan(self, i: int, choice: Choice) -> VariablePlan:
+        if (i, choice) not in self.plans:
+            self.plans[i, choice] = self.given[choice[1]] if choice[0] == "given" else _plan(self.infos[i], choice)
+        return self.plans[i, choice]
+
+    def load(self, i: int, choice: Choice) -> Load:
+        key = (self.kinds[i], choice)
         if key not in self.loads:
-            self.loads[key] = variable_load(plan, self.profile, self.paths)
+            self.loads[key] = variable_load(self.plan(i, choice), self.profile, self.paths)
         return self.loads[key]
+
+    def groups(self, i: int, choice: Choice) -> set[int]:
+        """The all-reduce groups the choice puts variable i in."""
+        if choice[0] == "allreduce":
+            return {choice[1]}
+        if choice[0] == "given":
+            return {s.group for s in self.plan(i, choice).synchronizers() if isinstance(s, AllReduceSync)}
+        return set()
 
     def step_s(self, total: Load) -> float:
         return StepCost(self.paths, total, self.compute_s).time(self.c).step
 
-    def run(self, current: list[VariablePlan]) -> tuple[list[VariablePlan], float]:
-        """The end point of the descent from `current`, and its predicted step time."""
+    def run(self, start: Sequence[VariablePlan]) -> tuple[list[VariablePlan], float]:
+        """The end point of the descent from `start`, and its predicted step time."""
+        current: list[Choice] = []
+        for plan in start:
+            key = _key(plan)
+            self.given.setdefault(key, plan)
+            current.append(("given", key))
         total = Load.empty(self.paths)
-        for i, plan in enumerate(current):
-            total.add(self.load(i, plan))
+        in_use: Counter[int] = Counter()
+        for i, choice in enumerate(current):
+            total.add(self.load(i, choice))
+            in_use.update(self.groups(i, choice))
         best = self.step_s(total)
         for _ in range(MAX_ROUNDS):
             changed = False
             for i in self.order:
-                for candidate in _choices(self.infos[i], self.spec, _groups_in_use(current, i), self.options):
+                mine = self.groups(i, current[i])
+                others = sorted(g for g, n in in_use.items() if n - (g in mine) > 0)
+                groups = [*others, max(others, default=-1) + 1]  # a group in use, or a new one
+                candidates = self.placements[i] + [("allreduce", g, comp) for comp in self.compressors[i] for g in groups]
+                for candidate in candidates:
+                    if candidate == current[i]:
+                        continue
                     trial = total.copy()
                     trial.add(self.load(i, current[i]), -1)
                     trial.add(self.load(i, candidate))
                     seconds = self.step_s(trial)
                     if seconds < best * (1 - MIN_GAIN):
+                        in_use.subtract(self.groups(i, current[i]))
+                        in_use.update(self.groups(i, candidate))
                         best, total, current[i], changed = seconds, trial, candidate, True
             if not changed:
                 break
-        return current, best
+        return [self.plan(i, choice) for i, choice in enumerate(current)], best
 
 
-def _groups_in_use(plans: Sequence[VariablePlan], skip: int) -> list[int]:
-    """All-reduce groups of the other variables, plus one new group."""
-    groups = sorted({s.group for j, p in enumerate(plans) if j != skip
-                     for s in p.synchronizers() if isinstance(s, AllReduceSync)})
-    return groups + [max(groups, default=-1) + 1]
-
-
-def _choices(
-    var: VariableInfo, spec: ClusterSpec, groups: Sequence[int], options: AutoOptions
-) -> list[VariablePlan]:
-    """Every plan Auto considers for `var`, in a fixed order."""
+def _placements(var: VariableInfo, spec: ClusterSpec, options: AutoOptions) -> list[Choice]:
+    """The PS choices for `var`, in a fixed order: whole on each PS, then split into k shards on k
+    consecutive PSs from each PS, when splitting is possible and every shard keeps MIN_SHARD_BYTES."""
     staleness = [0, STALENESS] if options.allow_staleness else [0]
-    syncs: list[PSSync | AllReduceSync | Partition] = [
-        PSSync(ps_task=p, staleness=s) for s in staleness for p in range(spec.num_ps)
-    ]
+    choices: list[Choice] = [("ps", p, s) for s in staleness for p in range(spec.num_ps)]
     if _partitionable(var):
-        syncs += [
-            Partition(axis=0, shards=[PSSync(ps_task=(first + i) % spec.num_ps, staleness=s) for i in range(k)])
-            for s in staleness
-            for k in range(2, min(spec.num_ps, var.shape[0]) + 1)
-            for first in range(spec.num_ps)
-        ]
-    compressors = ["none"] + (["fp16", "powersgd"] if options.allow_lossy and var.grad == "dense" else [])
-    syncs += [
-        AllReduceSync(group=g, compressor=comp, powersgd_rank=POWERSGD_RANK if comp == "powersgd" else 1)
-        for comp in compressors for g in groups
-    ]
-    return [
-        VariablePlan(name=var.name, shape=var.shape, dtype=var.dtype, grad=var.grad,
-                     **({"partition": s} if isinstance(s, Partition) else {"sync": s}))
-        for s in syncs
-    ]
+        most = min(spec.num_ps, var.shape[0], max(1, var.nbytes // MIN_SHARD_BYTES))
+        choices += [("split", tuple((first + i) % spec.num_ps for i in range(k)), s)
+                    for s in staleness for k in range(2, most + 1) for first in range(spec.num_ps)]
+    return choices
+
+
+def _compressors(var: VariableInfo, options: AutoOptions) -> list[str]:
+    return ["none"] + (["fp16", "powersgd"] if options.allow_lossy and var.grad == "dense" else [])
+
+
+def _plan(var: VariableInfo, choice: Choice) -> VariablePlan:
+    """The plan of one of `_placements`' or an all-reduce choice."""
+    how: dict[str, PSSync | AllReduceSync | Partition]
+    if choice[0] == "ps":
+        how = {"sync": PSSync(ps_task=choice[1], staleness=choice[2])}
+    elif choice[0] == "split":
+        how = {"partition": Partition(axis=0, shards=[PSSync(ps_task=p, staleness=choice[2]) for p in choice[1]])}
+    else:
+        compressor = choice[2]
+        how = {"sync": AllReduceSync(group=choice[1], compressor=compressor,
+                                     powersgd_rank=POWERSGD_RANK if compressor == "powersgd" else 1)}
+    return VariablePlan(name=var.name, shape=var.shape, dtype=var.dtype, grad=var.grad, **how)
 
 
 def _partitionable(var: VariableInfo) -> bool:

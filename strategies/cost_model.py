@@ -31,8 +31,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from adrun.errors import UserError
 from adrun.spec import ClusterSpec
 
-from .document import AllReduceSync, PSSync, Strategy, VariablePlan
-from .facts import ModelProfile, NetworkFacts, NodeBytes, Prediction
+from .document import AllReduceSync, PSSync, Strategy, VariablePlan, shard_sizes
+from .facts import ModelProfile, NetworkFacts, NodeBytes, Prediction, RowsTouched
 from .wire_bound import task_hosts, variable_transfers
 
 
@@ -193,17 +193,37 @@ def _is_synchronous(sync: PSSync) -> bool:
 
 def distinct_rows_of(var: VariablePlan, profile: ModelProfile, num_workers: int) -> dict[str, list[int]]:
     """Distinct rows each worker touches per step, for `var` (or each of its shards) when its
-    gradients are sparse: the profile's mean, spread over shards in proportion to their rows (a
-    shard of a tenth of the rows gets a tenth of them). Without a profiled figure, every row."""
+    gradients are sparse, from the profile (one process's steps stand for every worker's): a
+    shard's part of the mean by where the touched rows lie (`RowsTouched.by_range`) when measured,
+    else in proportion to its rows. Without a profiled figure, every row."""
     if var.grad != "sparse":
         return {}
-    rows = var.shape[0]
+    rows = max(var.shape[0], 1) if var.shape else 1  # an unknown size (-1) counts as 1 row, as in nbytes
     touched = profile.rows_touched.get(var.name)
-    mean = touched.mean if touched is not None else rows
+    if touched is None:
+        return {name: [shape[0]] * num_workers for name, shape in zip(var.shard_names(), var.shard_shapes(), strict=True)}
+    if var.partition is None:
+        return {var.name: [round(touched.mean)] * num_workers}
+    bounds = np.cumsum([0, *(shape[0] for shape in var.shard_shapes())])
     return {
-        name: [min(shape[0], round(mean * shape[0] / rows))] * num_workers
-        for name, shape in zip(var.shard_names(), var.shard_shapes(), strict=True)
+        name: [min(hi - lo, round(_rows_between(touched, int(lo), int(hi), rows)))] * num_workers
+        for name, lo, hi in zip(var.shard_names(), bounds[:-1], bounds[1:], strict=True)
     }
+
+
+def _rows_between(touched: RowsTouched, lo: int, hi: int, rows: int) -> float:
+    """Mean distinct rows per step with ids in [lo, hi): the measured slices' counts, a slice cut by
+    the range counted in proportion to the part of it inside; without slices, the range's share of
+    the mean."""
+    if not touched.by_range or len(touched.by_range) > rows:
+        return touched.mean * (hi - lo) / rows
+    edges = np.cumsum([0, *shard_sizes(rows, len(touched.by_range))])
+    total = 0.0
+    for count, start, end in zip(touched.by_range, edges[:-1], edges[1:], strict=True):
+        inside = min(hi, end) - max(lo, start)
+        if inside > 0:
+            total += count * inside / (end - start)
+    return total
 
 
 def variable_load(var: VariablePlan, profile: ModelProfile, paths: Paths) -> Load:

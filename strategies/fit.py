@@ -20,12 +20,12 @@ from .cost_model import Coefficients, StepCost, step_cost
 from .facts import TrialRecord
 
 # The prior's pull, as the relative step-time error one record would have to show to move a
-# coefficient this far: a factor of 2 for the factors, 1 ms of message latency, 0.1 ms of
+# coefficient this far: a factor of 2 for the factors, 10 ms of message latency or of
 # per-variable overhead each weigh as much as a 10% error on one record.
 PRIOR_ERROR = 0.1
 FACTOR_SCALE = math.log(2)
-LATENCY_SCALE_S = 1e-3
-OVERHEAD_SCALE_S = 1e-4
+LATENCY_SCALE_S = 1e-2
+OVERHEAD_SCALE_S = 1e-2
 
 _FACTORS = ("remote_bandwidth_factor", "local_bandwidth_factor", "compute_factor")
 _ADDITIVE = (("message_latency_s", LATENCY_SCALE_S), ("variable_overhead_s", OVERHEAD_SCALE_S))

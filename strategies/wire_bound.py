@@ -99,17 +99,23 @@ def _rows(name: str, distinct_rows: Mapping[str, Sequence[int]], num_workers: in
     return list(counts)
 
 
+def _elements(shape: Sequence[int]) -> int:
+    """Elements of a tensor of `shape`; a dimension unknown when the graph was built (-1) counts as 1,
+    as in `VariableInfo.nbytes`, so the bytes of such a variable are a lower bound."""
+    return prod(1 if d == -1 else d for d in shape)
+
+
 def _ring_bytes(buffer: int, n: int) -> int:
     return -(-2 * (n - 1) * buffer // n)
 
 
 def _all_reduce_buffer(shape: list[int], itemsize: int, sync: AllReduceSync) -> int:
     if sync.compressor in ("fp16", "fp16-ef"):
-        return prod(shape) * 2
+        return _elements(shape) * 2
     if sync.compressor == "powersgd" and low_rank_applies(shape, sync.powersgd_rank):
         n = shape[0]
         return (n + prod(shape) // n) * sync.powersgd_rank * itemsize
-    return prod(shape) * itemsize
+    return _elements(shape) * itemsize
 
 
 @dataclass(frozen=True)
@@ -131,8 +137,8 @@ def variable_transfers(
     out = []
     for name, shape, sync in _shards(var):
         transfers: list[Transfer] = []
-        nbytes = prod(shape) * itemsize
-        row = prod(shape[1:]) * itemsize
+        nbytes = _elements(shape) * itemsize
+        row = _elements(shape[1:]) * itemsize
         sparse = var.grad == "sparse"
         rows = _rows(name, distinct_rows, n) if sparse else []
         if isinstance(sync, PSSync):

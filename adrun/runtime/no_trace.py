@@ -11,6 +11,9 @@ logdir would show a second, short run. So in the profiling process
   `tf.summary.create_file_writer`) and every graph that TF's hooks and Supervisor write with
   `write_graph` goes to a scratch directory the launcher deletes afterwards.
 
+- tf_keras's `Model.save` and `Model.save_weights` (what its ModelCheckpoint callback calls) write
+  nothing.
+
 Restoring stays as it is: reading the user's own checkpoint leaves nothing behind. Files the script
 writes itself (`open`, `np.save`) are not redirected; most are written at the end of training,
 which the profiling process never reaches (it ends after its last step).
@@ -73,3 +76,14 @@ def keep_writes_in(scratch_dir: str) -> None:
         return original_write_graph(graph_or_graph_def, scratch("graphs"), name, as_text)
 
     training_util.write_graph = write_graph
+
+
+def keep_keras_saves_out() -> None:
+    """tf_keras models save nothing (installed once its training module is imported)."""
+    from tf_keras.src.engine import training
+
+    def save_nothing_of_the_model(self, filepath, *args, **kwargs):  # type: ignore[no-untyped-def]
+        return None
+
+    training.Model.save = save_nothing_of_the_model
+    training.Model.save_weights = save_nothing_of_the_model

@@ -408,3 +408,13 @@ def install_tf_keras() -> None:
     from tf_keras.src.optimizers.legacy import optimizer_v2
 
     _patch_apply_gradients(optimizer_v2.OptimizerV2, ctx)
+
+
+def install_tf_keras_saving() -> None:
+    """In profile mode, tf_keras models save nothing (no_trace.py); other modes leave them alone."""
+    ctx = current()
+    if ctx.role != "worker" or ctx.mode != "profile":
+        return
+    from adrun.runtime.no_trace import keep_keras_saves_out
+
+    keep_keras_saves_out()

@@ -6,7 +6,8 @@ trains `--steps` steps in a Session, or with `--mts DIR` in a MonitoredTrainingS
 checkpoints into DIR every 2 steps and counts steps in an events file there; `--saver DIR` saves with the
 script's own Saver into DIR after every step, `--summaries DIR` writes an events file there.
 `--dense` leaves out the embedding; `--keras` trains the same kind of model with tf_keras
-`Model.fit` (its batches of `--batch` examples, each naming `--distinct` rows). It prints
+`Model.fit` (its batches of `--batch` examples, each naming `--distinct` rows; `--saver DIR`: a
+ModelCheckpoint callback saves the weights into DIR after every batch). It prints
 `start-step N` (the global step it starts from) and `done`.
 """
 
@@ -49,7 +50,10 @@ if args.keras:
     model = keras.Sequential([keras.layers.Embedding(args.vocab, 8, input_length=1), keras.layers.Flatten(), keras.layers.Dense(1)])
     model.compile(optimizer=keras.optimizers.legacy.SGD(0.01), loss="mse")
     ids = np.concatenate([batch_ids() for _ in range(args.steps)]).reshape(-1, 1)
-    model.fit(ids, rng.normal(size=(len(ids), 1)), batch_size=args.batch, shuffle=False, verbose=0)
+    # with --saver DIR: ModelCheckpoint saves the weights after every batch
+    saving = [keras.callbacks.ModelCheckpoint(f"{args.saver}/weights.h5", save_weights_only=True, save_freq=1)]
+    model.fit(ids, rng.normal(size=(len(ids), 1)), batch_size=args.batch, shuffle=False, verbose=0,
+              callbacks=saving if args.saver else [])
     print("done", flush=True)
     raise SystemExit(0)
 

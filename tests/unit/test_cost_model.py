@@ -7,9 +7,9 @@ import pytest
 from adrun.errors import UserError
 from adrun.graph_item import GraphItem
 from adrun.spec import ClusterSpec, Node
-from adrun.strategies.cost_model import Coefficients, predict
+from adrun.strategies.cost_model import Coefficients, distinct_rows_of, predict
 from adrun.strategies.document import AllReduceSync, Partition, PSSync
-from adrun.strategies.facts import NodeBytes
+from adrun.strategies.facts import ModelProfile, NodeBytes, RowsTouched
 from tests.cost_facts import BANDWIDTH_ONLY, hosts_spec, network, plan, planned, profile, var
 
 B = 1e8  # bytes/s between hosts
@@ -112,6 +112,27 @@ def test_partitioned_sparse_moves_the_touched_rows_of_each_shard():
     assert step(gathered, prof, spec, net) == pytest.approx(0.01 + 1000 * (ROW + 8) / B)
 
 
+def test_skewed_rows_load_the_hot_shard():
+    """Most touched rows in the first half of the ids (a vocabulary sorted by frequency): the PS of
+    shard 0 serves 90 of the 100 rows and bounds both phases."""
+    spec = hosts_spec(2)
+    split = plan(SPARSE, spec, [planned(EMB, partition=Partition(axis=0, shards=[PSSync(ps_task=0), PSSync(ps_task=1)]))])
+    skewed = ModelProfile(graph=SPARSE, compute_s=0.01, steps_measured=10,
+                          rows_touched={"emb": RowsTouched(mean=100, max=100, by_range=[90, 10])})
+    assert step(split, skewed, spec, network(spec, B)) == pytest.approx(0.01 + 90 * ROW / B + 90 * (ROW + 8) / B)
+
+
+def test_rows_of_shards_that_cut_the_measured_slices():
+    """1,200 rows, four measured slices of 300, three shards of 400: a slice cut by a shard boundary
+    counts in proportion to the part inside."""
+    emb = var("emb", [1200, 8], grad="sparse")
+    prof = ModelProfile(graph=GraphItem(variables=[emb]), compute_s=0.01, steps_measured=1,
+                        rows_touched={"emb": RowsTouched(mean=100, max=100, by_range=[40, 30, 20, 10])})
+    three = planned(emb, partition=Partition(axis=0, shards=[PSSync(ps_task=0)] * 3))
+    assert distinct_rows_of(three, prof, 2) == {"emb/part_0": [50, 50], "emb/part_1": [33, 33], "emb/part_2": [17, 17]}
+    assert distinct_rows_of(planned(emb, sync=PSSync(ps_task=0)), prof, 1) == {"emb": [100]}
+
+
 def test_sparse_all_gather_grows_with_the_workers_and_ps_does_not():
     spec = hosts_spec(4)
     prof, net = profile(SPARSE, 0.01, {"emb": 1000}), network(spec, B)
@@ -186,3 +207,16 @@ def test_a_missing_path_is_named():
     net = network(hosts_spec(1, ps=0), B)  # knows nothing of 10.0.0.2
     with pytest.raises(UserError, match=r"between 10\.0\.0\.1 and 10\.0\.0\.2"):
         predict(strategy, profile(DENSE, 0.01), spec, net)
+
+
+def test_unknown_sizes_count_as_one_and_never_negative():
+    """A variable whose size was unknown when the graph was built (-1) moves what its known part
+    says (the lower bound), never negative bytes."""
+    odd, emb = var("odd", [-1, 1000]), var("emb", [-1, 64], grad="sparse")
+    graph = GraphItem(variables=[odd, emb])
+    spec = hosts_spec(2, ps=[1, 0])
+    strategy = plan(graph, spec, [planned(odd, sync=PSSync(ps_task=0)), planned(emb, sync=PSSync(ps_task=0))])
+    prediction = predict(strategy, profile(graph, 0.01, {"emb": 50}), spec, network(spec, B), BANDWIDTH_ONLY)
+    read, pushed = 1000 * 4 + 50 * ROW, 1000 * 4 + 50 * (ROW + 8)
+    assert prediction.node_bytes["10.0.0.1"] == NodeBytes(sent=read, received=pushed)
+    assert prediction.step_s == pytest.approx(0.01 + (read + pushed) / B)
