@@ -141,7 +141,7 @@ def _names_document(strategy: str) -> bool:
 def _records_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """`--records PATH`, `--no-record` and `--measure-network`, shared by the commands that read or add records."""
     command = click.option("--measure-network", is_flag=True,
-                           help="With --strategy Auto: measure the network even if facts of this cluster are recorded.")(command)
+                           help="Auto's cost model: measure the network even if facts of this cluster are recorded.")(command)
     command = click.option("--no-record", is_flag=True,
                            help="Neither read nor add to the records database (no trial is recorded).")(command)
     return click.option("--records", "records_option", type=click.Path(dir_okay=False), metavar="PATH",
@@ -181,7 +181,7 @@ def main() -> None:
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--spec", "spec_path", type=click.Path(dir_okay=False), help="Cluster spec YAML (default: this machine, 2 workers + 1 PS).")
-@click.option("--strategy", default=DEFAULT_STRATEGY, show_default=True, help="Builder name or a strategy document (.yml).")
+@click.option("--strategy", default=DEFAULT_STRATEGY, show_default=True, help="Builder name (Auto: chosen per variable by the cost model) or a strategy document (.yml).")
 @click.option("--strategy-opt", "strategy_opts", multiple=True, metavar="KEY=VALUE", help="Builder option; repeatable.")
 @click.option("--quiet", is_flag=True, help="Do not print the processes' output (summary and errors only).")
 @click.option("--log-dir", type=click.Path(file_okay=False), help="Also write one log file per process here.")

@@ -11,6 +11,7 @@ import yaml
 from adrun.launch.teardown import leftover_processes
 from adrun.records import cluster_key, open_records
 from adrun.spec import load_spec
+from adrun.strategies.facts import Link, NetworkFacts
 from tests.conftest import SCRIPTS, run_adrun
 from tests.oracle import SCRIPT, STEPS, train_and_compare
 
@@ -51,19 +52,24 @@ def test_auto_run_is_data_parallel_sgd_and_teaches_the_next_plan(tmp_path, spec_
     assert plan["options"] == {"allow_lossy": True, "allow_staleness": False}
 
 
+@pytest.mark.full
 def test_measure_network_and_no_record(tmp_path, spec_file, records_db):
-    """--measure-network measures again although facts are stored; --no-record neither reads the
-    records (no reuse, analytical model) nor writes them."""
+    """--measure-network measures again although facts of this cluster are stored (and keeps the new
+    ones); --no-record neither reads the records (no reuse) nor writes them."""
     spec = spec_file(workers=2, ps=1)
+    stored = NetworkFacts(local=Link(bytes_per_s=1.0, latency_s=1.0, source="spec"))  # a figure nothing measures
+    with open_records(records_db) as records:
+        records.save_network(cluster_key(load_spec(spec)), stored)
     script = [SCRIPT, "--model", "dense", "--data", "same", "--steps", str(STEPS), "--out", str(tmp_path / "out")]
-    first = run_adrun("strategy", "build", "Auto", "--spec", str(spec), "-o", str(tmp_path / "a.yml"), *script)
-    assert first.returncode == 0 and "measuring the network" in first.stderr, first.output
     again = run_adrun("strategy", "build", "Auto", "--spec", str(spec), "--measure-network",
-                      "-o", str(tmp_path / "b.yml"), *script)
+                      "-o", str(tmp_path / "a.yml"), *script)
     assert again.returncode == 0 and "measuring the network" in again.stderr, again.output
+    with open_records(records_db) as records:
+        measured = records.network_for(cluster_key(load_spec(spec)))
+    assert measured.local.source == "measured" and measured.local.bytes_per_s > 1.0
     before = records_db.read_bytes()
     unrecorded = run_adrun("strategy", "build", "Auto", "--spec", str(spec), "--no-record",
-                           "-o", str(tmp_path / "c.yml"), *script)
+                           "-o", str(tmp_path / "b.yml"), *script)
     assert unrecorded.returncode == 0 and "measuring the network" in unrecorded.stderr, unrecorded.output
     assert records_db.read_bytes() == before
 

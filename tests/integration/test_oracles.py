@@ -58,8 +58,7 @@ def test_control_flow_matrix(tmp_path, spec_file, strategy, model):
     train_and_compare(tmp_path, spec_file, strategy, model, "per-worker", optimizer="adam")
 
 
-@pytest.mark.parametrize("strategy,model", [("PS", "keras"), ("AllReduce", "mts"), ("PSLoadBalancing", "mts"), ("AllReduce", "keras"),
-                                            ("Auto", "mts")])
+@pytest.mark.parametrize("strategy,model", [("PS", "keras"), ("AllReduce", "mts"), ("PSLoadBalancing", "mts"), ("AllReduce", "keras")])
 def test_equivalence_same_data(tmp_path, spec_file, strategy, model):
     train_and_compare(tmp_path, spec_file, strategy, model, "same")
 

@@ -91,3 +91,20 @@ def test_record_run_attaches_the_stored_profile_and_network(tmp_path: Path) -> N
 
 def test_workload_name_quotes_arguments_as_a_shell_would() -> None:
     assert workload_name(Path("/a/b/train.py"), ["--name", "two words"]) == "train.py --name 'two words'"
+
+
+def test_a_record_that_cannot_be_written_is_one_warning_not_a_failure(tmp_path: Path, capsys) -> None:
+    """The job has finished: the CLI says the run was not recorded and carries on to its exit code."""
+    from adrun.cli import _record
+
+    path = tmp_path / "r.sqlite"
+    plan = build_strategy("PS", item(), TWO_HOSTS)
+    done = report([worker(0, "10.0.0.1", 50, 8.0), worker(1, "10.0.0.2", 50, 8.0)])
+    with open_records(path) as records:
+        _record(records, done, TWO_HOSTS, plan, "t.py", 32)
+        assert f"recorded as trial 1 in {path}" in " ".join(capsys.readouterr().err.split())
+        path.write_bytes(b"overwritten by something else " * 200)
+        _record(records, done, TWO_HOSTS, plan, "t.py", 32)
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert " ".join(err.split()).startswith(f"adrun: warning: the run was not recorded: records database {path}")
