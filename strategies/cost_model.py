@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from adrun.errors import UserError
 from adrun.spec import ClusterSpec
 
-from .document import AllReduceSync, PSSync, Strategy, VariablePlan, shard_sizes
+from .document import PSSync, Strategy, VariablePlan, shard_sizes
 from .facts import Link, ModelProfile, NetworkFacts, NodeBytes, Prediction, RowsTouched
 from .wire_bound import task_hosts, variable_transfers
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from adrun.graph_item import GraphItem
 from adrun.spec import ClusterSpec, Node
 from adrun.strategies import BUILDERS
 from adrun.strategies.cost_model import Coefficients, predict
 from adrun.strategies.facts import TrialRecord
 from adrun.strategies.fit import fit
 from tests.cost_facts import network, profile, var
-from adrun.graph_item import GraphItem
 
 # a cluster where the local path bounds some plans (PS 0 serves three workers on its host) and the
 # path between the hosts others (the ring)
