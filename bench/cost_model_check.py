@@ -40,6 +40,7 @@ from adrun.capture_run import capture_graph
 from adrun.graph_item import GraphItem
 from adrun.spec import ClusterSpec, Node
 from adrun.strategies import build_strategy
+from adrun.strategies.auto import plan_auto
 from adrun.strategies.cost_model import Coefficients, predict
 from adrun.strategies.document import AllReduceSync, Partition, Strategy
 from adrun.strategies.facts import HostLink, Link, ModelProfile, NetworkFacts, RowsTouched, TrialRecord
@@ -98,6 +99,11 @@ def model_profile(workload: str, item: GraphItem, hosts: int, compute_s: float) 
                                  by_range=[statistics.mean(c) for c in slices] if all(slices) else [])
     return ModelProfile(graph=item, compute_s=compute_s, steps_measured=MEASURE_STEPS - MEASURE_WARMUP,
                         rows_touched=rows)
+
+
+def _decisions(plan: Strategy) -> list[dict]:
+    """What a plan decides per variable (not its notes)."""
+    return [v.model_dump(exclude={"note"}) for v in plan.variables]
 
 
 def tau(predicted: list[float], measured: list[float]) -> float | None:
@@ -190,7 +196,11 @@ def check(measured: dict[Group, dict[RunConfig, float]], profiles: dict[str, Pro
         models = {}
         for name, (coefficients, used) in variants.items():
             preds = [predict(plan, prof, spec, net, coefficients) for _, plan, _, _ in group_rows]
+            auto = plan_auto(prof.graph, spec, prof, net, coefficients)
+            same = [label for label, plan, _, _ in group_rows if _decisions(plan) == _decisions(auto)]
             models[name] = {
+                "auto": {"predicted_examples_per_s": predict(auto, prof, spec, net, coefficients).examples_per_s,
+                         "same_plan_as": same, "notes": {v.name: v.note for v in auto.variables}},
                 "coefficients": coefficients.model_dump(), "records": used,
                 "kendall_tau": tau([1 / p.step_s for p in preds], [1 / step for step in measured_step]),
                 "mean_relative_error": mean_error([p.step_s for p in preds], measured_step),
@@ -220,7 +230,10 @@ def render(report: dict, out: Path) -> str:
             lines.append(f"| {g['workload']} | {g['profile']} | {g['hosts']} | {len(m['systems'])} | {name} | "
                          f"{m['records']} | {t} | {m['mean_relative_error']:.0%} |")
     for g in report["groups"]:
+        auto = g["models"]["analytical"]["auto"]
+        same = f"the same plan as {', '.join(auto['same_plan_as'])}" if auto["same_plan_as"] else "a plan no builder made"
         lines += ["", f"## {g['workload']}, {g['profile']}, {g['hosts']} hosts (analytical)", "",
+                  f"Auto (analytical): {auto['predicted_examples_per_s']:,.0f} examples/s predicted, {same}.", "",
                   "| system | measured examples/s | predicted examples/s | step ms measured / predicted | bound |",
                   "|---|---|---|---|---|"]
         for s in g["models"]["analytical"]["systems"]:

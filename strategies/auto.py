@@ -44,6 +44,8 @@ MIN_SHARD_BYTES = 64 * 2**10
 
 
 class AutoOptions(BuilderOptions):
+    """What Auto may consider beyond exactly synchronous, uncompressed data-parallel SGD."""
+
     allow_lossy: bool = Field(
         default=False, description="consider fp16 and PowerSGD compression of dense gradients (changes the mathematics)"
     )

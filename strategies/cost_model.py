@@ -20,9 +20,10 @@ step, the rows its sparse variables touch), a ClusterSpec, NetworkFacts and a fe
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,8 +32,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from adrun.errors import UserError
 from adrun.spec import ClusterSpec
 
-from .document import AllReduceSync, PSSync, Strategy, VariablePlan, shard_sizes
-from .facts import ModelProfile, NetworkFacts, NodeBytes, Prediction, RowsTouched
+from .document import PSSync, Strategy, VariablePlan, shard_sizes
+from .facts import Link, ModelProfile, NetworkFacts, NodeBytes, Prediction, RowsTouched
 from .wire_bound import task_hosts, variable_transfers
 
 
@@ -134,8 +135,10 @@ class Paths:
         return self.capacity * np.where(self.is_local, c.local_bandwidth_factor, c.remote_bandwidth_factor)
 
 
-def _link_lookup(network: NetworkFacts):
-    def link(src: str, dst: str):
+def _link_lookup(network: NetworkFacts) -> Callable[[str, str], Link]:
+    """`network.link`, each pair looked up once, a missing one as a UserError naming it."""
+    @functools.cache
+    def link(src: str, dst: str) -> Link:
         try:
             return network.link(src, dst)
         except KeyError:
@@ -201,7 +204,8 @@ def distinct_rows_of(var: VariablePlan, profile: ModelProfile, num_workers: int)
     rows = max(var.shape[0], 1) if var.shape else 1  # an unknown size (-1) counts as 1 row, as in nbytes
     touched = profile.rows_touched.get(var.name)
     if touched is None:
-        return {name: [shape[0]] * num_workers for name, shape in zip(var.shard_names(), var.shard_shapes(), strict=True)}
+        return {name: [max(shape[0], 1)] * num_workers
+                for name, shape in zip(var.shard_names(), var.shard_shapes(), strict=True)}
     if var.partition is None:
         return {var.name: [round(touched.mean)] * num_workers}
     bounds = np.cumsum([0, *(shape[0] for shape in var.shard_shapes())])

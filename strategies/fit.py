@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 
+from adrun.errors import UserError
+
 from .cost_model import Coefficients, StepCost, step_cost
 from .facts import TrialRecord
 
@@ -39,7 +41,7 @@ class FitResult:
 
     coefficients: Coefficients
     records_used: int
-    records_skipped: int  # without a profile or network facts
+    records_skipped: int  # that cannot be predicted: no profile or network facts, or facts of another cluster
     error_before: float | None
     error_after: float | None
 
@@ -49,19 +51,25 @@ def fit(
 ) -> FitResult:
     """Coefficients fitted to `records` of one cluster. With `cluster_key`, only records of that
     cluster are used; without it, the records must all be of one cluster (ValueError otherwise).
-    Records without a profile or network facts cannot be predicted: they are skipped and counted."""
+    Records that cannot be predicted (no profile or network facts, or network facts missing a pair
+    of the record's hosts) are skipped and counted."""
     prior = prior or Coefficients.analytical()
     if cluster_key is not None:
         records = [r for r in records if r.cluster_key == cluster_key]
     keys = sorted({r.cluster_key for r in records})
     if len(keys) > 1:
         raise ValueError(f"records of {len(keys)} clusters ({', '.join(keys)}); fit one cluster_key at a time")
-    usable = [r for r in records if r.profile is not None and r.network is not None]
-    skipped = len(records) - len(usable)
-    if not usable:
+    costs: list[StepCost] = []
+    steps: list[float] = []
+    for r in records:
+        cost = _step_cost(r)
+        if cost is not None:
+            costs.append(cost)
+            steps.append(1.0 / r.steps_per_s)
+    skipped = len(records) - len(costs)
+    if not costs:
         return FitResult(prior, 0, skipped, None, None)
-    costs = [step_cost(r.strategy, r.profile, r.spec, r.network) for r in usable]  # type: ignore[arg-type]
-    measured = np.array([1.0 / r.steps_per_s for r in usable])
+    measured = np.array(steps)
 
     def errors(c: Coefficients) -> np.ndarray:
         return _relative_errors(costs, measured, c)
@@ -76,11 +84,22 @@ def fit(
     fitted = _from_vector(solution.x)
     return FitResult(
         coefficients=fitted,
-        records_used=len(usable),
+        records_used=len(costs),
         records_skipped=skipped,
         error_before=float(np.mean(np.abs(errors(prior)))),
         error_after=float(np.mean(np.abs(errors(fitted)))),
     )
+
+
+def _step_cost(record: TrialRecord) -> StepCost | None:
+    """The record's step cost, or None when it cannot be predicted: no profile or network facts, or
+    facts that do not cover its cluster (a pair of hosts never measured)."""
+    if record.profile is None or record.network is None:
+        return None
+    try:
+        return step_cost(record.strategy, record.profile, record.spec, record.network)
+    except (UserError, ValueError):
+        return None
 
 
 def _relative_errors(costs: Sequence[StepCost], measured_step_s: np.ndarray, c: Coefficients) -> np.ndarray:

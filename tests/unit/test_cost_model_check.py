@@ -44,6 +44,8 @@ def test_the_analytical_model_checked_against_itself_is_exact():
         analytical = group["models"]["analytical"]
         assert analytical["kendall_tau"] == pytest.approx(1.0)
         assert analytical["mean_relative_error"] == pytest.approx(0.0, abs=1e-12)
+        best = max(analytical["systems"], key=lambda s: s["predicted_examples_per_s"])
+        assert analytical["auto"]["predicted_examples_per_s"] >= best["predicted_examples_per_s"] * (1 - 1e-9)
         assert [s["system"] for s in analytical["systems"]] == sorted(
             BUILDERS, key=lambda b: -next(s["measured_examples_per_s"] for s in analytical["systems"] if s["system"] == b))
 

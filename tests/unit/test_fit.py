@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from adrun.graph_item import GraphItem
 from adrun.spec import ClusterSpec, Node
 from adrun.strategies import BUILDERS
 from adrun.strategies.cost_model import Coefficients, predict
 from adrun.strategies.facts import TrialRecord
 from adrun.strategies.fit import fit
 from tests.cost_facts import network, profile, var
-from adrun.graph_item import GraphItem
 
 # a cluster where the local path bounds some plans (PS 0 serves three workers on its host) and the
 # path between the hosts others (the ring)
@@ -72,13 +72,17 @@ def test_with_one_record_the_prior_holds_the_coefficients():
         assert 1 / 8 < getattr(result.coefficients, name) < 8
 
 
-def test_records_without_profile_or_network_are_skipped_and_counted():
+def test_records_that_cannot_be_predicted_are_skipped_and_counted():
+    """No profile, no network facts, or network facts of other hosts."""
     usable = records()
-    bad = [usable[0].model_copy(update={"profile": None}), usable[1].model_copy(update={"network": None})]
+    elsewhere = network(ClusterSpec(version=1, nodes=[Node(address="10.9.0.1", chief=True), Node(address="10.9.0.2")]),
+                        1e8)  # measured between other hosts
+    bad = [usable[0].model_copy(update={"profile": None}), usable[1].model_copy(update={"network": None}),
+           usable[2].model_copy(update={"network": elsewhere})]
     result = fit(bad + usable)
-    assert (result.records_used, result.records_skipped) == (len(usable), 2)
+    assert (result.records_used, result.records_skipped) == (len(usable), 3)
     nothing = fit(bad)
-    assert (nothing.records_used, nothing.records_skipped) == (0, 2)
+    assert (nothing.records_used, nothing.records_skipped) == (0, 3)
     assert nothing.coefficients == Coefficients.analytical()
     assert nothing.error_before is None and nothing.error_after is None
 
