@@ -407,7 +407,7 @@ def _reads_as_trial_count(text: str) -> bool:
 )
 @click.option("--spec", "spec_path", type=click.Path(dir_okay=False), help="Cluster spec YAML (default: this machine, 2 workers + 1 PS).")
 @click.option("--trials", cls=_OptionalValue, when_bare="all", is_value=_reads_as_trial_count, type=_TrialCount(),
-              help="Also run the K best-predicted strategies (every one when K is left out) for --trial-steps steps each.")
+              help="Also run the K best-predicted distinct plans (all when K is left out) for --trial-steps steps each.")
 @click.option("--trial-steps", type=click.IntRange(min=2), default=30, show_default=True, metavar="N",
               help="Training steps per worker of each trial.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the recommended strategy document here.")
