@@ -56,6 +56,10 @@ _SCHEMA = (
 )
 
 
+class JobIdInUse(UserError):
+    """A job of the same id is still running: its processes and this job's would be one job to teardown."""
+
+
 class JobRecord(BaseModel):
     """One job as recorded; `adrun jobs --json` prints a list of these."""
 
@@ -126,7 +130,7 @@ class JobStore:
             old = self._get(record.id, any_host=True)
             if old is not None and old.state == "running" and (old.host != self._host or old.launcher()):
                 where = f"on {old.host}" if old.host != self._host else f"launcher pid {old.launcher_pid}"
-                raise UserError(f"--job-id '{record.id}': a job of that id is still running ({where}); "
+                raise JobIdInUse(f"--job-id '{record.id}': a job of that id is still running ({where}); "
                                 "choose another id or stop it with `adrun stop`")
             row = record.model_dump()
             values = [_to_column(name, row[name]) for name in _COLUMNS]
@@ -280,6 +284,7 @@ class LauncherRecord:
         self._home = home
         self._end: tuple[JobState, int] | None = None
         self._previous_handler: Any = None
+        self._recorded = True
 
     def ended(self, state: JobState, exit_code: int) -> None:
         """How the job ended, when the CLI knows better than the block's exit (an interrupted job
@@ -292,14 +297,19 @@ class LauncherRecord:
         try:
             with open_jobs(self._home) as store:
                 store.register(self.record)
-        except BaseException:
+        except JobIdInUse:
             self._restore_handler()
             raise
+        except UserError as e:  # an unusable record must not cost the user the job itself
+            ui.print_warning(f"{e}; this job is not recorded, so `adrun jobs`, `stop` and `logs` will not know it")
+            self._recorded = False
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self._restore_handler()
+        if not self._recorded:
+            return
         state, exit_code = self._end or _how_it_ended(exc)
         try:
             with open_jobs(self._home) as store:

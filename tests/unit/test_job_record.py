@@ -218,3 +218,20 @@ def test_logs_of_a_job_without_log_dir(tmp_path):
         show_logs(record("j"), lambda tag, line: None)
     with pytest.raises(UserError, match=rf"^job j: its log dir {tmp_path}/gone no longer exists$"):
         show_logs(record("j", log_dir=tmp_path / "gone"), lambda tag, line: None)
+
+
+def test_an_unusable_record_costs_a_warning_not_the_job(tmp_path, capsys):
+    (tmp_path / "jobs.sqlite").write_text("not a database, just text\n" * 100)
+    ran = False
+    with LauncherRecord(record("unrecorded"), home=tmp_path):
+        ran = True
+    assert ran
+    err = capsys.readouterr().err
+    assert err.startswith(f"adrun: warning: cannot use the job record {tmp_path}/jobs.sqlite: file is not a database")
+    assert "this job is not recorded, so `adrun jobs`, `stop` and `logs` will not know it" in err
+    # A running job of the same id is a different matter: the two would share ADRUN_JOB_ID.
+    home = tmp_path / "home"
+    with LauncherRecord(record("twice"), home=home):
+        with pytest.raises(UserError, match="a job of that id is still running"):
+            with LauncherRecord(record("twice"), home=home):
+                pass
