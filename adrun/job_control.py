@@ -52,6 +52,9 @@ def stop_job(store: JobStore, record: JobRecord, wait_s: float = STOP_WAIT_S) ->
             launcher.send_signal(signal.SIGTERM)  # psutil checks the start time again first
         except psutil.NoSuchProcess:
             pass  # it ended meanwhile: its record says how
+        except psutil.AccessDenied:
+            raise UserError(f"job {record.id}: not allowed to signal its launcher (pid {record.launcher_pid}, "
+                            f"user {_owner(launcher)}); stop it as that user") from None
     deadline = time.monotonic() + wait_s
     while True:
         current = store.get(record.id)
@@ -65,6 +68,13 @@ def stop_job(store: JobStore, record: JobRecord, wait_s: float = STOP_WAIT_S) ->
                             f"not recorded the job's end after {wait_s:.0f} s; it may still be stopping remote "
                             "nodes (`adrun jobs` shows when it is done)")
         time.sleep(_POLL_S)
+
+
+def _owner(proc: psutil.Process) -> str:
+    try:
+        return proc.username()
+    except psutil.Error:
+        return "unknown"
 
 
 def clean_up_lost(record: JobRecord) -> list[str]:

@@ -35,7 +35,6 @@ from adrun.errors import UserError
 from adrun.home import adrun_home
 
 JobState = Literal["running", "succeeded", "failed", "stopped", "interrupted", "lost"]
-ENDED_STATES: tuple[JobState, ...] = ("succeeded", "failed", "stopped", "interrupted", "lost")
 
 SCHEMA_VERSION = 1
 KEPT_ENDED_JOBS = 100  # older ended jobs are forgotten, so the file and `adrun jobs --all` stay small
