@@ -133,6 +133,7 @@ def test_ctrl_c(long_job):
     assert "adrun: interrupted: stopping all tasks" in long_job.output
 
 
+@pytest.mark.full  # the teardown is test_ctrl_c's (SIGTERM and SIGINT share the handler); this adds the record
 def test_adrun_stop_from_another_process(netns_cluster, long_job):
     """`adrun stop` returns once the launcher recorded the job's end, which it writes after its
     teardown and final sweep of every host: by then nothing of the job is left anywhere."""
