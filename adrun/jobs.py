@@ -306,10 +306,17 @@ class LauncherRecord:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self._restore_handler()
-        if not self._recorded:
-            return
-        state, exit_code = self._end or _how_it_ended(exc)
+        if self._previous_handler is not None:
+            # The job is over: a stop arriving now has nothing left to stop, and must not cut the
+            # end's write short (the job would then show as lost).
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            if self._recorded:
+                self._write_end(*(self._end or _how_it_ended(exc)))
+        finally:
+            self._restore_handler()
+
+    def _write_end(self, state: JobState, exit_code: int) -> None:
         try:
             with open_jobs(self._home) as store:
                 store.finish(self.record, state, exit_code)
