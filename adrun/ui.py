@@ -40,6 +40,11 @@ def print_user_error(message: str) -> None:
     console.print(Text(f"adrun: error: {message}", style="red"), soft_wrap=True)
 
 
+def print_warning(message: str) -> None:
+    """Something looks wrong but adrun goes on: one `adrun: warning:` line."""
+    console.print(Text(f"adrun: warning: {message}", style="yellow"), soft_wrap=True)
+
+
 def print_failure(failure: Failure) -> None:
     """The root cause of a failed job: which task ended how, where, and its last stderr lines."""
     task = failure.task
@@ -225,7 +230,7 @@ class JobView:
         print_status(reason)
 
     def warning(self, message: str) -> None:
-        console.print(Text(f"adrun: warning: {message}", style="yellow"), soft_wrap=True)
+        print_warning(message)
 
 
 def _status_text(throughput: Throughput, elapsed_s: float) -> Text:
