@@ -24,6 +24,7 @@ from adrun.errors import UserError
 
 DEFAULT_STRATEGY = "PSLoadBalancing"
 INTERRUPTED_EXIT_CODE = 130  # as the supervisor's, for an interrupt before the job started
+BROKEN_PIPE_EXIT_CODE = 141  # what a shell reports for a tool ended by SIGPIPE (128 + 13)
 RUNS_DIR = Path("/tmp/adrun-runs")  # not /tmp/adrun: that would shadow the package when cwd is /tmp
 
 
@@ -46,6 +47,11 @@ def _user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         except UserError as e:
             ui.print_user_error(str(e))
             sys.exit(e.exit_code)
+        except BrokenPipeError:
+            # the reader of our stdout left (`adrun logs JOB | head`): stop writing, quietly, as
+            # a shell tool does; the redirect keeps Python's exit flush from failing again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(BROKEN_PIPE_EXIT_CODE)
         except KeyboardInterrupt:
             # Ctrl-C before the job runs (during capture, say): whatever was started is stopped by
             # the `finally` blocks it unwound; say so shell-style instead of click's "Aborted!" (1).
