@@ -13,7 +13,7 @@ and `adrun profile` exchange these objects and nothing looser.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -32,6 +32,11 @@ class RowsTouched(BaseModel):
 
     mean: float = Field(ge=0)
     max: int = Field(ge=0)
+    # Where the rows lie: the mean distinct rows per step in each of len(by_range) slices of axis 0,
+    # lowest ids first, cut as `document.shard_sizes(rows, len(by_range))` cuts shards. Vocabularies
+    # sorted by frequency put most touched rows in the first shard, which then bounds a partitioned
+    # PS. Empty: not measured; the cost model spreads `mean` over shards by their rows.
+    by_range: list[Annotated[float, Field(ge=0, allow_inf_nan=False)]] = []
 
 
 class ModelProfile(BaseModel):

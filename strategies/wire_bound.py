@@ -99,17 +99,75 @@ def _rows(name: str, distinct_rows: Mapping[str, Sequence[int]], num_workers: in
     return list(counts)
 
 
+def _elements(shape: Sequence[int]) -> int:
+    """Elements of a tensor of `shape`; a dimension unknown when the graph was built (-1) counts as 1,
+    as in `VariableInfo.nbytes`, so the bytes of such a variable are a lower bound."""
+    return prod(1 if d == -1 else d for d in shape)
+
+
 def _ring_bytes(buffer: int, n: int) -> int:
     return -(-2 * (n - 1) * buffer // n)
 
 
 def _all_reduce_buffer(shape: list[int], itemsize: int, sync: AllReduceSync) -> int:
     if sync.compressor in ("fp16", "fp16-ef"):
-        return prod(shape) * 2
+        return _elements(shape) * 2
     if sync.compressor == "powersgd" and low_rank_applies(shape, sync.powersgd_rank):
         n = shape[0]
         return (n + prod(shape) // n) * sync.powersgd_rank * itemsize
-    return prod(shape) * itemsize
+    return _elements(shape) * itemsize
+
+
+@dataclass(frozen=True)
+class ShardTransfers:
+    """The transfers of one step for one planned variable, or one shard of a partitioned one."""
+
+    name: str  # the variable's name, or TF's shard name `v/part_i`
+    sync: PSSync | AllReduceSync
+    transfers: list[Transfer]
+
+
+def variable_transfers(
+    var: VariablePlan, num_workers: int, distinct_rows: Mapping[str, Sequence[int]]
+) -> list[ShardTransfers]:
+    """The transfers of one synchronous step at the bound for `var`, per shard (one entry when it is
+    whole). `distinct_rows` as for `step_transfers`."""
+    n = num_workers
+    itemsize = dtype_itemsize(var.dtype)
+    out = []
+    for name, shape, sync in _shards(var):
+        transfers: list[Transfer] = []
+        nbytes = _elements(shape) * itemsize
+        row = _elements(shape[1:]) * itemsize
+        sparse = var.grad == "sparse"
+        rows = _rows(name, distinct_rows, n) if sparse else []
+        if isinstance(sync, PSSync):
+            ps = _ps(sync.ps_task)
+            for w in range(n):
+                if sync.local_proxy:
+                    transfers.append(Transfer(ps, _worker(w), nbytes, f"{name}: whole variable to the proxy"))
+                elif sparse:
+                    transfers.append(Transfer(ps, _worker(w), rows[w] * row, f"{name}: distinct rows pulled"))
+                else:
+                    transfers.append(Transfer(ps, _worker(w), nbytes, f"{name}: value pulled"))
+                if sparse:
+                    transfers.append(Transfer(_worker(w), ps, rows[w] * (row + INDEX_BYTES),
+                                              f"{name}: distinct ids and summed gradient rows pushed"))
+                else:
+                    transfers.append(Transfer(_worker(w), ps, nbytes, f"{name}: gradient pushed"))
+        elif n > 1:
+            for w in range(n):
+                successor = (w + 1) % n
+                if sparse:
+                    passed = sum(rows[v] for v in range(n) if v != successor) * (row + INDEX_BYTES)
+                    transfers.append(Transfer(_worker(w), _worker(successor), passed,
+                                              f"{name}: distinct rows all-gathered"))
+                else:
+                    transfers.append(Transfer(_worker(w), _worker(successor),
+                                              _ring_bytes(_all_reduce_buffer(shape, itemsize, sync), n),
+                                              f"{name}: ring all-reduce"))
+        out.append(ShardTransfers(name, sync, transfers))
+    return out
 
 
 def step_transfers(strategy: Strategy, distinct_rows: Mapping[str, Sequence[int]]) -> list[Transfer]:
@@ -119,41 +177,12 @@ def step_transfers(strategy: Strategy, distinct_rows: Mapping[str, Sequence[int]
     (`name/part_i`), the distinct rows each worker touches in the step, by worker index. Every
     planned variable counts as read by every worker in every step.
     """
-    n = strategy.num_workers
-    transfers: list[Transfer] = []
-    for var in strategy.variables:
-        itemsize = dtype_itemsize(var.dtype)
-        for name, shape, sync in _shards(var):
-            nbytes = prod(shape) * itemsize
-            row = prod(shape[1:]) * itemsize
-            sparse = var.grad == "sparse"
-            rows = _rows(name, distinct_rows, n) if sparse else []
-            if isinstance(sync, PSSync):
-                ps = _ps(sync.ps_task)
-                for w in range(n):
-                    if sync.local_proxy:
-                        transfers.append(Transfer(ps, _worker(w), nbytes, f"{name}: whole variable to the proxy"))
-                    elif sparse:
-                        transfers.append(Transfer(ps, _worker(w), rows[w] * row, f"{name}: distinct rows pulled"))
-                    else:
-                        transfers.append(Transfer(ps, _worker(w), nbytes, f"{name}: value pulled"))
-                    if sparse:
-                        transfers.append(Transfer(_worker(w), ps, rows[w] * (row + INDEX_BYTES),
-                                                  f"{name}: distinct ids and summed gradient rows pushed"))
-                    else:
-                        transfers.append(Transfer(_worker(w), ps, nbytes, f"{name}: gradient pushed"))
-            elif n > 1:
-                for w in range(n):
-                    successor = (w + 1) % n
-                    if sparse:
-                        passed = sum(rows[v] for v in range(n) if v != successor) * (row + INDEX_BYTES)
-                        transfers.append(Transfer(_worker(w), _worker(successor), passed,
-                                                  f"{name}: distinct rows all-gathered"))
-                    else:
-                        transfers.append(Transfer(_worker(w), _worker(successor),
-                                                  _ring_bytes(_all_reduce_buffer(shape, itemsize, sync), n),
-                                                  f"{name}: ring all-reduce"))
-    return transfers
+    return [
+        t
+        for var in strategy.variables
+        for shard in variable_transfers(var, strategy.num_workers, distinct_rows)
+        for t in shard.transfers
+    ]
 
 
 def wire_bound(transfers: Sequence[Transfer], hosts: Mapping[str, str]) -> WireBound:

@@ -1,0 +1,246 @@
+"""How well the cost model ranks and times the builders, against the benchmark cluster's measurements.
+
+    .venv/bin/python -m bench.cost_model_check bench/results/cluster-quick.json bench/results/cluster-sparse-4h.json
+
+For every (workload, link profile, host count) of the given result files, each adrun configuration
+that ran is planned again (same builder and options on the same cluster shape: hosts of 1 worker +
+1 PS) and predicted by strategies/cost_model.py. Reported per group: Kendall's tau (tau-b) between
+predicted and measured examples/s, and the mean relative error of the predicted step time, with the
+analytical coefficients and, when the same cluster (profile, hosts) has other workloads, with
+coefficients fitted on those (leave one workload out) and fitted on all of them (in-sample).
+
+The model's inputs are built the way `adrun profile` builds them, from the benchmark's own facts:
+- the graph: captured from the workload script (adrun's capture, one process);
+- rows touched per step: the mean distinct ids of the workers' real batches, in all and per
+  sixteenth of the rows (bench/cluster/touched_rows.py);
+- compute time per step: `--compute-s workload=seconds`, else a 1-host run in the results, else a
+  short plain run of the script measured here (the machine's load makes it noisy; a constant added
+  to every builder's synchronous step does not change their order);
+- network: the profile's shaped rate and added delay between hosts; inside a host (loopback) an
+  assumed 1 GB/s and 50 us, since the benchmark does not measure it.
+Writes JSON (`--out`) and a short markdown (`--markdown`).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+import click
+import numpy as np
+from scipy.stats import kendalltau
+
+from adrun.capture_run import capture_graph
+from adrun.graph_item import GraphItem
+from adrun.spec import ClusterSpec, Node
+from adrun.strategies import build_strategy
+from adrun.strategies.auto import plan_auto
+from adrun.strategies.cost_model import Coefficients, predict
+from adrun.strategies.document import AllReduceSync, Partition, Strategy
+from adrun.strategies.facts import HostLink, Link, ModelProfile, NetworkFacts, RowsTouched, TrialRecord
+from adrun.strategies.fit import fit
+
+from .cluster.analysis import summarize
+from .cluster.results import BenchResults, Profile, RunConfig
+from .cluster.touched_rows import distinct_rows
+
+REPO = Path(__file__).resolve().parent.parent
+WORKLOADS = REPO / "bench" / "workloads"
+LOCAL = Link(bytes_per_s=1e9, latency_s=5e-5, source="assumed")
+MEASURE_STEPS, MEASURE_WARMUP = 40, 10
+SLICES = 16  # slices of a sparse variable's rows whose touched rows are counted (RowsTouched.by_range)
+
+Group = tuple[str, str, int]  # (workload, profile, hosts)
+
+
+def cluster_spec(hosts: int) -> ClusterSpec:
+    """The benchmark's cluster shape: each host 1 worker + 1 PS, the first the chief."""
+    return ClusterSpec(version=1, nodes=[Node(address=f"10.0.0.{i + 1}", chief=i == 0, workers=1, ps=1)
+                                         for i in range(hosts)])
+
+
+def network_facts(profile: Profile, spec: ClusterSpec) -> NetworkFacts:
+    hosts = [node.address for node in spec.nodes]
+    rate = profile.rate_mbit * 1e6 / 8
+    return NetworkFacts(local=LOCAL, links=[
+        HostLink(src=a, dst=b, bytes_per_s=rate, latency_s=profile.delay_ms / 1000, source="spec")
+        for a in hosts for b in hosts if a != b])
+
+
+def measured_compute_s(workload: str) -> float:
+    """Seconds per step of a short plain run of the workload script (no adrun, one process)."""
+    with tempfile.TemporaryDirectory(prefix="cost-model-check-") as tmp:
+        out = Path(tmp) / "w.json"
+        subprocess.run([sys.executable, str(WORKLOADS / f"{workload}.py"), "--steps", str(MEASURE_STEPS),
+                        "--warmup", str(MEASURE_WARMUP), "--result-file", str(out)],
+                       cwd=WORKLOADS, check=True, capture_output=True)
+        return 1 / json.loads(out.read_text())["steps_per_s"]
+
+
+def model_profile(workload: str, item: GraphItem, hosts: int, compute_s: float) -> ModelProfile:
+    """The workload's profile as the cost model sees it: per sparse variable, the mean over the
+    workers' batches of its distinct ids, in all and in each of SLICES equal slices of its rows."""
+    whole = build_strategy("AllReduce", item, cluster_spec(hosts))
+    sliced = whole.model_copy(update={"variables": [
+        v.model_copy(update={"sync": None, "partition": Partition(axis=0, shards=[AllReduceSync(group=0)] * SLICES)})
+        if v.grad == "sparse" and v.shape[0] >= SLICES else v
+        for v in whole.variables]})
+    by_slice = distinct_rows(WORKLOADS, workload, sliced)
+    rows = {}
+    for name, counts in distinct_rows(WORKLOADS, workload, whole).items():
+        slices = [by_slice.get(f"{name}/part_{i}") for i in range(SLICES)]
+        rows[name] = RowsTouched(mean=statistics.mean(counts), max=max(counts),
+                                 by_range=[statistics.mean(c) for c in slices] if all(slices) else [])
+    return ModelProfile(graph=item, compute_s=compute_s, steps_measured=MEASURE_STEPS - MEASURE_WARMUP,
+                        rows_touched=rows)
+
+
+def _decisions(plan: Strategy) -> list[dict]:
+    """What a plan decides per variable (not its notes)."""
+    return [v.model_dump(exclude={"note"}) for v in plan.variables]
+
+
+def tau(predicted: list[float], measured: list[float]) -> float | None:
+    if len(predicted) < 2:
+        return None
+    value = kendalltau(predicted, measured).statistic
+    return None if np.isnan(value) else float(value)
+
+
+def mean_error(predicted_step: list[float], measured_step: list[float]) -> float:
+    return float(np.mean(np.abs(np.array(predicted_step) / np.array(measured_step) - 1)))
+
+
+@click.command(help=__doc__.split("\n\n")[0])
+@click.argument("results", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--compute-s", "compute_given", multiple=True, metavar="WORKLOAD=SECONDS",
+              help="compute time per step of a workload on one process (else from a 1-host run, else measured)")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=REPO / "bench/results/cost-model-check.json",
+              show_default=True)
+@click.option("--markdown", type=click.Path(dir_okay=False, path_type=Path), default=REPO / "bench/COST-MODEL-CHECK.md",
+              show_default=True)
+def main(results: tuple[Path, ...], compute_given: tuple[str, ...], out: Path, markdown: Path) -> None:
+    measured, profiles = measured_rates(results)
+    compute = {w: float(s) for w, s in (item.split("=", 1) for item in compute_given)}
+    one_host = {c.workload: rate for (_, _, hosts), configs in measured.items() if hosts == 1
+                for c, rate in configs.items() if c.system == "AllReduce" and not c.options}
+    items: dict[str, GraphItem] = {}
+    for workload in sorted({g[0] for g in measured}):
+        click.echo(f"cost-model-check: capturing {workload}")
+        items[workload] = capture_graph(WORKLOADS / f"{workload}.py", ["--steps", "2", "--warmup", "1"], 1,
+                                        f"cost-model-check-{workload}")
+        if workload in compute:
+            continue
+        if workload in one_host:  # one worker: nothing is synchronized, the step is the compute
+            compute[workload] = items[workload].batch_size / one_host[workload]
+        else:
+            click.echo(f"cost-model-check: measuring {workload}'s compute time ({MEASURE_STEPS} plain steps)")
+            compute[workload] = measured_compute_s(workload)
+    model_profiles = {(w, hosts): model_profile(w, items[w], hosts, compute[w]) for w, _, hosts in measured}
+    report = {"inputs": [str(p) for p in results], "compute_s": compute, "local_path": LOCAL.model_dump(),
+              "groups": check(measured, profiles, model_profiles)}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    markdown.write_text(render(report, out))
+    click.echo(f"cost-model-check: wrote {out} and {markdown}")
+
+
+def measured_rates(results: Sequence[Path]) -> tuple[dict[Group, dict[RunConfig, float]], dict[str, Profile]]:
+    """The median examples/s of every adrun configuration that ran, by group; the link profiles."""
+    measured: dict[Group, dict[RunConfig, float]] = defaultdict(dict)
+    profiles: dict[str, Profile] = {}
+    for path in results:
+        bench = BenchResults.model_validate_json(path.read_text())
+        profiles |= {p.name: p for p in bench.profiles}
+        for summary in summarize(bench):
+            c = summary.config
+            if c.kind == "adrun" and summary.median:
+                measured[c.workload, c.profile, c.hosts][c] = summary.median
+    return measured, profiles
+
+
+def check(measured: dict[Group, dict[RunConfig, float]], profiles: dict[str, Profile],
+          model_profiles: dict[tuple[str, int], ModelProfile]) -> list[dict]:
+    """Per group: the predictions of every configuration with the analytical coefficients and, when
+    the cluster (profile, hosts) has records of other workloads, fitted without this workload's
+    (leave one workload out) and with all (in-sample); Kendall tau and mean relative error of each."""
+    records: dict[tuple[str, int], list[TrialRecord]] = defaultdict(list)
+    rows: dict[Group, list[tuple[str, Strategy, float, float]]] = {}  # label, plan, examples/s, step s
+    for (workload, profile, hosts), configs in sorted(measured.items()):
+        spec, prof = cluster_spec(hosts), model_profiles[workload, hosts]
+        rows[workload, profile, hosts] = []
+        for config, rate in sorted(configs.items(), key=lambda kv: -kv[1]):
+            strategy = build_strategy(config.system, prof.graph, spec, dict(config.options))
+            steps_per_s = rate / (prof.graph.batch_size * spec.num_workers)
+            records[profile, hosts].append(TrialRecord(
+                recorded_at="bench", cluster_key=f"{profile}-{hosts}h", workload=workload, spec=spec,
+                strategy=strategy, profile=prof, network=network_facts(profiles[profile], spec),
+                steps_per_s=steps_per_s))
+            rows[workload, profile, hosts].append((config.label, strategy, rate, 1 / steps_per_s))
+    groups = []
+    for (workload, profile, hosts), group_rows in rows.items():
+        spec, prof = cluster_spec(hosts), model_profiles[workload, hosts]
+        net = network_facts(profiles[profile], spec)
+        others = [r for r in records[profile, hosts] if r.workload != workload]
+        variants: dict[str, tuple[Coefficients, int]] = {"analytical": (Coefficients.analytical(), 0)}
+        if others:
+            for name, fitted in (("leave-one-workload-out", fit(others)), ("in-sample", fit(records[profile, hosts]))):
+                variants[name] = (fitted.coefficients, fitted.records_used)
+        measured_step = [step for _, _, _, step in group_rows]
+        models = {}
+        for name, (coefficients, used) in variants.items():
+            preds = [predict(plan, prof, spec, net, coefficients) for _, plan, _, _ in group_rows]
+            auto = plan_auto(prof.graph, spec, prof, net, coefficients)
+            same = [label for label, plan, _, _ in group_rows if _decisions(plan) == _decisions(auto)]
+            models[name] = {
+                "auto": {"predicted_examples_per_s": predict(auto, prof, spec, net, coefficients).examples_per_s,
+                         "same_plan_as": same, "notes": {v.name: v.note for v in auto.variables}},
+                "coefficients": coefficients.model_dump(), "records": used,
+                "kendall_tau": tau([1 / p.step_s for p in preds], [1 / step for step in measured_step]),
+                "mean_relative_error": mean_error([p.step_s for p in preds], measured_step),
+                "systems": [{"system": label, "measured_examples_per_s": rate,
+                             "predicted_examples_per_s": p.examples_per_s, "predicted_step_s": p.step_s,
+                             "measured_step_s": step, "bound": p.bound}
+                            for (label, _, rate, step), p in zip(group_rows, preds, strict=True)],
+            }
+        groups.append({"workload": workload, "profile": profile, "hosts": hosts, "compute_s": prof.compute_s,
+                       "rows_touched": {k: v.model_dump() for k, v in prof.rows_touched.items()}, "models": models})
+    return groups
+
+
+def render(report: dict, out: Path) -> str:
+    lines = ["# Cost model against the benchmark cluster", "",
+             f"Generated by `bench/cost_model_check.py` from {', '.join(f'`{p}`' for p in report['inputs'])}; "
+             f"data in `{out.name}`.", "",
+             "Kendall's tau (tau-b) between predicted and measured examples/s across the adrun builders of "
+             "each group, and the mean relative error of the predicted step time. Compute time per step "
+             "used: " + ", ".join(f"{w} {s * 1000:.1f} ms" for w, s in report["compute_s"].items())
+             + f"; loopback assumed {report['local_path']['bytes_per_s'] / 1e9:.0f} GB/s.", "",
+             "| workload | profile | hosts | builders | coefficients | records | Kendall tau | mean rel. error |",
+             "|---|---|---|---|---|---|---|---|"]
+    for g in report["groups"]:
+        for name, m in g["models"].items():
+            t = "-" if m["kendall_tau"] is None else f"{m['kendall_tau']:.2f}"
+            lines.append(f"| {g['workload']} | {g['profile']} | {g['hosts']} | {len(m['systems'])} | {name} | "
+                         f"{m['records']} | {t} | {m['mean_relative_error']:.0%} |")
+    for g in report["groups"]:
+        auto = g["models"]["analytical"]["auto"]
+        same = f"the same plan as {', '.join(auto['same_plan_as'])}" if auto["same_plan_as"] else "a plan no builder made"
+        lines += ["", f"## {g['workload']}, {g['profile']}, {g['hosts']} hosts (analytical)", "",
+                  f"Auto (analytical): {auto['predicted_examples_per_s']:,.0f} examples/s predicted, {same}.", "",
+                  "| system | measured examples/s | predicted examples/s | step ms measured / predicted | bound |",
+                  "|---|---|---|---|---|"]
+        for s in g["models"]["analytical"]["systems"]:
+            lines.append(f"| {s['system']} | {s['measured_examples_per_s']:,.0f} | {s['predicted_examples_per_s']:,.0f} | "
+                         f"{s['measured_step_s'] * 1000:.0f} / {s['predicted_step_s'] * 1000:.0f} | {s['bound']} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,319 @@
+"""Auto: a per-variable strategy searched with the cost model (strategies/cost_model.py).
+
+The search starts from the best-predicted plans of the built-in builders (default options; the
+three best distinct ones, so that one start's local minimum is not the answer) and improves each
+by coordinate descent: variables in order of bytes (largest first), each in turn given the choice
+with the lowest predicted step time while the others stay as they are, until a whole round changes
+nothing. A variable's choices: the whole variable on one PS; split on axis 0 into k shards
+(2 <= k <= PS processes, each shard at least MIN_SHARD_BYTES) on k consecutive PSs; all-reduce in
+one of the groups in use or a new one (the chunking of the all-reduce groups). By default every choice is exactly
+data-parallel SGD: synchronous, uncompressed. `allow_lossy` adds the fp16 and PowerSGD compressors
+for dense gradients and `allow_staleness` adds a staleness of one step on PS variables.
+
+The result is an ordinary Strategy document (builder "Auto"), each variable's choice and its
+predicted share of the synchronization time in its `note`. Deterministic: the same inputs give the
+same plan (fixed visiting order, ties keep the current choice).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from pydantic import Field
+
+from adrun.errors import UserError
+from adrun.graph_item import GraphItem, VariableInfo
+from adrun.spec import ClusterSpec
+
+from . import BUILDERS
+from .base import BuilderOptions
+from .cost_model import Coefficients, Load, Paths, StepCost, compute_seconds, predict, variable_load
+from .document import AllReduceSync, Partition, PSSync, Strategy, VariablePlan
+from .facts import ModelProfile, NetworkFacts, Prediction
+
+AUTO = "Auto"
+START_PLANS = 3  # descents from the best-predicted distinct built-in plans
+MAX_ROUNDS = 10  # coordinate-descent rounds; the search stops earlier when a round changes nothing
+# a choice must beat the current one by this fraction of the step time: float noise never flips a tie
+MIN_GAIN = 1e-9
+STALENESS = 1  # the bound offered with allow_staleness: the smallest that lets communication overlap
+POWERSGD_RANK = 4
+# the smallest shard worth splitting a variable for; TF's MinSizePartitioner uses 256 KiB
+MIN_SHARD_BYTES = 64 * 2**10
+
+
+class AutoOptions(BuilderOptions):
+    """What Auto may consider beyond exactly synchronous, uncompressed data-parallel SGD."""
+
+    allow_lossy: bool = Field(
+        default=False, description="consider fp16 and PowerSGD compression of dense gradients (changes the mathematics)"
+    )
+    allow_staleness: bool = Field(
+        default=False, description=f"consider a staleness of {STALENESS} step on PS variables (changes the mathematics)"
+    )
+
+
+def builtin_plans(item: GraphItem, spec: ClusterSpec) -> list[Strategy]:
+    """Every built-in builder's plan with default options, in registry order; builders that cannot
+    plan this graph on this cluster (e.g. PS builders without a PS process) are left out."""
+    plans = []
+    for builder in BUILDERS.values():
+        try:
+            plans.append(builder().build(item, spec))
+        except UserError:
+            continue
+    return plans
+
+
+def rank_builders(
+    item: GraphItem,
+    spec: ClusterSpec,
+    profile: ModelProfile,
+    network: NetworkFacts,
+    coefficients: Coefficients | None = None,
+    options: AutoOptions | None = None,
+) -> list[tuple[Strategy, Prediction]]:
+    """Every built-in builder's plan (default options) and Auto's, with their predictions, best
+    (shortest predicted step) first; ties keep registry order, Auto last."""
+    c = coefficients or Coefficients.analytical()
+    plans = builtin_plans(item, spec)
+    ranked = [(plan, predict(plan, profile, spec, network, c)) for plan in plans]
+    auto = _search(item, spec, profile, network, c, options or AutoOptions(), [p for _, p in ranked], plans)
+    ranked.append((auto, predict(auto, profile, spec, network, c)))
+    return sorted(ranked, key=lambda pair: pair[1].step_s)
+
+
+def plan_auto(
+    item: GraphItem,
+    spec: ClusterSpec,
+    profile: ModelProfile,
+    network: NetworkFacts,
+    coefficients: Coefficients | None = None,
+    options: AutoOptions | None = None,
+) -> Strategy:
+    """Auto's plan of `item` on `spec` (see the module docstring)."""
+    c = coefficients or Coefficients.analytical()
+    plans = builtin_plans(item, spec)
+    predictions = [predict(plan, profile, spec, network, c) for plan in plans]
+    return _search(item, spec, profile, network, c, options or AutoOptions(), predictions, plans)
+
+
+def _search(
+    item: GraphItem,
+    spec: ClusterSpec,
+    profile: ModelProfile,
+    network: NetworkFacts,
+    c: Coefficients,
+    options: AutoOptions,
+    predictions: Sequence[Prediction],
+    plans: Sequence[Strategy],
+) -> Strategy:
+    """Coordinate descent from each of the START_PLANS best-predicted distinct built-in plans; the
+    best end point wins (ties: the better start)."""
+    if profile.graph.fingerprint != item.fingerprint:
+        raise ValueError(f"the profile is of graph {profile.graph.fingerprint}, not of this graph ({item.fingerprint})")
+    descent = _Descent(item, spec, profile, network, c, options, compute_seconds(plans[0], profile))
+    starts: dict[tuple[str, ...], Strategy] = {}
+    for i in sorted(range(len(plans)), key=lambda i: predictions[i].step_s):
+        starts.setdefault(tuple(_key(v) for v in plans[i].variables), plans[i])
+    best: tuple[list[VariablePlan], float] | None = None
+    for start in list(starts.values())[:START_PLANS]:
+        variables, seconds = descent.run(start.variables)
+        if best is None or seconds < best[1] * (1 - MIN_GAIN):
+            best = variables, seconds
+    assert best is not None
+    return _document(item, spec, profile, network, c, options, _renumber_groups(best[0]))
+
+
+def _key(plan: VariablePlan) -> str:
+    """What makes two plans of a variable the same choice (the note does not)."""
+    return plan.model_dump_json(exclude={"note"})
+
+
+# One variable's choice, cheap to make and compare during the search: ("ps", task, staleness),
+# ("split", PS task of each shard, staleness), ("allreduce", group, compressor), or ("given", key) for
+# a start plan's own (any plan a built-in builder made).
+Choice = tuple
+
+
+class _Descent:
+    """Coordinate descent over the variables' choices; each choice's plan and load made once."""
+
+    def __init__(self, item: GraphItem, spec: ClusterSpec, profile: ModelProfile, network: NetworkFacts,
+                 c: Coefficients, options: AutoOptions, compute_s: float) -> None:
+        self.infos = item.trainable_with_grads()
+        self.spec, self.profile, self.c, self.compute_s = spec, profile, c, compute_s
+        self.paths = Paths.of(spec, network)
+        self.placements = [_placements(v, spec, options) for v in self.infos]
+        self.compressors = [_compressors(v, options) for v in self.infos]
+        self.given: dict[str, VariablePlan] = {}
+        self.plans: dict[tuple[int, Choice], VariablePlan] = {}
+        # variables of one shape, dtype and kind load the links alike (a sparse one by its own rows)
+        self.kinds = [(tuple(v.shape), v.dtype, v.grad, v.name if v.grad == "sparse" else "") for v in self.infos]
+        self.loads: dict[tuple[tuple, Choice], Load] = {}
+        # largest variables first: their choice shapes the load the small ones are fitted around
+        self.order = sorted(range(len(self.infos)), key=lambda i: (-self.infos[i].nbytes, i))
+
+    def plan(self, i: int, choice: Choice) -> VariablePlan:
+        if (i, choice) not in self.plans:
+            self.plans[i, choice] = self.given[choice[1]] if choice[0] == "given" else _plan(self.infos[i], choice)
+        return self.plans[i, choice]
+
+    def load(self, i: int, choice: Choice) -> Load:
+        key = (self.kinds[i], choice)
+        if key not in self.loads:
+            self.loads[key] = variable_load(self.plan(i, choice), self.profile, self.paths)
+        return self.loads[key]
+
+    def groups(self, i: int, choice: Choice) -> set[int]:
+        """The all-reduce groups the choice puts variable i in."""
+        if choice[0] == "allreduce":
+            return {choice[1]}
+        if choice[0] == "given":
+            return {s.group for s in self.plan(i, choice).synchronizers() if isinstance(s, AllReduceSync)}
+        return set()
+
+    def step_s(self, total: Load) -> float:
+        return StepCost(self.paths, total, self.compute_s).time(self.c).step
+
+    def run(self, start: Sequence[VariablePlan]) -> tuple[list[VariablePlan], float]:
+        """The end point of the descent from `start`, and its predicted step time."""
+        current: list[Choice] = []
+        for plan in start:
+            key = _key(plan)
+            self.given.setdefault(key, plan)
+            current.append(("given", key))
+        total = Load.empty(self.paths)
+        in_use: Counter[int] = Counter()
+        for i, choice in enumerate(current):
+            total.add(self.load(i, choice))
+            in_use.update(self.groups(i, choice))
+        best = self.step_s(total)
+        for _ in range(MAX_ROUNDS):
+            changed = False
+            for i in self.order:
+                mine = self.groups(i, current[i])
+                others = sorted(g for g, n in in_use.items() if n - (g in mine) > 0)
+                groups = [*others, max(others, default=-1) + 1]  # a group in use, or a new one
+                candidates = self.placements[i] + [("allreduce", g, comp) for comp in self.compressors[i] for g in groups]
+                for candidate in candidates:
+                    if candidate == current[i]:
+                        continue
+                    trial = total.copy()
+                    trial.add(self.load(i, current[i]), -1)
+                    trial.add(self.load(i, candidate))
+                    seconds = self.step_s(trial)
+                    if seconds < best * (1 - MIN_GAIN):
+                        in_use.subtract(self.groups(i, current[i]))
+                        in_use.update(self.groups(i, candidate))
+                        best, total, current[i], changed = seconds, trial, candidate, True
+            if not changed:
+                break
+        return [self.plan(i, choice) for i, choice in enumerate(current)], best
+
+
+def _placements(var: VariableInfo, spec: ClusterSpec, options: AutoOptions) -> list[Choice]:
+    """The PS choices for `var`, in a fixed order: whole on each PS, then split into k shards on k
+    consecutive PSs from each PS, when splitting is possible and every shard keeps MIN_SHARD_BYTES."""
+    staleness = [0, STALENESS] if options.allow_staleness else [0]
+    choices: list[Choice] = [("ps", p, s) for s in staleness for p in range(spec.num_ps)]
+    if _partitionable(var):
+        most = min(spec.num_ps, var.shape[0], max(1, var.nbytes // MIN_SHARD_BYTES))
+        choices += [("split", tuple((first + i) % spec.num_ps for i in range(k)), s)
+                    for s in staleness for k in range(2, most + 1) for first in range(spec.num_ps)]
+    return choices
+
+
+def _compressors(var: VariableInfo, options: AutoOptions) -> list[str]:
+    return ["none"] + (["fp16", "powersgd"] if options.allow_lossy and var.grad == "dense" else [])
+
+
+def _plan(var: VariableInfo, choice: Choice) -> VariablePlan:
+    """The plan of one of `_placements`' or an all-reduce choice."""
+    how: dict[str, PSSync | AllReduceSync | Partition]
+    if choice[0] == "ps":
+        how = {"sync": PSSync(ps_task=choice[1], staleness=choice[2])}
+    elif choice[0] == "split":
+        how = {"partition": Partition(axis=0, shards=[PSSync(ps_task=p, staleness=choice[2]) for p in choice[1]])}
+    else:
+        compressor = choice[2]
+        how = {"sync": AllReduceSync(group=choice[1], compressor=compressor,
+                                     powersgd_rank=POWERSGD_RANK if compressor == "powersgd" else 1)}
+    return VariablePlan(name=var.name, shape=var.shape, dtype=var.dtype, grad=var.grad, **how)
+
+
+def _partitionable(var: VariableInfo) -> bool:
+    """Whether the runtime can split `var` on axis 0, as the partitioning builders check."""
+    return (var.partition_blocker is None and len(var.shape) >= 1 and -1 not in var.shape
+            and var.shape[0] >= 2)
+
+
+def _renumber_groups(plans: Sequence[VariablePlan]) -> list[VariablePlan]:
+    """All-reduce groups numbered 0, 1, ... in order of first use."""
+    number: dict[int, int] = {}
+    for plan in plans:
+        for s in plan.synchronizers():
+            if isinstance(s, AllReduceSync):
+                number.setdefault(s.group, len(number))
+
+    def renumbered(s: PSSync | AllReduceSync) -> PSSync | AllReduceSync:
+        return s.model_copy(update={"group": number[s.group]}) if isinstance(s, AllReduceSync) else s
+
+    out = []
+    for plan in plans:
+        if plan.partition is not None:
+            shards = [renumbered(s) for s in plan.partition.shards]
+            out.append(plan.model_copy(update={"partition": plan.partition.model_copy(update={"shards": shards})}))
+        else:
+            assert plan.sync is not None
+            out.append(plan.model_copy(update={"sync": renumbered(plan.sync)}))
+    return out
+
+
+def _document(
+    item: GraphItem,
+    spec: ClusterSpec,
+    profile: ModelProfile,
+    network: NetworkFacts,
+    c: Coefficients,
+    options: AutoOptions,
+    plans: Sequence[VariablePlan],
+) -> Strategy:
+    """The Strategy of `plans`, validated by the document's own checks, with each variable's choice
+    and predicted share of the synchronization time in its note."""
+    def strategy(variables: Sequence[VariablePlan]) -> Strategy:
+        return Strategy(
+            version=1, builder=AUTO, options=options.model_dump(), fingerprint=item.fingerprint,
+            num_workers=spec.num_workers, num_ps=spec.num_ps,
+            variables=[VariablePlan.model_validate(v.model_dump()) for v in variables],
+            replica_devices=spec.replica_devices(),
+        )
+
+    shares = predict(strategy(plans), profile, spec, network, c).variable_share
+    blockers = {v.name: v.partition_blocker for v in item.trainable_with_grads()}
+    noted = [
+        plan.model_copy(update={"note": _note(plan, shares.get(plan.name, 0.0), blockers.get(plan.name), spec)})
+        for plan in plans
+    ]
+    return strategy(noted)
+
+
+def _note(plan: VariablePlan, share: float, blocker: str | None, spec: ClusterSpec) -> str:
+    if plan.partition is not None:
+        tasks = ", ".join(f"ps:{s.ps_task}" for s in plan.partition.shards if isinstance(s, PSSync))
+        choice = f"partitioned into {len(plan.partition.shards)} shards on {tasks}"
+    elif isinstance(plan.sync, PSSync):
+        choice = f"on ps:{plan.sync.ps_task}"
+    else:
+        assert isinstance(plan.sync, AllReduceSync)
+        choice = f"all-reduce group {plan.sync.group}"
+    syncs = plan.synchronizers()
+    if any(isinstance(s, AllReduceSync) and s.compressor != "none" for s in syncs):
+        choice += f", compressor {syncs[0].compressor}"  # type: ignore[union-attr]
+    if any(isinstance(s, PSSync) and s.staleness for s in syncs):
+        choice += f", staleness {STALENESS}"
+    parts = [choice, f"predicted {share:.1%} of sync time"]
+    if blocker is not None and spec.num_ps >= 2:
+        parts.append(f"not partitioned: {blocker}")
+    return "; ".join(parts)

@@ -1,0 +1,439 @@
+"""The cost model: a strategy's time per step and bytes per node on a cluster, from facts alone.
+
+Pure Python and numpy (no TensorFlow, no network): a ModelProfile (the graph, its compute time per
+step, the rows its sparse variables touch), a ClusterSpec, NetworkFacts and a few free
+`Coefficients` in; a `Prediction` out. docs/cost-model.md states every formula; in short:
+
+- Bytes: `wire_bound.variable_transfers`, the one source of each strategy's bytes per step (PS pulls
+  and pushes of dense values and of the distinct touched rows, shards, local proxies, ring
+  all-reduce with compression, sparse all-gather).
+- Links: every transfer between two hosts loads the sender's outgoing side, the receiver's incoming
+  side and the pair's path; a transfer inside one host loads that host's local path. A host's
+  outgoing (incoming) capacity is the fastest path measured from (to) it. A group of transfers that
+  runs at the same time takes as long as its busiest resource needs: bytes / (capacity × factor).
+- Critical path of a synchronous step, nothing overlapped: pull (synchronous PS variables are read
+  before the step computes) + compute + after-compute (gradients pushed to PSs and all-reduced,
+  concurrently, sharing the links) + latencies + per-variable overhead. Communication of PS
+  variables with staleness or asynchronous updates overlaps the rest, so the step is at least the
+  time the links need for all of its bytes.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from adrun.errors import UserError
+from adrun.spec import ClusterSpec
+
+from .document import PSSync, Strategy, VariablePlan, shard_sizes
+from .facts import Link, ModelProfile, NetworkFacts, NodeBytes, Prediction, RowsTouched
+from .wire_bound import task_hosts, variable_transfers
+
+
+class Coefficients(BaseModel):
+    """The model's free coefficients. `analytical()` are the values taken before any trial run; the
+    fit (strategies/fit.py) moves them towards what a cluster's recorded runs measured."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # effective / measured bandwidth, for paths between hosts and inside one host
+    remote_bandwidth_factor: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    local_bandwidth_factor: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    # software cost of one message (a gRPC call, one step of a collective) beyond the path's latency
+    message_latency_s: float = Field(default=1e-4, ge=0, allow_inf_nan=False)
+    # per synchronized variable or shard and step: the worker's send/receive/apply ops
+    variable_overhead_s: float = Field(default=5e-5, ge=0, allow_inf_nan=False)
+    # measured compute time per step -> compute time in the distributed run
+    compute_factor: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+
+    @classmethod
+    def analytical(cls) -> Coefficients:
+        return cls()
+
+
+# ---------------------------------------------------------------------------------------------
+# The cluster's paths as resources
+
+
+@dataclass(frozen=True)
+class Paths:
+    """The resources a step's transfers load, with their measured capacity (bytes/s).
+
+    Resource i is named `names[i]`: `A -> B` (the path from host A to host B), `A sent` / `A
+    received` (everything host A sends to / receives from other hosts), `A local` (transfers
+    between two tasks of host A).
+    """
+
+    hosts: list[str]
+    task_host: dict[str, str]
+    names: list[str]
+    capacity: np.ndarray
+    is_local: np.ndarray
+    index: dict[tuple[str, str, str], int]  # (kind, host, other host or "") -> resource
+    ps_latency: dict[int, float]  # PS task -> worst one-way latency to any worker's host
+    ring_latency: float  # worst one-way latency between ring neighbours (workers in task order)
+    num_workers: int
+
+    @classmethod
+    def of(cls, spec: ClusterSpec, network: NetworkFacts) -> Paths:
+        task_host = task_hosts(spec)
+        hosts = list(dict.fromkeys(node.address for node in spec.nodes))
+        names: list[str] = []
+        capacity: list[float] = []
+        is_local: list[bool] = []
+        index: dict[tuple[str, str, str], int] = {}
+
+        def add(key: tuple[str, str, str], name: str, bytes_per_s: float, local: bool) -> None:
+            index[key] = len(names)
+            names.append(name)
+            capacity.append(bytes_per_s)
+            is_local.append(local)
+
+        link = _link_lookup(network)
+        for src in hosts:
+            for dst in hosts:
+                if src != dst:
+                    add(("pair", src, dst), f"{src} -> {dst}", link(src, dst).bytes_per_s, False)
+        for host in hosts:
+            others = [h for h in hosts if h != host]
+            out = max((link(host, h).bytes_per_s for h in others), default=math.inf)
+            into = max((link(h, host).bytes_per_s for h in others), default=math.inf)
+            add(("sent", host, ""), f"{host} sent", out, False)
+            add(("received", host, ""), f"{host} received", into, False)
+            add(("local", host, ""), f"{host} local", network.local.bytes_per_s, True)
+
+        workers = [task_host[f"worker:{w}"] for w in range(spec.num_workers)]
+        ps_latency = {
+            p: max(link(task_host[f"ps:{p}"], w).latency_s for w in set(workers)) for p in range(spec.num_ps)
+        }
+        n = len(workers)
+        ring = max((link(workers[w], workers[(w + 1) % n]).latency_s for w in range(n)), default=0.0)
+        return cls(hosts, task_host, names, np.array(capacity, dtype=float), np.array(is_local),
+                   index, ps_latency, ring, spec.num_workers)
+
+    def zeros(self) -> np.ndarray:
+        return np.zeros(len(self.names))
+
+    def load(self, bytes_by_resource: np.ndarray, source: str, destination: str, nbytes: float) -> None:
+        """Add one transfer between two tasks to `bytes_by_resource`."""
+        src, dst = self.task_host[source], self.task_host[destination]
+        if src == dst:
+            bytes_by_resource[self.index["local", src, ""]] += nbytes
+        else:
+            bytes_by_resource[self.index["pair", src, dst]] += nbytes
+            bytes_by_resource[self.index["sent", src, ""]] += nbytes
+            bytes_by_resource[self.index["received", dst, ""]] += nbytes
+
+    def effective(self, c: Coefficients) -> np.ndarray:
+        return self.capacity * np.where(self.is_local, c.local_bandwidth_factor, c.remote_bandwidth_factor)
+
+
+def _link_lookup(network: NetworkFacts) -> Callable[[str, str], Link]:
+    """`network.link`, each pair looked up once, a missing one as a UserError naming it."""
+    @functools.cache
+    def link(src: str, dst: str) -> Link:
+        try:
+            return network.link(src, dst)
+        except KeyError:
+            raise UserError(
+                f"network facts: nothing measured or given between {src} and {dst}; "
+                "measure the cluster again or give that link in the spec"
+            ) from None
+    return link
+
+
+# ---------------------------------------------------------------------------------------------
+# Load: what a step (or one variable's part of it) puts on the paths
+
+
+@dataclass
+class Load:
+    """Bytes per resource in each part of the step, and what its latencies depend on. Loads add up:
+    a strategy's load is the sum of its variables' loads."""
+
+    pull: np.ndarray  # synchronous PS reads, before compute
+    after: np.ndarray  # synchronous PS pushes and collectives, after compute
+    overlapped: np.ndarray  # PS variables with staleness or asynchronous updates: both directions
+    sync_ps: Counter = field(default_factory=Counter)  # PS task -> synchronous pieces on it
+    stale_ps: Counter = field(default_factory=Counter)  # PS task -> stale/asynchronous pieces
+    dense_groups: Counter = field(default_factory=Counter)  # all-reduce group -> dense pieces in it
+    sparse_collectives: int = 0  # sparse pieces all-gathered, each its own collectives
+    pieces: int = 0  # synchronized variables or shards
+
+    @classmethod
+    def empty(cls, paths: Paths) -> Load:
+        return cls(paths.zeros(), paths.zeros(), paths.zeros())
+
+    def copy(self) -> Load:
+        return Load(self.pull.copy(), self.after.copy(), self.overlapped.copy(), Counter(self.sync_ps),
+                    Counter(self.stale_ps), Counter(self.dense_groups), self.sparse_collectives, self.pieces)
+
+    def add(self, other: Load, sign: int = 1) -> None:
+        """Add `other` (sign 1) or take it away (sign -1)."""
+        self.pull += sign * other.pull
+        self.after += sign * other.after
+        self.overlapped += sign * other.overlapped
+        for mine, theirs in ((self.sync_ps, other.sync_ps), (self.stale_ps, other.stale_ps),
+                             (self.dense_groups, other.dense_groups)):
+            for key, count in theirs.items():
+                mine[key] += sign * count
+                if mine[key] == 0:
+                    del mine[key]
+        self.sparse_collectives += sign * other.sparse_collectives
+        self.pieces += sign * other.pieces
+
+
+def _is_synchronous(sync: PSSync) -> bool:
+    return sync.sync and sync.staleness == 0
+
+
+def distinct_rows_of(var: VariablePlan, profile: ModelProfile, num_workers: int) -> dict[str, list[int]]:
+    """Distinct rows each worker touches per step, for `var` (or each of its shards) when its
+    gradients are sparse, from the profile (one process's steps stand for every worker's): a
+    shard's part of the mean by where the touched rows lie (`RowsTouched.by_range`) when measured,
+    else in proportion to its rows. Without a profiled figure, every row."""
+    if var.grad != "sparse":
+        return {}
+    rows = max(var.shape[0], 1) if var.shape else 1  # an unknown size (-1) counts as 1 row, as in nbytes
+    touched = profile.rows_touched.get(var.name)
+    if touched is None:
+        return {name: [max(shape[0], 1)] * num_workers
+                for name, shape in zip(var.shard_names(), var.shard_shapes(), strict=True)}
+    if var.partition is None:
+        return {var.name: [round(touched.mean)] * num_workers}
+    bounds = np.cumsum([0, *(shape[0] for shape in var.shard_shapes())])
+    return {
+        name: [min(hi - lo, round(_rows_between(touched, int(lo), int(hi), rows)))] * num_workers
+        for name, lo, hi in zip(var.shard_names(), bounds[:-1], bounds[1:], strict=True)
+    }
+
+
+def _rows_between(touched: RowsTouched, lo: int, hi: int, rows: int) -> float:
+    """Mean distinct rows per step with ids in [lo, hi): the measured slices' counts, a slice cut by
+    the range counted in proportion to the part of it inside; without slices, the range's share of
+    the mean."""
+    if not touched.by_range or len(touched.by_range) > rows:
+        return touched.mean * (hi - lo) / rows
+    edges = np.cumsum([0, *shard_sizes(rows, len(touched.by_range))])
+    total = 0.0
+    for count, start, end in zip(touched.by_range, edges[:-1], edges[1:], strict=True):
+        inside = min(hi, end) - max(lo, start)
+        if inside > 0:
+            total += count * inside / (end - start)
+    return total
+
+
+def variable_load(var: VariablePlan, profile: ModelProfile, paths: Paths) -> Load:
+    """One planned variable's part of a step's load."""
+    load = Load.empty(paths)
+    for shard in variable_transfers(var, paths.num_workers, distinct_rows_of(var, profile, paths.num_workers)):
+        load.pieces += 1
+        sync = shard.sync
+        if isinstance(sync, PSSync):
+            (load.sync_ps if _is_synchronous(sync) else load.stale_ps)[sync.ps_task] += 1
+        elif var.grad == "sparse":
+            load.sparse_collectives += 1
+        else:
+            load.dense_groups[sync.group] += 1
+        for t in shard.transfers:
+            if isinstance(sync, PSSync) and not _is_synchronous(sync):
+                part = load.overlapped
+            elif t.source.startswith("ps:"):
+                part = load.pull
+            else:
+                part = load.after
+            paths.load(part, t.source, t.destination, t.nbytes)
+    return load
+
+
+# ---------------------------------------------------------------------------------------------
+# Step time
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """A step's predicted time and its parts (seconds), and the busiest resource of each transfer phase."""
+
+    step: float
+    compute: float
+    pull: float  # bandwidth part of the synchronous reads
+    after: float  # bandwidth part of pushes and collectives
+    latency: float  # message latencies on the critical path
+    overhead: float  # per-variable overhead
+    overlapped: float  # what the links need for all of the step's bytes, with overlapped latencies
+    pull_resource: int
+    after_resource: int
+    all_resource: int
+
+    @property
+    def critical(self) -> float:
+        return self.pull + self.compute + self.after + self.latency + self.overhead
+
+
+def _busiest(bytes_by_resource: np.ndarray, effective: np.ndarray) -> tuple[float, int]:
+    seconds = bytes_by_resource / effective
+    i = int(np.argmax(seconds))
+    return float(seconds[i]), i
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """Everything of a step's prediction that does not depend on the coefficients: the fit and
+    Auto evaluate it many times with different coefficients or loads."""
+
+    paths: Paths
+    load: Load
+    compute_s: float  # the profile's compute time, scaled to the per-replica batch
+
+    def time(self, c: Coefficients) -> StepTime:
+        paths, load = self.paths, self.load
+        effective = paths.effective(c)
+        pull, pull_at = _busiest(load.pull, effective)
+        after, after_at = _busiest(load.after, effective)
+        every = load.pull + load.after + load.overlapped
+        overlapped, all_at = _busiest(every, effective)
+        read_ps = release_ps = 0.0
+        if load.sync_ps:
+            one_way = max(paths.ps_latency[p] for p in load.sync_ps) + c.message_latency_s
+            read_ps = 2 * one_way  # the read's request and reply
+            release_ps = 4 * one_way  # the push, then the chief's apply and the release of the workers
+        n = paths.num_workers
+        collectives = len(load.dense_groups) + load.sparse_collectives
+        if load.sync_ps and collectives:
+            collectives += 1  # a step mixing both is ordered by a collective barrier
+        ring = collectives * 2 * (n - 1) * (paths.ring_latency + c.message_latency_s) if n > 1 else 0.0
+        latency = read_ps + max(release_ps, ring)
+        if load.stale_ps:
+            worst = max(paths.ps_latency[p] for p in load.stale_ps)
+            overlapped += 4 * (worst + c.message_latency_s)
+        compute = self.compute_s * c.compute_factor
+        overhead = load.pieces * c.variable_overhead_s
+        critical = pull + compute + after + latency + overhead
+        return StepTime(max(critical, overlapped), compute, pull, after, latency, overhead, overlapped,
+                        pull_at, after_at, all_at)
+
+
+def compute_seconds(strategy: Strategy, profile: ModelProfile) -> float:
+    """The profile's compute time at the slowest worker's per-replica batch: a worker's replicas
+    split its batch (the first ones one example more) and run at the same time."""
+    batch = profile.batch_size
+    replicas = [len(strategy.replicas_of(w)) or 1 for w in range(strategy.num_workers)]
+    if batch is None:
+        return profile.compute_s / min(replicas)
+    return profile.compute_s * max(math.ceil(batch / r) for r in replicas) / batch
+
+
+def step_cost(strategy: Strategy, profile: ModelProfile, spec: ClusterSpec, network: NetworkFacts) -> StepCost:
+    """The coefficient-free part of a prediction (see `StepCost`)."""
+    _check_matches(strategy, profile, spec)
+    paths = Paths.of(spec, network)
+    load = Load.empty(paths)
+    for var in strategy.variables:
+        load.add(variable_load(var, profile, paths))
+    return StepCost(paths, load, compute_seconds(strategy, profile))
+
+
+def _check_matches(strategy: Strategy, profile: ModelProfile, spec: ClusterSpec) -> None:
+    if profile.graph.fingerprint != strategy.fingerprint:
+        raise ValueError(f"the profile is of graph {profile.graph.fingerprint}, the strategy of {strategy.fingerprint}")
+    if (strategy.num_workers, strategy.num_ps) != (spec.num_workers, spec.num_ps):
+        raise ValueError(f"the strategy is for {strategy.num_workers} worker(s) and {strategy.num_ps} PS, "
+                         f"the spec has {spec.num_workers} and {spec.num_ps}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Prediction
+
+
+def predict(
+    strategy: Strategy,
+    profile: ModelProfile,
+    spec: ClusterSpec,
+    network: NetworkFacts,
+    coefficients: Coefficients | None = None,
+) -> Prediction:
+    """The predicted time per step of `strategy` on `spec`, bytes per node, the busiest path, what
+    bounds the step and each variable's share of the synchronization time."""
+    c = coefficients or Coefficients.analytical()
+    cost = step_cost(strategy, profile, spec, network)
+    t = cost.time(c)
+    paths, load = cost.paths, cost.load
+    every = load.pull + load.after + load.overlapped
+    busiest = _busiest_path(paths, every)
+    batch = profile.batch_size
+    return Prediction(
+        builder=strategy.builder,
+        step_s=t.step,
+        compute_s=t.compute,
+        examples_per_s=batch * strategy.num_workers / t.step if batch is not None else None,
+        node_bytes={
+            h: NodeBytes(sent=float(every[paths.index["sent", h, ""]]),
+                         received=float(every[paths.index["received", h, ""]]))
+            for h in paths.hosts
+        },
+        busiest_link=paths.names[busiest] if busiest is not None else "none",
+        busiest_link_bytes=float(every[busiest]) if busiest is not None else 0.0,
+        bound=_bound(t, paths, load),
+        variable_share=variable_shares(strategy.variables, profile, paths, t, c),
+    )
+
+
+def _busiest_path(paths: Paths, every: np.ndarray) -> int | None:
+    """The path between two hosts carrying the most bytes (first in host order on ties); None when
+    nothing crosses between hosts."""
+    pairs = [i for (kind, _, _), i in paths.index.items() if kind == "pair"]
+    if not pairs or max(every[i] for i in pairs) <= 0:
+        return None
+    return max(pairs, key=lambda i: (every[i], -i))
+
+
+def _bound(t: StepTime, paths: Paths, load: Load) -> str:
+    """What bounds the step: `compute`, the busiest resource of the largest transfer part and whose
+    traffic it carries, or latency and per-variable overhead."""
+    if t.overlapped > t.critical:
+        return f"network: {paths.names[t.all_resource]} (overlapped traffic)"
+    parts = {
+        "compute": t.compute,
+        "pull": t.pull,
+        "after": t.after,
+        "latency": t.latency + t.overhead,
+    }
+    top = max(parts, key=lambda k: parts[k])
+    if top == "compute":
+        return "compute"
+    if top == "latency":
+        return "latency and per-variable overhead"
+    if top == "pull":
+        return f"network: {paths.names[t.pull_resource]} (PS reads)"
+    kind = "PS pushes and all-reduce" if load.sync_ps and (load.dense_groups or load.sparse_collectives) else (
+        "PS pushes" if load.sync_ps else "all-reduce ring")
+    return f"network: {paths.names[t.after_resource]} ({kind})"
+
+
+def variable_shares(
+    variables: Sequence[VariablePlan], profile: ModelProfile, paths: Paths, t: StepTime, c: Coefficients
+) -> dict[str, float]:
+    """Each variable's share of the step's synchronization time: its bytes on the busiest resource
+    of each transfer part over that resource's effective capacity, its per-variable overhead, and
+    the latencies split evenly over the synchronous pieces (variables or shards); normalized to sum
+    to 1 (all 0 when nothing is synchronized)."""
+    effective = paths.effective(c)
+    loads = [variable_load(v, profile, paths) for v in variables]
+    synchronous = [ld.pieces - sum(ld.stale_ps.values()) for ld in loads]
+    latency_per_piece = t.latency / sum(synchronous) if sum(synchronous) else 0.0
+    raw = [
+        float(ld.pull[t.pull_resource] / effective[t.pull_resource]
+              + ld.after[t.after_resource] / effective[t.after_resource]
+              + ld.overlapped[t.all_resource] / effective[t.all_resource]
+              + ld.pieces * c.variable_overhead_s + pieces * latency_per_piece)
+        for ld, pieces in zip(loads, synchronous, strict=True)
+    ]
+    total = sum(raw)
+    return {v.name: (s / total if total > 0 else 0.0) for v, s in zip(variables, raw, strict=True)}

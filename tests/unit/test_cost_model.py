@@ -1,0 +1,222 @@
+"""The cost model (strategies/cost_model.py) against hand-computed step times and bytes."""
+
+from __future__ import annotations
+
+import pytest
+
+from adrun.errors import UserError
+from adrun.graph_item import GraphItem
+from adrun.spec import ClusterSpec, Node
+from adrun.strategies.cost_model import Coefficients, distinct_rows_of, predict
+from adrun.strategies.document import AllReduceSync, Partition, PSSync
+from adrun.strategies.facts import ModelProfile, NodeBytes, RowsTouched
+from tests.cost_facts import BANDWIDTH_ONLY, hosts_spec, network, plan, planned, profile, var
+
+B = 1e8  # bytes/s between hosts
+W = var("w", [1000, 1000])  # a dense 1000 x 1000 float32 variable
+M = 4_000_000  # its bytes
+DENSE = GraphItem(variables=[W], batch_size=100)
+EMB = var("emb", [10_000, 64], grad="sparse")
+ROW = 64 * 4
+SPARSE = GraphItem(variables=[EMB], batch_size=100)
+
+
+def step(strategy, prof, spec, net, c=BANDWIDTH_ONLY) -> float:
+    return predict(strategy, prof, spec, net, c).step_s
+
+
+def test_one_ps_pulls_before_and_pushes_after_compute():
+    """Worker 1 on host 2 reads w from the PS on host 1, computes, pushes its gradient: the two
+    transfers follow each other; worker 0's stay on host 1."""
+    spec = hosts_spec(2, ps=[1, 0])
+    strategy = plan(DENSE, spec, [planned(W, sync=PSSync(ps_task=0))])
+    prediction = predict(strategy, profile(DENSE, 0.01), spec, network(spec, B), BANDWIDTH_ONLY)
+    assert prediction.step_s == pytest.approx(M / B + 0.01 + M / B)
+    assert prediction.compute_s == pytest.approx(0.01)
+    assert prediction.examples_per_s == pytest.approx(2 * 100 / prediction.step_s)
+    assert prediction.node_bytes == {"10.0.0.1": NodeBytes(sent=M, received=M), "10.0.0.2": NodeBytes(sent=M, received=M)}
+    assert (prediction.busiest_link, prediction.busiest_link_bytes) == ("10.0.0.1 -> 10.0.0.2", M)
+
+
+def test_synchronous_ps_pays_three_round_trips():
+    """Read (request, reply), then push, the chief's apply and the release: 6 one-way latencies of
+    the path plus the per-message latency each, and the per-variable overhead once."""
+    spec = hosts_spec(2, ps=[1, 0])
+    strategy = plan(DENSE, spec, [planned(W, sync=PSSync(ps_task=0))])
+    c = Coefficients(message_latency_s=0.0005, variable_overhead_s=0.002)
+    assert step(strategy, profile(DENSE, 0.01), spec, network(spec, B, latency_s=0.001), c) == pytest.approx(
+        2 * M / B + 0.01 + 6 * (0.001 + 0.0005) + 0.002)
+
+
+@pytest.mark.parametrize("k", [1, 2, 4, 8])
+def test_k_ps_hosts_apart_from_the_workers(k):
+    """4 worker hosts, k PS hosts, w split evenly over the k PSs: each direction of each phase takes
+    max(M/B, N·M/(k·B)): the PS links bound it until k reaches N, the workers' links from there."""
+    spec = ClusterSpec(version=1, nodes=[
+        *(Node(address=f"10.0.0.{i + 1}", chief=i == 0, workers=1) for i in range(4)),
+        *(Node(address=f"10.0.1.{p + 1}", workers=0, ps=1) for p in range(k)),
+    ])
+    how = {"sync": PSSync(ps_task=0)} if k == 1 else {
+        "partition": Partition(axis=0, shards=[PSSync(ps_task=p) for p in range(k)])}
+    strategy = plan(DENSE, spec, [planned(W, **how)])
+    phase = max(M / B, 4 * M / (k * B))
+    assert step(strategy, profile(DENSE, 0.01), spec, network(spec, B)) == pytest.approx(0.01 + 2 * phase)
+
+
+def test_one_ps_per_host_equals_the_ring():
+    """Colocated partitioned PS moves 2(N-1)/N·M per host, like ring all-reduce (BytePS)."""
+    spec = hosts_spec(4)
+    ps = plan(DENSE, spec, [planned(W, partition=Partition(axis=0, shards=[PSSync(ps_task=p) for p in range(4)]))])
+    ring = plan(DENSE, spec, [planned(W, sync=AllReduceSync(group=0))])
+    prof, net = profile(DENSE, 0.01), network(spec, B)
+    assert step(ps, prof, spec, net) == pytest.approx(0.01 + 2 * 3 / 4 * M / B)
+    assert step(ring, prof, spec, net) == pytest.approx(0.01 + 2 * 3 / 4 * M / B)
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_ring_all_reduce(n):
+    """Each worker sends 2(N-1)/N·M to the next, all at once, after compute."""
+    spec = hosts_spec(n, ps=0)
+    strategy = plan(DENSE, spec, [planned(W, sync=AllReduceSync(group=0))])
+    prediction = predict(strategy, profile(DENSE, 0.01), spec, network(spec, B), BANDWIDTH_ONLY)
+    sent = -(-2 * (n - 1) * M // n)
+    assert prediction.step_s == pytest.approx(0.01 + sent / B)
+    assert all(b == NodeBytes(sent=sent, received=sent) for b in prediction.node_bytes.values())
+    assert prediction.bound == "network: 10.0.0.1 -> 10.0.0.2 (all-reduce ring)"
+
+
+def test_every_all_reduce_group_pays_its_ring_latency():
+    """2(N-1) sequential ring steps per collective, each a path latency plus the per-message one."""
+    u, v = var("u", [1000]), var("v", [1000])
+    graph = GraphItem(variables=[u, v])
+    spec = hosts_spec(4, ps=0)
+    prof, net = profile(graph, 0.01), network(spec, 1e15, latency_s=0.001)
+    c = Coefficients(message_latency_s=0.0, variable_overhead_s=0.0)
+    one = plan(graph, spec, [planned(u, sync=AllReduceSync(group=0)), planned(v, sync=AllReduceSync(group=0))])
+    two = plan(graph, spec, [planned(u, sync=AllReduceSync(group=0)), planned(v, sync=AllReduceSync(group=1))])
+    assert step(one, prof, spec, net, c) == pytest.approx(0.01 + 1 * 2 * 3 * 0.001)
+    assert step(two, prof, spec, net, c) == pytest.approx(0.01 + 2 * 2 * 3 * 0.001)
+
+
+def test_partitioned_sparse_moves_the_touched_rows_of_each_shard():
+    """1,000 distinct rows per step, half in each shard: a worker reads 500 rows from the other
+    host's PS, then pushes their ids and summed gradients (500·(R + 8))."""
+    spec = hosts_spec(2)
+    prof, net = profile(SPARSE, 0.01, {"emb": 1000}), network(spec, B)
+    split = plan(SPARSE, spec, [planned(EMB, partition=Partition(axis=0, shards=[PSSync(ps_task=0), PSSync(ps_task=1)]))])
+    whole = plan(SPARSE, spec, [planned(EMB, sync=PSSync(ps_task=0))])
+    gathered = plan(SPARSE, spec, [planned(EMB, sync=AllReduceSync(group=0))])
+    assert step(split, prof, spec, net) == pytest.approx(0.01 + 500 * ROW / B + 500 * (ROW + 8) / B)
+    assert step(whole, prof, spec, net) == pytest.approx(0.01 + 1000 * ROW / B + 1000 * (ROW + 8) / B)
+    # all-gather: each worker passes on the other's rows and ids
+    assert step(gathered, prof, spec, net) == pytest.approx(0.01 + 1000 * (ROW + 8) / B)
+
+
+def test_skewed_rows_load_the_hot_shard():
+    """Most touched rows in the first half of the ids (a vocabulary sorted by frequency): the PS of
+    shard 0 serves 90 of the 100 rows and bounds both phases."""
+    spec = hosts_spec(2)
+    split = plan(SPARSE, spec, [planned(EMB, partition=Partition(axis=0, shards=[PSSync(ps_task=0), PSSync(ps_task=1)]))])
+    skewed = ModelProfile(graph=SPARSE, compute_s=0.01, steps_measured=10,
+                          rows_touched={"emb": RowsTouched(mean=100, max=100, by_range=[90, 10])})
+    assert step(split, skewed, spec, network(spec, B)) == pytest.approx(0.01 + 90 * ROW / B + 90 * (ROW + 8) / B)
+
+
+def test_rows_of_shards_that_cut_the_measured_slices():
+    """1,200 rows, four measured slices of 300, three shards of 400: a slice cut by a shard boundary
+    counts in proportion to the part inside."""
+    emb = var("emb", [1200, 8], grad="sparse")
+    prof = ModelProfile(graph=GraphItem(variables=[emb]), compute_s=0.01, steps_measured=1,
+                        rows_touched={"emb": RowsTouched(mean=100, max=100, by_range=[40, 30, 20, 10])})
+    three = planned(emb, partition=Partition(axis=0, shards=[PSSync(ps_task=0)] * 3))
+    assert distinct_rows_of(three, prof, 2) == {"emb/part_0": [50, 50], "emb/part_1": [33, 33], "emb/part_2": [17, 17]}
+    assert distinct_rows_of(planned(emb, sync=PSSync(ps_task=0)), prof, 1) == {"emb": [100]}
+
+
+def test_sparse_all_gather_grows_with_the_workers_and_ps_does_not():
+    spec = hosts_spec(4)
+    prof, net = profile(SPARSE, 0.01, {"emb": 1000}), network(spec, B)
+    gathered = plan(SPARSE, spec, [planned(EMB, sync=AllReduceSync(group=0))])
+    split = plan(SPARSE, spec, [planned(EMB, partition=Partition(axis=0, shards=[PSSync(ps_task=p) for p in range(4)]))])
+    assert step(gathered, prof, spec, net) == pytest.approx(0.01 + 3 * 1000 * (ROW + 8) / B)
+    # each host serves its 250 rows to 3 workers, then receives their pushes
+    assert step(split, prof, spec, net) == pytest.approx(0.01 + 3 * 250 * ROW / B + 3 * 250 * (ROW + 8) / B)
+
+
+@pytest.mark.parametrize("compressor, buffer", [("none", M), ("fp16", M // 2), ("powersgd", (1000 + 1000) * 4 * 4)])
+def test_compression_shrinks_the_ring(compressor, buffer):
+    spec = hosts_spec(3, ps=0)
+    strategy = plan(DENSE, spec, [planned(W, sync=AllReduceSync(group=0, compressor=compressor, powersgd_rank=4))])
+    assert step(strategy, profile(DENSE, 0.01), spec, network(spec, B)) == pytest.approx(
+        0.01 + -(-2 * 2 * buffer // 3) / B)
+
+
+@pytest.mark.parametrize("compute_s", [0.01, 0.5])
+def test_staleness_overlaps_communication_with_compute(compute_s):
+    """With a staleness bound the PS traffic runs beside compute: the step is the longer of the two
+    (the links still carry the read and the push)."""
+    spec = hosts_spec(2, ps=[1, 0])
+    stale = plan(DENSE, spec, [planned(W, sync=PSSync(ps_task=0, staleness=2))])
+    assert step(stale, profile(DENSE, compute_s), spec, network(spec, B)) == pytest.approx(max(compute_s, M / B))
+
+
+def test_local_proxy_reads_the_whole_variable():
+    """A sparse variable with a local proxy: every worker reads all of it each step, the reads bound."""
+    spec = hosts_spec(2, ps=[1, 0])
+    strategy = plan(SPARSE, spec, [planned(EMB, sync=PSSync(ps_task=0, local_proxy=True))])
+    prediction = predict(strategy, profile(SPARSE, 0.001, {"emb": 100}), spec, network(spec, B), BANDWIDTH_ONLY)
+    assert prediction.step_s == pytest.approx(10_000 * ROW / B + 0.001 + 100 * (ROW + 8) / B)
+    assert prediction.bound == "network: 10.0.0.1 -> 10.0.0.2 (PS reads)"
+
+
+@pytest.mark.parametrize("batch, replicas, fraction", [(128, 2, 0.5), (5, 2, 3 / 5), (8, 3, 3 / 8), (None, 4, 0.25)])
+def test_compute_scales_with_the_per_replica_batch(batch, replicas, fraction):
+    graph = GraphItem(variables=[W], batch_size=batch)
+    spec = ClusterSpec(version=1, nodes=[Node(address="localhost", workers=1, replicas=replicas)])
+    strategy = plan(graph, spec, [planned(W, sync=AllReduceSync(group=0))])
+    prediction = predict(strategy, profile(graph, 0.2), spec, network(spec, B), Coefficients(compute_factor=1.5))
+    assert prediction.compute_s == pytest.approx(0.2 * 1.5 * fraction)
+    assert prediction.bound == "compute"
+
+
+def test_one_host_uses_the_local_path_and_its_factor():
+    """Two workers and a PS on one host: reads and pushes go over loopback (2M each phase)."""
+    spec = ClusterSpec(version=1, nodes=[Node(address="localhost", workers=2, ps=1)])
+    strategy = plan(DENSE, spec, [planned(W, sync=PSSync(ps_task=0))])
+    net = network(spec, B, local_bytes_per_s=1e9)
+    prof = profile(DENSE, 0.01)
+    assert step(strategy, prof, spec, net) == pytest.approx(0.01 + 2 * 2 * M / 1e9)
+    halved = BANDWIDTH_ONLY.model_copy(update={"local_bandwidth_factor": 0.5})
+    assert step(strategy, prof, spec, net, halved) == pytest.approx(0.01 + 2 * 2 * M / 0.5e9)
+    assert predict(strategy, prof, spec, net).busiest_link == "none"
+
+
+def test_variable_shares_follow_the_bytes():
+    small = var("small", [1000])
+    graph = GraphItem(variables=[W, small])
+    spec = hosts_spec(2, ps=0)
+    strategy = plan(graph, spec, [planned(W, sync=AllReduceSync(group=0)), planned(small, sync=AllReduceSync(group=0))])
+    shares = predict(strategy, profile(graph, 0.01), spec, network(spec, B), BANDWIDTH_ONLY).variable_share
+    assert sum(shares.values()) == pytest.approx(1.0)
+    assert shares["w"] == pytest.approx(M / (M + 4000))
+
+
+def test_a_missing_path_is_named():
+    spec = hosts_spec(2, ps=0)
+    strategy = plan(DENSE, spec, [planned(W, sync=AllReduceSync(group=0))])
+    net = network(hosts_spec(1, ps=0), B)  # knows nothing of 10.0.0.2
+    with pytest.raises(UserError, match=r"between 10\.0\.0\.1 and 10\.0\.0\.2"):
+        predict(strategy, profile(DENSE, 0.01), spec, net)
+
+
+def test_unknown_sizes_count_as_one_and_never_negative():
+    """A variable whose size was unknown when the graph was built (-1) moves what its known part
+    says (the lower bound), never negative bytes."""
+    odd, emb = var("odd", [-1, 1000]), var("emb", [-1, 64], grad="sparse")
+    graph = GraphItem(variables=[odd, emb])
+    spec = hosts_spec(2, ps=[1, 0])
+    strategy = plan(graph, spec, [planned(odd, sync=PSSync(ps_task=0)), planned(emb, sync=PSSync(ps_task=0))])
+    prediction = predict(strategy, profile(graph, 0.01, {"emb": 50}), spec, network(spec, B), BANDWIDTH_ONLY)
+    read, pushed = 1000 * 4 + 50 * ROW, 1000 * 4 + 50 * (ROW + 8)
+    assert prediction.node_bytes["10.0.0.1"] == NodeBytes(sent=read, received=pushed)
+    assert prediction.step_s == pytest.approx(0.01 + (read + pushed) / B)

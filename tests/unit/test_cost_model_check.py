@@ -1,0 +1,65 @@
+"""bench/cost_model_check.py's comparison of predictions with measured rates: Kendall tau, error, and
+the leave-one-workload-out fit, on synthetic measurements (no TensorFlow, no capture)."""
+
+from __future__ import annotations
+
+import pytest
+
+from adrun.graph_item import GraphItem
+from adrun.strategies import build_strategy
+from adrun.strategies.cost_model import Coefficients, predict
+from bench.cluster.results import Profile, RunConfig
+from bench.cost_model_check import check, cluster_spec, network_facts
+from tests.cost_facts import profile, var
+
+COMMODITY = Profile(name="commodity", rate_mbit=100)
+BUILDERS = ("AllReduce", "PartitionedAR", "Parallax", "PartitionedPS", "PSLoadBalancing", "PS")
+# the cluster as it "really" is: slower links, a loaded CPU, costly messages
+TRUE = Coefficients(remote_bandwidth_factor=0.5, compute_factor=2.0, message_latency_s=3e-3, variable_overhead_s=1e-3)
+SPARSE = profile(GraphItem(batch_size=128, variables=[var("emb", [200_000, 64], "sparse"), var("out/kernel", [64, 500])]),
+                 0.02, {"emb": 1000})
+DENSE = profile(GraphItem(batch_size=32, variables=[var("fc/kernel", [1024, 512]), var("fc/bias", [512])]), 0.05)
+MIXED = profile(GraphItem(batch_size=256, variables=[var("user", [50_000, 32], "sparse"), var("mlp/kernel", [96, 512]),
+                                                     var("mlp/bias", [512])]), 0.03, {"user": 3000})
+HOSTS = 3
+
+
+def measured_as(coefficients: Coefficients):
+    """Every builder's examples/s on every workload, as `coefficients` predict them."""
+    spec, net = cluster_spec(HOSTS), network_facts(COMMODITY, cluster_spec(HOSTS))
+    measured = {}
+    for name, prof in (("sparse", SPARSE), ("dense", DENSE), ("mixed", MIXED)):
+        rates = {}
+        for system in BUILDERS:
+            plan = build_strategy(system, prof.graph, spec)
+            rates[RunConfig(workload=name, profile="commodity", hosts=HOSTS, kind="adrun", system=system)] = \
+                predict(plan, prof, spec, net, coefficients).examples_per_s
+        measured[name, "commodity", HOSTS] = rates
+    return measured, {(w, HOSTS): p for w, p in (("sparse", SPARSE), ("dense", DENSE), ("mixed", MIXED))}
+
+
+def test_the_analytical_model_checked_against_itself_is_exact():
+    measured, profiles = measured_as(Coefficients.analytical())
+    for group in check(measured, {"commodity": COMMODITY}, profiles):
+        analytical = group["models"]["analytical"]
+        assert analytical["kendall_tau"] == pytest.approx(1.0)
+        assert analytical["mean_relative_error"] == pytest.approx(0.0, abs=1e-12)
+        best = max(analytical["systems"], key=lambda s: s["predicted_examples_per_s"])
+        assert analytical["auto"]["predicted_examples_per_s"] >= best["predicted_examples_per_s"] * (1 - 1e-9)
+        assert [s["system"] for s in analytical["systems"]] == sorted(
+            BUILDERS, key=lambda b: -next(s["measured_examples_per_s"] for s in analytical["systems"] if s["system"] == b))
+
+
+def test_coefficients_fitted_on_the_other_workloads_carry_over():
+    """Measured as TRUE predicts: the analytical model is far off; fitted on the other two workloads
+    only, the error on the third falls below 5% and the ranking is exact."""
+    measured, profiles = measured_as(TRUE)
+    groups = check(measured, {"commodity": COMMODITY}, profiles)
+    assert {g["workload"] for g in groups} == {"sparse", "dense", "mixed"}
+    for group in groups:
+        models = group["models"]
+        assert models["leave-one-workload-out"]["records"] == 2 * len(BUILDERS)
+        assert models["in-sample"]["records"] == 3 * len(BUILDERS)
+        assert models["analytical"]["mean_relative_error"] > 0.3
+        assert models["leave-one-workload-out"]["mean_relative_error"] < 0.05
+        assert models["leave-one-workload-out"]["kendall_tau"] == pytest.approx(1.0)

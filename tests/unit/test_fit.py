@@ -1,0 +1,94 @@
+"""The fit of the cost model's coefficients (strategies/fit.py) on synthetic trial records."""
+
+from __future__ import annotations
+
+import pytest
+
+from adrun.graph_item import GraphItem
+from adrun.spec import ClusterSpec, Node
+from adrun.strategies import BUILDERS
+from adrun.strategies.cost_model import Coefficients, predict
+from adrun.strategies.facts import TrialRecord
+from adrun.strategies.fit import fit
+from tests.cost_facts import network, profile, var
+
+# a cluster where the local path bounds some plans (PS 0 serves three workers on its host) and the
+# path between the hosts others (the ring)
+SPEC = ClusterSpec(version=1, nodes=[
+    Node(address="10.0.0.1", chief=True, workers=3, ps=1),
+    Node(address="10.0.0.2", workers=1, ps=1),
+])
+NETWORK = network(SPEC, 1e8, latency_s=2e-4, local_bytes_per_s=1.5e8, local_latency_s=5e-5)
+TRUE = Coefficients(remote_bandwidth_factor=0.6, local_bandwidth_factor=0.8, message_latency_s=2e-3,
+                    variable_overhead_s=4e-4, compute_factor=1.4)
+
+MODELS = [
+    (GraphItem(batch_size=32, variables=[var("fc/kernel", [1024, 512]), var("fc/bias", [512])]), {}),
+    (GraphItem(batch_size=128, variables=[var("emb", [100_000, 32], "sparse"), var("out/kernel", [32, 64])]),
+     {"emb": 800}),
+    (GraphItem(batch_size=64, variables=[var(f"v{i}", [16, 16]) for i in range(40)]), {}),
+]
+
+
+def records(coefficients=TRUE, cluster_key="three-hosts"):
+    """A trial of every builder on every model, at two compute times, measured as `coefficients` predict."""
+    out = []
+    for graph, rows in MODELS:
+        for compute_s in (0.005, 0.05):
+            prof = profile(graph, compute_s, rows)
+            for builder in BUILDERS.values():
+                strategy = builder().build(graph, SPEC)
+                step_s = predict(strategy, prof, SPEC, NETWORK, coefficients).step_s
+                out.append(TrialRecord(recorded_at="2026-11-22T23:00:00", cluster_key=cluster_key,
+                                       workload=f"synthetic {len(graph.variables)}", spec=SPEC, strategy=strategy,
+                                       profile=prof, network=NETWORK, steps_per_s=1 / step_s))
+    return out
+
+
+def test_fit_recovers_known_coefficients_and_removes_the_error():
+    result = fit(records())
+    assert result.records_used == 48 and result.records_skipped == 0
+    assert result.error_before > 0.2
+    assert result.error_after < 0.01
+    for name in Coefficients.model_fields:
+        assert getattr(result.coefficients, name) == pytest.approx(getattr(TRUE, name), rel=0.05), name
+
+
+def test_records_that_match_the_prior_leave_it_alone():
+    result = fit(records(Coefficients.analytical()))
+    assert result.error_before == pytest.approx(0.0, abs=1e-12)
+    assert result.coefficients == Coefficients.analytical()
+
+
+def test_with_one_record_the_prior_holds_the_coefficients():
+    """One record 3x slower than predicted: the fit moves towards it, not all the way, and no
+    coefficient runs off."""
+    one = records()[0].model_copy(update={"steps_per_s": records(Coefficients.analytical())[0].steps_per_s / 3})
+    result = fit([one])
+    assert result.records_used == 1
+    assert result.error_after < result.error_before
+    assert result.error_after > 0.01
+    for name in ("remote_bandwidth_factor", "local_bandwidth_factor", "compute_factor"):
+        assert 1 / 8 < getattr(result.coefficients, name) < 8
+
+
+def test_records_that_cannot_be_predicted_are_skipped_and_counted():
+    """No profile, no network facts, or network facts of other hosts."""
+    usable = records()
+    elsewhere = network(ClusterSpec(version=1, nodes=[Node(address="10.9.0.1", chief=True), Node(address="10.9.0.2")]),
+                        1e8)  # measured between other hosts
+    bad = [usable[0].model_copy(update={"profile": None}), usable[1].model_copy(update={"network": None}),
+           usable[2].model_copy(update={"network": elsewhere})]
+    result = fit(bad + usable)
+    assert (result.records_used, result.records_skipped) == (len(usable), 3)
+    nothing = fit(bad)
+    assert (nothing.records_used, nothing.records_skipped) == (0, 3)
+    assert nothing.coefficients == Coefficients.analytical()
+    assert nothing.error_before is None and nothing.error_after is None
+
+
+def test_one_cluster_at_a_time():
+    mixed = records() + records(cluster_key="other")[:3]
+    with pytest.raises(ValueError, match="records of 2 clusters"):
+        fit(mixed)
+    assert fit(mixed, cluster_key="other").records_used == 3
