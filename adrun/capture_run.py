@@ -1,4 +1,9 @@
-"""Launching side of capture: run the script once in capture mode and read back its GraphItem."""
+"""Launching side of capture: run the script once in a hook mode and read back what it wrote.
+
+Capture (`capture_graph`) stops the script where a worker would prepare its graph; profiling
+(`adrun/profile_run.py`) lets it train a few steps. Both start the script the same way, here, and
+word its failures the same way.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,9 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 from adrun.errors import UserError
 from adrun.graph_item import GraphItem, load_graph_item
@@ -18,6 +25,7 @@ from adrun.runtime.patches import ERROR_PREFIX, PLAN_MISMATCH_EXIT_CODE
 
 CAPTURE_TIMEOUT_S = 600
 _TAIL_LINES = 15
+Found = TypeVar("Found")
 
 
 def _hook_refusal(stderr: bytes) -> str | None:
@@ -31,48 +39,63 @@ def _tail(text: bytes) -> str:
     return "\n".join("    " + line for line in lines[-_TAIL_LINES:])
 
 
-def capture_graph(
-    script: Path, script_args: list[str], num_workers: int, job_id: str, python: str = sys.executable
-) -> GraphItem:
-    """Run `script` as worker 0 until its graph is captured and return what the graph holds.
+def run_in_hook_mode(
+    script: Path,
+    script_args: list[str],
+    num_workers: int,
+    job_id: str,
+    mode: str,
+    read: Callable[[Path], Found],
+    *,
+    failed: str,
+    too_slow: str,
+    timeout_s: float = CAPTURE_TIMEOUT_S,
+    settings: Mapping[str, str] | None = None,
+    python: str = sys.executable,
+) -> Found:
+    """Run `script` as worker 0 of `num_workers` with ADRUN_MODE=`mode` and return `read` of the
+    file the hook wrote (ADRUN_CAPTURE_OUT). `failed` says what a failing script failed at (before
+    its exit code and stderr), `too_slow` what it did not do within `timeout_s`.
 
-    Raises UserError when the script fails, is refused by adrun's hook, never creates a Session
-    (not graph mode), or has nothing to train. The capture process is stopped with its whole
-    process group in any case.
+    `settings` are further ADRUN_* variables for the hook; ADRUN_SCRATCH_DIR is set to an empty
+    directory deleted afterwards, with the output file. Raises UserError when the script fails, is
+    refused by adrun's hook, times out, or ends without a Session (not graph mode). The process is
+    stopped with its whole process group in any case.
     """
-    with tempfile.TemporaryDirectory(prefix="adrun-capture-") as tmp:
-        out = Path(tmp) / "graph_item.json"
+    with tempfile.TemporaryDirectory(prefix=f"adrun-{mode}-") as tmp:
+        out = Path(tmp) / "found.json"
+        scratch = Path(tmp) / "scratch"
+        scratch.mkdir()
         env = task_env(
-            Task("worker", 0, "localhost", 0), job_id, num_workers, {}, "capture", None, str(HOOK_DIR), os.environ
+            Task("worker", 0, "localhost", 0), job_id, num_workers, {}, mode, None, str(HOOK_DIR), os.environ
         )
-        env["ADRUN_CAPTURE_OUT"] = str(out)
+        env.update(settings or {}, ADRUN_CAPTURE_OUT=str(out), ADRUN_SCRATCH_DIR=str(scratch))
         process = LocalProcess(worker_argv(python, script, script_args), cwd=Path.cwd(), env=env)
         try:
-            _, stderr = process.communicate(timeout=CAPTURE_TIMEOUT_S)
+            _, stderr = process.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            raise UserError(
-                f"{script}: did not create a tf.compat.v1.Session within {CAPTURE_TIMEOUT_S} s while adrun "
-                "captured its graph"
-            ) from None
+            raise UserError(f"{script}: {too_slow}") from None
         finally:
             process.kill_group()
         code = process.poll()
         refusal = _hook_refusal(stderr) if code == PLAN_MISMATCH_EXIT_CODE else None
         if code == 0 and out.exists():
-            item = load_graph_item(out)
-        elif refusal:
+            return read(out)
+        if refusal:
             raise UserError(f"{script}: {refusal}")
-        elif code != 0:
+        if code != 0:
             raise UserError(
-                f"{script}: failed before adrun captured its graph (exit code {code}); "
-                f"last lines of its stderr:\n{_tail(stderr)}"
+                f"{script}: {failed} (exit code {code}); last lines of its stderr:\n{_tail(stderr)}"
             )
-        else:
-            raise UserError(
-                f"{script}: finished without creating a tf.compat.v1.Session, so there is no graph to "
-                "distribute. adrun runs graph-mode scripts: call tf.compat.v1.disable_eager_execution() "
-                "and train with a tf.compat.v1.Session or MonitoredTrainingSession."
-            )
+        raise UserError(
+            f"{script}: finished without creating a tf.compat.v1.Session, so there is no graph to "
+            "distribute. adrun runs graph-mode scripts: call tf.compat.v1.disable_eager_execution() "
+            "and train with a tf.compat.v1.Session or MonitoredTrainingSession."
+        )
+
+
+def require_training_op(script: Path, item: GraphItem) -> GraphItem:
+    """`item`, or a UserError when its graph has nothing to train."""
     if not item.trainable_with_grads():
         raise UserError(
             f"{script}: its graph has no training op: no tf.compat.v1.train optimizer's minimize() or "
@@ -80,3 +103,20 @@ def capture_graph(
             "the model, before the script ended), so there are no gradients to synchronize."
         )
     return item
+
+
+def capture_graph(
+    script: Path, script_args: list[str], num_workers: int, job_id: str, python: str = sys.executable
+) -> GraphItem:
+    """Run `script` as worker 0 until its graph is captured and return what the graph holds.
+
+    Raises UserError when the script fails, is refused by adrun's hook, never creates a Session
+    (not graph mode), or has nothing to train.
+    """
+    item = run_in_hook_mode(
+        script, script_args, num_workers, job_id, "capture", load_graph_item,
+        failed="failed before adrun captured its graph",
+        too_slow=f"did not create a tf.compat.v1.Session within {CAPTURE_TIMEOUT_S} s while adrun captured its graph",
+        python=python,
+    )
+    return require_training_op(script, item)

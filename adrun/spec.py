@@ -12,6 +12,7 @@ starting 100,000 processes or 4,096 devices. README.md, "Cluster spec", lists th
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 import shutil
 import subprocess
@@ -22,6 +23,7 @@ import psutil
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
@@ -30,6 +32,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from adrun.model_io import Loc, Problems, Version1, dump_yaml, load_yaml_model
 
@@ -212,6 +215,112 @@ class Node(BaseModel):
         return self
 
 
+# Bounds of the network figures a spec may give: from a slow shared uplink (1 kbit/s) to beyond any
+# interconnect sold (10 Tbit/s); a latency of at most a minute (longer is a dead link, not a figure).
+MIN_BANDWIDTH_MBIT = 0.001
+MAX_BANDWIDTH_MBIT = 10_000_000
+MAX_LATENCY_MS = 60_000
+
+
+def _plain_number(value: Any) -> Any:
+    """`10` and `0.5` alike, but not YAML's `true`, a quoted `'10'`, `.nan` or `.inf`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise PydanticCustomError("float_type", "Input should be a number")
+    if not math.isfinite(value):
+        raise PydanticCustomError("finite_number", "Input should be a finite number")
+    return value
+
+
+Bandwidth = Annotated[float, BeforeValidator(_plain_number),
+                      Field(ge=MIN_BANDWIDTH_MBIT, le=MAX_BANDWIDTH_MBIT, allow_inf_nan=False)]
+Latency = Annotated[float, BeforeValidator(_plain_number), Field(ge=0, le=MAX_LATENCY_MS, allow_inf_nan=False)]
+
+
+class PathFigures(BaseModel):
+    """Bandwidth (Mbit/s, 10^6 bits) and one-way latency (ms) of one path, as the user knows them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    bandwidth_mbit: Bandwidth
+    latency_ms: Latency
+
+
+class LinkFigures(PathFigures):
+    """One direction between two nodes of the spec, by their addresses."""
+
+    src: Annotated[str, AfterValidator(_check_address)]
+    dst: Annotated[str, AfterValidator(_check_address)]
+
+
+class NetworkSpec(BaseModel):
+    """The network as given instead of measured (`adrun profile`, `--strategy Auto`).
+
+    `bandwidth_mbit` / `latency_ms`: every path between two different nodes, and inside a node
+    unless `local` says otherwise; `local`: inside one node (loopback); `links`: one direction
+    between two nodes, instead of the top-level figures. Every path the cluster has must get figures.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    bandwidth_mbit: Bandwidth | None = None
+    latency_ms: Latency | None = None
+    local: PathFigures | None = None
+    links: list[LinkFigures] = []
+
+    @model_validator(mode="after")
+    def _complete(self) -> NetworkSpec:
+        findings: list[tuple[Loc, str]] = []
+        if (self.bandwidth_mbit is None) != (self.latency_ms is None):
+            missing = "latency_ms" if self.latency_ms is None else "bandwidth_mbit"
+            findings.append(((missing,), "give bandwidth_mbit and latency_ms together"))
+        elif self.bandwidth_mbit is None and self.local is None:
+            findings.append(((), "no figures for the path inside a node: give bandwidth_mbit and latency_ms "
+                                 "(every path), or `local`"))
+        seen: dict[tuple[str, str], int] = {}
+        for i, link in enumerate(self.links):
+            pair = (_address_key(link.src), _address_key(link.dst))
+            if pair[0] == pair[1]:
+                findings.append((("links", i, "dst"), f"'{link.dst}' is the link's own src; the path inside a "
+                                                      "node is `local`"))
+            elif pair in seen:
+                findings.append((("links", i), f"{link.src} -> {link.dst} given twice (also links[{seen[pair]}])"))
+            seen.setdefault(pair, i)
+        if findings:
+            raise Problems(findings)
+        return self
+
+    def pair_findings(self, addresses: list[str]) -> list[tuple[Loc, str]]:
+        """Links naming no node of the spec, and ordered node pairs left without figures."""
+        keys = [_address_key(a) for a in addresses]
+        findings: list[tuple[Loc, str]] = [
+            (("links", i, end), f"'{getattr(link, end)}' is not the address of a node of this spec")
+            for i, link in enumerate(self.links) for end in ("src", "dst")
+            if _address_key(getattr(link, end)) not in keys
+        ]
+        if self.bandwidth_mbit is None:
+            given = {(_address_key(link.src), _address_key(link.dst)) for link in self.links}
+            missing = [f"{a} -> {b}" for a, ka in zip(addresses, keys) for b, kb in zip(addresses, keys)
+                       if ka != kb and (ka, kb) not in given]
+            if missing:
+                shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+                findings.append(((), f"no figures for {shown}: give bandwidth_mbit and latency_ms for every "
+                                     "path between nodes, or a `links` entry for each"))
+        return findings
+
+    def figures(self, src: str, dst: str) -> PathFigures:
+        """The figures of the path from node `src` to node `dst` (`local` when they are one node)."""
+        key = (_address_key(src), _address_key(dst))
+        if key[0] == key[1]:
+            if self.local is not None:
+                return self.local
+        else:
+            for link in self.links:
+                if (_address_key(link.src), _address_key(link.dst)) == key:
+                    return link
+        assert self.bandwidth_mbit is not None and self.latency_ms is not None  # _complete and pair_findings
+        return PathFigures(bandwidth_mbit=self.bandwidth_mbit, latency_ms=self.latency_ms)
+
+
 class ClusterSpec(BaseModel):
     """The whole cluster: a list of nodes, one of them the chief."""
 
@@ -219,6 +328,7 @@ class ClusterSpec(BaseModel):
 
     version: Version1
     nodes: list[Node] = Field(min_length=1)
+    network: NetworkSpec | None = None  # given figures; without, `adrun profile` measures the network
 
     @model_validator(mode="after")
     def _check_nodes(self) -> ClusterSpec:
@@ -235,6 +345,9 @@ class ClusterSpec(BaseModel):
             first_seen.setdefault(key, i)
         if len(self.nodes) > 1:
             findings += self._multi_node_findings()
+        if self.network is not None:
+            findings += [(("network", *loc), message)
+                         for loc, message in self.network.pair_findings([node.address for node in self.nodes])]
         if findings:
             raise Problems(findings)
         return self

@@ -14,7 +14,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import random
 import shlex
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -26,7 +25,6 @@ import paramiko
 
 from adrun.errors import UserError
 
-from . import probe
 from .check_report import CHECKS, CheckReport, CheckResult, NodeReport, PairBandwidth
 from .check_rules import (
     judge_bandwidth,
@@ -45,14 +43,11 @@ from .check_rules import (
 from .local import is_local_host
 from .node_shell import LocalShell, NodeShell, SSHShell
 from .ssh import explain_failure, open_connection
+from .transfer import PROBE_SOURCE, Endpoint, TransferError, measure_transfer, node_python, parse_probe, probe_command
 
-PROBE_SOURCE = Path(probe.__file__).read_text()
 FACTS_TIMEOUT = 120.0  # importing TensorFlow on a busy node takes a while
 CLOCK_TIMEOUT = 10.0
 BANDWIDTH_BYTES = 8 << 20
-BANDWIDTH_TIMEOUT = 20.0
-BANDWIDTH_CONNECT_TIMEOUT = 5.0  # the receiver starts in a fresh Python: ~0.1 s, more on a busy node
-_BIND_ATTEMPTS = 3
 MAX_PARALLEL = 32  # nodes probed at once; each holds one SSH connection
 
 
@@ -107,32 +102,12 @@ def _workdir(node: Any, local: bool) -> str:
     return os.getcwd()
 
 
-def _python(node: Any) -> str:
-    """The interpreter the launcher starts tasks with (the same default as launch/job.py)."""
-    return node.python or sys.executable
-
-
-def _probe_command(node: Any, python: str, mode: str, args: dict[str, Any], *, local: bool) -> str:
-    env = "" if not node.env else "env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in node.env.items()) + " "
-    activate = node.ssh.activate if (not local and node.ssh is not None and node.ssh.activate) else None
-    command = f"{env}{shlex.quote(python)} -c {shlex.quote(PROBE_SOURCE)} {mode} {shlex.quote(json.dumps(args))}"
-    return f"{activate} && {command}" if activate else command
-
-
-def _parse(stdout: str) -> dict[str, Any] | None:
-    """The probe's result line, or None when it printed none."""
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(probe.MARKER):
-            return json.loads(line[len(probe.MARKER):])
-    return None
-
-
 def _reference_facts(script: str | None) -> dict[str, Any]:
     """This machine's facts from the launcher's interpreter, in a subprocess: launch/ never imports TF."""
     args = {"workdir": os.getcwd(), "script": script, "ports": []}
     command = f"{shlex.quote(sys.executable)} -c {shlex.quote(PROBE_SOURCE)} facts {shlex.quote(json.dumps(args))}"
     done = LocalShell().run(command, FACTS_TIMEOUT)
-    facts = _parse(done.stdout)
+    facts = parse_probe(done.stdout)
     if facts is None or "error" in facts:
         raise UserError(f"cannot probe this machine with {sys.executable}: {done.stderr.strip()[-500:]}")
     return facts
@@ -189,11 +164,11 @@ def _clock(shell: NodeShell, address: str) -> CheckResult:
 
 def _run_facts(item: _Probed, script: str | None) -> None:
     node = item.node
-    python = _python(node)
+    python = node_python(node)
     ports = list(range(node.base_port, node.base_port + node.workers + node.ps)) if node.base_port else []
     args = {"workdir": _workdir(node, item.local), "script": script, "ports": ports}
-    done = item.shell.run(_probe_command(node, python, "facts", args, local=item.local), FACTS_TIMEOUT)  # type: ignore[union-attr]
-    facts = _parse(done.stdout)
+    done = item.shell.run(probe_command(node, python, "facts", args, local=item.local), FACTS_TIMEOUT)  # type: ignore[union-attr]
+    facts = parse_probe(done.stdout)
     if done.returncode != 0 or facts is None or "error" in facts:
         stderr = done.stderr if facts is None else f"{done.stderr}\n{facts.get('error', '')}"
         item.results["python"] = judge_python(node, python, done.returncode, stderr, node.address)
@@ -216,26 +191,14 @@ def _judge_facts(item: _Probed, here: dict[str, Any]) -> None:
 
 
 def _measure_pair(sender: _Probed, receiver: _Probed) -> PairBandwidth:
-    """Stream BANDWIDTH_BYTES from `sender` to `receiver`'s address; retry a taken port."""
+    """Stream BANDWIDTH_BYTES from `sender` to `receiver`'s address."""
     source, target = sender.node.address, receiver.node.address
-    error = "not attempted"
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        for _ in range(_BIND_ATTEMPTS):
-            port = random.randint(40000, 59999)
-            recv_cmd = _probe_command(receiver.node, _python(receiver.node), "recv",
-                                      {"port": port, "timeout": BANDWIDTH_TIMEOUT}, local=receiver.local)
-            send_cmd = _probe_command(sender.node, _python(sender.node), "send",
-                                      {"host": target, "port": port, "nbytes": BANDWIDTH_BYTES,
-                                       "connect_timeout": BANDWIDTH_CONNECT_TIMEOUT, "timeout": BANDWIDTH_TIMEOUT},
-                                      local=sender.local)
-            received = pool.submit(receiver.shell.run, recv_cmd, BANDWIDTH_TIMEOUT + 10)  # type: ignore[union-attr]
-            sent = sender.shell.run(send_cmd, BANDWIDTH_TIMEOUT + 10)  # type: ignore[union-attr]
-            got = received.result()
-            if got.returncode == probe.BIND_FAILED:
-                error = f"port {port} taken on {target}"
-                continue
-            result = _parse(sent.stdout) or {"error": sent.stderr.strip()[-200:] or "sender timed out"}
-            if "error" in result:
-                return PairBandwidth(source, target, None, result["error"])
-            return PairBandwidth(source, target, result["bytes"] * 8 / result["seconds"] / 1e6)
-    return PairBandwidth(source, target, None, error)
+    try:
+        done = measure_transfer(_endpoint(sender), _endpoint(receiver), target, BANDWIDTH_BYTES)
+    except TransferError as e:
+        return PairBandwidth(source, target, None, str(e))
+    return PairBandwidth(source, target, done.bytes_per_s * 8 / 1e6)
+
+
+def _endpoint(item: _Probed) -> Endpoint:
+    return Endpoint(item.node, item.shell, item.local, node_python(item.node))  # type: ignore[arg-type]

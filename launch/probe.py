@@ -8,9 +8,12 @@ ignored) and bounds every wait by itself, so it ends even if the SSH channel is 
 
 Modes:
   facts  {"workdir", "script", "ports"}    versions, CPUs, memory, GPUs, disk, script, ports
-  recv   {"port", "timeout"}               accept one TCP stream, count its bytes, acknowledge
-  send   {"host", "port", "nbytes", "connect_timeout", "timeout"}
-                                           stream nbytes to a `recv`, time until its ack
+  recv   {"port", "timeout", "pings"?}     accept one TCP stream, answer `pings` one-byte round
+                                           trips, count the rest of its bytes, acknowledge
+  send   {"host", "port", "nbytes", "connect_timeout", "timeout", "pings"?, "max_s"?}
+                                           time `pings` one-byte round trips with a `recv`, then
+                                           stream nbytes to it (stopping after max_s seconds, if
+                                           given) and time until its ack
 """
 
 from __future__ import annotations
@@ -123,6 +126,12 @@ def recv(args: dict) -> dict:
     conn, _ = server.accept()
     total = 0
     with conn:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn.settimeout(max(0.1, deadline - time.monotonic()))
+        for _ in range(args.get("pings", 0)):
+            if not conn.recv(1):
+                raise ConnectionError("sender closed during the round trips")
+            conn.sendall(b"p")
         while True:
             conn.settimeout(max(0.1, deadline - time.monotonic()))
             data = conn.recv(_CHUNK)
@@ -144,12 +153,22 @@ def send(args: dict) -> dict:
             if time.monotonic() > connect_by:
                 raise
             time.sleep(0.05)
-    start = time.monotonic()
-    deadline = start + args["timeout"]
+    deadline = time.monotonic() + args["timeout"]
     block = b"\0" * _CHUNK
     left = args["nbytes"]
     with sock:
-        while left > 0:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(max(0.1, deadline - time.monotonic()))
+        rtt_s = []
+        for _ in range(args.get("pings", 0)):
+            before = time.perf_counter()
+            sock.sendall(b"p")
+            if not sock.recv(1):
+                raise ConnectionError("receiver closed during the round trips")
+            rtt_s.append(time.perf_counter() - before)
+        start = time.monotonic()
+        stop_by = start + args["max_s"] if args.get("max_s") else deadline
+        while left > 0 and time.monotonic() < stop_by:
             sock.settimeout(max(0.1, deadline - time.monotonic()))
             left -= sock.send(block[: min(left, _CHUNK)])
         sock.shutdown(socket.SHUT_WR)
@@ -157,7 +176,7 @@ def send(args: dict) -> dict:
         ack = sock.recv(1)
     if ack != b"k":
         raise ConnectionError("receiver closed without acknowledging")
-    return {"bytes": args["nbytes"], "seconds": time.monotonic() - start}
+    return {"bytes": args["nbytes"] - left, "seconds": time.monotonic() - start, "rtt_s": rtt_s}
 
 
 def _emit(result: dict) -> None:

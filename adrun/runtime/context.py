@@ -10,14 +10,17 @@ from functools import cached_property
 
 @dataclass(frozen=True)
 class TaskContext:
-    mode: str  # "run" or "capture"
+    mode: str  # "run", "capture" or "profile"
     role: str  # "worker" or "ps"
     task_index: int
     num_workers: int
     job_id: str
     cluster: dict[str, list[str]]
     strategy_file: str | None
-    capture_out: str | None
+    capture_out: str | None  # capture and profile mode: where the process writes what it found
+    profile_warmup: int = 0  # profile mode: training steps before the timed ones
+    profile_steps: int = 0  # profile mode: measured training steps after the warm-up
+    scratch_dir: str | None = None  # profile mode: where the script's checkpoint and summary writes go
 
     @property
     def is_chief(self) -> bool:
@@ -55,6 +58,9 @@ class TaskContext:
             cluster=json.loads(env.get("ADRUN_CLUSTER", "{}")),
             strategy_file=env.get("ADRUN_STRATEGY_FILE"),
             capture_out=env.get("ADRUN_CAPTURE_OUT"),
+            profile_warmup=int(env.get("ADRUN_PROFILE_WARMUP", "0")),
+            profile_steps=int(env.get("ADRUN_PROFILE_STEPS", "0")),
+            scratch_dir=env.get("ADRUN_SCRATCH_DIR"),
         )
 
 

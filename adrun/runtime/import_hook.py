@@ -66,10 +66,17 @@ def _install_tf_keras() -> None:
     install_tf_keras()
 
 
+def _install_tf_keras_saving() -> None:
+    from adrun.runtime.patches import install_tf_keras_saving
+
+    install_tf_keras_saving()
+
+
 # module -> patch to run once it is imported
 PATCHES: dict[str, Callable[[], None]] = {
     "tensorflow": _install_tensorflow,
     "tf_keras.src.optimizers.legacy.optimizer_v2": _install_tf_keras,
+    "tf_keras.src.engine.training": _install_tf_keras_saving,
 }
 
 

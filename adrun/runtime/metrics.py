@@ -17,7 +17,7 @@ METRIC_PREFIX = "@@ADRUN "
 _EMIT_INTERVAL_S = 0.5
 
 
-def _fetched_names(fetches: Any) -> set[str]:
+def fetched_names(fetches: Any) -> set[str]:
     """Op names in a fetch structure (tf.nest would sort dict keys, and MonitoredTrainingSession
     keys its fetch dicts by hook objects, which do not sort)."""
     if isinstance(fetches, tf.Operation):
@@ -29,11 +29,11 @@ def _fetched_names(fetches: Any) -> set[str]:
     if isinstance(fetches, dict):
         fetches = list(fetches.values())
     if isinstance(fetches, (list, tuple)):
-        return set().union(*map(_fetched_names, fetches)) if fetches else set()
+        return set().union(*map(fetched_names, fetches)) if fetches else set()
     return set()
 
 
-def _controls_a_step(graph: tf.Graph, names: set[str], train_ops: set[str]) -> bool:
+def controls_a_step(graph: tf.Graph, names: set[str], train_ops: set[str]) -> bool:
     """Whether one of the named ops has a step op as a control input."""
     for name in names:
         try:
@@ -45,7 +45,7 @@ def _controls_a_step(graph: tf.Graph, names: set[str], train_ops: set[str]) -> b
     return False
 
 
-def _examples_in_feed(feed_dict: dict | None) -> int | None:
+def examples_in_feed(feed_dict: dict | None) -> int | None:
     """Batch size of a fed placeholder whose first dimension is open (the batch dimension)."""
     for key, value in (feed_dict or {}).items():
         shape = getattr(key, "shape", None)
@@ -72,20 +72,20 @@ class StepReporter:
         records = records_for(graph)
         if not records.train_ops:
             return False
-        names = _fetched_names(fetches)
+        names = fetched_names(fetches)
         if records.train_ops & names:
             return True
         key = frozenset(names)
         decided = records.step_fetches.get(key)
         if decided is None:
-            decided = records.step_fetches[key] = _controls_a_step(graph, names, records.train_ops)
+            decided = records.step_fetches[key] = controls_a_step(graph, names, records.train_ops)
         return decided
 
     def after_step(self, graph: tf.Graph, feed_dict: dict | None, examples: int | None = None) -> None:
         self.steps += 1
         self.wire_bytes = records_for(graph).wire_bytes_per_step
         if not self._examples_read:
-            self.examples = examples or _examples_in_feed(feed_dict) or static_batch_size(graph)
+            self.examples = examples or examples_in_feed(feed_dict) or static_batch_size(graph)
             self._examples_read = True
         now = time.monotonic()
         if now - self._last_emit >= _EMIT_INTERVAL_S:

@@ -3,7 +3,8 @@
 - `Optimizer.apply_gradients` (tf.compat.v1.train optimizers): records (gradient, variable)
   pairs; in run mode synchronizes the gradients per the plan and returns this worker's step op.
 - `Session.__init__` (also reached by MonitoredTrainingSession and the tf_keras backend): on a
-  training graph, in capture mode describes the graph and exits, in run mode returns a session of
+  training graph, in capture mode describes the graph and exits, in profile mode stays plain (its
+  steps are timed and counted, profiler.py), in run mode returns a session of
   the distributed job; a Session created before its model waits for its first run after the
   optimizer step exists (pending_sessions.py); one on an evaluation graph stays local.
 - `BaseSession.run`: settles a pending Session, counts training steps for the launcher's
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import numbers
 import os
 import sys
 import threading
@@ -61,7 +61,7 @@ def _patch_apply_gradients(optimizer_class, ctx) -> None:
             call = GradientRecord(self, pairs)
             records.calls.append(call)
             apply = functools.partial(_apply_with, original, self, args, kwargs)
-            if ctx.mode == "capture":
+            if ctx.mode != "run":
                 op = apply(pairs)
             else:
                 try:
@@ -70,6 +70,10 @@ def _patch_apply_gradients(optimizer_class, ctx) -> None:
                     _fail(str(e))
             call.train_op = op
             records.add_train_op(op)
+            if ctx.mode == "profile":
+                from adrun.runtime.profiler import add_row_counters
+
+                add_row_counters(ops.get_default_graph(), call)
             return op
         finally:
             _local.depth = 0
@@ -292,23 +296,83 @@ def _patch_saver_on_non_chief() -> None:
     replicas: they receive the chief's (restored) values at the first step anyway.
     """
     from tensorflow.python.training import saver as tf_saver
-    from tensorflow.python.training import training_util
 
+    from adrun.runtime.no_trace import save_nothing
     from adrun.runtime.session_setup import local_init_op
-
-    def save(self, sess, save_path, global_step=None, *args, **kwargs):
-        if global_step is None:
-            return save_path
-        step = global_step if isinstance(global_step, numbers.Integral) else training_util.global_step(sess, global_step)
-        return f"{save_path}-{step}"
 
     def restore(self, sess, save_path):
         op = local_init_op(sess.graph)
         if op is not None:
             sess.run(op)
 
-    tf_saver.Saver.save = save
+    tf_saver.Saver.save = save_nothing
     tf_saver.Saver.restore = restore
+
+
+def _patch_profile(ctx) -> None:
+    """Profile mode (profiler.py): the script's Sessions stay plain local sessions; its training
+    steps, by `run` or Keras callable, are timed or counted, and its checkpoint and summary writes
+    go to a scratch directory (no_trace.py)."""
+    from tensorflow.python.client import session as tf_session
+
+    from adrun.runtime.metrics import StepReporter, examples_in_feed
+    from adrun.runtime.no_trace import keep_writes_in
+    from adrun.runtime.profiler import Profiler
+
+    keep_writes_in(ctx.scratch_dir)
+    profiler = Profiler(ctx.profile_warmup, ctx.profile_steps, ctx.capture_out)
+
+    original_init = tf_session.Session.__init__
+
+    @functools.wraps(original_init)
+    def __init__(self, target="", graph=None, config=None):
+        original_init(self, target, graph, config)
+        profiler.saw_session(self.graph)  # described at exit if the script never trains
+
+    original_run = tf_session.BaseSession.run
+
+    @functools.wraps(original_run)
+    def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
+        if not StepReporter.is_training_step(self.graph, fetches):
+            return original_run(self, fetches, feed_dict, options, run_metadata)
+        return profiler.training_step(
+            self.graph, fetches, examples_in_feed(feed_dict),
+            lambda: original_run(self, fetches, feed_dict, options, run_metadata),
+            lambda extra: original_run(self, (fetches, extra), feed_dict, options, run_metadata),
+        )
+
+    original_make_callable = tf_session.BaseSession._make_callable_from_options
+
+    @functools.wraps(original_make_callable)
+    def _make_callable_from_options(self, callable_options):
+        callable_fn = original_make_callable(self, callable_options)
+        targets = list(callable_options.target) + list(callable_options.fetch)
+        if not StepReporter.is_training_step(self.graph, targets):
+            return callable_fn
+        session = self
+        counting_fn = []  # made at the first counted step: the callable with the counters fetched too
+
+        def run_counted(extra, args, kwargs):
+            if not counting_fn:
+                options = type(callable_options).FromString(callable_options.SerializeToString())
+                options.fetch.extend(t.name for t in extra)
+                counting_fn.append(original_make_callable(session, options))
+            result = counting_fn[0](*args, **kwargs)
+            return result[: -len(extra)], result[-len(extra):]
+
+        def training_step(*args, **kwargs):
+            first = args[0] if args else None
+            return profiler.training_step(
+                session.graph, targets, len(first) if hasattr(first, "__len__") else None,
+                lambda: callable_fn(*args, **kwargs),
+                lambda extra: run_counted(extra, args, kwargs),
+            )
+
+        return training_step
+
+    tf_session.Session.__init__ = __init__
+    tf_session.BaseSession.run = run
+    tf_session.BaseSession._make_callable_from_options = _make_callable_from_options
 
 
 def install() -> None:
@@ -321,6 +385,9 @@ def install() -> None:
     from tensorflow.python.training import optimizer as v1_optimizer
 
     _patch_apply_gradients(v1_optimizer.Optimizer, ctx)
+    if ctx.mode == "profile":
+        _patch_profile(ctx)
+        return
     _patch_session(ctx)
     if ctx.mode == "run":
         _patch_partitioning(ctx)
@@ -340,3 +407,13 @@ def install_tf_keras() -> None:
     from tf_keras.src.optimizers.legacy import optimizer_v2
 
     _patch_apply_gradients(optimizer_v2.OptimizerV2, ctx)
+
+
+def install_tf_keras_saving() -> None:
+    """In profile mode, tf_keras models save nothing (no_trace.py); other modes leave them alone."""
+    ctx = current()
+    if ctx.role != "worker" or ctx.mode != "profile":
+        return
+    from adrun.runtime.no_trace import keep_keras_saves_out
+
+    keep_keras_saves_out()

@@ -13,7 +13,7 @@ import pytest
 from rich.console import Console
 
 from adrun.launch import probe
-from adrun.launch.check import _probe_command
+from adrun.launch.transfer import probe_command
 from adrun.launch.check_report import CHECKS, CheckReport, CheckResult, NodeReport, PairBandwidth, render
 from adrun.launch.check_rules import (MAX_CLOCK_SKEW, judge_bandwidth, judge_clock, judge_cpus, judge_disk,
                                       judge_gpus, judge_memory, judge_ports, judge_python, judge_script,
@@ -211,8 +211,8 @@ def test_probe_send_recv_counts_every_byte() -> None:
 
 def test_probe_command_applies_node_env_and_remote_activate() -> None:
     n = node(env={"LD_LIBRARY_PATH": "/opt/cuda lib"}, ssh={"activate": "source /venv/bin/activate"})
-    remote = _probe_command(n, "/venv/bin/python", "facts", {"ports": []}, local=False)
+    remote = probe_command(n, "/venv/bin/python", "facts", {"ports": []}, local=False)
     assert remote.startswith("source /venv/bin/activate && env LD_LIBRARY_PATH='/opt/cuda lib' /venv/bin/python -c ")
     assert remote.endswith(" facts '{\"ports\": []}'")
-    local = _probe_command(n, "/venv/bin/python", "facts", {}, local=True)
+    local = probe_command(n, "/venv/bin/python", "facts", {}, local=True)
     assert local.startswith("env LD_LIBRARY_PATH=")  # activate belongs to SSH logins only

@@ -323,7 +323,7 @@ def test_value_its_yaml_type_cannot_hold(tmp_path: Path, value: str, shown: str,
 
 def test_field_name_that_is_no_text(tmp_path: Path) -> None:
     message = load_error(tmp_path, "1: x\n" + ONE_NODE)
-    assert message == f"{tmp_path / 'cluster.yml'}: unknown field 1 (known fields: version, nodes)"
+    assert message == f"{tmp_path / 'cluster.yml'}: unknown field 1 (known fields: version, nodes, network)"
 
 
 # --- counts: whole numbers only, bounded by what a node holds ---------------------------------------

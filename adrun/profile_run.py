@@ -1,0 +1,93 @@
+"""Launching side of the profiling run: what one process of the script measures in a few steps.
+
+`profile_model` runs the unmodified script once, as worker 0 of `num_workers` (so a script that
+sizes its batch by ADRUN_NUM_WORKERS profiles a worker's batch), with ADRUN_MODE=profile. The hook
+(`adrun/runtime/profiler.py`) lets it train on one process with its own plain local Sessions, for
+`warmup` + `steps` training steps, then the process writes what it measured and ends, however long
+the script would have trained.
+
+Measured:
+- `compute_s`: the median time of the timed steps at the script's batch size; a step lasts from the
+  start of its `Session.run` (or Keras callable) to the start of the next training step, so the
+  script's own work between steps counts. Warm-up steps are not timed.
+- `rows_touched`: for each variable with sparse gradients, the distinct ids in its gradient per
+  step (mean and max), counted with `tf.unique` in the step's own `run`. Those counting steps are
+  not timed: with sparse variables every other step counts and the others are timed, so `steps`
+  gives about `steps / 2` timed steps; without, all `steps` are timed.
+Static facts (variables, shapes, dense/sparse, optimizer, batch size) are the GraphItem that capture
+describes; when the graph does not fix the batch size (placeholders), the first step's feed (or
+Keras batch) gives it.
+
+No trace: the profiling run saves no checkpoint (`Saver.save` writes nothing) and writes its events
+files and graphs into a temporary directory deleted afterwards (`adrun/runtime/no_trace.py`), so a
+MonitoredTrainingSession or Saver of the real run finds no profiling checkpoint to resume from.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+from adrun.capture_run import CAPTURE_TIMEOUT_S, require_training_op, run_in_hook_mode
+from adrun.errors import UserError
+from adrun.profile_samples import ProfileSamples, load_samples
+from adrun.strategies.facts import ModelProfile, RowsTouched
+
+DEFAULT_STEPS = 20
+DEFAULT_WARMUP = 4
+MAX_STEPS = 100_000  # a profile needs tens of steps; more is a mistake, not a wish
+PROFILE_TIMEOUT_S = CAPTURE_TIMEOUT_S
+
+
+def profile_model(
+    script: Path,
+    script_args: list[str],
+    num_workers: int,
+    job_id: str,
+    steps: int = DEFAULT_STEPS,
+    warmup: int = DEFAULT_WARMUP,
+    python: str = sys.executable,
+) -> ModelProfile:
+    """Profile `script` on one process (see the module's docstring).
+
+    Raises UserError when the script fails, is refused by adrun's hook, is not a graph-mode script,
+    has no training op, does not finish within PROFILE_TIMEOUT_S, or ends before any timed step
+    (a script that ends earlier than `warmup + steps` steps is profiled on the steps it ran).
+    """
+    if not 1 <= steps <= MAX_STEPS:
+        raise UserError(f"profiling steps: {steps}; give 1 to {MAX_STEPS}")
+    if not 0 <= warmup <= MAX_STEPS:
+        raise UserError(f"profiling warm-up steps: {warmup}; give 0 to {MAX_STEPS}")
+    samples = run_in_hook_mode(
+        script, script_args, num_workers, job_id, "profile", load_samples,
+        failed="failed while adrun profiled it",
+        too_slow=f"did not run {warmup + steps} training steps within {PROFILE_TIMEOUT_S} s while adrun profiled it",
+        timeout_s=PROFILE_TIMEOUT_S,
+        settings={"ADRUN_PROFILE_STEPS": str(steps), "ADRUN_PROFILE_WARMUP": str(warmup)},
+        python=python,
+    )
+    require_training_op(script, samples.graph)
+    return _profile_of(script, samples, warmup)
+
+
+def _profile_of(script: Path, samples: ProfileSamples, warmup: int) -> ModelProfile:
+    if not samples.step_s:
+        raise UserError(
+            f"{script}: ran {samples.training_steps} training step(s), all of them warm-up ({warmup}), so no "
+            "step was timed; let it run longer (e.g. its own steps or epochs argument) or profile with "
+            "fewer warm-up steps"
+        )
+    graph = samples.graph
+    if graph.batch_size is None and samples.examples:
+        graph = graph.model_copy(update={"batch_size": samples.examples})
+    sparse = [v.name for v in graph.trainable_with_grads() if v.grad == "sparse"]
+    return ModelProfile(
+        graph=graph,
+        compute_s=statistics.median(samples.step_s),
+        steps_measured=len(samples.step_s),
+        rows_touched={
+            name: RowsTouched(mean=statistics.fmean(samples.rows[name]), max=max(samples.rows[name]))
+            for name in sparse if samples.rows.get(name)
+        },
+    )

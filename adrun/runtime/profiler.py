@@ -1,0 +1,159 @@
+"""Profile mode: time the script's training steps on one process and count the rows they touch.
+
+The launcher runs the script once with ADRUN_MODE=profile (`adrun/profile_run.py`). Its Sessions
+stay the plain local sessions the script asked for, as a lone worker's are, and it trains as it
+would alone, for `warmup` + `steps` training steps (a `Session.run` or Keras callable that runs an
+optimizer step, as `metrics.StepReporter` counts them). At the next training step, or when the
+script ends first, the process writes what it measured (`ProfileSamples`) and ends.
+
+Two kinds of step, so that counting never adds to a timed step:
+- a *counted* step also fetches, for every variable with sparse gradients that the step trains, the
+  number of distinct ids in its gradient's IndexedSlices (`tf.size(tf.unique(indices))`, built next
+  to the optimizer step when `apply_gradients` is called, before a MonitoredTrainingSession can
+  finalize the graph). It must be the same `run` as the step: a batch from an iterator is only
+  read once.
+- a *timed* step runs the script's fetches alone. Its time is from the start of its `run` to the
+  start of the next training step: the whole step as the script drives it (its input code in
+  Python, its hooks), which a worker repeats in every step too. A step the script ends after is
+  timed to the end of its `run`.
+With sparse variables, steps 0, 2, 4, ... are counted and the odd ones are plain; without, every
+step is plain. Warm-up steps are never timed; they run both kinds, so both executors exist (TF
+builds one per set of fetches on its first run) before the first timed step.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import tensorflow as tf
+
+from adrun.profile_samples import ProfileSamples, save_samples
+from adrun.runtime.capture import describe_graph
+from adrun.runtime.grads import GradientRecord, is_sparse, variable_name
+from adrun.runtime.metrics import controls_a_step, fetched_names
+
+PROFILED_EXIT_CODE = 0
+
+
+@dataclass(frozen=True)
+class RowCounter:
+    train_op: str  # the optimizer step whose gradient it counts
+    variable: str
+    distinct: tf.Tensor  # int32 scalar: distinct ids in the gradient of one step
+
+
+_counters: weakref.WeakKeyDictionary[tf.Graph, list[RowCounter]] = weakref.WeakKeyDictionary()
+_run_by: weakref.WeakKeyDictionary[tf.Graph, dict[frozenset[str], list[RowCounter]]] = weakref.WeakKeyDictionary()
+
+
+def add_row_counters(graph: tf.Graph, call: GradientRecord) -> None:
+    """Count the distinct ids of each sparse gradient of `call` (an `apply_gradients` whose step op
+    exists). Built outside the caller's control dependencies and control-flow context (a `minimize`
+    under `tf.control_dependencies(update_ops)`, say): the counter adds no dependency of its own to
+    the step it is fetched with."""
+    sparse = [(grad, var) for grad, var in call.grads_and_vars if grad is not None and is_sparse(grad)]
+    if not sparse:
+        return
+    with graph.as_default(), graph.control_dependencies(None), tf.compat.v1.name_scope("adrun_profile"):
+        counters = [
+            RowCounter(call.train_op.name, variable_name(var), tf.size(tf.unique(tf.reshape(grad.indices, [-1])).y))
+            for grad, var in sparse
+        ]
+    _counters.setdefault(graph, []).extend(counters)
+    _run_by.pop(graph, None)
+
+
+def counters_run_by(graph: tf.Graph, fetches: Any) -> list[RowCounter]:
+    """The counters of the optimizer steps that running `fetches` runs (decided once per set of names)."""
+    counters = _counters.get(graph)
+    if not counters:
+        return []
+    names = fetched_names(fetches)
+    decided = _run_by.setdefault(graph, {})
+    key = frozenset(names)
+    if key not in decided:
+        decided[key] = [c for c in counters if c.train_op in names or controls_a_step(graph, names, {c.train_op})]
+    return decided[key]
+
+
+class Profiler:
+    """The measurements of one profiling process, written once: at the step after the last one, or
+    at the script's end."""
+
+    def __init__(self, warmup: int, steps: int, out_path: str) -> None:
+        self.warmup = warmup
+        self.steps = steps
+        self.out_path = out_path
+        self.steps_run = 0
+        self.step_s: list[float] = []
+        self.rows: dict[str, list[int]] = {}
+        self.examples: int | None = None  # in the first step's feed or Keras batch, when it has one
+        self._timed: tuple[float, float] | None = None  # (start, end) of the last timed run, until the next step
+        self._graph: tf.Graph | None = None  # of the last training step, else of the last Session
+        atexit.register(self._write_at_exit)
+
+    def saw_session(self, graph: tf.Graph) -> None:
+        if not self.steps_run:
+            self._graph = graph
+
+    def training_step(
+        self,
+        graph: tf.Graph,
+        fetches: Any,
+        examples: int | None,
+        run_plain: Callable[[], Any],
+        run_counted: Callable[[list[tf.Tensor]], tuple[Any, list[Any]]],
+    ) -> Any:
+        """Run one training step of the script (`examples`: its batch size when its feed says so):
+        counted, timed or (warm-up) neither."""
+        start = time.perf_counter()
+        self._close_timed(start)
+        if self.steps_run == self.warmup + self.steps:
+            self._write()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(PROFILED_EXIT_CODE)
+        index = self.steps_run
+        self.steps_run += 1
+        self._graph = graph
+        if not index:
+            self.examples = examples
+        counters = counters_run_by(graph, fetches) if index % 2 == 0 else []
+        if counters:
+            result, counts = run_counted([c.distinct for c in counters])
+            for counter, count in zip(counters, counts):
+                self.rows.setdefault(counter.variable, []).append(int(count))
+            return result
+        result = run_plain()
+        if index >= self.warmup:
+            self._timed = (start, time.perf_counter())
+        return result
+
+    def _close_timed(self, next_start: float) -> None:
+        if self._timed is not None:
+            self.step_s.append(next_start - self._timed[0])
+            self._timed = None
+
+    def _write_at_exit(self) -> None:
+        """The script ended first: its last timed step lasted as long as its `run`."""
+        if self._timed is not None:
+            start, end = self._timed
+            self.step_s.append(end - start)
+            self._timed = None
+        self._write()
+
+    def _write(self) -> None:
+        if self._graph is None:
+            return  # no Session: the launcher reports a script that is not in graph mode
+        samples = ProfileSamples(
+            graph=describe_graph(self._graph), training_steps=self.steps_run, examples=self.examples,
+            step_s=self.step_s, rows=self.rows,
+        )
+        save_samples(samples, self.out_path)

@@ -1,0 +1,105 @@
+"""Bandwidth and latency of a cluster's paths, for the cost model: measured, or as the spec gives them.
+
+Given (the spec's `network` field): every path gets the spec's figures, source "spec", and
+nothing is measured.
+
+Measured, with the probe transfers `cluster check` uses (launch/transfer.py), one at a time so
+that no two share a link or a CPU:
+- `local`: the chief node's loopback (a one-machine cluster is modelled on what it really has);
+- every ordered pair of distinct nodes, each direction on its own (links may be asymmetric). A
+  cluster of more than MAX_ALL_PAIRS nodes measures only each node to and from the chief
+  (2(N-1) transfers instead of N(N-1)); every other pair is "assumed" to be the median of the
+  measured links.
+Each transfer times PINGS one-byte round trips on its connection (latency: half the median round
+trip) and then streams at most TRANSFER_BYTES for at most STREAM_S seconds (bandwidth: bytes over
+the time to the receiver's acknowledgement). Each process is bounded by launch/transfer.py's
+timeouts and ends by itself; nothing is left running.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from typing import Any
+
+from adrun.errors import UserError
+from adrun.spec import ClusterSpec
+from adrun.strategies.facts import HostLink, Link, NetworkFacts
+
+from .local import is_local_host
+from .node_shell import LocalShell, SSHShell
+from .transfer import Endpoint, Transfer, TransferError, measure_transfer, node_python
+
+PINGS = 20
+TRANSFER_BYTES = 64 << 20  # a loopback moves this in tens of ms; a 100 Mbit/s link stops at STREAM_S
+STREAM_S = 2.0
+MAX_ALL_PAIRS = 8  # 56 transfers, about a minute; beyond, the chief's pairs only
+
+
+def network_facts(spec: ClusterSpec, remote: Any = None) -> NetworkFacts:
+    """The network of `spec`: its `network` field, else measured. `remote` (launch.provision.
+    RemoteNodes, connected) reaches the nodes that are not this machine; None for a cluster on
+    this machine only. Raises UserError when a transfer fails."""
+    if spec.network is not None:
+        return _given(spec)
+    endpoints = {node.address: _endpoint(node, remote) for node in spec.nodes}
+    chief = spec.chief.address
+    local = _link(_measure(endpoints[chief], endpoints[chief], "127.0.0.1"))
+    addresses = [node.address for node in spec.nodes]
+    if len(addresses) <= MAX_ALL_PAIRS:
+        pairs = list(itertools.permutations(addresses, 2))
+    else:
+        pairs = [(a, b) for a, b in itertools.permutations(addresses, 2) if chief in (a, b)]
+    links = [HostLink(src=a, dst=b, **_link(_measure(endpoints[a], endpoints[b], b)).model_dump()) for a, b in pairs]
+    if links and len(pairs) < len(addresses) * (len(addresses) - 1):
+        links += _assumed(addresses, links)
+    return NetworkFacts(local=local, links=links)
+
+
+def _given(spec: ClusterSpec) -> NetworkFacts:
+    network = spec.network
+    assert network is not None
+
+    def link(src: str, dst: str) -> Link:
+        figures = network.figures(src, dst)
+        return Link(bytes_per_s=figures.bandwidth_mbit * 1e6 / 8, latency_s=figures.latency_ms / 1e3, source="spec")
+
+    chief = spec.chief.address
+    return NetworkFacts(
+        local=link(chief, chief),
+        links=[HostLink(src=a, dst=b, **link(a, b).model_dump())
+               for a, b in itertools.permutations([node.address for node in spec.nodes], 2)],
+    )
+
+
+def _endpoint(node: Any, remote: Any) -> Endpoint:
+    if is_local_host(node.address):
+        return Endpoint(node, LocalShell(), True, node_python(node))
+    link = remote.links.get(node.address) if remote is not None else None
+    if link is None:
+        raise UserError(f"cannot measure the network: {node.address} is not connected (an adrun bug)")
+    return Endpoint(node, SSHShell(link.conn), False, link.python)
+
+
+def _measure(sender: Endpoint, receiver: Endpoint, host: str) -> Transfer:
+    path = "loopback" if sender is receiver else f"{sender.node.address} -> {receiver.node.address}"
+    try:
+        return measure_transfer(sender, receiver, host, TRANSFER_BYTES, pings=PINGS, max_s=STREAM_S)
+    except TransferError as e:
+        raise UserError(
+            f"cannot measure the network ({path}): {e}; run `adrun cluster check`, or give the figures in "
+            "the cluster spec's `network` field"
+        ) from None
+
+
+def _link(done: Transfer) -> Link:
+    return Link(bytes_per_s=done.bytes_per_s, latency_s=done.latency_s, source="measured")
+
+
+def _assumed(addresses: list[str], measured: list[HostLink]) -> list[HostLink]:
+    """The pairs not measured, as the median measured link."""
+    have = {(link.src, link.dst) for link in measured}
+    bytes_per_s = statistics.median(link.bytes_per_s for link in measured)
+    latency_s = statistics.median(link.latency_s for link in measured)
+    return [HostLink(src=a, dst=b, bytes_per_s=bytes_per_s, latency_s=latency_s, source="assumed")
+            for a, b in itertools.permutations(addresses, 2) if (a, b) not in have]

@@ -1,0 +1,104 @@
+"""Running `probe.py` on a node, and one bounded TCP transfer between two nodes with it.
+
+`cluster check` measures each node pair's bandwidth this way and the network facts
+(`network_facts.py`) measure every path's bandwidth and latency; both run the probe with the
+interpreter the node's tasks will use (its env and `ssh.activate` applied), through a NodeShell.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shlex
+import statistics
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import probe
+from .node_shell import NodeShell
+
+PROBE_SOURCE = Path(probe.__file__).read_text()
+TRANSFER_TIMEOUT = 20.0
+CONNECT_TIMEOUT = 5.0  # the receiver starts in a fresh Python: ~0.1 s, more on a busy node
+_BIND_ATTEMPTS = 3
+
+
+def node_python(node: Any) -> str:
+    """The interpreter the launcher starts tasks with (the same default as launch/job.py)."""
+    return node.python or sys.executable
+
+
+def probe_command(node: Any, python: str, mode: str, args: dict[str, Any], *, local: bool) -> str:
+    env = "" if not node.env else "env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in node.env.items()) + " "
+    activate = node.ssh.activate if (not local and node.ssh is not None and node.ssh.activate) else None
+    command = f"{env}{shlex.quote(python)} -c {shlex.quote(PROBE_SOURCE)} {mode} {shlex.quote(json.dumps(args))}"
+    return f"{activate} && {command}" if activate else command
+
+
+def parse_probe(stdout: str) -> dict[str, Any] | None:
+    """The probe's result line, or None when it printed none."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(probe.MARKER):
+            return json.loads(line[len(probe.MARKER):])
+    return None
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A node as a transfer's sender or receiver: its spec entry, a shell on it, and whether it
+    is this machine."""
+
+    node: Any
+    shell: NodeShell
+    local: bool
+    python: str
+
+
+@dataclass(frozen=True)
+class Transfer:
+    nbytes: int  # streamed after the round trips
+    seconds: float  # from the first streamed byte to the receiver's acknowledgement
+    rtt_s: list[float]  # each one-byte round trip
+
+    @property
+    def bytes_per_s(self) -> float:
+        return self.nbytes / self.seconds
+
+    @property
+    def latency_s(self) -> float:
+        """One way: half the median round trip."""
+        return statistics.median(self.rtt_s) / 2
+
+
+class TransferError(Exception):
+    """A transfer that did not complete; the message says why."""
+
+
+def measure_transfer(sender: Endpoint, receiver: Endpoint, host: str, nbytes: int, *, pings: int = 0,
+                     max_s: float | None = None) -> Transfer:
+    """Time `pings` one-byte round trips, then stream up to `nbytes` (for at most `max_s` seconds)
+    from `sender` to `receiver`, reached at `host`. Every step is bounded by TRANSFER_TIMEOUT; a
+    taken port is retried on another. Raises TransferError."""
+    error = "not attempted"
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        for _ in range(_BIND_ATTEMPTS):
+            port = random.randint(40000, 59999)
+            recv_cmd = probe_command(receiver.node, receiver.python, "recv",
+                                     {"port": port, "timeout": TRANSFER_TIMEOUT, "pings": pings}, local=receiver.local)
+            send_args = {"host": host, "port": port, "nbytes": nbytes, "connect_timeout": CONNECT_TIMEOUT,
+                         "timeout": TRANSFER_TIMEOUT, "pings": pings, "max_s": max_s}
+            send_cmd = probe_command(sender.node, sender.python, "send", send_args, local=sender.local)
+            received = pool.submit(receiver.shell.run, recv_cmd, TRANSFER_TIMEOUT + 10)
+            sent = sender.shell.run(send_cmd, TRANSFER_TIMEOUT + 10)
+            got = received.result()
+            if got.returncode == probe.BIND_FAILED:
+                error = f"port {port} taken on {host}"
+                continue
+            result = parse_probe(sent.stdout) or {"error": sent.stderr.strip()[-200:] or "sender timed out"}
+            if "error" in result:
+                raise TransferError(result["error"])
+            return Transfer(result["bytes"], result["seconds"], result["rtt_s"])
+    raise TransferError(error)

@@ -1,0 +1,161 @@
+"""The cluster spec's `network` field and the network facts it gives, without measuring anything."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from adrun.errors import UserError
+from adrun.launch import network_facts as network_facts_module
+from adrun.launch.network_facts import MAX_ALL_PAIRS, network_facts
+from adrun.launch.transfer import Transfer
+from adrun.spec import ClusterSpec, load_spec, spec_to_yaml
+
+TWO_NODES = """\
+version: 1
+nodes:
+  - {{address: 10.0.0.1, chief: true, workers: 1, ps: 1}}
+  - {{address: 10.0.0.2, workers: 1}}
+network:
+{network}
+"""
+
+
+def write(tmp_path: Path, network: str) -> Path:
+    path = tmp_path / "cluster.yml"
+    path.write_text(TWO_NODES.format(network=network))
+    return path
+
+
+@pytest.fixture(autouse=True)
+def no_measuring(monkeypatch):
+    def measure(*args, **kwargs):
+        raise AssertionError("measured although the spec gives the network")
+
+    monkeypatch.setattr(network_facts_module, "measure_transfer", measure)
+
+
+def test_spec_figures_become_the_facts_without_measuring(tmp_path):
+    spec = load_spec(write(tmp_path, """\
+  bandwidth_mbit: 100
+  latency_ms: 0.5
+  local: {bandwidth_mbit: 20000, latency_ms: 0.01}
+  links:
+    - {src: 10.0.0.2, dst: 10.0.0.1, bandwidth_mbit: 10, latency_ms: 2}"""))
+    facts = network_facts(spec)  # no connection to 10.0.0.2: measuring would fail
+    assert (facts.local.bytes_per_s, facts.local.latency_s, facts.local.source) == (2.5e9, 1e-5, "spec")
+    there, back = facts.link("10.0.0.1", "10.0.0.2"), facts.link("10.0.0.2", "10.0.0.1")
+    assert (there.bytes_per_s, there.latency_s, there.source) == (12.5e6, 5e-4, "spec")
+    assert (back.bytes_per_s, back.latency_s, back.source) == (1.25e6, 2e-3, "spec")
+    assert [(link.src, link.dst) for link in facts.links] == [("10.0.0.1", "10.0.0.2"), ("10.0.0.2", "10.0.0.1")]
+
+
+def test_top_level_figures_cover_every_path_including_inside_a_node(tmp_path):
+    facts = network_facts(load_spec(write(tmp_path, "  bandwidth_mbit: 1000\n  latency_ms: 1")))
+    paths = [facts.local, facts.link("10.0.0.1", "10.0.0.2"), facts.link("10.0.0.2", "10.0.0.1")]
+    assert [(p.bytes_per_s, p.latency_s, p.source) for p in paths] == [(1.25e8, 1e-3, "spec")] * 3
+
+
+def test_links_alone_may_give_every_pair(tmp_path):
+    facts = network_facts(load_spec(write(tmp_path, """\
+  local: {bandwidth_mbit: 8000, latency_ms: 0}
+  links:
+    - {src: 10.0.0.1, dst: 10.0.0.2, bandwidth_mbit: 80, latency_ms: 1}
+    - {src: 10.0.0.2, dst: 10.0.0.1, bandwidth_mbit: 8, latency_ms: 1}""")))
+    assert [link.bytes_per_s for link in facts.links] == [1e7, 1e6]
+    assert facts.local.latency_s == 0
+
+
+def test_network_field_round_trips(tmp_path):
+    spec = load_spec(write(tmp_path, "  bandwidth_mbit: 100\n  latency_ms: 0.5\n  local: {bandwidth_mbit: 9000, latency_ms: 0.02}"))
+    (tmp_path / "again.yml").write_text(spec_to_yaml(spec))
+    assert load_spec(tmp_path / "again.yml") == spec
+
+
+@pytest.mark.parametrize(("network", "messages"), [
+    ("  bandwidth_mbit: 0\n  latency_ms: 1", ["network.bandwidth_mbit: must be >= 0.001, got 0"]),
+    ("  bandwidth_mbit: 20000000\n  latency_ms: 1", ["network.bandwidth_mbit: must be <= 10000000, got 20000000"]),
+    ("  bandwidth_mbit: true\n  latency_ms: -1", ["network.bandwidth_mbit: expected a number, got true",
+                                                  "network.latency_ms: must be >= 0, got -1"]),
+    ("  bandwidth_mbit: '100'\n  latency_ms: .nan", ["network.bandwidth_mbit: expected a number, got '100'",
+                                                     "network.latency_ms: must be a finite number, got nan"]),
+    ("  bandwidth_mbit: 100", ["network.latency_ms: give bandwidth_mbit and latency_ms together"]),
+    ("  links: []", ["network: no figures for the path inside a node: give bandwidth_mbit and latency_ms "
+                     "(every path), or `local`"]),
+    ("  bandwidth_mbit: 100\n  latency_ms: 1\n  lat: 2", ["network: unknown field 'lat' (known fields: bandwidth_mbit, latency_ms, local, links)"]),
+    ("  local: {bandwidth_mbit: 100, latency_ms: 1}\n"
+     "  links: [{src: 10.0.0.1, dst: 10.0.0.2, bandwidth_mbit: 100, latency_ms: 1}]",
+     ["network: no figures for 10.0.0.2 -> 10.0.0.1: give bandwidth_mbit and latency_ms for every path between "
+      "nodes, or a `links` entry for each"]),
+    ("  bandwidth_mbit: 100\n  latency_ms: 1\n"
+     "  links: [{src: 10.0.0.1, dst: 10.0.0.9, bandwidth_mbit: 100, latency_ms: 1}]",
+     ["network.links[0].dst: '10.0.0.9' is not the address of a node of this spec"]),
+    ("  bandwidth_mbit: 100\n  latency_ms: 1\n"
+     "  links: [{src: 10.0.0.1, dst: 10.0.0.1, bandwidth_mbit: 100, latency_ms: 1}]",
+     ["network.links[0].dst: '10.0.0.1' is the link's own src; the path inside a node is `local`"]),
+    ("  bandwidth_mbit: 100\n  latency_ms: 1\n"
+     "  links: [{src: 10.0.0.1, dst: 10.0.0.2, bandwidth_mbit: 1, latency_ms: 1},\n"
+     "          {src: 10.0.0.1, dst: 10.0.0.2, bandwidth_mbit: 2, latency_ms: 1}]",
+     ["network.links[1]: 10.0.0.1 -> 10.0.0.2 given twice (also links[0])"]),
+], ids=["zero-bandwidth", "huge-bandwidth", "bool-and-negative", "text-and-nan", "bandwidth-alone", "no-local",
+        "typo", "pair-missing", "unknown-node", "self-link", "duplicate-link"])
+def test_impossible_network_figures_are_refused_by_field(tmp_path, network, messages):
+    path = write(tmp_path, network)
+    with pytest.raises(UserError) as refused:
+        load_spec(path)
+    assert str(refused.value).splitlines() == [f"{path}: {message}" for message in messages]
+
+
+class FakeRemote:
+    """Connected nodes as network_facts reaches them (RemoteNodes.links: address -> NodeLink)."""
+
+    def __init__(self, addresses):
+        self.links = {a: type("Link", (), {"conn": None, "python": "/remote/python3"})() for a in addresses}
+
+
+def measured_spec(n: int) -> ClusterSpec:
+    return ClusterSpec(version=1, nodes=[{"address": f"10.0.0.{i}", "chief": i == 1} for i in range(1, n + 1)])
+
+
+@pytest.fixture
+def transfers(monkeypatch):
+    """Every transfer asked for, answered with a rate that names the path: 1 MB/s per (src + dst) host number."""
+    asked = []
+
+    def measure(sender, receiver, host, nbytes, *, pings, max_s):
+        asked.append((sender.node.address, receiver.node.address, host))
+        rate = 1e6 * (int(sender.node.address.rsplit(".")[-1]) + int(host.rsplit(".")[-1]))
+        return Transfer(nbytes=int(rate), seconds=1.0, rtt_s=[4e-4, 2e-4, 6e-4])
+
+    monkeypatch.setattr(network_facts_module, "measure_transfer", measure)
+    return asked
+
+
+def test_every_ordered_pair_is_measured_one_after_another(transfers):
+    spec = measured_spec(3)
+    facts = network_facts(spec, FakeRemote([n.address for n in spec.nodes]))
+    pairs = [("10.0.0.1", "10.0.0.2"), ("10.0.0.1", "10.0.0.3"), ("10.0.0.2", "10.0.0.1"),
+             ("10.0.0.2", "10.0.0.3"), ("10.0.0.3", "10.0.0.1"), ("10.0.0.3", "10.0.0.2")]
+    assert transfers == [("10.0.0.1", "10.0.0.1", "127.0.0.1")] + [(a, b, b) for a, b in pairs]
+    assert [(link.src, link.dst, link.bytes_per_s, link.source) for link in facts.links] == [
+        (a, b, 1e6 * (int(a[-1]) + int(b[-1])), "measured") for a, b in pairs]
+    assert all(link.latency_s == 2e-4 for link in facts.links)  # half the median round trip
+    assert (facts.local.bytes_per_s, facts.local.source) == (1e6 * (1 + 1), "measured")
+
+
+def test_a_large_cluster_measures_the_chiefs_pairs_and_assumes_the_others(transfers):
+    n = MAX_ALL_PAIRS + 2
+    assert n == 10
+    spec = measured_spec(n)
+    facts = network_facts(spec, FakeRemote([node.address for node in spec.nodes]))
+    assert len(transfers) == 1 + 2 * (n - 1)
+    by_source = {}
+    for link in facts.links:
+        by_source.setdefault(link.source, []).append(link)
+    assert len(by_source["measured"]) == 2 * (n - 1)
+    assert all("10.0.0.1" in (link.src, link.dst) for link in by_source["measured"])
+    assert len(by_source["assumed"]) == (n - 1) * (n - 2)
+    # measured: 1 + k MB/s both ways between the chief (10.0.0.1) and 10.0.0.k, k = 2..10: median 7 MB/s
+    assert {link.bytes_per_s for link in by_source["assumed"]} == {7e6}
+    assert facts.link("10.0.0.4", "10.0.0.7").source == "assumed"
