@@ -12,7 +12,8 @@ import os
 import shlex
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -99,17 +100,27 @@ def _check_fixed_ports(spec) -> None:
         allocate_ports(spec, here)
 
 
-def _plan(strategy: str, options: dict[str, str], script: Path, script_args: list[str], spec, job_id: str):
+def _plan(strategy: str, options: dict[str, str], script: Path, script_args: list[str], spec, job_id: str, *,
+          remote, records, measure_network: bool):
     """Capture the script's graph and turn it into a Strategy for this cluster.
 
     Everything that can be checked without the script (builder name and options, the document)
-    is checked before the capture, which takes seconds.
+    is checked before the capture, which takes seconds. Auto profiles the script instead (the
+    profile holds the captured graph) and plans with the records and the network facts
+    (adrun/auto_plan.py).
     """
     from adrun import ui
     from adrun.capture_run import capture_graph
     from adrun.strategies import configured_builder
+    from adrun.strategies.auto import AUTO
     from adrun.strategies.document import check_matches, load_strategy
 
+    if strategy == AUTO:
+        from adrun.auto_plan import auto_options, plan_automatically
+
+        auto = plan_automatically(script, script_args, spec, remote, records, auto_options(options), job_id,
+                                  measure_network=measure_network)
+        return auto.profile.graph, auto.plan
     if _names_document(strategy):
         if options:
             raise UserError("--strategy-opt applies to a builder name, not to a strategy document")
@@ -135,6 +146,31 @@ def _names_document(strategy: str) -> bool:
         return False
 
 
+def _records_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """`--records PATH`, `--no-record` and `--measure-network`, shared by the commands that read or add records."""
+    command = click.option("--measure-network", is_flag=True,
+                           help="Auto's cost model: measure the network even if facts of this cluster are recorded.")(command)
+    command = click.option("--no-record", is_flag=True,
+                           help="Neither read nor add to the records database (no trial is recorded).")(command)
+    return click.option("--records", "records_option", type=click.Path(dir_okay=False), metavar="PATH",
+                        help="Records database (default: $ADRUN_RECORDS, else ~/.adrun/records.sqlite).")(command)
+
+
+@contextmanager
+def _opened_records(option: str | None, no_record: bool, needed: bool = True) -> Iterator[Any]:
+    """The records database the options name, open for the command's duration; None with
+    --no-record or when the command does not `need` it this time."""
+    from adrun.records import open_records, records_path
+
+    if no_record and option:
+        raise UserError("--records and --no-record contradict each other; give one of them")
+    if no_record or not needed:
+        yield None
+        return
+    with open_records(records_path(option)) as records:
+        yield records
+
+
 def _new_job_id() -> str:
     return f"{datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
 
@@ -153,7 +189,7 @@ def main() -> None:
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--spec", "spec_path", type=click.Path(dir_okay=False), help="Cluster spec YAML (default: this machine, 2 workers + 1 PS).")
-@click.option("--strategy", default=DEFAULT_STRATEGY, show_default=True, help="Builder name or a strategy document (.yml).")
+@click.option("--strategy", default=DEFAULT_STRATEGY, show_default=True, help="Builder name (Auto: chosen per variable by the cost model) or a strategy document (.yml).")
 @click.option("--strategy-opt", "strategy_opts", multiple=True, metavar="KEY=VALUE", help="Builder option; repeatable.")
 @click.option("--quiet", is_flag=True, help="Do not print the processes' output (summary and errors only).")
 @click.option("--log-dir", type=click.Path(file_okay=False), help="Also write one log file per process here.")
@@ -166,30 +202,40 @@ def main() -> None:
               help="Warn when a worker makes no training step for this long (0: never).")
 @click.option("--result-json", type=click.Path(dir_okay=False), metavar="PATH",
               help="Write the job's result (per task exit, steps, rates, bytes per node) here as JSON.")
+@click.option("--max-steps", type=click.IntRange(min=1), metavar="N",
+              help="End every worker cleanly after its Nth training step (same as ADRUN_MAX_STEPS=N).")
+@_records_options
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @_user_errors
 def run(spec_path, strategy, strategy_opts, quiet, log_dir, dry_run, shard_data, job_id, sync_code, stall_timeout,
-        result_json, script, script_args) -> None:
+        result_json, max_steps, records_option, no_record, measure_network, script, script_args) -> None:
     """Run SCRIPT with ARGS on every worker of the cluster."""
     from adrun.jobs import LauncherRecord, check_job_id, new_record
+    from adrun.launch.env import MAX_STEPS_VAR
+    from adrun.launch.env import max_steps as max_steps_setting
     from adrun.launch.provision import RemoteNodes
 
     spec = _load_cluster(spec_path)
     script_path = _existing_script(script)
     options = _parse_options(strategy_opts)
     job_id = check_job_id(job_id) if job_id is not None else _new_job_id()
+    if max_steps is not None:
+        os.environ[MAX_STEPS_VAR] = str(max_steps)  # an ADRUN_* setting: passes through to every task
+    max_steps_setting(os.environ)  # refuse a bad ADRUN_MAX_STEPS before anything starts
     recorded = None if dry_run else LauncherRecord(new_record(
         job_id, shlex.join(["adrun", *sys.argv[1:]]), spec=Path(spec_path) if spec_path else None,
         script=script_path, nodes=[node.address for node in spec.nodes], log_dir=Path(log_dir) if log_dir else None))
-    with recorded or contextlib.nullcontext(), RemoteNodes(spec) as remote:
+    with (recorded or contextlib.nullcontext(), _opened_records(records_option, no_record) as records,
+          RemoteNodes(spec) as remote):
         if not dry_run:
             _check_fixed_ports(spec)
             remote.connect()
             remote.preflight(script_path, sync_code)
         result = _run_planned(spec, remote, strategy, options, script_path, list(script_args), job_id,
                               quiet=quiet, log_dir=log_dir, dry_run=dry_run, shard_data=shard_data,
-                              stall_timeout=stall_timeout or None, result_json=Path(result_json) if result_json else None)
+                              stall_timeout=stall_timeout or None, result_json=Path(result_json) if result_json else None,
+                              records=records, measure_network=measure_network)
         if result is not None and recorded is not None:
             state = "interrupted" if result.interrupted else "succeeded" if result.exit_code == 0 else "failed"
             recorded.ended(state, result.exit_code)
@@ -199,16 +245,18 @@ def run(spec_path, strategy, strategy_opts, quiet, log_dir, dry_run, shard_data,
 
 def _run_planned(spec, remote, strategy: str, options: dict[str, str], script_path: Path, script_args: list[str],
                  job_id: str, *, quiet: bool, log_dir: str | None, dry_run: bool, shard_data: bool,
-                 stall_timeout: float | None, result_json: Path | None):
+                 stall_timeout: float | None, result_json: Path | None, records, measure_network: bool):
     """Capture, plan, and (unless `dry_run`) run the job, remote nodes through `remote`; the
-    result is written as JSON to `result_json` and to `log_dir`/result.json when given, and
-    returned (None for a dry run)."""
+    result is written as JSON to `result_json` and to `log_dir`/result.json when given, added
+    to `records` (unless None), and returned (None for a dry run)."""
     from adrun import ui
     from adrun.launch.report import job_report, write_report
     from adrun.launch.supervisor import JobConfig, run_job
+    from adrun.recording import workload_name
     from adrun.strategies.document import dump_strategy
 
-    item, plan = _plan(strategy, options, script_path, script_args, spec, job_id)
+    item, plan = _plan(strategy, options, script_path, script_args, spec, job_id, remote=remote, records=records,
+                       measure_network=measure_network)
     job_dir = RUNS_DIR / job_id
     job_dir.mkdir(parents=True, exist_ok=True)
     strategy_file = job_dir / "strategy.yml"
@@ -236,7 +284,25 @@ def _run_planned(spec, remote, strategy: str, options: dict[str, str], script_pa
     for path in (result_json, Path(log_dir) / "result.json" if log_dir else None):
         if path is not None:
             write_report(report, path)
+    if records is not None:
+        _record(records, report, spec, plan, workload_name(script_path, script_args), item.batch_size)
     return result
+
+
+def _record(records, report, spec, plan, workload: str, batch_size: int | None) -> None:
+    """Add the finished run to the records; a failure to do so is a warning, never the job's failure."""
+    from pydantic import ValidationError
+
+    from adrun import ui
+    from adrun.recording import record_run
+
+    try:
+        number = record_run(records, report, spec, plan, workload, batch_size)
+    except (UserError, ValidationError) as e:
+        ui.print_warning(f"the run was not recorded: {e}")
+        return
+    if number is not None:
+        ui.print_status(f"recorded as trial {number} in {records.path}")
 
 
 @main.group()
@@ -250,29 +316,47 @@ class _OptionsUpToScript(click.Command):
     reading options at the first argument, so `build PS -o plan.yml train.py` would lose `-o`)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        takes_value = {
-            opt: not (param.is_flag or param.count)
-            for param in self.get_params(ctx)
-            if isinstance(param, click.Option)
-            for opt in (*param.opts, *param.secondary_opts)
-        }
+        params = self.get_params(ctx)
+        options_by_name = {opt: param for param in params if isinstance(param, click.Option)
+                           for opt in (*param.opts, *param.secondary_opts)}
+        fixed = sum(1 for param in params if isinstance(param, click.Argument) and param.nargs == 1)
         options: list[str] = []
         positionals: list[str] = []
         i = 0
-        while i < len(args) and len(positionals) < 2 and args[i] != "--":
+        while i < len(args) and len(positionals) < fixed and args[i] != "--":
             arg = args[i]
             name = arg.split("=", 1)[0]
-            if name in takes_value:
+            param = options_by_name.get(name)
+            if isinstance(param, _OptionalValue) and "=" not in arg:
+                # `--trials 3 train.py` or `--trials train.py`: a value only when it reads as one
+                if i + 1 < len(args) and param.is_value(args[i + 1]):
+                    arg = f"{name}={args[i + 1]}"
+                    i += 1
+                else:
+                    arg = f"{name}={param.when_bare}"
                 options.append(arg)
-                if takes_value[name] and "=" not in arg and i + 1 < len(args):
+            elif param is not None:
+                options.append(arg)
+                if not (param.is_flag or param.count) and "=" not in arg and i + 1 < len(args):
                     options.append(args[i + 1])
                     i += 1
-            elif arg.startswith("-") and len(positionals) < 2:
+            elif arg.startswith("-"):
                 options.append(arg)  # unknown here: click reports it (or it is -oVALUE)
             else:
                 positionals.append(arg)
             i += 1
         return super().parse_args(ctx, [*options, *positionals, *args[i:]])
+
+
+class _OptionalValue(click.Option):
+    """An option whose value may be left out (`--trials` or `--trials 3`): bare, it means
+    `when_bare`. Only `_OptionsUpToScript` commands parse it (click alone would take the script's
+    name as the value)."""
+
+    def __init__(self, *args: Any, when_bare: str, is_value: Callable[[str], bool], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.when_bare = when_bare
+        self.is_value = is_value
 
 
 @strategy.command(
@@ -283,16 +367,25 @@ class _OptionsUpToScript(click.Command):
 @click.option("--spec", "spec_path", type=click.Path(dir_okay=False))
 @click.option("--strategy-opt", "strategy_opts", multiple=True, metavar="KEY=VALUE")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="Where to write the document.")
+@_records_options
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @_user_errors
-def strategy_build(name, spec_path, strategy_opts, output, script, script_args) -> None:
+def strategy_build(name, spec_path, strategy_opts, output, records_option, no_record, measure_network, script,
+                   script_args) -> None:
     """Capture SCRIPT and write the plan of builder NAME to a document you can edit and run."""
     from adrun import ui
+    from adrun.launch.provision import RemoteNodes
+    from adrun.strategies.auto import AUTO
     from adrun.strategies.document import dump_strategy
 
     spec = _load_cluster(spec_path)
-    item, plan = _plan(name, _parse_options(strategy_opts), _existing_script(script), list(script_args), spec, _new_job_id())
+    script_path = _existing_script(script)
+    options = _parse_options(strategy_opts)
+    # only Auto reads the records: another builder's plan must not depend on (or create) the file
+    with _opened_records(records_option, no_record, needed=name == AUTO) as records, RemoteNodes(spec) as remote:
+        item, plan = _plan(name, options, script_path, list(script_args), spec, _new_job_id(), remote=remote,
+                           records=records, measure_network=measure_network)
     dump_strategy(plan, Path(output))
     ui.print_plan(plan, item, spec)
     ui.print_status(f"wrote {output}")
@@ -307,6 +400,72 @@ def strategy_show(document) -> None:
     from adrun.strategies.document import load_strategy
 
     ui.print_plan(load_strategy(Path(document)), None, None)
+
+
+class _TrialCount(click.ParamType):
+    """`--trials K`: a whole number >= 1, or `all`."""
+
+    name = "K"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | str:
+        if value == "all" or isinstance(value, int):
+            return value
+        if not (value.isascii() and value.isdigit() and int(value) >= 1):
+            self.fail(f"expected a whole number of trials (at least 1) or 'all', got '{value}'", param, ctx)
+        return int(value)
+
+
+def _reads_as_trial_count(text: str) -> bool:
+    """Whether the word after a bare `--trials` is its value (else it is the script)."""
+    return text == "all" or (text.isascii() and text.isdigit())
+
+
+@main.command(
+    "profile", cls=_OptionsUpToScript,
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+@click.option("--spec", "spec_path", type=click.Path(dir_okay=False), help="Cluster spec YAML (default: this machine, 2 workers + 1 PS).")
+@click.option("--trials", cls=_OptionalValue, when_bare="all", is_value=_reads_as_trial_count, type=_TrialCount(),
+              help="Also run the K best-predicted strategies (every one when K is left out) for --trial-steps steps each.")
+@click.option("--trial-steps", type=click.IntRange(min=2), default=30, show_default=True, metavar="N",
+              help="Training steps per worker of each trial.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the recommended strategy document here.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document on stdout.")
+@_records_options
+@click.option("--job-id", help="Name of the profiling run; trial N runs as ID-tN-<builder> (default: time-stamped).")
+@click.argument("script")
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@_user_errors
+def profile(spec_path, trials, trial_steps, output, as_json, records_option, no_record, measure_network, job_id,
+            script, script_args) -> None:
+    """Profile SCRIPT, predict every strategy on the cluster (and try the best with --trials), and
+    recommend one."""
+    from adrun import ui
+    from adrun.launch.provision import RemoteNodes
+    from adrun.profile_command import ProfileOptions, profile as profile_script
+    from adrun.profile_view import render
+    from adrun.strategies.document import dump_strategy
+
+    spec = _load_cluster(spec_path)
+    script_path = _existing_script(script)
+    if output and not Path(output).parent.is_dir():
+        raise UserError(f"-o {output}: directory {Path(output).parent} does not exist")
+    options = ProfileOptions(trials=trials, trial_steps=trial_steps, runs_dir=RUNS_DIR, measure_network=measure_network)
+    with _opened_records(records_option, no_record) as records, RemoteNodes(spec) as remote:
+        _check_fixed_ports(spec)
+        remote.connect()
+        remote.preflight(script_path, False)
+        report, plan = profile_script(spec, remote, script_path, list(script_args), job_id or _new_job_id(),
+                                      options, records)
+    if output:
+        try:
+            dump_strategy(plan, Path(output))
+        except OSError as e:
+            raise UserError(f"-o {output}: cannot write the strategy document: {e.strerror or e}") from None
+    if as_json:
+        click.echo(report.model_dump_json(indent=2))
+    else:
+        render(report, ui.console, output)
 
 
 @main.group()

@@ -10,6 +10,8 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 
+from adrun.errors import UserError
+
 from .tasks import Task
 
 # Every variable of the contract; other ADRUN_* variables (settings such as ADRUN_INIT_TIMEOUT)
@@ -28,6 +30,22 @@ CONTRACT_VARS = (
     "ADRUN_PROFILE_STEPS",
     "ADRUN_SCRATCH_DIR",
 )
+
+# A setting (not part of the contract): every worker ends after this many training steps.
+MAX_STEPS_VAR = "ADRUN_MAX_STEPS"
+
+
+def max_steps(env: Mapping[str, str]) -> int | None:
+    """The step bound `ADRUN_MAX_STEPS` sets in `env`, None when it is unset or empty.
+
+    Read by the launcher before anything starts (so a bad value is refused there, in one line) and
+    by every worker's runtime, which ends the worker cleanly after that many training steps."""
+    text = env.get(MAX_STEPS_VAR, "").strip()
+    if not text:
+        return None
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        raise UserError(f"{MAX_STEPS_VAR}={text!r}: expected a whole number of training steps, 1 or more")
+    return int(text)
 
 
 def task_env(

@@ -41,12 +41,15 @@ def configured_builder(name: str, options: Mapping[str, str] | None = None) -> S
 
     Separate from building so the CLI can refuse a mistyped name before the slow graph capture.
     """
+    from .auto import AUTO  # planned by adrun/auto_plan.py (it needs a model profile), yet a name users type
+
     builder = BUILDERS.get(name)
     if builder is None:
-        by_lower = {known.lower(): known for known in BUILDERS}
-        close = by_lower.get(name.lower()) or next(iter(difflib.get_close_matches(name, BUILDERS, n=1)), None)
+        names = [*BUILDERS, AUTO]
+        by_lower = {known.lower(): known for known in names}
+        close = by_lower.get(name.lower()) or next(iter(difflib.get_close_matches(name, names, n=1)), None)
         hint = f" (did you mean {close}?)" if close else ""
-        raise UserError(f"unknown strategy builder '{name}'{hint}; known builders: {', '.join(sorted(BUILDERS))}")
+        raise UserError(f"unknown strategy builder '{name}'{hint}; known builders: {', '.join(sorted(names))}")
     return builder.from_cli(options or {})
 
 

@@ -51,6 +51,13 @@ def adrun_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     home = tmp_path_factory.mktemp("adrun-home")
     os.environ["ADRUN_HOME"] = str(home)
     return home
+@pytest.fixture(autouse=True)
+def records_db(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test's adrun runs record into a database of their own (ADRUN_RECORDS), never into the
+    user's ~/.adrun, in a directory apart from tmp_path so a test's own files stay its own."""
+    path = tmp_path_factory.mktemp("records") / "records.sqlite"
+    monkeypatch.setenv("ADRUN_RECORDS", str(path))
+    return path
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ STEPS = 3
 NUM_WORKERS = 2
 TWO_PS = {"PSLoadBalancing", "PartitionedPS", "UnevenPartitionedPS", "Parallax"}
 ORACLE_BUILDERS = ["PS", "PSLoadBalancing", "AllReduce", "PartitionedPS", "UnevenPartitionedPS", "Parallax",
-                   "PartitionedAR", "RandomAxisPartitionAR"]
+                   "PartitionedAR", "RandomAxisPartitionAR", "Auto"]
 SCRIPT = str(SCRIPTS / "oracle_model.py")
 
 

@@ -1,9 +1,11 @@
-"""Per-step metrics of a worker, written as `@@ADRUN {json}` lines on stderr for the launcher."""
+"""Per-step metrics of a worker, written as `@@ADRUN {json}` lines on stderr for the launcher,
+and the step bound (`ADRUN_MAX_STEPS`) that ends a worker after its Nth training step."""
 
 from __future__ import annotations
 
 import atexit
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -55,8 +57,9 @@ def examples_in_feed(feed_dict: dict | None) -> int | None:
 
 
 class StepReporter:
-    def __init__(self) -> None:
+    def __init__(self, max_steps: int | None = None) -> None:
         self.steps = 0
+        self.max_steps = max_steps
         self.examples: int | None = None
         self.wire_bytes = 0
         self._examples_read = False
@@ -87,9 +90,29 @@ class StepReporter:
         if not self._examples_read:
             self.examples = examples or examples_in_feed(feed_dict) or static_batch_size(graph)
             self._examples_read = True
+        if self.steps == self.max_steps:
+            self.end_worker()
         now = time.monotonic()
         if now - self._last_emit >= _EMIT_INTERVAL_S:
             self.emit(now)
+
+    def end_worker(self) -> None:
+        """End this worker now, exit status 0, its last metric line and output written.
+
+        Bounded runs (`adrun profile --trials`) need every worker to stop after exactly its Nth
+        step. Under a synchronous plan the Nth step of every worker completes (no peer leaves
+        before its own Nth step, and the chief's Nth step releases the others), so nobody waits
+        for a worker that left. The script's code after the step (saving, evaluation, a
+        MonitoredTrainingSession's hooks at close) does not run: it could run further steps, or
+        wait for peers that have already ended.
+        """
+        self.emit()
+        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            try:
+                stream.flush()
+            except (AttributeError, OSError, ValueError):  # replaced by the script, or closed
+                pass
+        os._exit(0)
 
     def emit(self, now: float | None = None) -> None:
         if not self.steps:

@@ -105,6 +105,7 @@ def _patch_session(ctx) -> None:
     from adrun.runtime.capture import capture_and_exit, capture_at_exit
     from adrun.runtime.kernels.gradient_sync import PlanMismatchError
     from adrun.runtime.kernels.replication import replication_of
+    from adrun.launch.env import max_steps
     from adrun.runtime.metrics import StepReporter
     from adrun.runtime.pending_sessions import PENDING, SessionKind, session_kind, settle, wait_for_model
     from adrun.runtime.session_setup import (
@@ -158,7 +159,7 @@ def _patch_session(ctx) -> None:
 
     tf_session.Session.__init__ = __init__
 
-    reporter = StepReporter()
+    reporter = StepReporter(max_steps(os.environ))
     original_run = tf_session.BaseSession.run
 
     @functools.wraps(original_run)

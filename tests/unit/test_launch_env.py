@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
-from adrun.launch.env import gpu_visibility, task_env
+from adrun.errors import UserError
+from adrun.launch.env import MAX_STEPS_VAR, gpu_visibility, max_steps, task_env
 from adrun.launch.tasks import Task
 
 pytestmark = pytest.mark.timeout(10)
@@ -71,3 +73,15 @@ def test_gpu_visibility_gives_each_worker_its_own_gpus_and_hides_them_from_ps():
     assert gpu_visibility("worker", 1, gpus=4, replicas_per_worker=2) == {"CUDA_VISIBLE_DEVICES": "2,3"}
     assert gpu_visibility("ps", 0, gpus=4, replicas_per_worker=2) == {"CUDA_VISIBLE_DEVICES": ""}
     assert gpu_visibility("worker", 0, gpus=0, replicas_per_worker=3) == {}
+
+
+@pytest.mark.parametrize("value,steps", [("5", 5), (" 12 ", 12), ("", None)])
+def test_max_steps_setting(value, steps):
+    assert max_steps({MAX_STEPS_VAR: value}) == steps
+    assert max_steps({}) is None
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "2.5", "five", "1e3", "+"])
+def test_max_steps_refuses_what_is_no_step_count(value):
+    with pytest.raises(UserError, match=f"ADRUN_MAX_STEPS='{re.escape(value)}': expected a whole number of training steps"):
+        max_steps({MAX_STEPS_VAR: value})

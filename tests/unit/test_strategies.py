@@ -161,12 +161,13 @@ def test_unknown_builder_lists_known_ones() -> None:
     with pytest.raises(UserError) as info:
         build_strategy("Horovod", graph(4), spec(), {})
     assert "unknown strategy builder 'Horovod'" in str(info.value)
-    assert str(info.value).endswith("known builders: " + ", ".join(sorted(BUILDERS)))
+    assert str(info.value).endswith("known builders: " + ", ".join(sorted([*BUILDERS, "Auto"])))
 
 
-def test_unknown_builder_case_hint() -> None:
-    with pytest.raises(UserError, match=r"did you mean PSLoadBalancing\?"):
-        build_strategy("psloadbalancing", graph(4), spec(), {})
+@pytest.mark.parametrize("typed,meant", [("psloadbalancing", "PSLoadBalancing"), ("auto", "Auto")])
+def test_unknown_builder_case_hint(typed: str, meant: str) -> None:
+    with pytest.raises(UserError, match=rf"did you mean {meant}\?"):
+        build_strategy(typed, graph(4), spec(), {})
 
 
 def test_unknown_option_lists_builder_options() -> None:

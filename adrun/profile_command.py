@@ -1,0 +1,126 @@
+"""`adrun profile`: what the model is, what each strategy would cost on this cluster, and (with
+trials) what each actually does, ending in one recommended strategy document.
+
+profile run + network facts + fit on this cluster's records → every builder and Auto predicted
+→ optional bounded trials of the best-predicted → a `ProfileReport`. Status lines go to stderr
+(adrun.ui), so `--json` leaves stdout to the report alone.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from adrun import ui
+from adrun.auto_plan import AutoPlan, plan_automatically
+from adrun.errors import UserError
+from adrun.profile_report import (
+    Candidate,
+    FitSection,
+    ProfileReport,
+    cluster_section,
+    model_section,
+    recommend,
+    same_plan,
+    trials_section,
+)
+from adrun.recording import trial_from_report, workload_name
+from adrun.records import Records
+from adrun.strategies import BUILDERS, build_strategy
+from adrun.strategies.auto import AutoOptions
+from adrun.strategies.document import Strategy
+from adrun.strategies.facts import Prediction, TrialRecord
+from adrun.trials import run_trial
+
+TrialCount = int | Literal["all"]
+
+
+@dataclass(frozen=True)
+class ProfileOptions:
+    trials: TrialCount | None  # None: predictions only
+    trial_steps: int
+    runs_dir: Path  # each trial's strategy document goes to runs_dir/<its job id>/
+    measure_network: bool = False  # measure even when the records hold this cluster's network facts
+
+
+def profile(spec, remote, script: Path, script_args: list[str], job_id: str, options: ProfileOptions,
+            records: Records | None) -> tuple[ProfileReport, Strategy]:
+    """Profile `script` on `spec` (remote nodes through `remote`, connected and checked) and return
+    the report with the recommended plan. `records` (None: --no-record) gives the fit its data and
+    keeps every trial that measured a rate."""
+    started = time.monotonic()
+    auto = plan_automatically(script, script_args, spec, remote, records, AutoOptions(), job_id,
+                              measure_network=options.measure_network)
+    plans = {plan.builder: plan for plan, _ in auto.ranked}
+    candidates = _candidates(auto.ranked)
+    trials = None
+    if options.trials is not None:
+        _run_trials(candidates, plans, auto, spec, remote, script, script_args, job_id, options, records)
+        trials = trials_section(candidates, options.trial_steps)
+    chosen, chosen_by = recommend(candidates)
+    fitted = auto.fit
+    report = ProfileReport(
+        model=model_section(auto.profile, str(script), script_args),
+        cluster=cluster_section(spec, auto.network),
+        fit=FitSection(records_used=fitted.records_used, records_skipped=fitted.records_skipped,
+                       error_before=fitted.error_before, error_after=fitted.error_after),
+        candidates=candidates,
+        unavailable={name: why for name in BUILDERS if name not in plans
+                     for why in [_refusal(name, auto.profile.graph, spec)] if why},
+        trials=trials, recommended=chosen.builder, recommended_by=chosen_by, recommended_plan=plans[chosen.builder],
+        elapsed_s=time.monotonic() - started,
+    )
+    return report, plans[chosen.builder]
+
+
+def _candidates(ranked: list[tuple[Strategy, Prediction]]) -> list[Candidate]:
+    """The ranked plans as candidates, each marked when an earlier one already has its plan."""
+    candidates: list[Candidate] = []
+    originals: list[tuple[Candidate, Strategy]] = []
+    for plan, prediction in ranked:
+        same = next((c.builder for c, earlier in originals if same_plan(earlier, plan)), None)
+        candidate = Candidate(builder=plan.builder, prediction=prediction, same_plan_as=same)
+        candidates.append(candidate)
+        if same is None:
+            originals.append((candidate, plan))
+    return candidates
+
+
+def _run_trials(candidates: list[Candidate], plans: dict[str, Strategy], auto: AutoPlan, spec, remote, script: Path,
+                script_args: list[str], job_id: str, options: ProfileOptions, records: Records | None) -> None:
+    """Try the best-predicted distinct plans one after another, setting each candidate's `trial`,
+    and record those that measured a rate."""
+    distinct = [c for c in candidates if c.same_plan_as is None]
+    count = len(distinct) if options.trials == "all" else min(options.trials, len(distinct))
+    for number, candidate in enumerate(distinct[:count], start=1):
+        plan = plans[candidate.builder]
+        ui.print_status(f"trial {number}/{count}: {candidate.builder}, {options.trial_steps} steps per worker ...")
+        trial_id = f"{job_id}-t{number}-{candidate.builder.lower()}"
+        candidate.trial, report = run_trial(spec, remote, script, script_args, plan, options.trial_steps, trial_id,
+                                            options.runs_dir / trial_id)
+        if records is None or report is None:
+            continue
+        record = trial_from_report(report, spec, plan, workload_name(script, script_args), auto.profile, auto.network)
+        if record is not None:
+            _keep(records, record)
+
+
+def _refusal(builder: str, item, spec) -> str | None:
+    """Why `builder` (left out of the ranking) cannot plan `item` on `spec`."""
+    try:
+        build_strategy(builder, item, spec)
+    except UserError as e:
+        return str(e)
+    return None
+
+
+def _keep(records: Records, record: TrialRecord) -> None:
+    """Record a trial; a database that cannot be written is a warning: the measurement still counts."""
+    try:
+        number = records.add_trial(record)
+    except UserError as e:
+        ui.print_warning(f"the trial was not recorded: {e}")
+        return
+    ui.print_status(f"recorded as trial {number} in {records.path}")

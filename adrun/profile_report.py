@@ -1,0 +1,228 @@
+"""What `adrun profile` found, as one typed document: the model, the cluster, every strategy's
+prediction (and, with trials, its measurement), the fit behind the predictions, and the plan
+recommended. `--json` prints this object; the terminal report (`adrun.profile_view`) renders it.
+
+The sections are built here from the typed facts (`adrun.strategies.facts`), so the JSON and the
+terminal show the same numbers. No TensorFlow, no launching: pure data.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+from scipy.stats import kendalltau
+
+from adrun.graph_item import GradKind
+from adrun.spec import ClusterSpec
+from adrun.strategies.document import Strategy
+from adrun.strategies.facts import FactSource, Link, ModelProfile, NetworkFacts, Prediction
+
+
+class VariableRow(BaseModel):
+    """One trainable variable with gradients, as the model table shows it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    shape: list[int]
+    mb: float  # the whole variable
+    grad: GradKind
+    rows_touched_mean: float | None = None  # sparse: distinct rows one worker's step touches
+    rows_touched_max: int | None = None
+    step_mb: float  # gradient one worker's step produces: the whole variable, or the rows touched
+    step_share: float = Field(ge=0, le=1)  # of all variables' step_mb
+
+
+class ModelSection(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    script: str
+    script_args: list[str]
+    fingerprint: str
+    optimizer: str | None
+    batch_size: int | None  # examples per step per worker, when capture could read it
+    compute_s: float  # one step on one process, warm-up excluded
+    steps_measured: int
+    variables: list[VariableRow]  # by step_mb, largest first
+    total_mb: float
+    step_mb: float
+
+
+class LinkRow(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    src: str
+    dst: str  # equal to src for the path inside one host (loopback)
+    mbit_s: float
+    latency_ms: float
+    source: FactSource
+
+
+class NodeRow(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    address: str
+    chief: bool
+    workers: int
+    ps: int
+
+
+class ClusterSection(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    nodes: list[NodeRow]
+    num_workers: int
+    num_ps: int
+    links: list[LinkRow]  # the path inside a host first, then between hosts
+
+
+class FitSection(BaseModel):
+    """How the cost model's coefficients were obtained: from `records_used` earlier runs on this
+    cluster (0: the analytical values alone; runs recorded without a profile cannot be used), with
+    the mean relative error of the predicted step time on those records before and after fitting."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    records_used: int = Field(ge=0)
+    records_skipped: int = Field(default=0, ge=0)  # recorded without a profile or network facts
+    error_before: float | None = None
+    error_after: float | None = None
+
+
+class TrialResult(BaseModel):
+    """One strategy run for a bounded number of steps on the real cluster."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    job_id: str
+    succeeded: bool
+    steps: int  # summed over the workers
+    step_s: float | None = None  # measured seconds per synchronous step
+    examples_per_s: float | None = None  # the cluster's
+    root_cause: str | None = None  # why it failed: the failing task's one-line summary
+    root_cause_stderr: list[str] = []
+
+
+class Candidate(BaseModel):
+    """A strategy the report compares: a built-in builder's plan or Auto's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    builder: str
+    prediction: Prediction
+    trial: TrialResult | None = None  # None: not tried
+    # an earlier (faster predicted) candidate whose plan synchronizes every variable the same way,
+    # e.g. Auto keeping AllReduce's plan: not tried again, and not counted twice in the agreement
+    same_plan_as: str | None = None
+
+    @property
+    def measured_step_s(self) -> float | None:
+        trial = self.trial
+        return trial.step_s if trial is not None and trial.succeeded else None
+
+
+class TrialsSection(BaseModel):
+    """How well the predictions matched the trials that succeeded."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    steps: int  # each trial's bound, per worker
+    tried: int
+    succeeded: int
+    kendall_tau: float | None = None  # predicted vs measured step time; None below two trials
+    mean_relative_error: float | None = None  # of the predicted step time, over the trials
+
+
+class ProfileReport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    version: Literal[1] = 1
+    model: ModelSection
+    cluster: ClusterSection
+    fit: FitSection
+    candidates: list[Candidate]  # by predicted step time, fastest first
+    # built-in builders that cannot plan this graph on this cluster (e.g. PS builders without a PS), and why
+    unavailable: dict[str, str] = {}
+    trials: TrialsSection | None = None
+    recommended: str  # a candidate's builder
+    recommended_by: Literal["prediction", "trials"]
+    recommended_plan: Strategy
+    elapsed_s: float  # the whole profile, trials included
+
+
+def model_section(profile: ModelProfile, script: str, script_args: list[str]) -> ModelSection:
+    """The model table: every variable the strategies plan, sized by the gradient one worker's
+    step produces (a sparse variable's distinct rows touched, else the whole variable), which is
+    what synchronization has to move."""
+    mb = 1e6
+    rows = []
+    for var in profile.graph.trainable_with_grads():
+        touched = profile.rows_touched.get(var.name) if var.grad == "sparse" else None
+        step_bytes = var.nbytes
+        if touched is not None and var.shape and var.shape[0] > 0:
+            row_bytes = var.nbytes / var.shape[0]
+            step_bytes = min(var.nbytes, touched.mean * row_bytes)
+        rows.append(VariableRow(
+            name=var.name, shape=list(var.shape), mb=var.nbytes / mb, grad=var.grad or "dense",
+            rows_touched_mean=touched.mean if touched else None, rows_touched_max=touched.max if touched else None,
+            step_mb=step_bytes / mb, step_share=0.0,
+        ))
+    step_total = sum(r.step_mb for r in rows)
+    for row in rows:
+        row.step_share = row.step_mb / step_total if step_total > 0 else 0.0
+    rows.sort(key=lambda r: r.step_mb, reverse=True)
+    return ModelSection(
+        script=script, script_args=script_args, fingerprint=profile.graph.fingerprint,
+        optimizer=profile.graph.optimizer, batch_size=profile.batch_size, compute_s=profile.compute_s,
+        steps_measured=profile.steps_measured, variables=rows, total_mb=sum(r.mb for r in rows),
+        step_mb=step_total,
+    )
+
+
+def cluster_section(spec: ClusterSpec, network: NetworkFacts) -> ClusterSection:
+    def row(src: str, dst: str, link: Link) -> LinkRow:
+        return LinkRow(src=src, dst=dst, mbit_s=link.bytes_per_s * 8 / 1e6, latency_ms=link.latency_s * 1e3,
+                       source=link.source)
+
+    local_name = spec.nodes[0].address if len(spec.nodes) == 1 else "each host"
+    return ClusterSection(
+        nodes=[NodeRow(address=n.address, chief=n is spec.chief, workers=n.workers, ps=n.ps) for n in spec.nodes],
+        num_workers=spec.num_workers, num_ps=spec.num_ps,
+        links=[row(local_name, local_name, network.local), *(row(link.src, link.dst, link) for link in network.links)],
+    )
+
+
+def trials_section(candidates: list[Candidate], steps: int) -> TrialsSection:
+    """Rank agreement (Kendall τ) and mean relative error of the predicted step time over the
+    candidates whose trial succeeded."""
+    tried = [c for c in candidates if c.trial is not None and c.same_plan_as is None]
+    measured = [c for c in tried if c.measured_step_s is not None]
+    tau = None
+    if len(measured) >= 2:
+        value = kendalltau([c.prediction.step_s for c in measured], [c.measured_step_s for c in measured]).statistic
+        tau = None if math.isnan(value) else float(value)
+    error = None
+    if measured:
+        error = float(np.mean([abs(c.prediction.step_s - c.measured_step_s) / c.measured_step_s for c in measured]))
+    return TrialsSection(steps=steps, tried=len(tried), succeeded=len(measured), kendall_tau=tau,
+                         mean_relative_error=error)
+
+
+def same_plan(a: Strategy, b: Strategy) -> bool:
+    """Whether two plans synchronize every variable the same way on the same devices (builders'
+    notes and options aside)."""
+    def essentials(plan: Strategy) -> tuple:
+        return ([v.model_dump(exclude={"note"}) for v in plan.variables], plan.replica_devices, plan.num_ps)
+
+    return essentials(a) == essentials(b)
+
+
+def recommend(candidates: list[Candidate]) -> tuple[Candidate, Literal["prediction", "trials"]]:
+    """The measured fastest when a trial succeeded, else the predicted fastest (the first)."""
+    measured = [c for c in candidates if c.measured_step_s is not None]
+    if measured:
+        return min(measured, key=lambda c: c.measured_step_s), "trials"
+    return candidates[0], "prediction"

@@ -1,0 +1,219 @@
+"""The local records database: finished runs (TrialRecords) and the facts they were planned on.
+
+One SQLite file (default `records.sqlite` in adrun's home, `~/.adrun/`; `ADRUN_RECORDS` or `--records PATH` name
+another) keeps
+
+- every recorded run as a `TrialRecord` (strategies/facts.py), the data the cost model is fitted on;
+- the latest `ModelProfile` per graph fingerprint and batch size, so that a plain run of a graph
+  that `adrun profile` profiled earlier is recorded with that profile;
+- the latest `NetworkFacts` per cluster (`cluster_key`), so later runs on the same hosts reuse them.
+
+Records are stored as their JSON documents, so the table layout does not follow every field of
+facts.py; `meta` names the file as adrun's and carries the schema version. Several adrun runs may
+write at once: every write is one transaction, and a writer waits up to `BUSY_TIMEOUT_S` for
+another's lock instead of failing.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
+
+from adrun.errors import UserError
+from adrun.home import adrun_home
+from adrun.spec import ClusterSpec
+from adrun.strategies.facts import ModelProfile, NetworkFacts, TrialRecord
+
+RECORDS_ENV = "ADRUN_RECORDS"
+RECORDS_FILE = "records.sqlite"  # in adrun's home directory (adrun/home.py)
+SCHEMA_NAME = "adrun-records"
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_S = 30.0
+_NO_BATCH = -1  # the batch-size key of a profile whose batch size capture could not read
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS trials (id INTEGER PRIMARY KEY AUTOINCREMENT, cluster_key TEXT NOT NULL,"
+    " recorded_at TEXT NOT NULL, workload TEXT NOT NULL, builder TEXT NOT NULL, record TEXT NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS trials_by_cluster ON trials (cluster_key, id)",
+    "CREATE TABLE IF NOT EXISTS profiles (fingerprint TEXT NOT NULL, batch_size INTEGER NOT NULL,"
+    " profile TEXT NOT NULL, PRIMARY KEY (fingerprint, batch_size))",
+    "CREATE TABLE IF NOT EXISTS networks (cluster_key TEXT PRIMARY KEY, facts TEXT NOT NULL)",
+)
+
+
+def records_path(option: str | None = None, env: Mapping[str, str] | None = None) -> Path:
+    """Where the records live: `--records PATH`, else `ADRUN_RECORDS`, else records.sqlite in
+    adrun's home directory (`ADRUN_HOME`, default ~/.adrun)."""
+    env = os.environ if env is None else env
+    chosen = option or env.get(RECORDS_ENV)
+    return Path(chosen).expanduser() if chosen else adrun_home(env) / RECORDS_FILE
+
+
+def cluster_key(spec: ClusterSpec) -> str:
+    """A readable key that is the same for every spec of the same hosts with the same task counts:
+    `host:<workers>w<ps>ps` per node (`*` marks the chief, `+<n>gpu` GPUs), sorted by address, so
+    the order of `nodes` in the file, ports, SSH or env settings do not split a cluster's records."""
+    parts = []
+    for node in sorted(spec.nodes, key=lambda n: n.address):
+        part = f"{node.address}{'*' if node is spec.chief else ''}:{node.workers}w{node.ps}ps"
+        if node.gpus:
+            part += f"+{node.gpus}gpu"
+        parts.append(part)
+    return ",".join(parts)
+
+
+class Records:
+    """An open records database. Use `open_records`; close it (or use it as a context manager)."""
+
+    def __init__(self, path: Path, connection: sqlite3.Connection) -> None:
+        self.path = path
+        self._db = connection
+
+    def __enter__(self) -> Records:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._db.close()
+
+    def add_trial(self, record: TrialRecord) -> int:
+        """Store `record`; returns its trial number (1, 2, ... in the order runs were recorded)."""
+        with self._writing() as db:
+            cursor = db.execute(
+                "INSERT INTO trials (cluster_key, recorded_at, workload, builder, record) VALUES (?, ?, ?, ?, ?)",
+                (record.cluster_key, record.recorded_at, record.workload, record.strategy.builder,
+                 record.model_dump_json()),
+            )
+            return int(cursor.lastrowid)
+
+    def trials(self, cluster_key: str) -> list[TrialRecord]:
+        """Every recorded run on the cluster `cluster_key`, oldest first."""
+        rows = self._reading("SELECT id, record FROM trials WHERE cluster_key = ? ORDER BY id", (cluster_key,))
+        return [self._parse(TrialRecord, text, f"trial {number}") for number, text in rows]
+
+    def save_profile(self, profile: ModelProfile) -> None:
+        """Keep `profile` as the latest one of its graph and batch size."""
+        with self._writing() as db:
+            db.execute("INSERT OR REPLACE INTO profiles (fingerprint, batch_size, profile) VALUES (?, ?, ?)",
+                       (profile.graph.fingerprint, _batch_key(profile.batch_size), profile.model_dump_json()))
+
+    def profile_for(self, fingerprint: str, batch_size: int | None) -> ModelProfile | None:
+        """The latest profile of the graph `fingerprint` at `batch_size`, if one was saved."""
+        rows = self._reading("SELECT profile FROM profiles WHERE fingerprint = ? AND batch_size = ?",
+                             (fingerprint, _batch_key(batch_size)))
+        return self._parse(ModelProfile, rows[0][0], f"the profile of graph {fingerprint[:12]}") if rows else None
+
+    def save_network(self, cluster_key: str, facts: NetworkFacts) -> None:
+        """Keep `facts` as the latest network facts of the cluster `cluster_key`."""
+        with self._writing() as db:
+            db.execute("INSERT OR REPLACE INTO networks (cluster_key, facts) VALUES (?, ?)",
+                       (cluster_key, facts.model_dump_json()))
+
+    def network_for(self, cluster_key: str) -> NetworkFacts | None:
+        """The latest network facts of the cluster `cluster_key`, if any were saved."""
+        rows = self._reading("SELECT facts FROM networks WHERE cluster_key = ?", (cluster_key,))
+        return self._parse(NetworkFacts, rows[0][0], f"the network facts of {cluster_key}") if rows else None
+
+    @contextmanager
+    def _writing(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, taken at once (BEGIN IMMEDIATE) so that concurrent writers queue
+        on the busy timeout rather than fail on a lock upgrade."""
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        except sqlite3.Error as e:
+            raise UserError(f"records database {self.path}: cannot write: {e}") from None
+
+    def _reading(self, sql: str, params: tuple) -> list[tuple]:
+        try:
+            return self._db.execute(sql, params).fetchall()
+        except sqlite3.Error as e:
+            raise _unusable(self.path, str(e)) from None
+
+    def _parse(self, model: type[BaseModel], text: str, what: str):
+        try:
+            return model.model_validate_json(text)
+        except ValidationError as e:
+            raise _unusable(self.path, f"{what} does not read as this adrun's record "
+                                       f"({e.error_count()} problem(s), first: {e.errors()[0]['msg']})") from None
+
+
+def _batch_key(batch_size: int | None) -> int:
+    return _NO_BATCH if batch_size is None else batch_size
+
+
+def _unusable(path: Path, why: str) -> UserError:
+    return UserError(f"records database {path} cannot be used: {why}. Move the file away (adrun starts a new "
+                     f"one there), point {RECORDS_ENV} or --records elsewhere, or run with --no-record")
+
+
+def _unopenable(path: Path, why: str) -> UserError:
+    return UserError(f"records database {path} cannot be opened: {why}. Point {RECORDS_ENV} or --records at a "
+                     "file in a writable directory, or run with --no-record")
+
+
+def open_records(path: Path) -> Records:
+    """Open (creating it and its directory when missing) the records database at `path`.
+
+    Raises UserError naming the file when it cannot be opened, is no SQLite database, is some
+    other program's database, or was written by a newer adrun.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise _unopenable(path, f"cannot create its directory ({e.strerror or e})") from None
+    try:
+        db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    except sqlite3.Error as e:
+        raise _unopenable(path, str(e)) from None
+    try:
+        _check_or_create_schema(db, path)
+    except BaseException:
+        db.close()
+        raise
+    return Records(path, db)
+
+
+def _check_or_create_schema(db: sqlite3.Connection, path: Path) -> None:
+    """Create the tables in an empty file; otherwise check the file is adrun's records of a schema
+    this adrun reads. Done in one write transaction so two runs creating the file at once agree."""
+    try:
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if not tables:
+                for statement in _SCHEMA:
+                    db.execute(statement)
+                db.executemany("INSERT INTO meta (key, value) VALUES (?, ?)",
+                               [("schema", SCHEMA_NAME), ("version", str(SCHEMA_VERSION))])
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+    except sqlite3.Error as e:
+        if e.sqlite_errorname == "SQLITE_CANTOPEN":  # a directory, or no permission to read or create it
+            raise _unopenable(path, str(e)) from None
+        raise _unusable(path, f"it is not a readable SQLite database ({e})") from None
+    try:
+        meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+    except sqlite3.Error:
+        meta = {}  # no such table or columns: some other program's database
+    if meta.get("schema") != SCHEMA_NAME:
+        raise _unusable(path, "it is an SQLite database, but not adrun's records")
+    version = meta.get("version", "")
+    if version != str(SCHEMA_VERSION):
+        raise _unusable(path, f"its schema version {version or '(none)'} is not {SCHEMA_VERSION}, the one this "
+                              "adrun reads (written by another adrun version)")

@@ -1,0 +1,72 @@
+"""Trials of `adrun profile --trials`: each candidate strategy runs for a bounded number of steps
+on the real cluster, as an ordinary quiet job, and is measured from its JobReport.
+
+A trial that fails is a result (shown with its root cause), not the end of the profile; an
+interrupt (Ctrl-C) ends the whole profile, since the user asked to stop.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from adrun.errors import UserError
+from adrun.launch.env import MAX_STEPS_VAR
+from adrun.launch.report import JobReport, job_report
+from adrun.launch.supervisor import JobConfig, run_job
+from adrun.profile_report import TrialResult
+from adrun.strategies.document import Strategy, dump_strategy
+
+
+def run_trial(spec, remote, script: Path, script_args: list[str], plan: Strategy, steps: int, job_id: str,
+              job_dir: Path) -> tuple[TrialResult, JobReport | None]:
+    """Run `plan` for `steps` training steps per worker as job `job_id`; its strategy document is
+    written to `job_dir`. Returns the trial's measurement and the job's report (None when the job
+    could not start, e.g. a fixed port is taken: the trial's root cause then says why)."""
+    job_dir.mkdir(parents=True, exist_ok=True)
+    strategy_file = job_dir / "strategy.yml"
+    dump_strategy(plan, strategy_file)
+    config = JobConfig(job_id=job_id, spec=spec, script=script, script_args=script_args, strategy_file=strategy_file,
+                       quiet=True)
+    try:
+        with _step_bound(steps):
+            result = run_job(config, remote)
+    except UserError as e:
+        return TrialResult(job_id=job_id, succeeded=False, steps=0, root_cause=str(e)), None
+    if result.interrupted:
+        raise KeyboardInterrupt
+    report = job_report(result, job_id, plan.builder, strategy_file)
+    return trial_result(report), report
+
+
+def trial_result(report: JobReport) -> TrialResult:
+    """A trial's measurement from its job's report. The synchronous step time is the inverse of
+    the workers' mean steps per second: every worker steps once per synchronous step."""
+    rates = [t.steps_per_s for t in report.tasks if t.role == "worker" and t.steps_per_s]
+    measured = bool(rates) and report.succeeded
+    root_cause = report.root_cause
+    if report.succeeded and not rates:
+        root_cause = ("the workers ended before a second training step, so no rate could be measured: let the "
+                      "script run longer (its own steps or epochs argument)")
+    return TrialResult(
+        job_id=report.job_id, succeeded=measured, steps=report.steps,
+        step_s=len(rates) / sum(rates) if measured else None,
+        examples_per_s=report.examples_per_s if measured else None,
+        root_cause=root_cause, root_cause_stderr=report.root_cause_stderr,
+    )
+
+
+@contextmanager
+def _step_bound(steps: int) -> Iterator[None]:
+    """`ADRUN_MAX_STEPS` for the jobs started meanwhile (an ADRUN_* setting reaches every task)."""
+    before = os.environ.get(MAX_STEPS_VAR)
+    os.environ[MAX_STEPS_VAR] = str(steps)
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[MAX_STEPS_VAR]
+        else:
+            os.environ[MAX_STEPS_VAR] = before

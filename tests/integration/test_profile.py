@@ -1,0 +1,171 @@
+"""`adrun profile` end to end: the report of a bundled example as JSON (every built-in builder and
+Auto predicted, the model table), `-o` writing a document a run accepts, bounded trials measured
+and recorded, a failed trial reported without ending the profile, and bad input refused with one
+message and nothing left running."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from adrun.launch.teardown import leftover_processes
+from adrun.profile_report import ProfileReport
+from adrun.records import cluster_key, open_records
+from adrun.spec import load_spec
+from adrun.strategies import BUILDERS
+from tests.conftest import REPO, SCRIPTS, AdrunResult, run_adrun
+from tests.oracle import train_and_compare
+
+pytestmark = pytest.mark.integration
+
+EMBEDDING = str(REPO / "examples" / "embedding.py")
+TINY = str(SCRIPTS / "tiny_model.py")
+EVERY_CANDIDATE = {*BUILDERS, "Auto"}
+
+
+def profiled(*args: str, job_id: str, timeout: float = 600) -> tuple[AdrunResult, ProfileReport]:
+    result = run_adrun("profile", "--job-id", job_id, "--json", *args, job_id=job_id, timeout=timeout)
+    assert result.returncode == 0, result.output
+    assert "adrun/cli.py" not in result.output  # no traceback of adrun's (a failed trial quotes the script's)
+    return result, ProfileReport.model_validate_json(result.stdout)  # stdout holds the report and nothing else
+
+
+def no_leftovers(report: ProfileReport, job_id: str) -> None:
+    for jid in [job_id, *(c.trial.job_id for c in report.candidates if c.trial)]:
+        assert leftover_processes(jid) == [], jid
+
+
+def test_embedding_report_and_its_plan_runs(tmp_path: Path, spec_file) -> None:
+    spec = spec_file(workers=2, ps=1)
+    plan = tmp_path / "plan.yml"
+    result, report = profiled("--spec", str(spec), "--records", str(tmp_path / "r.sqlite"), "-o", str(plan),
+                              EMBEDDING, "--steps", "40", job_id="profile-embedding")
+    no_leftovers(report, "profile-embedding")
+    assert {c.builder for c in report.candidates} == EVERY_CANDIDATE
+    steps = [c.prediction.step_s for c in report.candidates]
+    assert all(s > 0 for s in steps) and steps == sorted(steps)
+    assert all(c.prediction.examples_per_s > 0 and c.trial is None for c in report.candidates)
+    assert report.trials is None and report.fit.records_used == 0
+    by_name = {v.name: v for v in report.model.variables}
+    assert set(by_name) == {"embedding", "head"}
+    embedding = by_name["embedding"]
+    assert embedding.grad == "sparse" and embedding.shape == [1000, 16]
+    assert 0 < embedding.rows_touched_mean <= embedding.rows_touched_max <= 64 * 10
+    assert by_name["head"].grad == "dense" and by_name["head"].rows_touched_mean is None
+    assert report.model.batch_size == 64 and report.model.compute_s > 0
+    assert (report.cluster.num_workers, report.cluster.num_ps) == (2, 1)
+    assert report.recommended == report.candidates[0].builder and report.recommended_by == "prediction"
+    assert "adrun: " in result.stderr  # status lines went to stderr
+    print(f"adrun profile examples/embedding.py: {report.elapsed_s:.1f} s, load {os.getloadavg()}")
+
+    run = run_adrun("--spec", str(spec), "--strategy", str(plan), "--quiet", EMBEDDING, "--steps", "3")
+    assert run.returncode == 0, run.output
+    assert f"strategy {report.recommended}" in run.stderr
+    assert leftover_processes(run.job_id) == []
+
+
+@pytest.mark.full
+def test_recommended_plan_is_data_parallel_sgd(tmp_path: Path, spec_file) -> None:
+    """The `-o` document of the sparse oracle model, run through the averaging oracle."""
+    spec = spec_file(workers=2, ps=1)
+    plan = tmp_path / "plan.yml"
+    # the profiling run needs more steps than the oracle's 3; the graph, and so the plan, is the same
+    profiled("--spec", str(spec), "--no-record", "-o", str(plan), str(SCRIPTS / "oracle_model.py"),
+             "--model", "sparse", "--data", "per-worker", "--steps", "30", "--out", str(tmp_path / "profile-out"),
+             job_id="profile-oracle")
+    train_and_compare(tmp_path, spec_file, str(plan), "sparse", "per-worker")
+
+
+@pytest.mark.full
+def test_two_trials_are_measured_recorded_and_ranked(tmp_path: Path, spec_file) -> None:
+    spec = spec_file(workers=2, ps=1)
+    records = tmp_path / "r.sqlite"
+    _, report = profiled("--spec", str(spec), "--records", str(records), "--trials", "2", "--trial-steps", "20",
+                         EMBEDDING, job_id="profile-trials")
+    no_leftovers(report, "profile-trials")
+    distinct = [c for c in report.candidates if c.same_plan_as is None]
+    tried = [c for c in report.candidates if c.trial is not None]
+    assert tried == distinct[:2]  # the two best predicted plans (a builder repeating a plan is not run again)
+    for candidate in tried:
+        assert candidate.trial.succeeded, candidate.trial
+        assert candidate.trial.step_s > 0 and candidate.trial.examples_per_s > 0
+        assert candidate.trial.steps == 2 * 20  # ADRUN_MAX_STEPS ended each worker after its 20th step
+    assert (report.trials.tried, report.trials.succeeded, report.trials.steps) == (2, 2, 20)
+    tied = tried[0].prediction.step_s == tried[1].prediction.step_s
+    assert report.trials.kendall_tau in ((None,) if tied else (-1.0, 1.0))
+    assert report.trials.mean_relative_error == pytest.approx(
+        sum(abs(c.prediction.step_s - c.trial.step_s) / c.trial.step_s for c in tried) / 2)
+    assert report.recommended_by == "trials"
+    assert report.recommended == min(tried, key=lambda c: c.trial.step_s).builder
+    with open_records(records) as db:
+        kept = db.trials(cluster_key(load_spec(spec)))
+    assert [r.strategy.builder for r in kept] == [c.builder for c in tried]
+
+
+def test_failed_trial_is_reported_not_fatal(tmp_path: Path, spec_file) -> None:
+    """Worker 1 raises at its first step in every run (never in the one-process profiling run). The
+    cluster has no PS, so the PS builders are named as impossible rather than predicted."""
+    spec = spec_file(workers=2, ps=0)
+    records = tmp_path / "r.sqlite"
+    _, report = profiled("--spec", str(spec), "--records", str(records), "--trials", "1", TINY, "--steps", "50",
+                         "--fail-on", "1", "--fail-at", "1", job_id="profile-failing")
+    no_leftovers(report, "profile-failing")
+    # (Parallax plans this dense model: it puts only sparse variables on PSs)
+    assert set(report.unavailable) == {"PS", "PSLoadBalancing", "PartitionedPS", "UnevenPartitionedPS"}
+    assert all("no PS process" in why for why in report.unavailable.values())
+    assert {c.builder for c in report.candidates} == EVERY_CANDIDATE - set(report.unavailable)
+    [tried] = [c for c in report.candidates if c.trial is not None]
+    assert not tried.trial.succeeded and tried.trial.step_s is None
+    assert "w1 (worker 1 on localhost) exited with code 1" in tried.trial.root_cause, tried.trial
+    assert any("RuntimeError" in line or "Error" in line for line in tried.trial.root_cause_stderr)
+    assert (report.trials.tried, report.trials.succeeded, report.trials.kendall_tau) == (1, 0, None)
+    assert report.recommended == report.candidates[0].builder and report.recommended_by == "prediction"
+    with open_records(records) as db:
+        assert db.trials(cluster_key(load_spec(spec))) == []  # nothing measured, nothing to learn from
+
+
+# --- bad input ------------------------------------------------------------------------------------
+
+
+def refused(*args: str, job_id: str) -> str:
+    """The error message (from its `adrun: error:` line to the end of stderr) of a refused profile."""
+    result = run_adrun("profile", "--job-id", job_id, *args, job_id=job_id, timeout=300)
+    assert result.returncode == 2, result.output
+    assert "Traceback" not in result.output and result.stdout == ""
+    assert leftover_processes(job_id) == []
+    [start] = [i for i, line in enumerate(result.stderr.splitlines()) if line.startswith("adrun: error: ")]
+    return "\n".join(result.stderr.splitlines()[start:])
+
+
+def test_script_without_training_op() -> None:
+    line = refused("--no-record", TINY, "--no-train", job_id="profile-no-train")
+    assert line.startswith(f"adrun: error: {TINY}: its graph has no training op:"), line
+
+
+def test_eager_script() -> None:
+    script = str(SCRIPTS / "eager_script.py")
+    line = refused("--no-record", "--json", script, job_id="profile-eager")
+    assert line.startswith(f"adrun: error: {script}: finished without creating a tf.compat.v1.Session"), line
+
+
+def test_unreachable_node(tmp_path: Path) -> None:
+    spec = tmp_path / "cluster.yml"
+    spec.write_text("version: 1\nnodes:\n  - address: no-such-host.invalid\n    workers: 2\n    ps: 1\n")
+    message = refused("--spec", str(spec), "--no-record", TINY, job_id="profile-unreachable")
+    assert message.startswith("adrun: error: cannot reach every node:\n  cannot resolve no-such-host.invalid"), message
+
+
+def test_corrupt_records_database(tmp_path: Path) -> None:
+    records = tmp_path / "records.sqlite"
+    records.write_bytes(b"this is no database" * 100)
+    line = refused("--records", str(records), TINY, job_id="profile-corrupt-records")
+    assert line.startswith(f"adrun: error: records database {records} cannot be used:"), line
+    assert "--no-record" in line
+
+
+def test_output_in_a_missing_directory_is_refused_before_the_profile(tmp_path: Path) -> None:
+    plan = tmp_path / "no-such-dir" / "plan.yml"
+    line = refused("--no-record", "-o", str(plan), TINY, job_id="profile-bad-output")
+    assert line == f"adrun: error: -o {plan}: directory {plan.parent} does not exist"

@@ -1,0 +1,54 @@
+"""`adrun profile`'s command line: options before SCRIPT (also `--trials` with and without its
+count), everything after SCRIPT the script's own."""
+
+from __future__ import annotations
+
+import click
+import pytest
+
+from adrun.cli import main, profile, strategy_build
+
+
+def parsed(command: click.Command, *args: str) -> dict:
+    with command.make_context(command.name, list(args)) as ctx:
+        return ctx.params
+
+
+@pytest.mark.parametrize("args, trials, script_args", [
+    (["train.py"], None, ()),
+    (["--trials", "train.py", "--steps", "5"], "all", ("--steps", "5")),
+    (["--trials", "3", "train.py"], 3, ()),
+    (["--trials=2", "train.py"], 2, ()),
+    (["--trials", "all", "train.py"], "all", ()),
+    (["train.py", "--trials", "3"], None, ("--trials", "3")),  # after SCRIPT: the script's
+    (["--json", "--trials", "--trial-steps", "7", "train.py", "-o", "x"], "all", ("-o", "x")),
+])
+def test_trials_with_and_without_a_count(args: list[str], trials, script_args: tuple) -> None:
+    params = parsed(profile, *args)
+    assert params["trials"] == trials and params["script"] == "train.py" and params["script_args"] == script_args
+
+
+def test_options_before_or_after_script_name_only_up_to_it() -> None:
+    params = parsed(profile, "-o", "plan.yml", "train.py", "--epochs", "2")
+    assert params["output"] == "plan.yml" and params["script_args"] == ("--epochs", "2")
+    params = parsed(profile, "--spec", "c.yml", "--trial-steps", "9", "--no-record", "--json", "train.py")
+    assert (params["spec_path"], params["trial_steps"], params["no_record"], params["as_json"]) == ("c.yml", 9, True, True)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--trials", "0", "train.py"], "expected a whole number of trials (at least 1) or 'all', got '0'"),
+    (["--trial-steps", "1", "train.py"], "1 is not in the range x>=2"),
+])
+def test_impossible_counts_are_refused(args: list[str], message: str) -> None:
+    with pytest.raises(click.BadParameter, match=message.replace("(", r"\(").replace(")", r"\)")):
+        parsed(profile, *args)
+
+
+def test_strategy_build_still_takes_its_name_and_script() -> None:
+    params = parsed(strategy_build, "PS", "-o", "plan.yml", "train.py", "--x", "1")
+    assert (params["name"], params["output"], params["script"], params["script_args"]) == (
+        "PS", "plan.yml", "train.py", ("--x", "1"))
+
+
+def test_profile_is_a_command_not_a_script() -> None:
+    assert "profile" in main.commands
