@@ -6,8 +6,10 @@ shows strategy documents. User mistakes end as one `adrun: error:` line and a no
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import shlex
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -23,6 +25,7 @@ from adrun.errors import UserError
 
 DEFAULT_STRATEGY = "PSLoadBalancing"
 INTERRUPTED_EXIT_CODE = 130  # as the supervisor's, for an interrupt before the job started
+BROKEN_PIPE_EXIT_CODE = 141  # what a shell reports for a tool ended by SIGPIPE (128 + 13)
 RUNS_DIR = Path("/tmp/adrun-runs")  # not /tmp/adrun: that would shadow the package when cwd is /tmp
 
 
@@ -45,6 +48,11 @@ def _user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         except UserError as e:
             ui.print_user_error(str(e))
             sys.exit(e.exit_code)
+        except BrokenPipeError:
+            # the reader of our stdout left (`adrun logs JOB | head`): stop writing, quietly, as
+            # a shell tool does; the redirect keeps Python's exit flush from failing again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(BROKEN_PIPE_EXIT_CODE)
         except KeyboardInterrupt:
             # Ctrl-C before the job runs (during capture, say): whatever was started is stopped by
             # the `finally` blocks it unwound; say so shell-style instead of click's "Aborted!" (1).
@@ -203,6 +211,7 @@ def main() -> None:
 def run(spec_path, strategy, strategy_opts, quiet, log_dir, dry_run, shard_data, job_id, sync_code, stall_timeout,
         result_json, max_steps, records_option, no_record, measure_network, script, script_args) -> None:
     """Run SCRIPT with ARGS on every worker of the cluster."""
+    from adrun.jobs import LauncherRecord, check_job_id, new_record
     from adrun.launch.env import MAX_STEPS_VAR
     from adrun.launch.env import max_steps as max_steps_setting
     from adrun.launch.provision import RemoteNodes
@@ -210,26 +219,36 @@ def run(spec_path, strategy, strategy_opts, quiet, log_dir, dry_run, shard_data,
     spec = _load_cluster(spec_path)
     script_path = _existing_script(script)
     options = _parse_options(strategy_opts)
+    job_id = check_job_id(job_id) if job_id is not None else _new_job_id()
     if max_steps is not None:
         os.environ[MAX_STEPS_VAR] = str(max_steps)  # an ADRUN_* setting: passes through to every task
     max_steps_setting(os.environ)  # refuse a bad ADRUN_MAX_STEPS before anything starts
-    with _opened_records(records_option, no_record) as records, RemoteNodes(spec) as remote:
+    recorded = None if dry_run else LauncherRecord(new_record(
+        job_id, shlex.join(["adrun", *sys.argv[1:]]), spec=Path(spec_path) if spec_path else None,
+        script=script_path, nodes=[node.address for node in spec.nodes], log_dir=Path(log_dir) if log_dir else None))
+    with (recorded or contextlib.nullcontext(), _opened_records(records_option, no_record) as records,
+          RemoteNodes(spec) as remote):
         if not dry_run:
             _check_fixed_ports(spec)
             remote.connect()
             remote.preflight(script_path, sync_code)
-        _run_planned(spec, remote, strategy, options, script_path, list(script_args), job_id or _new_job_id(),
-                     quiet=quiet, log_dir=log_dir, dry_run=dry_run, shard_data=shard_data,
-                     stall_timeout=stall_timeout or None, result_json=Path(result_json) if result_json else None,
-                     records=records, measure_network=measure_network)
+        result = _run_planned(spec, remote, strategy, options, script_path, list(script_args), job_id,
+                              quiet=quiet, log_dir=log_dir, dry_run=dry_run, shard_data=shard_data,
+                              stall_timeout=stall_timeout or None, result_json=Path(result_json) if result_json else None,
+                              records=records, measure_network=measure_network)
+        if result is not None and recorded is not None:
+            state = "interrupted" if result.interrupted else "succeeded" if result.exit_code == 0 else "failed"
+            recorded.ended(state, result.exit_code)
+    if result is not None:
+        sys.exit(result.exit_code)
 
 
 def _run_planned(spec, remote, strategy: str, options: dict[str, str], script_path: Path, script_args: list[str],
                  job_id: str, *, quiet: bool, log_dir: str | None, dry_run: bool, shard_data: bool,
-                 stall_timeout: float | None, result_json: Path | None, records, measure_network: bool) -> None:
+                 stall_timeout: float | None, result_json: Path | None, records, measure_network: bool):
     """Capture, plan, and (unless `dry_run`) run the job, remote nodes through `remote`; the
-    result is written as JSON to `result_json` and to `log_dir`/result.json when given, and added
-    to `records` (unless None)."""
+    result is written as JSON to `result_json` and to `log_dir`/result.json when given, added
+    to `records` (unless None), and returned (None for a dry run)."""
     from adrun import ui
     from adrun.launch.report import job_report, write_report
     from adrun.launch.supervisor import JobConfig, run_job
@@ -245,7 +264,7 @@ def _run_planned(spec, remote, strategy: str, options: dict[str, str], script_pa
     ui.print_plan(plan, item, spec)
     if dry_run:
         ui.print_status(f"dry run: strategy written to {strategy_file}; nothing started")
-        return
+        return None
     if shard_data:
         os.environ["ADRUN_SHARD_DATA"] = "1"  # an ADRUN_* setting: passes through to every task
     result = run_job(
@@ -267,7 +286,7 @@ def _run_planned(spec, remote, strategy: str, options: dict[str, str], script_pa
             write_report(report, path)
     if records is not None:
         _record(records, report, spec, plan, workload_name(script_path, script_args), item.batch_size)
-    sys.exit(result.exit_code)
+    return result
 
 
 def _record(records, report, spec, plan, workload: str, batch_size: int | None) -> None:
@@ -474,3 +493,75 @@ def cluster_check(spec_path, script, as_json) -> None:
     else:
         render(report, ui.console)
     sys.exit(report.exit_code)
+
+
+@main.command()
+@click.option("--all", "include_ended", is_flag=True, help="Also list the ended jobs still recorded (the latest 100).")
+@click.option("--json", "as_json", is_flag=True, help="Print the records as JSON.")
+@_user_errors
+def jobs(include_ended, as_json) -> None:
+    """List the jobs started on this machine: the running ones, newest first (all with --all).
+
+    A job whose launcher died without recording the job's end (kill -9) shows as lost.
+    """
+    from adrun.jobs import open_jobs
+    from adrun.jobs_view import jobs_json, print_jobs
+
+    with open_jobs() as store:
+        records = store.jobs(include_ended)
+    if as_json:
+        click.echo(jobs_json(records))
+    else:
+        print_jobs(records, include_ended)
+
+
+@main.command()
+@click.argument("job_id")
+@_user_errors
+def stop(job_id) -> None:
+    """Stop the running job JOB_ID (or a unique prefix of it) started on this machine.
+
+    Its launcher tears the job down on every host as after Ctrl-C (and exits 130); this waits
+    until the job's end is recorded. Exits 1 when the launcher is gone (the job is lost).
+    """
+    from adrun import ui
+    from adrun.job_control import LostJob, clean_up_lost, stop_job
+    from adrun.jobs import open_jobs
+
+    with open_jobs() as store:
+        record = store.find(job_id)
+        try:
+            ended = stop_job(store, record)
+        except LostJob as lost:
+            ui.print_user_error(f"job {lost.record.id} is lost: its launcher (pid {lost.record.launcher_pid}) ended "
+                                "without recording how the job ended (killed with SIGKILL?)")
+            for line in clean_up_lost(lost.record):
+                ui.print_status(line)
+            sys.exit(1)
+    if ended.state == "stopped":
+        ui.print_status(f"job {ended.id} stopped (its launcher exited with code {ended.exit_code})")
+    else:
+        ui.print_status(f"job {ended.id} ended by itself before the stop took effect: {ended.state} "
+                        f"(exit code {ended.exit_code})")
+
+
+@main.command()
+@click.argument("job_id")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the job ends.")
+@_user_errors
+def logs(job_id, follow) -> None:
+    """Print the task logs of JOB_ID (or a unique prefix of it), which must have run with --log-dir.
+
+    Each line is prefixed with its task's tag, as in the live view: workers first, then the PS.
+    """
+    from adrun.job_logs import show_logs
+    from adrun.jobs import open_jobs
+
+    with open_jobs() as store:
+        record = store.find(job_id)
+
+        def still_running() -> bool:
+            current = store.get(record.id)
+            return current is not None and current.state == "running"
+
+        show_logs(record, lambda tag, line: click.echo(f"[{tag}] {line}"), follow=follow, still_running=still_running)

@@ -87,7 +87,13 @@ def _profile_of(script: Path, samples: ProfileSamples, warmup: int) -> ModelProf
         compute_s=statistics.median(samples.step_s),
         steps_measured=len(samples.step_s),
         rows_touched={
-            name: RowsTouched(mean=statistics.fmean(samples.rows[name]), max=max(samples.rows[name]))
+            name: RowsTouched(mean=statistics.fmean(samples.rows[name]), max=max(samples.rows[name]),
+                              by_range=_mean_by_slice(samples.rows_by_slice.get(name, [])))
             for name in sparse if samples.rows.get(name)
         },
     )
+
+
+def _mean_by_slice(per_step: list[list[int]]) -> list[float]:
+    """Mean distinct rows per step in each slice; empty when the slices were not counted."""
+    return [statistics.fmean(column) for column in zip(*per_step)] if per_step else []

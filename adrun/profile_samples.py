@@ -22,6 +22,8 @@ class ProfileSamples(BaseModel):
     examples: int | None = None  # examples in a step's feed (or Keras batch), when it has one
     step_s: list[float] = []  # seconds of each timed step (warm-up and counting steps excluded)
     rows: dict[str, list[int]] = {}  # by variable: distinct rows its gradient held, per counted step
+    # by variable: per counted step, those rows counted in each slice of its axis 0 (RowsTouched.by_range)
+    rows_by_slice: dict[str, list[list[int]]] = {}
 
 
 def save_samples(samples: ProfileSamples, path: str | Path) -> None:

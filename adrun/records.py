@@ -1,6 +1,6 @@
 """The local records database: finished runs (TrialRecords) and the facts they were planned on.
 
-One SQLite file (default `~/.adrun/records.sqlite`; `ADRUN_RECORDS` or `--records PATH` name
+One SQLite file (default `records.sqlite` in adrun's home, `~/.adrun/`; `ADRUN_RECORDS` or `--records PATH` name
 another) keeps
 
 - every recorded run as a `TrialRecord` (strategies/facts.py), the data the cost model is fitted on;
@@ -25,11 +25,12 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 
 from adrun.errors import UserError
+from adrun.home import adrun_home
 from adrun.spec import ClusterSpec
 from adrun.strategies.facts import ModelProfile, NetworkFacts, TrialRecord
 
 RECORDS_ENV = "ADRUN_RECORDS"
-DEFAULT_RECORDS_PATH = Path("~/.adrun/records.sqlite")
+RECORDS_FILE = "records.sqlite"  # in adrun's home directory (adrun/home.py)
 SCHEMA_NAME = "adrun-records"
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 30.0
@@ -47,10 +48,11 @@ _SCHEMA = (
 
 
 def records_path(option: str | None = None, env: Mapping[str, str] | None = None) -> Path:
-    """Where the records live: `--records PATH`, else `ADRUN_RECORDS`, else ~/.adrun/records.sqlite."""
+    """Where the records live: `--records PATH`, else `ADRUN_RECORDS`, else records.sqlite in
+    adrun's home directory (`ADRUN_HOME`, default ~/.adrun)."""
     env = os.environ if env is None else env
-    chosen = option or env.get(RECORDS_ENV) or str(DEFAULT_RECORDS_PATH)
-    return Path(chosen).expanduser()
+    chosen = option or env.get(RECORDS_ENV)
+    return Path(chosen).expanduser() if chosen else adrun_home(env) / RECORDS_FILE
 
 
 def cluster_key(spec: ClusterSpec) -> str:

@@ -414,7 +414,7 @@ def load_spec(path: str | Path) -> ClusterSpec:
 
 
 def spec_to_yaml(spec: ClusterSpec) -> str:
-    """The spec as YAML that `load_spec` reads back to an equal spec (for `--dry-run` output)."""
+    """The spec as YAML that `load_spec` reads back to an equal spec."""
     return dump_yaml(spec.model_dump(mode="json", exclude_none=True))
 
 

@@ -41,7 +41,7 @@ def print_user_error(message: str) -> None:
 
 
 def print_warning(message: str) -> None:
-    """One line about something that went wrong but does not change the outcome."""
+    """Something looks wrong but adrun goes on: one `adrun: warning:` line."""
     console.print(Text(f"adrun: warning: {message}", style="yellow"), soft_wrap=True)
 
 

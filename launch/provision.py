@@ -3,8 +3,8 @@
 Order matters for the user: `connect` and `preflight` run before the graph capture (seconds),
 so a wrong key, a missing interpreter or a missing script fails at once, naming the node.
 `prepare_launch` runs right before the tasks start: it ships the strategy document, chooses or
-checks ports on each node, and samples byte counters. `finish` sweeps every node for leftovers
-of the job and closes the connections. Every node is handled in parallel.
+checks ports on each node, and samples byte counters. `sweep` looks on every node for leftovers
+of the job and ends them; `close` (or leaving the `with` block) closes the connections. Every node is handled in parallel.
 
 `--sync-code` copies the script's directory (recursively, without .git, __pycache__, .venv and
 *.pyc files, at most SYNC_LIMIT bytes) to the same path on every node, or under `ssh.workdir`;

@@ -32,7 +32,7 @@ def run_adrun(*args: str, job_id: str | None = None, timeout: float = 300, cwd: 
     """`adrun [--job-id ID] ARGS...` in a subprocess, as a user would type it."""
     job_id = job_id or f"test-{uuid.uuid4().hex[:8]}"
     argv = [sys.executable, "-m", "adrun", *args]
-    if args and args[0] not in ("strategy", "cluster", "profile"):
+    if args and args[0] not in ("strategy", "cluster", "profile", "jobs", "stop", "logs"):
         argv = [sys.executable, "-m", "adrun", "--job-id", job_id, *args]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd or REPO,
                           env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
@@ -45,6 +45,12 @@ def write_spec(path: Path, workers: int = 2, ps: int = 1, **node_fields) -> Path
     return path
 
 
+@pytest.fixture(scope="session", autouse=True)
+def adrun_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every adrun the tests start records its jobs here (ADRUN_HOME), not in the user's ~/.adrun."""
+    home = tmp_path_factory.mktemp("adrun-home")
+    os.environ["ADRUN_HOME"] = str(home)
+    return home
 @pytest.fixture(autouse=True)
 def records_db(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Every test's adrun runs record into a database of their own (ADRUN_RECORDS), never into the

@@ -8,7 +8,8 @@ script ends first, the process writes what it measured (`ProfileSamples`) and en
 
 Two kinds of step, so that counting never adds to a timed step:
 - a *counted* step also fetches, for every variable with sparse gradients that the step trains, the
-  number of distinct ids in its gradient's IndexedSlices (`tf.size(tf.unique(indices))`, built next
+  number of distinct ids in its gradient's IndexedSlices (`tf.size(tf.unique(indices))`), and how
+  many of them fall in each of ROW_SLICES slices of the variable's rows (built next
   to the optimizer step when `apply_gradients` is called, before a MonitoredTrainingSession can
   finalize the graph). It must be the same `run` as the step: a batch from an iterator is only
   read once.
@@ -32,14 +33,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from adrun.profile_samples import ProfileSamples, save_samples
 from adrun.runtime.capture import describe_graph
 from adrun.runtime.grads import GradientRecord, is_sparse, variable_name
 from adrun.runtime.metrics import controls_a_step, fetched_names
+from adrun.strategies.document import shard_sizes
 
 PROFILED_EXIT_CODE = 0
+
+
+# Slices of a sparse variable's rows whose touched rows are counted apart (RowsTouched.by_range):
+# enough to see a frequency-sorted vocabulary's hot head, few enough to cost nothing.
+ROW_SLICES = 16
 
 
 @dataclass(frozen=True)
@@ -47,6 +55,17 @@ class RowCounter:
     train_op: str  # the optimizer step whose gradient it counts
     variable: str
     distinct: tf.Tensor  # int32 scalar: distinct ids in the gradient of one step
+    # int32 [k]: of those, how many fall in each of k slices of axis 0 cut as shards are
+    # (`document.shard_sizes`); None when the variable's row count is unknown at graph build
+    by_slice: tf.Tensor | None
+
+
+def _slice_counts(ids: tf.Tensor, rows: int | None) -> tf.Tensor | None:
+    if not rows or rows < 1:
+        return None
+    ends = np.cumsum(shard_sizes(rows, min(ROW_SLICES, rows)))
+    slices = tf.searchsorted(tf.constant(ends, tf.int64), tf.cast(ids, tf.int64), side="right")
+    return tf.math.bincount(tf.cast(slices, tf.int32), minlength=len(ends), maxlength=len(ends))
 
 
 _counters: weakref.WeakKeyDictionary[tf.Graph, list[RowCounter]] = weakref.WeakKeyDictionary()
@@ -62,10 +81,11 @@ def add_row_counters(graph: tf.Graph, call: GradientRecord) -> None:
     if not sparse:
         return
     with graph.as_default(), graph.control_dependencies(None), tf.compat.v1.name_scope("adrun_profile"):
-        counters = [
-            RowCounter(call.train_op.name, variable_name(var), tf.size(tf.unique(tf.reshape(grad.indices, [-1])).y))
-            for grad, var in sparse
-        ]
+        counters = []
+        for grad, var in sparse:
+            ids = tf.unique(tf.reshape(grad.indices, [-1])).y
+            rows = var.shape[0] if var.shape.rank else None
+            counters.append(RowCounter(call.train_op.name, variable_name(var), tf.size(ids), _slice_counts(ids, rows)))
     _counters.setdefault(graph, []).extend(counters)
     _run_by.pop(graph, None)
 
@@ -94,6 +114,7 @@ class Profiler:
         self.steps_run = 0
         self.step_s: list[float] = []
         self.rows: dict[str, list[int]] = {}
+        self.rows_by_slice: dict[str, list[list[int]]] = {}
         self.examples: int | None = None  # in the first step's feed or Keras batch, when it has one
         self._timed: tuple[float, float] | None = None  # (start, end) of the last timed run, until the next step
         self._graph: tf.Graph | None = None  # of the last training step, else of the last Session
@@ -127,9 +148,12 @@ class Profiler:
             self.examples = examples
         counters = counters_run_by(graph, fetches) if index % 2 == 0 else []
         if counters:
-            result, counts = run_counted([c.distinct for c in counters])
+            sliced = [c for c in counters if c.by_slice is not None]
+            result, counts = run_counted([c.distinct for c in counters] + [c.by_slice for c in sliced])
             for counter, count in zip(counters, counts):
                 self.rows.setdefault(counter.variable, []).append(int(count))
+            for counter, by_slice in zip(sliced, counts[len(counters):]):
+                self.rows_by_slice.setdefault(counter.variable, []).append([int(n) for n in by_slice])
             return result
         result = run_plain()
         if index >= self.warmup:
@@ -154,6 +178,6 @@ class Profiler:
             return  # no Session: the launcher reports a script that is not in graph mode
         samples = ProfileSamples(
             graph=describe_graph(self._graph), training_steps=self.steps_run, examples=self.examples,
-            step_s=self.step_s, rows=self.rows,
+            step_s=self.step_s, rows=self.rows, rows_by_slice=self.rows_by_slice,
         )
         save_samples(samples, self.out_path)

@@ -8,6 +8,7 @@ ADRUN_JOB_ID that must come back empty within NOTICE_S after each job.
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -130,6 +131,20 @@ def test_ctrl_c(long_job):
     long_job.proc.send_signal(signal.SIGINT)
     _assert_ends_cleanly(long_job, time.monotonic(), 130)
     assert "adrun: interrupted: stopping all tasks" in long_job.output
+
+
+@pytest.mark.full  # the teardown is test_ctrl_c's (SIGTERM and SIGINT share the handler); this adds the record
+def test_adrun_stop_from_another_process(netns_cluster, long_job):
+    """`adrun stop` returns once the launcher recorded the job's end, which it writes after its
+    teardown and final sweep of every host: by then nothing of the job is left anywhere."""
+    stopped = run_adrun("stop", long_job.job_id)
+    assert stopped.returncode == 0, stopped.output
+    assert leftover_processes(long_job.job_id) == [], long_job.output
+    assert long_job.wait(timeout_s=30) == 130, long_job.output
+    assert "adrun: interrupted: stopping all tasks" in long_job.output
+    [ended] = [job for job in json.loads(run_adrun("jobs", "--all", "--json").stdout) if job["id"] == long_job.job_id]
+    assert (ended["state"], ended["exit_code"]) == ("stopped", 130)
+    assert ended["nodes"] == [host.address for host in netns_cluster.hosts[:2]]
 
 
 def test_killed_launcher(long_job):

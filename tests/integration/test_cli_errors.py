@@ -1,13 +1,12 @@
 """User mistakes end as one clear `adrun: error:` message, a non-zero exit, no traceback, and
 nothing left running. Checks that need no script run before the capture, which takes seconds: the
-tests prove it with a script that leaves a file behind when it runs, and with the wall time."""
+tests prove it with a script that leaves a file behind as soon as it runs."""
 
 from __future__ import annotations
 
 import os
 import re
 import socket
-import time
 from pathlib import Path
 
 import psutil
@@ -21,9 +20,6 @@ pytestmark = pytest.mark.integration
 
 TINY = str(SCRIPTS / "tiny_model.py")
 TOUCH = str(SCRIPTS / "touch_and_sleep.py")
-# An error found before the capture takes Python start-up and imports (1-3 s on a busy 2-core
-# machine); capturing TOUCH alone would take its 30 s sleep.
-FAST_S = 10.0
 
 
 def flat(text: str) -> str:
@@ -41,16 +37,10 @@ def assert_clean_failure(result: AdrunResult, exit_code: int = 2) -> None:
     assert leftover_processes(result.job_id) == []
 
 
-def assert_script_not_run(marker: Path, result: AdrunResult, elapsed_s: float) -> None:
+def assert_script_not_run(marker: Path, result: AdrunResult) -> None:
+    """The check came before the capture: the capture runs the script, which writes `marker` first."""
     assert not marker.exists(), f"the script ran, so the check came after the capture:\n{result.output}"
     assert "capturing" not in result.output
-    assert elapsed_s < FAST_S, f"took {elapsed_s:.1f} s\n{result.output}"
-
-
-def timed_adrun(*args: str, **kwargs) -> tuple[AdrunResult, float]:
-    start = time.monotonic()
-    result = run_adrun(*args, **kwargs)
-    return result, time.monotonic() - start
 
 
 # --- 1. missing script --------------------------------------------------------------------------
@@ -67,13 +57,13 @@ def test_missing_script_names_it_and_the_cwd(tmp_path):
 
 def test_unknown_strategy_lists_builders_before_capture(tmp_path):
     marker = tmp_path / "ran"
-    result, elapsed = timed_adrun("--strategy", "Horovod", TOUCH, str(marker))
+    result = run_adrun("--strategy", "Horovod", TOUCH, str(marker))
     assert_clean_failure(result)
     [line] = error_lines(result)
     assert line.startswith("adrun: error: unknown strategy builder 'Horovod'")
     known = line.split("known builders: ")[1].split(", ")
     assert {"PS", "PSLoadBalancing", "AllReduce"} <= set(known), line
-    assert_script_not_run(marker, result, elapsed)
+    assert_script_not_run(marker, result)
 
 
 def test_strategy_name_too_long_for_a_path(tmp_path):
@@ -103,10 +93,10 @@ def test_invalid_spec_names_file_and_field(tmp_path, extra, message):
     spec = tmp_path / "cluster.yml"
     spec.write_text(_NODE + extra)
     marker = tmp_path / "ran"
-    result, elapsed = timed_adrun("--spec", str(spec), TOUCH, str(marker))
+    result = run_adrun("--spec", str(spec), TOUCH, str(marker))
     assert_clean_failure(result)
     assert error_lines(result) == [f"adrun: error: {spec}: {message}"]
-    assert_script_not_run(marker, result, elapsed)
+    assert_script_not_run(marker, result)
 
 
 _BROKEN_SPECS = {
@@ -137,10 +127,10 @@ def test_broken_spec_is_one_line_and_starts_nothing(tmp_path, case):
 def test_missing_spec_file(tmp_path):
     spec = tmp_path / "nowhere.yml"
     marker = tmp_path / "ran"
-    result, elapsed = timed_adrun("--spec", str(spec), TOUCH, str(marker))
+    result = run_adrun("--spec", str(spec), TOUCH, str(marker))
     assert_clean_failure(result)
     assert error_lines(result) == [f"adrun: error: {spec}: file not found"]
-    assert_script_not_run(marker, result, elapsed)
+    assert_script_not_run(marker, result)
 
 
 # --- 4-6. scripts adrun cannot distribute ---------------------------------------------------------
@@ -200,13 +190,13 @@ def test_port_conflict_names_port_and_holder_before_anything_starts(tmp_path, sp
         port = holder.getsockname()[1]
         spec = spec_file(base_port=port)
         marker = tmp_path / "ran"
-        result, elapsed = timed_adrun("--spec", str(spec), TOUCH, str(marker))
+        result = run_adrun("--spec", str(spec), TOUCH, str(marker))
     assert_clean_failure(result)
     assert error_lines(result) == [
         f"adrun: error: port {port} on localhost is already in use (pid {os.getpid()}, "
         f"{_process_name()}): choose another base_port in the spec or stop that process"
     ]
-    assert_script_not_run(marker, result, elapsed)
+    assert_script_not_run(marker, result)
 
 
 def _process_name() -> str:
@@ -235,12 +225,12 @@ def test_invalid_strategy_document_names_the_field_before_capture(tmp_path, spec
     plan = tmp_path / "plan.yml"
     plan.write_text(_BAD_PLAN)
     marker = tmp_path / "ran"
-    result, elapsed = timed_adrun("--spec", str(spec_file()), "--strategy", str(plan), TOUCH, str(marker))
+    result = run_adrun("--spec", str(spec_file()), "--strategy", str(plan), TOUCH, str(marker))
     assert_clean_failure(result)
     assert error_lines(result) == [
         f"adrun: error: {plan}: variables[0].sync.ps_task: PS task 5 does not exist; num_ps is 1 (tasks 0..0)"
     ]
-    assert_script_not_run(marker, result, elapsed)
+    assert_script_not_run(marker, result)
 
 
 def test_strategy_document_of_another_script_is_refused(tmp_path, spec_file):

@@ -36,11 +36,14 @@ def files_under(path: Path) -> list[Path]:
 
 
 def test_sparse_rows_touched_are_the_distinct_ids_of_each_batch(tmp_path, own_tmp):
-    # every batch of 32 ids names exactly 7 rows; 10 steps after 2 warm-up, every other one timed
-    profile = profile_model(MODEL, [*FOREVER, "--distinct", "7"], 2, "profile-sparse", steps=10, warmup=2)
+    # every batch of 32 ids names exactly 7 of the first 7 rows; 10 steps after 2 warm-up, every other one timed
+    profile = profile_model(MODEL, [*FOREVER, "--distinct", "7", "--head", "7"], 2, "profile-sparse", steps=10, warmup=2)
     assert leftover_processes("profile-sparse") == []
     assert profile.rows_touched.keys() == {"emb"}
     assert (profile.rows_touched["emb"].mean, profile.rows_touched["emb"].max) == (7.0, 7)
+    # where they lie: 16 slices of the 100 rows cut as shards are (7, 7, 7, 7, 6, ...); every id is
+    # in the first 7 rows, so all in the first slice
+    assert profile.rows_touched["emb"].by_range == [7.0] + [0.0] * 15
     assert profile.steps_measured == 5
     assert 0 < profile.compute_s < 60
     assert profile.batch_size == 32  # from the feed: the graph's placeholders leave it open

@@ -1,7 +1,8 @@
 """A model for the profiling run's tests (tests/integration/test_profile_run.py).
 
 An embedding of `--vocab` rows looked up by batches of `--batch` ids, each batch naming exactly
-`--distinct` different rows (the rest repeats of them), and a dense layer on top; plain SGD. It
+`--distinct` different rows (the rest repeats of them; drawn from the first `--head` rows when
+given), and a dense layer on top; plain SGD. It
 trains `--steps` steps in a Session, or with `--mts DIR` in a MonitoredTrainingSession that
 checkpoints into DIR every 2 steps and counts steps in an events file there; `--saver DIR` saves with the
 script's own Saver into DIR after every step, `--summaries DIR` writes an events file there.
@@ -24,6 +25,7 @@ parser.add_argument("--steps", type=int, default=10)
 parser.add_argument("--vocab", type=int, default=100)
 parser.add_argument("--batch", type=int, default=32)
 parser.add_argument("--distinct", type=int, default=7)
+parser.add_argument("--head", type=int)
 parser.add_argument("--dense", action="store_true")
 parser.add_argument("--mts")
 parser.add_argument("--saver")
@@ -35,7 +37,7 @@ rng = np.random.default_rng(3)
 
 
 def batch_ids():
-    rows = rng.choice(args.vocab, size=args.distinct, replace=False)
+    rows = rng.choice(args.head or args.vocab, size=args.distinct, replace=False)
     return rng.permutation(np.concatenate([rows, rng.choice(rows, size=args.batch - args.distinct)]))
 
 

@@ -88,7 +88,8 @@ def test_tasks_die_with_a_sigkilled_launcher(job_id):
     launcher.kill()
     launcher.wait(timeout=5)
 
-    assert _wait_for(lambda: leftover_processes(job_id) == [], 5), "tasks outlived their launcher"
+    # a bound for a busy machine, not a speed claim: the tasks end when they notice the launcher is gone
+    assert _wait_for(lambda: leftover_processes(job_id) == [], 60), "tasks outlived their launcher"
     assert all(not p.is_running() or p.status() == psutil.STATUS_ZOMBIE for p in tasks)
 
 

@@ -110,6 +110,7 @@ def test_records_path_option_then_env_then_home(tmp_path: Path) -> None:
     assert records_path(str(tmp_path / "opt.sqlite"), {RECORDS_ENV: "/x/env.sqlite"}) == tmp_path / "opt.sqlite"
     assert records_path(None, {RECORDS_ENV: "/x/env.sqlite"}) == Path("/x/env.sqlite")
     assert records_path(None, {}) == Path.home() / ".adrun" / "records.sqlite"
+    assert records_path(None, {"ADRUN_HOME": str(tmp_path)}) == tmp_path / "records.sqlite"
 
 
 def test_a_file_that_is_no_database_is_named_with_what_to_do(tmp_path: Path) -> None:
