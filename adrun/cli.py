@@ -443,9 +443,11 @@ def profile(spec_path, trials, trial_steps, output, as_json, records_option, no_
     from adrun import ui
     from adrun.launch.provision import RemoteNodes
     from adrun.profile_command import ProfileOptions, profile as profile_script
+    from adrun.jobs import check_job_id
     from adrun.profile_view import render
     from adrun.strategies.document import dump_strategy
 
+    job_id = check_job_id(job_id) if job_id is not None else _new_job_id()
     spec = _load_cluster(spec_path)
     script_path = _existing_script(script)
     if output and not Path(output).parent.is_dir():
@@ -455,8 +457,7 @@ def profile(spec_path, trials, trial_steps, output, as_json, records_option, no_
         _check_fixed_ports(spec)
         remote.connect()
         remote.preflight(script_path, False)
-        report, plan = profile_script(spec, remote, script_path, list(script_args), job_id or _new_job_id(),
-                                      options, records)
+        report, plan = profile_script(spec, remote, script_path, list(script_args), job_id, options, records)
     if output:
         try:
             dump_strategy(plan, Path(output))

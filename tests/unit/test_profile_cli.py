@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import click
 import pytest
+from click.testing import CliRunner
 
 from adrun.cli import main, profile, strategy_build
 
@@ -52,3 +53,9 @@ def test_strategy_build_still_takes_its_name_and_script() -> None:
 
 def test_profile_is_a_command_not_a_script() -> None:
     assert "profile" in main.commands
+
+
+def test_a_job_id_that_cannot_name_a_job_is_refused_first() -> None:
+    result = CliRunner().invoke(main, ["profile", "--job-id", "no spaces", "missing.py"])
+    assert result.exit_code == 2
+    assert "adrun: error: --job-id 'no spaces': use 1 to 64 letters" in result.output
