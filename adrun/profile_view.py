@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .profile_report import Candidate, ProfileReport
+from .profile_report import Candidate, ProfileReport, TrialsSection
 
 MAX_VARIABLE_ROWS = 12  # the rest is summed in one row; --json has them all
 BAR_WIDTH = 10
@@ -20,7 +20,7 @@ _EIGHTHS = " ▏▎▍▌▋▊▉"
 def render(report: ProfileReport, console: Console, plan_path: str | None = None) -> None:
     tables = [_model_table(report), _cluster_table(report), _strategies_table(report)]
     if report.trials is not None:
-        tables.append(_trials_table(report))
+        tables.append(_trials_table(report, report.trials))
     for heading, table, note in tables:
         console.print(heading, soft_wrap=True)
         console.print(table)
@@ -101,10 +101,8 @@ def _strategies_table(report: ProfileReport) -> tuple[Text, Table, str]:
     return heading, table, "\n".join([_fit_line(report), *unavailable])
 
 
-def _trials_table(report: ProfileReport) -> tuple[Text, Table, str]:
+def _trials_table(report: ProfileReport, trials: TrialsSection) -> tuple[Text, Table, str]:
     """Measured beside predicted, for the candidates that were tried (fastest predicted first)."""
-    trials = report.trials
-    assert trials is not None
     heading = _heading("trials", f"{trials.tried} strategies, {trials.steps} steps per worker each")
     table = Table(box=box.SIMPLE_HEAD)
     table.add_column("builder", no_wrap=True)
@@ -146,7 +144,7 @@ def _bar(fraction: float) -> str:
     return "█" * (eighths // 8) + (_EIGHTHS[eighths % 8] if eighths % 8 else "")
 
 
-def _agreement_line(trials) -> str:
+def _agreement_line(trials: TrialsSection) -> str:
     if trials.succeeded == 0:
         return "no trial measured a rate: predictions unchecked"
     parts = [f"{trials.succeeded} of {trials.tried} measured"]

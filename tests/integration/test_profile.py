@@ -106,6 +106,12 @@ def test_two_trials_are_measured_recorded_and_ranked(tmp_path: Path, spec_file) 
     with open_records(records) as db:
         kept = db.trials(cluster_key(load_spec(spec)))
     assert [r.strategy.builder for r in kept] == [c.builder for c in tried]
+    assert all(r.profile is not None and r.network is not None for r in kept)
+
+    # the next profile of this cluster fits the cost model on those two trials
+    _, again = profiled("--spec", str(spec), "--records", str(records), EMBEDDING, job_id="profile-after-trials")
+    assert again.fit.records_used == 2 and again.fit.records_skipped == 0
+    assert again.fit.error_after <= again.fit.error_before
 
 
 def test_failed_trial_is_reported_not_fatal(tmp_path: Path, spec_file) -> None:
