@@ -1,7 +1,7 @@
 """The terminal form of `adrun profile`'s report: tables of the model, the cluster, the strategies
 (and the trials), then the recommendation, meant to be read in a minute. Renders a `ProfileReport`
-and nothing else, so the terminal and `--json` cannot disagree. Tables stay readable at 80
-columns: only the `bound` column wraps.
+and nothing else, so the terminal and `--json` cannot disagree. At 80 columns the tables
+still fit: the `bound` column and long builder names wrap.
 """
 
 from __future__ import annotations

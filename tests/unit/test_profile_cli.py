@@ -33,7 +33,8 @@ def test_options_before_or_after_script_name_only_up_to_it() -> None:
     params = parsed(profile, "-o", "plan.yml", "train.py", "--epochs", "2")
     assert params["output"] == "plan.yml" and params["script_args"] == ("--epochs", "2")
     params = parsed(profile, "--spec", "c.yml", "--trial-steps", "9", "--no-record", "--json", "train.py")
-    assert (params["spec_path"], params["trial_steps"], params["no_record"], params["as_json"]) == ("c.yml", 9, True, True)
+    assert (params["spec_path"], params["trial_steps"], params["no_record"], params["as_json"]) == (
+        "c.yml", 9, True, True)
 
 
 @pytest.mark.parametrize("args, message", [

@@ -265,7 +265,8 @@ def test_a_plan_tried_under_another_name_counts_once() -> None:
 
 def test_builders_that_cannot_plan_here_are_named_with_the_reason() -> None:
     value = report([candidate("AllReduce", 0.01)])
-    value.unavailable = {"PS": "strategy PS puts variables on parameter servers, but the cluster spec has no PS process"}
+    why = "strategy PS puts variables on parameter servers, but the cluster spec has no PS process"
+    value.unavailable = {"PS": why}
     assert ProfileReport.model_validate_json(value.model_dump_json()) == value
     assert ("not on this cluster: PS: strategy PS puts variables on parameter servers, but the cluster spec has no "
             "PS process") in rendered(value)
