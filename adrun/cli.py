@@ -427,6 +427,8 @@ def _reads_as_trial_count(text: str) -> bool:
 @click.option("--spec", "spec_path", type=click.Path(dir_okay=False), help="Cluster spec YAML (default: this machine, 2 workers + 1 PS).")
 @click.option("--trials", cls=_OptionalValue, when_bare="all", is_value=_reads_as_trial_count, type=_TrialCount(),
               help="Also run the K best-predicted distinct plans (all when K is left out) for --trial-steps steps each.")
+@click.option("--strategy-opt", "strategy_opts", multiple=True, metavar="KEY=VALUE",
+              help="Auto's option, repeatable: allow_lossy=true, allow_staleness=true.")
 @click.option("--trial-steps", type=click.IntRange(min=2), default=30, show_default=True, metavar="N",
               help="Training steps per worker of each trial.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the recommended strategy document here.")
@@ -436,23 +438,26 @@ def _reads_as_trial_count(text: str) -> bool:
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @_user_errors
-def profile(spec_path, trials, trial_steps, output, as_json, records_option, no_record, measure_network, job_id,
-            script, script_args) -> None:
+def profile(spec_path, trials, strategy_opts, trial_steps, output, as_json, records_option, no_record,
+            measure_network, job_id, script, script_args) -> None:
     """Profile SCRIPT, predict every strategy on the cluster (and try the best with --trials), and
     recommend one."""
     from adrun import ui
     from adrun.launch.provision import RemoteNodes
     from adrun.profile_command import ProfileOptions, profile as profile_script
+    from adrun.auto_plan import auto_options
     from adrun.jobs import check_job_id
     from adrun.profile_view import render
     from adrun.strategies.document import dump_strategy
 
     job_id = check_job_id(job_id) if job_id is not None else _new_job_id()
+    auto = auto_options(_parse_options(strategy_opts))
     spec = _load_cluster(spec_path)
     script_path = _existing_script(script)
     if output and not Path(output).parent.is_dir():
         raise UserError(f"-o {output}: directory {Path(output).parent} does not exist")
-    options = ProfileOptions(trials=trials, trial_steps=trial_steps, runs_dir=RUNS_DIR, measure_network=measure_network)
+    options = ProfileOptions(trials=trials, trial_steps=trial_steps, runs_dir=RUNS_DIR, auto=auto,
+                             measure_network=measure_network)
     with _opened_records(records_option, no_record) as records, RemoteNodes(spec) as remote:
         _check_fixed_ports(spec)
         remote.connect()

@@ -42,6 +42,7 @@ class ProfileOptions:
     trials: TrialCount | None  # None: predictions only
     trial_steps: int
     runs_dir: Path  # each trial's strategy document goes to runs_dir/<its job id>/
+    auto: AutoOptions  # what Auto may consider (lossy compression, staleness)
     measure_network: bool = False  # measure even when the records hold this cluster's network facts
 
 
@@ -51,7 +52,7 @@ def profile(spec, remote, script: Path, script_args: list[str], job_id: str, opt
     the report with the recommended plan. `records` (None: --no-record) gives the fit its data and
     keeps every trial that measured a rate."""
     started = time.monotonic()
-    auto = plan_automatically(script, script_args, spec, remote, records, AutoOptions(), job_id,
+    auto = plan_automatically(script, script_args, spec, remote, records, options.auto, job_id,
                               measure_network=options.measure_network)
     plans = {plan.builder: plan for plan, _ in auto.ranked}
     candidates = _candidates(auto.ranked)

@@ -60,3 +60,10 @@ def test_a_job_id_that_cannot_name_a_job_is_refused_first() -> None:
     result = CliRunner().invoke(main, ["profile", "--job-id", "no spaces", "missing.py"])
     assert result.exit_code == 2
     assert "adrun: error: --job-id 'no spaces': use 1 to 64 letters" in result.output
+
+
+def test_autos_options_are_checked_before_anything_runs() -> None:
+    params = parsed(profile, "--strategy-opt", "allow_lossy=true", "train.py")
+    assert params["strategy_opts"] == ("allow_lossy=true",)
+    result = CliRunner().invoke(main, ["profile", "--strategy-opt", "allow_lossy=maybe", "missing.py"])
+    assert result.exit_code == 2 and "adrun: error: Auto options" in result.output and "allow_lossy" in result.output
