@@ -433,12 +433,14 @@ def _reads_as_trial_count(text: str) -> bool:
               help="Training steps per worker of each trial.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the recommended strategy document here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document on stdout.")
+@click.option("--sync-code", is_flag=True,
+              help="Copy the script's directory to every remote node first (as for a run).")
 @_records_options
 @click.option("--job-id", help="Name of the profiling run; trial N runs as ID-tN-<builder> (default: time-stamped).")
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @_user_errors
-def profile(spec_path, trials, strategy_opts, trial_steps, output, as_json, records_option, no_record,
+def profile(spec_path, trials, strategy_opts, trial_steps, output, as_json, sync_code, records_option, no_record,
             measure_network, job_id, script, script_args) -> None:
     """Profile SCRIPT, predict every strategy on the cluster (and try the best with --trials), and
     recommend one."""
@@ -461,7 +463,7 @@ def profile(spec_path, trials, strategy_opts, trial_steps, output, as_json, reco
     with _opened_records(records_option, no_record) as records, RemoteNodes(spec) as remote:
         _check_fixed_ports(spec)
         remote.connect()
-        remote.preflight(script_path, False)
+        remote.preflight(script_path, sync_code)
         report, plan = profile_script(spec, remote, script_path, list(script_args), job_id, options, records)
     if output:
         try:

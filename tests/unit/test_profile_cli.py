@@ -32,7 +32,9 @@ def test_trials_with_and_without_a_count(args: list[str], trials, script_args: t
 def test_options_before_or_after_script_name_only_up_to_it() -> None:
     params = parsed(profile, "-o", "plan.yml", "train.py", "--epochs", "2")
     assert params["output"] == "plan.yml" and params["script_args"] == ("--epochs", "2")
-    params = parsed(profile, "--spec", "c.yml", "--trial-steps", "9", "--no-record", "--json", "train.py")
+    params = parsed(profile, "--spec", "c.yml", "--trial-steps", "9", "--no-record", "--json", "--sync-code",
+                    "train.py")
+    assert params["sync_code"]
     assert (params["spec_path"], params["trial_steps"], params["no_record"], params["as_json"]) == (
         "c.yml", 9, True, True)
 
