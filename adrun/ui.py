@@ -48,7 +48,7 @@ def print_failure(failure: Failure) -> None:
     fields.add_row("task", f"{task.tag} ({task.role} {task.index})")
     fields.add_row("host", task.host)
     if failure.lost:
-        fields.add_row("exit", Text(f"unknown: the SSH connection to {task.host} was lost", style="bold red"))
+        fields.add_row("exit", Text(f"unknown: {failure.lost}", style="bold red"))
     elif failure.signal_name:
         fields.add_row("exit", Text(f"killed by {failure.signal_name} (status {failure.returncode})", style="bold red"))
     elif failure.returncode == 0:

@@ -85,7 +85,7 @@ class Failure:
     task: Task
     returncode: int  # negative: killed by that signal
     stderr_tail: list[str]
-    lost: bool = False  # a remote task whose SSH connection (or keeper) died: status unknown
+    lost: str | None = None  # how a remote task was lost (connection died, node silent): status unknown
     stdout_tail: list[str] = field(default_factory=list)
 
     @property
@@ -97,7 +97,7 @@ class Failure:
         """One line: which task, where, and how it ended."""
         who = f"{self.task.label} ({self.task.role} {self.task.index} on {self.task.host})"
         if self.lost:
-            return f"{who}: lost the SSH connection to {self.task.host}, the task's state is unknown"
+            return f"{who}: {self.lost}, the task's state is unknown"
         if self.signal_name:
             return f"{who} was killed by {self.signal_name}"
         if self.returncode == 0:
@@ -293,9 +293,10 @@ class _Job:
                                       "a parameter server or another worker")
 
     def _fail(self, run: _Running) -> None:
-        self._drain_until(lambda: run.open_streams == 0, _EOF_WAIT_S)
+        lost = run.proc.lost if isinstance(run.proc, RemoteProcess) else None
+        if lost is None:  # a lost task's streams have ended, or never will (its node is silent)
+            self._drain_until(lambda: run.open_streams == 0, _EOF_WAIT_S)
         assert run.returncode is not None
-        lost = isinstance(run.proc, RemoteProcess) and run.proc.lost
         self.failure = Failure(run.task, run.returncode, list(run.tail), lost, list(run.stdout_tail))
         self.listener.stopping(f"{self.failure.summary}: stopping the other tasks")
 
