@@ -179,6 +179,16 @@ def test_root_cause_is_the_traceback_and_tf_noise_is_folded(tmp_path, spec_file)
     assert "oneDNN" not in root_cause(verbose)
 
 
+def test_failure_during_capture_quotes_the_traceback_without_tf_noise():
+    result = run_adrun(NOISY, "--fail-on", "0", "--fail-at", "0")
+    assert result.returncode == 2, result.output
+    lines = result.stderr.splitlines()
+    start = lines.index(f"adrun: error: {NOISY}: failed before adrun captured its graph (exit code 1); "
+                        "last lines of its stderr:")
+    assert lines[start + 1] == "    Traceback (most recent call last):", result.stderr
+    assert lines[-1] == "    ValueError: worker 0: no data to train on", result.stderr
+
+
 # --- 11. a worker killed by SIGKILL ---------------------------------------------------------------
 
 

@@ -19,7 +19,7 @@ tf1.disable_eager_execution()
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=4)
 parser.add_argument("--fail-on", type=int, default=1, help="this worker raises ...")
-parser.add_argument("--fail-at", type=int, default=2, help="... before this step")
+parser.add_argument("--fail-at", type=int, default=2, help="... before this step (0: before its Session)")
 args = parser.parse_args()
 
 worker = int(os.environ.get("ADRUN_WORKER_INDEX", "0"))
@@ -28,6 +28,8 @@ y = tf1.placeholder(tf.float32, [None, 1], name="y")
 w = tf1.get_variable("w", [2, 1], initializer=tf1.zeros_initializer())
 loss = tf.reduce_mean(tf.square(tf.matmul(tf1.to_float(x), w) - y))  # to_float: deprecated
 train_op = tf1.train.GradientDescentOptimizer(0.1).minimize(loss)
+if worker == args.fail_on and args.fail_at == 0:
+    raise ValueError(f"worker {worker}: no data to train on")
 init = tf1.initialize_all_variables()  # deprecated
 
 with tf1.Session() as sess:
