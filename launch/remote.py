@@ -69,7 +69,7 @@ class NodeLink:
         self.python = python
         self.conn = conn
         self.processes: list[RemoteProcess] = []
-        self.hearing = Hearing(node.address)
+        self.hearing = Hearing()
         self._closed = threading.Event()
         self._pinger = threading.Thread(target=self._ping, daemon=True)
         self._pinger.start()
@@ -155,8 +155,7 @@ class Hearing:
     channels, which the keepers' heartbeats keep coming. One per node, so that all its tasks are
     lost together; once silent, it stays silent (the job has been failed by then)."""
 
-    def __init__(self, address: str) -> None:
-        self.address = address
+    def __init__(self) -> None:
         self._since: float | None = None  # when the first task started: the clock runs from then
         self._last: float | None = None
         self._silent_s: float | None = None
@@ -251,14 +250,19 @@ class RemoteProcess:
     def _task_part(self, line: bytes) -> bytes:
         """A stderr line without the keeper's marker, which sets the status instead. The marker
         ends the line: the keeper writes it after whatever the task left unfinished."""
-        for marker in (remote_agent.EXIT_MARKER, remote_agent.STARTED_MARKER):
+        for marker, key in ((remote_agent.EXIT_MARKER, "returncode"), (remote_agent.STARTED_MARKER, "pid")):
             task_part, found, payload = line.partition(marker.encode())
-            if found:
-                if marker == remote_agent.EXIT_MARKER:
-                    self._returncode = int(json.loads(payload)["returncode"])
-                else:
-                    self._remote_pid = int(json.loads(payload)["pid"])
-                return task_part
+            if not found:
+                continue
+            try:
+                value = int(json.loads(payload)[key])
+            except (ValueError, TypeError, KeyError):  # the task's own text, which happens to look alike
+                continue
+            if key == "returncode":
+                self._returncode = value
+            else:
+                self._remote_pid = value
+            return task_part
         return line
 
 

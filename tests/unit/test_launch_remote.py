@@ -131,11 +131,13 @@ class _Channel:
 def test_heartbeats_are_taken_out_of_the_task_stderr_wherever_they_land():
     beat = remote_agent.HEARTBEAT
     stream = (b"first " + beat + b"line\n" + beat + b"@@ADRUN-STARTED {\"pid\": 42}\n\n" + beat
+              + b"says @@ADRUN-EXIT in passing\n" + beat
               + "caf\u00e9 ".encode() + beat + b"unfinished@@ADRUN-EXIT {\"returncode\": 3}\n")
     for cut in range(1, len(stream)):  # every place a chunk boundary can fall, also inside a heartbeat
-        hearing = Hearing("node-b")
+        hearing = Hearing()
         proc = RemoteProcess("node-b", _FakeSession([stream[:cut], stream[cut:]]), hearing)
-        assert list(proc.stderr) == [b"first line\n", b"\n", "caf\u00e9 unfinished\n".encode()], cut
+        assert list(proc.stderr) == [b"first line\n", b"\n", b"says @@ADRUN-EXIT in passing\n",
+                                     "caf\u00e9 unfinished\n".encode()], cut
         assert (proc.pid, proc.poll()) == (42, 3) and hearing._last is not None
 
 
@@ -147,7 +149,7 @@ class _FakeSession(_Channel):
 def test_a_node_is_silent_after_silence_s_without_a_byte_and_stays_so(monkeypatch):
     now = [1000.0]
     monkeypatch.setattr(remote.time, "monotonic", lambda: now[0])
-    hearing = Hearing("node-b")
+    hearing = Hearing()
     now[0] += 3 * remote.START_SILENCE_S
     assert hearing.silent_s() is None  # no task yet: nothing to hear
     hearing.expect()
