@@ -11,7 +11,7 @@ pings every channel from one thread, as `NodeLink` does. Both sides record the t
 consecutive arrivals. Run it while the machine does its usual work (several TensorFlow jobs);
 `--load N` adds N busy Python processes of its own.
 
-    .venv/bin/python -m bench.heartbeat_gaps [--hosts 2] [--channels 3] [--minutes 5] [--interval 1] [--load 0]
+    sudo .venv/bin/python -m bench.heartbeat_gaps [--hosts 2] [--channels 3] [--minutes 5] [--interval 1] [--load 0]
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import time
 
 from fabric import Connection
 
-from tests.cluster.netns import NetnsCluster
+from tests.cluster.netns import NetnsCluster, missing_requirements
 
 _NODE_PROGRAM = r"""
 import json, sys, threading, time
@@ -91,6 +91,8 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between heartbeats and pings")
     parser.add_argument("--load", type=int, default=0, help="extra busy processes on this machine")
     args = parser.parse_args()
+    if reason := missing_requirements():
+        sys.exit(f"heartbeat_gaps: {reason}")
     stop = multiprocessing.Event()
     burners = [multiprocessing.Process(target=_burn, args=(stop,), daemon=True) for _ in range(args.load)]
     for proc in burners:
