@@ -59,8 +59,9 @@ def print_failure(failure: Failure) -> None:
     if failure.stdout_tail:
         parts += [Text(""), Text("last output lines:", style="bold"), Text("\n".join(failure.stdout_tail))]
     tail = Text("\n".join(failure.stderr_tail)) if failure.stderr_tail else Text("(nothing on stderr)", style="dim")
-    parts += [Text(""), Text.assemble(("last stderr lines", "bold"), (" (TensorFlow's start-up messages left out)", "dim"),
-                                      (":", "bold")), tail]
+    heading = Text.assemble(("last stderr lines", "bold"), (" (TensorFlow's start-up messages left out)", "dim"),
+                            (":", "bold"))
+    parts += [Text(""), heading, tail]
     body = Group(*parts)
     console.print(Panel(body, title=f"root cause: {task.label} failed", title_align="left", border_style="red"))
 

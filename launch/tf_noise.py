@@ -45,7 +45,8 @@ import re
 
 _CPP = r"^[IWEF]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ "
 PATTERNS: dict[str, re.Pattern[str]] = {
-    "absl-preinit": re.compile(r"^WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR$"),
+    "absl-preinit": re.compile(r"^WARNING: All log messages before absl::InitializeLog\(\) is called are written"
+                               r" to STDERR$"),
     "onednn": re.compile(_CPP + r"port\.cc:\d+\] oneDNN custom operations are on\."),
     "cuda-stub": re.compile(_CPP + r"cudart_stub\.cc:\d+\] Could not find cuda drivers on your machine"),
     "cuinit": re.compile(_CPP + r"cuda_(platform|driver)\.cc:\d+\] failed call to cuInit"),
