@@ -9,8 +9,8 @@ The known lines, one pattern each (the C++ ones carry absl's prefix, `I0000 00:0
 <file>:<line>] `: TF never calls absl::InitializeLog, so its date stays zero):
 
 - `absl-preinit`: `WARNING: All log messages before absl::InitializeLog() is called are written
-  to STDERR`, from abseil-cpp (absl/log/internal/globals.cc), once per copy of absl that logs
-  (TF 2.21 loads two, so it appears twice).
+  to STDERR`, abseil-cpp's logging saying so at the first log call (twice in each TF 2.21 process
+  seen here, each time before the oneDNN and CUDA lines again).
 - `onednn`: `port.cc:...] oneDNN custom operations are on. ...`, from
   tensorflow/core/util/port.cc on x86 builds (TF_ENABLE_ONEDNN_OPTS=0 turns it off).
 - `cuda-stub`: `cudart_stub.cc:...] Could not find cuda drivers on your machine, GPU will not be
