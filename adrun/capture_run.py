@@ -21,6 +21,7 @@ from adrun.launch.env import task_env
 from adrun.launch.job import HOOK_DIR
 from adrun.launch.local import LocalProcess, worker_argv
 from adrun.launch.tasks import Task
+from adrun.launch.tf_noise import NoiseFilter
 from adrun.runtime.patches import ERROR_PREFIX, PLAN_MISMATCH_EXIT_CODE
 
 CAPTURE_TIMEOUT_S = 600
@@ -35,7 +36,9 @@ def _hook_refusal(stderr: bytes) -> str | None:
 
 
 def _tail(text: bytes) -> str:
-    lines = [line for line in text.decode(errors="replace").splitlines() if line.strip()]
+    """The script's last stderr lines, without TensorFlow's start-up noise, indented to quote."""
+    noise = NoiseFilter()
+    lines = [line for line in text.decode(errors="replace").splitlines() if not noise.is_noise(line) and line.strip()]
     return "\n".join("    " + line for line in lines[-_TAIL_LINES:])
 
 

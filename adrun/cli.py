@@ -192,6 +192,8 @@ def main() -> None:
 @click.option("--strategy", default=DEFAULT_STRATEGY, show_default=True, help="Builder name (Auto: chosen per variable by the cost model) or a strategy document (.yml).")
 @click.option("--strategy-opt", "strategy_opts", multiple=True, metavar="KEY=VALUE", help="Builder option; repeatable.")
 @click.option("--quiet", is_flag=True, help="Do not print the processes' output (summary and errors only).")
+@click.option("--verbose", is_flag=True,
+              help="Show every line the processes print, TensorFlow's start-up messages too (folded by default).")
 @click.option("--log-dir", type=click.Path(file_okay=False), help="Also write one log file per process here.")
 @click.option("--dry-run", is_flag=True, help="Capture and plan, print the plan and the processes, start nothing.")
 @click.option("--shard-data", is_flag=True, help="Give each worker a disjoint shard of the script's tf.data input (same as ADRUN_SHARD_DATA=1).")
@@ -208,8 +210,8 @@ def main() -> None:
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @_user_errors
-def run(spec_path, strategy, strategy_opts, quiet, log_dir, dry_run, shard_data, job_id, sync_code, stall_timeout,
-        result_json, max_steps, records_option, no_record, measure_network, script, script_args) -> None:
+def run(spec_path, strategy, strategy_opts, quiet, verbose, log_dir, dry_run, shard_data, job_id, sync_code,
+        stall_timeout, result_json, max_steps, records_option, no_record, measure_network, script, script_args) -> None:
     """Run SCRIPT with ARGS on every worker of the cluster."""
     from adrun.jobs import LauncherRecord, check_job_id, new_record
     from adrun.launch.env import MAX_STEPS_VAR
@@ -233,7 +235,7 @@ def run(spec_path, strategy, strategy_opts, quiet, log_dir, dry_run, shard_data,
             remote.connect()
             remote.preflight(script_path, sync_code)
         result = _run_planned(spec, remote, strategy, options, script_path, list(script_args), job_id,
-                              quiet=quiet, log_dir=log_dir, dry_run=dry_run, shard_data=shard_data,
+                              quiet=quiet, verbose=verbose, log_dir=log_dir, dry_run=dry_run, shard_data=shard_data,
                               stall_timeout=stall_timeout or None, result_json=Path(result_json) if result_json else None,
                               records=records, measure_network=measure_network)
         if result is not None and recorded is not None:
@@ -244,7 +246,7 @@ def run(spec_path, strategy, strategy_opts, quiet, log_dir, dry_run, shard_data,
 
 
 def _run_planned(spec, remote, strategy: str, options: dict[str, str], script_path: Path, script_args: list[str],
-                 job_id: str, *, quiet: bool, log_dir: str | None, dry_run: bool, shard_data: bool,
+                 job_id: str, *, quiet: bool, verbose: bool, log_dir: str | None, dry_run: bool, shard_data: bool,
                  stall_timeout: float | None, result_json: Path | None, records, measure_network: bool):
     """Capture, plan, and (unless `dry_run`) run the job, remote nodes through `remote`; the
     result is written as JSON to `result_json` and to `log_dir`/result.json when given, added
@@ -275,6 +277,7 @@ def _run_planned(spec, remote, strategy: str, options: dict[str, str], script_pa
             script_args=script_args,
             strategy_file=strategy_file,
             quiet=quiet,
+            show_tf_noise=verbose,
             log_dir=Path(log_dir) if log_dir else None,
             stall_timeout_s=stall_timeout,
         ),

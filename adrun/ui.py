@@ -46,21 +46,28 @@ def print_warning(message: str) -> None:
 
 
 def print_failure(failure: Failure) -> None:
-    """The root cause of a failed job: which task ended how, where, and its last stderr lines."""
+    """The root cause of a failed job: which task ended how, where, and its last words (stdout,
+    then stderr without TensorFlow's start-up noise, so a traceback comes last)."""
     task = failure.task
     fields = Table.grid(padding=(0, 2))
     fields.add_row("task", f"{task.tag} ({task.role} {task.index})")
     fields.add_row("host", task.host)
     if failure.lost:
-        fields.add_row("exit", Text(f"unknown: the SSH connection to {task.host} was lost", style="bold red"))
+        fields.add_row("exit", Text(f"unknown: {failure.lost}", style="bold red"))
     elif failure.signal_name:
         fields.add_row("exit", Text(f"killed by {failure.signal_name} (status {failure.returncode})", style="bold red"))
     elif failure.returncode == 0:
         fields.add_row("exit", Text("0, but a parameter server must serve until the workers finish", style="bold red"))
     else:
         fields.add_row("exit", Text(f"code {failure.returncode}", style="bold red"))
+    parts = [fields]
+    if failure.stdout_tail:
+        parts += [Text(""), Text("last output lines:", style="bold"), Text("\n".join(failure.stdout_tail))]
     tail = Text("\n".join(failure.stderr_tail)) if failure.stderr_tail else Text("(nothing on stderr)", style="dim")
-    body = Group(fields, Text(""), Text("last stderr lines:", style="bold"), tail)
+    heading = Text.assemble(("last stderr lines", "bold"), (" (TensorFlow's start-up messages left out)", "dim"),
+                            (":", "bold"))
+    parts += [Text(""), heading, tail]
+    body = Group(*parts)
     console.print(Panel(body, title=f"root cause: {task.label} failed", title_align="left", border_style="red"))
 
 
@@ -215,6 +222,13 @@ class JobView:
         # stderr tags are dimmed so a script's own stdout stands out among TF's stderr logging.
         tag_style = f"bold {style}" if stream == "stdout" else f"dim {style}"
         self._task_console.print(Text.assemble((f"[{task.label}] ", tag_style), line), soft_wrap=True)
+
+    def noise_folded(self, task: Task, count: int) -> None:
+        """adrun's word about the task's output, so on stderr: `> out.txt` keeps the script's lines only."""
+        style = self._tag_styles.get(task.label, "")
+        lines = "line" if count == 1 else "lines"
+        console.print(Text.assemble((f"[{task.label}] ", f"dim {style}"), (
+            f"({count} {lines} of TensorFlow start-up messages folded; --verbose shows them)", "dim")), soft_wrap=True)
 
     def progress(self, throughput: Throughput, elapsed_s: float) -> None:
         if self.quiet:

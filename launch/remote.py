@@ -3,8 +3,15 @@
 One SSH connection per node carries every task of that node (one channel each) and the
 helper commands (ports, file hashes, byte counters, the final sweep). A `RemoteProcess` has the
 interface the supervisor and teardown use for a `LocalProcess`; signals travel as words on the
-channel's stdin to the keeper, which owns the task's process group on the node. A thread pings
-every channel, so a keeper whose launcher went silent ends its task (see remote_agent).
+channel's stdin to the keeper, which owns the task's process group on the node.
+
+A silent network cut (no FIN, no RST: a link or a switch port down, packets dropped) is noticed
+by neither TCP stack for many minutes, so both ends listen for each other instead: a thread here
+pings every channel every PING_INTERVAL_S, and each keeper writes a heartbeat on its stderr as
+often (remote_agent.HEARTBEAT). A keeper that hears no ping for SILENCE_S ends its task; a node
+none of whose channels said anything for SILENCE_S is cut off, and its tasks are reported lost,
+naming the node. The numbers come from heartbeat gaps measured on a loaded 2-core machine
+(bench/heartbeat_gaps.py, docs/multi-node.md "Teardown guarantees").
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import json
 import shlex
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -27,8 +35,10 @@ from .ssh import explain_failure, open_connection
 
 AGENT_SOURCE = Path(remote_agent.__file__).read_text()
 HELPER_TIMEOUT = 60.0
-PING_INTERVAL_S = 2.0
-LEASE_S = 30.0  # a keeper that hears nothing for this long stops its task
+PING_INTERVAL_S = 1.0  # also the keepers' heartbeat interval
+SILENCE_S = 6.0  # either end that hears nothing from the other for this long gives it up
+START_SILENCE_S = 30.0  # ... but a node's first keeper may take this long to say anything (sshd, Python start)
+_CHUNK = 1 << 16
 LOST_CONNECTION = 255  # returncode of a task whose keeper never reported (as ssh(1) exits then)
 
 
@@ -59,6 +69,7 @@ class NodeLink:
         self.python = python
         self.conn = conn
         self.processes: list[RemoteProcess] = []
+        self.hearing = Hearing()
         self._closed = threading.Event()
         self._pinger = threading.Thread(target=self._ping, daemon=True)
         self._pinger.start()
@@ -80,8 +91,10 @@ class NodeLink:
 
     @property
     def alive(self) -> bool:
+        """The connection works as far as we know: open, and the node not silent (a cut link
+        leaves the transport open, and a command on it would wait for its timeout)."""
         transport = self.conn.client.get_transport()
-        return transport is not None and transport.is_active()
+        return transport is not None and transport.is_active() and self.hearing.silent_s() is None
 
     def helper(self, mode: str, args: Mapping[str, Any], timeout: float = HELPER_TIMEOUT) -> dict[str, Any]:
         """Run an agent probe (`prepare`, `netio`, `sweep`) and return its result; UserError if it fails."""
@@ -117,11 +130,13 @@ class NodeLink:
         try:
             channel = self.conn.client.get_transport().open_session(timeout=HELPER_TIMEOUT)
             channel.exec_command(agent_command(self.node, self.python, "run", workdir=workdir, job_id=job_id))
-            channel.sendall((json.dumps({"argv": list(argv), "env": dict(env), "lease_s": LEASE_S}) + "\n").encode())
+            channel.sendall((json.dumps({"argv": list(argv), "env": dict(env), "lease_s": SILENCE_S,
+                                         "beat_s": PING_INTERVAL_S}) + "\n").encode())
         except (paramiko.SSHException, OSError) as e:
             raise UserError(f"cannot start a task on {self.address} over SSH: {e} (one channel per task: "
                             "sshd's MaxSessions, 10 by default, bounds the tasks per node)") from e
-        proc = RemoteProcess(self.address, channel)
+        self.hearing.expect()
+        proc = RemoteProcess(self.address, channel, self.hearing)
         self.processes.append(proc)
         return proc
 
@@ -135,17 +150,45 @@ class NodeLink:
         self.conn.close()
 
 
+class Hearing:
+    """When the launcher last heard from one node: any bytes on the stderr of any of its task
+    channels, which the keepers' heartbeats keep coming. One per node, so that all its tasks are
+    lost together; once silent, it stays silent (the job has been failed by then)."""
+
+    def __init__(self) -> None:
+        self._since: float | None = None  # when the first task started: the clock runs from then
+        self._last: float | None = None
+        self._silent_s: float | None = None
+
+    def expect(self) -> None:
+        """A task is starting on the node: from now on it must be heard from."""
+        if self._since is None:
+            self._since = time.monotonic()
+
+    def heard(self) -> None:
+        self._last = time.monotonic()
+
+    def silent_s(self) -> float | None:
+        """Seconds the node has been silent for, once that is longer than allowed; else None."""
+        if self._silent_s is None and self._since is not None:
+            quiet = time.monotonic() - (self._last if self._last is not None else self._since)
+            if quiet > (SILENCE_S if self._last is not None else START_SILENCE_S):
+                self._silent_s = quiet
+        return self._silent_s
+
+
 class RemoteProcess:
     """A task on a remote node, as the supervisor sees a LocalProcess."""
 
-    def __init__(self, host: str, channel: Any) -> None:
+    def __init__(self, host: str, channel: Any, hearing: Hearing) -> None:
         self.host = host
         self._channel = channel
+        self._hearing = hearing
         self._remote_pid = 0
         self._returncode: int | None = None
         self._stderr_done = threading.Event()
         self._stdout = channel.makefile("rb")
-        self._stderr = _Markers(channel.makefile_stderr("rb"), self)
+        self._stderr = _Markers(channel, self)
 
     @property
     def pid(self) -> int:
@@ -161,20 +204,29 @@ class RemoteProcess:
         return self._stderr  # type: ignore[return-value]
 
     @property
-    def lost(self) -> bool:
-        """The channel ended with neither a keeper report nor an exit status: the SSH
-        connection, the sshd session or the keeper itself died."""
-        return (self._returncode is None and self._channel.exit_status_ready()
-                and self._channel.exit_status <= 0)
+    def lost(self) -> str | None:
+        """How the task was lost, when it was: its node fell silent (a network cut), or the
+        channel ended with neither a keeper report nor an exit status (the SSH connection, the
+        sshd session or the keeper itself died). None otherwise."""
+        if self._returncode is not None:
+            return None
+        silent = self._hearing.silent_s()
+        if silent is not None:
+            return f"heard nothing from {self.host} for {silent:.0f} s (a network cut, or the node is down)"
+        if self._channel.exit_status_ready() and self._channel.exit_status <= 0:
+            return f"lost the SSH connection to {self.host}"
+        return None
 
     def poll(self) -> int | None:
         """The task's exit status (negative: killed by that signal), as its keeper reported it;
-        LOST_CONNECTION when the channel ended without a report."""
+        LOST_CONNECTION when the channel ended without a report or the node fell silent."""
         if self._returncode is not None:
             return self._returncode
         if self._channel.exit_status_ready() and self._stderr_done.is_set():
             status = self._channel.exit_status
             return status if status > 0 else LOST_CONNECTION
+        if self._hearing.silent_s() is not None:
+            return LOST_CONNECTION
         return None
 
     def send(self, word: str) -> None:
@@ -190,34 +242,54 @@ class RemoteProcess:
         self.send("KILL")
 
     def group_alive(self) -> bool:
-        """Whether the keeper still runs: it exits once the task's group is empty."""
-        return not self._channel.exit_status_ready()
+        """Whether the keeper still runs: it exits once the task's group is empty. Unknowable
+        from here once the node is silent: False then, as waiting would not tell (the keeper ends
+        its task on its own when our pings stop)."""
+        return not self._channel.exit_status_ready() and self._hearing.silent_s() is None
 
-    def _marker(self, line: bytes) -> bool:
-        """Take a keeper marker line off the task's stderr; False for any other line."""
-        for marker in (remote_agent.EXIT_MARKER, remote_agent.STARTED_MARKER):
-            if line.startswith(marker.encode()):
-                payload = json.loads(line[len(marker):])
-                if marker == remote_agent.EXIT_MARKER:
-                    self._returncode = int(payload["returncode"])
-                else:
-                    self._remote_pid = int(payload["pid"])
-                return True
-        return False
+    def _task_part(self, line: bytes) -> bytes:
+        """A stderr line without the keeper's marker, which sets the status instead. The marker
+        ends the line: the keeper writes it after whatever the task left unfinished."""
+        for marker, key in ((remote_agent.EXIT_MARKER, "returncode"), (remote_agent.STARTED_MARKER, "pid")):
+            task_part, found, payload = line.partition(marker.encode())
+            if not found:
+                continue
+            try:
+                value = int(json.loads(payload)[key])
+            except (ValueError, TypeError, KeyError):  # the task's own text, which happens to look alike
+                continue
+            if key == "returncode":
+                self._returncode = value
+            else:
+                self._remote_pid = value
+            return task_part
+        return line
 
 
 class _Markers:
-    """The task's stderr without the keeper's marker lines (which set the status instead)."""
+    """The task's stderr as lines, without the keeper's markers (which set the status instead)
+    and heartbeats (which only say the node is there). Read in chunks, not lines: a
+    heartbeat may sit in a line the task has not finished yet, and must count at once."""
 
-    def __init__(self, raw: Any, proc: RemoteProcess) -> None:
-        self._raw = raw
+    def __init__(self, channel: Any, proc: RemoteProcess) -> None:
+        self._channel = channel
         self._proc = proc
 
     def __iter__(self) -> Iterator[bytes]:
+        pending = b""
         try:
-            for line in self._raw:
-                if not self._proc._marker(line):
-                    yield line
+            while chunk := self._channel.recv_stderr(_CHUNK):
+                self._proc._hearing.heard()
+                # A heartbeat is never split by a newline, so one cut in two by the chunking is
+                # whole again in `pending`, the part after the last newline.
+                *lines, pending = (pending + chunk).replace(remote_agent.HEARTBEAT, b"").split(b"\n")
+                for line in lines:
+                    if not line:
+                        yield b"\n"  # the task's own empty line
+                    elif task_part := self._proc._task_part(line):
+                        yield task_part + b"\n"
+            if pending and (task_part := self._proc._task_part(pending)):
+                yield task_part
         finally:
             self._proc._stderr_done.set()
 
@@ -225,4 +297,4 @@ class _Markers:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._raw.close()
+        pass

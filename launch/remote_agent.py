@@ -19,6 +19,13 @@ for longer than the lease (a network cut that neither side's TCP notices). Comma
 `TERM` / `KILL` signal the group, `PING` renews the lease. stdout/stderr are the task's own
 (inherited, not relayed); the keeper adds `@@ADRUN-STARTED {"pid"}` and `@@ADRUN-EXIT
 {"returncode"}` (negative: killed by that signal) on stderr, and exits once the group is empty.
+
+The other direction: every `beat_s` the keeper writes HEARTBEAT on stderr, so the launcher hears
+from the node even while the task is silent, and ends the job when it hears nothing for its lease
+(`launch.remote.SILENCE_S`). HEARTBEAT has no newline and is written with one `write` (shorter
+than PIPE_BUF, so never split by the task's own writes to the same pipe): wherever it lands, even
+inside a line the task has half written, the launcher takes it out and the task's bytes are
+exactly as written.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ import time
 MARKER = "@@ADRUN-AGENT "
 STARTED_MARKER = "@@ADRUN-STARTED "
 EXIT_MARKER = "@@ADRUN-EXIT "
+HEARTBEAT = b"\x1e@@ADRUN-ALIVE\x1e"  # 0x1e (record separator): bytes no text output contains
 NO_ADRUN = 127  # `run`: adrun is not importable with this interpreter, so the hook cannot load
 _POLL_S = 0.05
 _GRACE_S = 2.0  # keeper on its own (launcher gone): SIGTERM, then SIGKILL after this
@@ -51,6 +59,7 @@ class _Keeper:
 
     def __init__(self, spec: dict) -> None:
         self.lease_s = float(spec.get("lease_s", 30))
+        self.beat_s = float(spec.get("beat_s", 1))
         self.last_ping = time.monotonic()
         self.lost: str | None = None  # why the keeper stops the group on its own
         self.parent = os.getppid()
@@ -91,6 +100,15 @@ class _Keeper:
                 self.signal_group(signal.SIGKILL)
         self.lost = self.lost or "stdin closed"
 
+    def beat(self) -> None:
+        """Thread: tell the launcher the node and this keeper are alive (see HEARTBEAT)."""
+        while True:
+            try:
+                os.write(2, HEARTBEAT)
+            except OSError:  # the channel is gone; the lease or EOF ends the task
+                return
+            time.sleep(self.beat_s)
+
     def run(self) -> int:
         reported = False
         lost_at: float | None = None
@@ -124,7 +142,7 @@ def _hook_dir() -> str:
 
 
 def run() -> int:
-    """Read the task spec {"argv", "env", "lease_s"} from stdin, run it, keep it in check."""
+    """Read the task spec {"argv", "env", "lease_s", "beat_s"} from stdin, run it, keep it in check."""
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a dead channel must not kill the keeper first
     keeper = _Keeper(json.loads(sys.stdin.readline()))
 
@@ -134,6 +152,7 @@ def run() -> int:
     for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, stop)
     threading.Thread(target=keeper.read_commands, daemon=True).start()
+    threading.Thread(target=keeper.beat, daemon=True).start()
     return keeper.run()
 
 

@@ -47,7 +47,8 @@ class JobReport(BaseModel):
     succeeded: bool
     interrupted: bool
     root_cause: str | None  # the failing task's one-line summary
-    root_cause_stderr: list[str] = []  # its last stderr lines
+    root_cause_stderr: list[str] = []  # its last stderr lines, TensorFlow's start-up noise left out
+    root_cause_stdout: list[str] = []  # its last lines on stdout
     elapsed_s: float
     steps: int  # summed over the workers
     steps_per_s: float | None
@@ -76,6 +77,7 @@ def job_report(result: JobResult, job_id: str, builder: str, strategy_file: Path
         succeeded=result.exit_code == 0 and not result.interrupted, interrupted=result.interrupted,
         root_cause=result.failed.summary if result.failed else None,
         root_cause_stderr=list(result.failed.stderr_tail) if result.failed else [],
+        root_cause_stdout=list(result.failed.stdout_tail) if result.failed else [],
         elapsed_s=result.elapsed_s, steps=sum(r.steps for r in rates.values()),
         steps_per_s=result.metrics.steps_per_s, examples_per_s=result.metrics.examples_per_s,
         tasks=tasks,

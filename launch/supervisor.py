@@ -13,7 +13,6 @@ through a `JobListener`, which `adrun.ui` implements, all calls made from the su
 from __future__ import annotations
 
 import queue
-import re
 import signal
 import threading
 import time
@@ -33,22 +32,17 @@ from .provision import RemoteNodes, local_traffic
 from .remote import RemoteProcess
 from .tasks import Task
 from .teardown import GRACE_S, kill_leftovers, stop_processes
+from .tf_noise import NoiseFilter
 
 Stream = Literal["stdout", "stderr"]
 
 TAIL_LINES = 20
+OUTPUT_TAIL_LINES = 5
 INTERRUPTED_EXIT_CODE = 130
 STALL_TIMEOUT_S = 300.0
 _PROGRESS_INTERVAL_S = 1.0
 _TICK_S = 0.1
 _EOF_WAIT_S = 2.0
-# What every TensorFlow process logs at start-up, before absl's log level applies (so
-# TF_CPP_MIN_LOG_LEVEL cannot hide it): absl INFO lines and the note announcing them. Shown and
-# logged like any line, but kept out of a failure's stderr tail, which it would otherwise fill.
-_STARTUP_NOISE = re.compile(
-    r"^(I\d{4} \d\d:\d\d:\d+\.\d+ +\d+ \S+:\d+\] "
-    r"|WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR$)"
-)
 
 
 class JobListener(Protocol):
@@ -58,6 +52,10 @@ class JobListener(Protocol):
 
     def task_output(self, task: Task, stream: Stream, line: str) -> None:
         """One line of a task's output (metric lines excluded), as it arrives."""
+
+    def noise_folded(self, task: Task, count: int) -> None:
+        """`count` lines of TensorFlow start-up noise (`tf_noise`) of `task` were not shown; said
+        before the task's next shown line (or its first step, or the job's end)."""
 
     def progress(self, throughput: Throughput, elapsed_s: float) -> None:
         """Called about once a second while the job runs."""
@@ -81,12 +79,14 @@ def signal_name(returncode: int | None) -> str | None:
 
 @dataclass(frozen=True)
 class Failure:
-    """The task whose end failed the job, with what it last said on stderr."""
+    """The task whose end failed the job, with its last words: its last stderr lines without
+    TensorFlow's start-up noise (a traceback, typically) and its last lines on stdout."""
 
     task: Task
     returncode: int  # negative: killed by that signal
     stderr_tail: list[str]
-    lost: bool = False  # a remote task whose SSH connection (or keeper) died: status unknown
+    lost: str | None = None  # how a remote task was lost (connection died, node silent): status unknown
+    stdout_tail: list[str] = field(default_factory=list)
 
     @property
     def signal_name(self) -> str | None:
@@ -97,7 +97,7 @@ class Failure:
         """One line: which task, where, and how it ended."""
         who = f"{self.task.label} ({self.task.role} {self.task.index} on {self.task.host})"
         if self.lost:
-            return f"{who}: lost the SSH connection to {self.task.host}, the task's state is unknown"
+            return f"{who}: {self.lost}, the task's state is unknown"
         if self.signal_name:
             return f"{who} was killed by {self.signal_name}"
         if self.returncode == 0:
@@ -145,18 +145,20 @@ def supervise(
     grace_s: float = GRACE_S,
     remote: RemoteNodes | None = None,
     stall_timeout_s: float | None = STALL_TIMEOUT_S,
+    show_tf_noise: bool = False,
 ) -> JobResult:
     """Run `launches` (PS tasks first) as job `job_id` until it succeeds, fails or is interrupted.
 
     `quiet` keeps task lines from the listener (tails, logs and metrics are still kept);
-    `log_dir` gets one `<tag>.log` per task with both streams. When this returns, no process
+    TensorFlow's start-up noise (`tf_noise`) reaches it only with `show_tf_noise`, else as a count;
+    `log_dir` gets one `<tag>.log` per task with every line of both streams. When this returns, no process
     whose environment carries `ADRUN_JOB_ID=job_id` is alive. Must run in the thread that
     should own the tasks (see `adrun.launch.local`); in the main thread it also handles
     SIGINT/SIGTERM as an interrupt. Remote tasks (`task.remote`) start through `remote`, whose
     nodes are swept for the job's leftovers too. A worker without a new step for
     `stall_timeout_s` (None: never) gets a warning, not a kill: a slow step is not a dead one.
     """
-    return _Job(job_id, listener, quiet, log_dir, grace_s, remote, stall_timeout_s).run(launches)
+    return _Job(job_id, listener, quiet, log_dir, grace_s, remote, stall_timeout_s, show_tf_noise).run(launches)
 
 
 @dataclass
@@ -164,7 +166,10 @@ class _Running:
     launch: TaskLaunch
     proc: LocalProcess | RemoteProcess
     log: TextIO | None
-    tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
+    tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))  # stderr, noise left out
+    stdout_tail: deque[str] = field(default_factory=lambda: deque(maxlen=OUTPUT_TAIL_LINES))
+    stderr_noise: NoiseFilter = field(default_factory=NoiseFilter)
+    folded: int = 0  # noise lines not shown since the task's last shown line
     open_streams: int = 2
     returncode: int | None = None
     stopped: bool = False
@@ -180,13 +185,14 @@ class _Running:
 class _Job:
     def __init__(
         self, job_id: str, listener: JobListener, quiet: bool, log_dir: Path | None, grace_s: float,
-        remote: RemoteNodes | None, stall_timeout_s: float | None,
+        remote: RemoteNodes | None, stall_timeout_s: float | None, show_tf_noise: bool,
     ) -> None:
         self.job_id = job_id
         self.remote = remote
         self.stall_timeout_s = stall_timeout_s
         self.listener = listener
         self.quiet = quiet
+        self.show_tf_noise = show_tf_noise
         self.log_dir = log_dir
         self.grace_s = grace_s
         self.running: list[_Running] = []
@@ -287,10 +293,11 @@ class _Job:
                                       "a parameter server or another worker")
 
     def _fail(self, run: _Running) -> None:
-        self._drain_until(lambda: run.open_streams == 0, _EOF_WAIT_S)
+        lost = run.proc.lost if isinstance(run.proc, RemoteProcess) else None
+        if lost is None:  # a lost task's streams have ended, or never will (its node is silent)
+            self._drain_until(lambda: run.open_streams == 0, _EOF_WAIT_S)
         assert run.returncode is not None
-        lost = isinstance(run.proc, RemoteProcess) and run.proc.lost
-        self.failure = Failure(run.task, run.returncode, list(run.tail), lost)
+        self.failure = Failure(run.task, run.returncode, list(run.tail), lost, list(run.stdout_tail))
         self.listener.stopping(f"{self.failure.summary}: stopping the other tasks")
 
     def _dispatch(self, timeout: float) -> None:
@@ -321,13 +328,26 @@ class _Job:
                 if run.task.role == "worker":
                     self.throughput.record(run.task.index, event)
                     self._note_step(run, event)
+                self._say_folded(run)
                 return
-            if not _STARTUP_NOISE.match(line):
+            noise = run.stderr_noise.is_noise(line)
+            if not noise:
                 run.tail.append(line)
+        else:
+            noise = False
+            run.stdout_tail.append(line)
         if run.log:
             run.log.write(line + "\n")
-        if not self.quiet:
+        if noise and not self.show_tf_noise:
+            run.folded += 1
+        elif not self.quiet:
+            self._say_folded(run)
             self.listener.task_output(run.task, stream, line)
+
+    def _say_folded(self, run: _Running) -> None:
+        if run.folded and not self.quiet:
+            self.listener.noise_folded(run.task, run.folded)
+        run.folded = 0
 
     def _note_step(self, run: _Running, event: dict[str, Any]) -> None:
         step = event.get("step")
@@ -350,6 +370,7 @@ class _Job:
             run.returncode = run.proc.poll()
         self._drain_until(lambda: all(r.open_streams == 0 for r in self.running), _EOF_WAIT_S)
         for run in self.running:
+            self._say_folded(run)
             if run.log:
                 run.log.close()
 
@@ -393,6 +414,7 @@ class JobConfig:
     quiet: bool = False
     log_dir: Path | None = None
     stall_timeout_s: float | None = STALL_TIMEOUT_S
+    show_tf_noise: bool = False
 
 
 def run_job(config: JobConfig, remote: RemoteNodes) -> JobResult:
@@ -405,7 +427,8 @@ def run_job(config: JobConfig, remote: RemoteNodes) -> JobResult:
                         strategy_file=config.strategy_file, remote_ports=remote.ports)
     with ui.JobView(quiet=config.quiet) as view:
         result = supervise(launches, config.job_id, view, quiet=config.quiet, log_dir=config.log_dir,
-                           remote=remote, stall_timeout_s=config.stall_timeout_s)
+                           remote=remote, stall_timeout_s=config.stall_timeout_s,
+                           show_tf_noise=config.show_tf_noise)
     after = remote.traffic()
     if local_before is not None:
         after[here] = local_traffic()

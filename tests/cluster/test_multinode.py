@@ -9,6 +9,7 @@ ADRUN_JOB_ID that must come back empty within NOTICE_S after each job.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -169,6 +170,45 @@ def test_cut_ssh_connection(netns_cluster, long_job):
     assert wait_no_leftovers(long_job.job_id, NOTICE_S) < NOTICE_S
     print(f"job ended and every host clean {time.monotonic() - cut:.1f} s after the cut")
     assert f"lost the SSH connection to {h2.address}" in flat(long_job.output), long_job.output
+
+
+def _job_pids_in(host, job_id: str) -> list[int]:
+    """Live processes of job `job_id` in `host`'s network namespace (keepers and tasks)."""
+    found = []
+    for pid in subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True, text=True).stdout.split():
+        try:
+            proc = psutil.Process(int(pid))
+            if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get("ADRUN_JOB_ID") == job_id:
+                found.append(proc.pid)
+        except psutil.Error:
+            pass
+    return found
+
+
+def test_silent_network_cut(netns_cluster, long_job):
+    """Host 2's link goes down mid-run: no FIN, no RST, neither TCP stack notices. The launcher
+    hears no heartbeat and fails the job naming the host; host 2's keeper hears no ping and ends
+    its task: within 10 s of the cut (SILENCE_S, then SIGTERM and at worst SIGKILL 2 s later)."""
+    h2 = netns_cluster.hosts[1]
+    assert _job_pids_in(h2, long_job.job_id)  # the keeper and w1
+    subprocess.run(["ip", "link", "set", h2.veth, "down"], check=True)
+    cut = time.monotonic()
+    try:
+        line = long_job.wait_for_line(rf"heard nothing from {re.escape(h2.address)} for \d+ s", timeout_s=60)
+        noticed = time.monotonic()
+        while _job_pids_in(h2, long_job.job_id):
+            assert time.monotonic() - noticed < NOTICE_S, f"host 2 still runs {_job_pids_in(h2, long_job.job_id)}"
+            time.sleep(0.1)
+        gone = time.monotonic()
+        print(f"noticed {noticed - cut:.1f} s after the cut; host 2's tasks gone {gone - cut:.1f} s after it")
+        assert gone - cut < NOTICE_S, f"host 2's tasks ended {gone - cut:.1f} s after the cut"
+        assert line.startswith(f"adrun: w1@{h2.address} (worker 1 on {h2.address}): heard nothing"), line
+        assert long_job.wait(timeout_s=120) == 255, long_job.output
+    finally:
+        subprocess.run(["ip", "link", "set", h2.veth, "up"], check=True)
+    text = flat(long_job.output)
+    assert f"exit unknown: heard nothing from {h2.address} for" in text, long_job.output
+    assert wait_no_leftovers(long_job.job_id, NOTICE_S) < NOTICE_S
 
 
 # --- the script must be on every node; --sync-code puts it there ---------------------------------

@@ -23,6 +23,7 @@ import pytest
 from adrun.launch.job import HOOK_DIR
 from adrun.launch.report import JobReport
 from adrun.launch.teardown import kill_leftovers, leftover_processes
+from adrun.launch.tf_noise import NoiseFilter
 from tests.conftest import REPO, SCRIPTS, AdrunResult, run_adrun
 
 pytestmark = pytest.mark.integration
@@ -141,6 +142,51 @@ def test_worker_exception_is_root_cause_and_stops_the_job(spec_file):
     # The script said when it raised; adrun was done (everything stopped) within NOTICE_S of that.
     [failed_at] = re.findall(r"^\[w1\] failing-at (\d+\.\d+)$", result.stdout, re.MULTILINE)
     assert 0 < ended - float(failed_at) < NOTICE_S, f"adrun ended {ended - float(failed_at):.1f} s after the failure"
+
+
+# --- 10b. the root cause is the script's last words, not TensorFlow's start-up noise ----------------
+
+
+NOISY = str(SCRIPTS / "noisy_failure.py")
+
+
+def test_root_cause_is_the_traceback_and_tf_noise_is_folded(tmp_path, spec_file):
+    logs = tmp_path / "logs"
+    result = run_adrun("--spec", str(spec_file()), "--log-dir", str(logs), NOISY, "--fail-on", "1", "--fail-at", "2")
+    assert result.returncode == 1, result.output
+    cause = root_cause(result)
+    assert cause.endswith("ValueError: worker 1: batch 2 has no labels"), cause
+    assert "last output lines: step 1 last stderr lines" in cause, cause
+    for noise in ("cuInit", "oneDNN", "absl", "deprecated", "Instructions for updating"):
+        assert noise not in cause, cause
+    # The live view: one line per task counting its folded lines, which the log files keep.
+    assert "oneDNN" not in result.stdout and "Instructions for updating" not in result.stdout
+    for task in ("ps0", "w0", "w1"):
+        folded = re.findall(rf"^\[{task}\] \((\d+) lines of TensorFlow start-up messages folded; --verbose shows "
+                            r"them\)$", result.stderr, re.MULTILINE)
+        noise = NoiseFilter()
+        logged = sum(noise.is_noise(line) for line in (logs / f"{task}.log").read_text().splitlines())
+        assert folded and sum(map(int, folded)) == logged >= 7, (task, folded, logged)
+    report = JobReport.model_validate_json((logs / "result.json").read_text())
+    assert report.root_cause_stderr[0] == "Traceback (most recent call last):"
+    assert report.root_cause_stderr[-1] == "ValueError: worker 1: batch 2 has no labels"
+    assert report.root_cause_stdout == ["step 1"]
+
+    verbose = run_adrun("--spec", str(spec_file()), "--verbose", NOISY, "--fail-on", "1", "--fail-at", "1")
+    assert verbose.returncode == 1, verbose.output
+    assert re.search(r"^\[w1\] I0000 .* oneDNN custom operations are on", verbose.stdout, re.MULTILINE), verbose.stdout
+    assert "start-up messages folded" not in verbose.output
+    assert "oneDNN" not in root_cause(verbose)
+
+
+def test_failure_during_capture_quotes_the_traceback_without_tf_noise():
+    result = run_adrun(NOISY, "--fail-on", "0", "--fail-at", "0")
+    assert result.returncode == 2, result.output
+    lines = result.stderr.splitlines()
+    start = lines.index(f"adrun: error: {NOISY}: failed before adrun captured its graph (exit code 1); "
+                        "last lines of its stderr:")
+    assert lines[start + 1] == "    Traceback (most recent call last):", result.stderr
+    assert lines[-1] == "    ValueError: worker 0: no data to train on", result.stderr
 
 
 # --- 11. a worker killed by SIGKILL ---------------------------------------------------------------

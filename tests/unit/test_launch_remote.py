@@ -16,9 +16,9 @@ import psutil
 import pytest
 
 from adrun.errors import UserError
-from adrun.launch import provision, remote_agent
+from adrun.launch import provision, remote, remote_agent
 from adrun.launch.env import forwarded_env, remote_task_env
-from adrun.launch.remote import AGENT_SOURCE, agent_command
+from adrun.launch.remote import AGENT_SOURCE, Hearing, RemoteProcess, agent_command
 from adrun.launch.tasks import Task
 
 pytestmark = pytest.mark.timeout(60)
@@ -59,11 +59,11 @@ def test_remote_task_label_names_the_host():
     assert Task("ps", 0, "localhost", 1).label == "ps0"
 
 
-def _keeper(tmp_path: Path, argv: list[str], job_id: str) -> subprocess.Popen[bytes]:
+def _keeper(tmp_path: Path, argv: list[str], job_id: str, lease_s: float = 30) -> subprocess.Popen[bytes]:
     """The keeper as sshd would start it: stdin/stdout/stderr pipes, spec on the first line."""
     proc = subprocess.Popen([sys.executable, "-c", AGENT_SOURCE, "run"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
-    spec = {"argv": argv, "env": {"ADRUN_JOB_ID": job_id}, "lease_s": 30}
+    spec = {"argv": argv, "env": {"ADRUN_JOB_ID": job_id}, "lease_s": lease_s, "beat_s": 0.2}
     proc.stdin.write((json.dumps(spec) + "\n").encode())
     proc.stdin.flush()
     return proc
@@ -71,7 +71,8 @@ def _keeper(tmp_path: Path, argv: list[str], job_id: str) -> subprocess.Popen[by
 
 def test_keeper_reports_a_signal_death(tmp_path):
     proc = _keeper(tmp_path, [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"], "k1")
-    lines = [proc.stderr.readline().decode().rstrip("\n") for _ in range(2)]  # stdin stays open meanwhile
+    # stdin stays open meanwhile; heartbeats (no newline) may come before either line
+    lines = [proc.stderr.readline().replace(remote_agent.HEARTBEAT, b"").decode().rstrip("\n") for _ in range(2)]
     proc.stdin.close()
     assert proc.wait(timeout=10) == 0
     assert lines[0].startswith(remote_agent.STARTED_MARKER)
@@ -92,6 +93,75 @@ def test_keeper_kills_the_task_group_when_its_channel_closes(tmp_path):
     while remote_agent.job_pids(job_id):
         assert time.monotonic() - closed < 5, [psutil.Process(p).cmdline() for p in remote_agent.job_pids(job_id)]
         time.sleep(0.05)
+
+
+def test_keeper_beats_and_ends_its_task_when_the_pings_stop(tmp_path):
+    """A silent cut seen from the node: stdin stays open but no PING comes. The keeper, pinged
+    for a while, keeps the task; then it stops it (the lease), and it said it was alive meanwhile."""
+    job_id = f"keeper-{os.getpid()}-{time.monotonic_ns()}"
+    task = "import sys, time\nwhile True:\n    sys.stderr.write('half a line'); sys.stderr.flush(); time.sleep(0.1)"
+    proc = _keeper(tmp_path, [sys.executable, "-c", task], job_id, lease_s=1.0)
+    started = proc.stderr.readline()
+    assert started.startswith(remote_agent.STARTED_MARKER.encode())
+    pinged = time.monotonic()
+    while time.monotonic() - pinged < 2.0:  # twice the lease, with pings: the task lives on
+        proc.stdin.write(b"PING\n")
+        proc.stdin.flush()
+        time.sleep(0.2)
+    assert len(remote_agent.job_pids(job_id)) == 1
+    assert proc.wait(timeout=20) == 0  # no more pings: the lease runs out and the group ends
+    assert remote_agent.job_pids(job_id) == []
+    rest = proc.stderr.read()
+    assert rest.count(remote_agent.HEARTBEAT) >= 5  # every 0.2 s, inside the task's unfinished line
+    task_part, marker, status = rest.replace(remote_agent.HEARTBEAT, b"").partition(remote_agent.EXIT_MARKER.encode())
+    assert task_part.replace(b"half a line", b"") == b"" and marker and json.loads(status) == {"returncode": -15}
+    proc.stdin.close()
+
+
+class _Channel:
+    """What _Markers reads of a paramiko channel: stderr in the given chunks, then EOF."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+
+    def recv_stderr(self, size: int) -> bytes:
+        return self.chunks.pop(0) if self.chunks else b""
+
+
+def test_heartbeats_are_taken_out_of_the_task_stderr_wherever_they_land():
+    beat = remote_agent.HEARTBEAT
+    stream = (b"first " + beat + b"line\n" + beat + b"@@ADRUN-STARTED {\"pid\": 42}\n\n" + beat
+              + b"says @@ADRUN-EXIT in passing\n" + beat
+              + "caf\u00e9 ".encode() + beat + b"unfinished@@ADRUN-EXIT {\"returncode\": 3}\n")
+    for cut in range(1, len(stream)):  # every place a chunk boundary can fall, also inside a heartbeat
+        hearing = Hearing()
+        proc = RemoteProcess("node-b", _FakeSession([stream[:cut], stream[cut:]]), hearing)
+        assert list(proc.stderr) == [b"first line\n", b"\n", b"says @@ADRUN-EXIT in passing\n",
+                                     "caf\u00e9 unfinished\n".encode()], cut
+        assert (proc.pid, proc.poll()) == (42, 3) and hearing._last is not None
+
+
+class _FakeSession(_Channel):
+    def makefile(self, mode: str):
+        return None
+
+
+def test_a_node_is_silent_after_silence_s_without_a_byte_and_stays_so(monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr(remote.time, "monotonic", lambda: now[0])
+    hearing = Hearing()
+    now[0] += 3 * remote.START_SILENCE_S
+    assert hearing.silent_s() is None  # no task yet: nothing to hear
+    hearing.expect()
+    now[0] += remote.START_SILENCE_S - 1
+    assert hearing.silent_s() is None  # a keeper still starting
+    hearing.heard()
+    now[0] += remote.SILENCE_S
+    assert hearing.silent_s() is None
+    now[0] += 0.5
+    assert hearing.silent_s() == remote.SILENCE_S + 0.5
+    hearing.heard()
+    assert hearing.silent_s() == remote.SILENCE_S + 0.5  # too late: the job has been failed
 
 
 def test_sync_files_skip_caches_and_have_a_limit(tmp_path, monkeypatch):

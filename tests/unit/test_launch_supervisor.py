@@ -7,6 +7,7 @@ import sys
 import textwrap
 import time
 import uuid
+from pathlib import Path
 
 import psutil
 import pytest
@@ -30,12 +31,19 @@ class Recorder:
         self.tasks: list[Task] = []
         self.lines: list[tuple[str, str, str]] = []
         self.stops: list[str] = []
+        self.folds: list[tuple[str, int]] = []
+        self.events: list[tuple[str, str]] = []  # ("line" | "folded", task tag), in order
 
     def job_started(self, job_id, tasks):
         self.tasks = list(tasks)
 
     def task_output(self, task, stream, line):
         self.lines.append((task.tag, stream, line))
+        self.events.append(("line", task.tag))
+
+    def noise_folded(self, task, count):
+        self.folds.append((task.tag, count))
+        self.events.append(("folded", task.tag))
 
     def progress(self, throughput, elapsed_s):
         pass
@@ -207,21 +215,46 @@ def test_a_task_that_cannot_start_is_a_user_error_and_started_tasks_are_stopped(
     assert leftover_processes(job_id) == []
 
 
-def test_tensorflow_startup_noise_stays_out_of_the_stderr_tail(make, job_id):
+CAPTURED_STDERR = Path(__file__).parent / "tf_stderr" / "adrun_worker_raises.txt"  # 7 noise lines, then 8 kept
+
+
+def test_tensorflow_startup_noise_is_folded_and_stays_out_of_the_root_cause(make, job_id, tmp_path):
+    """A worker whose stderr is a real failed worker's (TF's start-up lines, then its traceback)."""
+    captured = CAPTURED_STDERR.read_text().splitlines()
+    code = f"import sys; sys.stderr.write(open({str(CAPTURED_STDERR)!r}).read()); sys.exit(1)"
     rec = Recorder()
+    result = supervise([make("worker", 0, code)], job_id, rec, log_dir=tmp_path / "logs")
+
+    assert result.failed.stderr_tail == captured[7:]
+    assert result.failed.stderr_tail[-1] == "RuntimeError: boom from w1"
+    assert rec.folds == [("w0", 7)]
+    assert rec.events[0] == ("folded", "w0") and [line for _, _, line in rec.lines] == captured[7:]
+    assert (tmp_path / "logs" / "w0.log").read_text().splitlines() == captured
+
+    rec = Recorder()
+    result = supervise([make("worker", 0, code)], job_id, rec, show_tf_noise=True)
+    assert [line for _, _, line in rec.lines] == captured
+    assert rec.folds == [] and result.failed.stderr_tail == captured[7:]
+
+
+def test_folded_noise_is_counted_once_per_run_of_noise(make, job_id):
     code = """
         import sys
-        for line in ("WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
-                     "I0000 00:00:1795280527.138216    8239 port.cc:153] oneDNN custom operations are on.",
-                     "E0000 00:00:1795280529.183838    8239 cuda_platform.cc:52] failed call to cuInit",
-                     "Info: why it broke"):
+        noise = "I0000 00:00:1795386586.349890   15539 cudart_stub.cc:31] Could not find cuda drivers on your machine"
+        for line in (noise, noise, "@@ADRUN " + '{"event": "step", "step": 1, "time": 1.0}', noise, "shown", noise):
             print(line, file=sys.stderr)
-        sys.exit(2)
+        sys.exit(4)
     """
-    result = supervise([make("worker", 0, textwrap.dedent(code))], job_id, rec)
+    rec = Recorder()
+    result = supervise([make("worker", 0, code)], job_id, rec)
 
-    assert result.failed.stderr_tail == [
-        "E0000 00:00:1795280529.183838    8239 cuda_platform.cc:52] failed call to cuInit",
-        "Info: why it broke",
-    ]
-    assert len([line for _, stream, line in rec.lines if stream == "stderr"]) == 4  # still shown
+    # The first count at the step, the second before the shown line, the last at the end.
+    assert rec.folds == [("w0", 2), ("w0", 1), ("w0", 1)]
+    assert [line for _, _, line in rec.lines] == result.failed.stderr_tail == ["shown"]
+
+
+def test_the_root_cause_keeps_the_last_lines_on_stdout(make, job_id):
+    code = "import os\nfor i in range(7): print(f'out {i}')\nos._exit(5)"
+    result = supervise([make("worker", 0, code)], job_id, Recorder())
+
+    assert result.failed.stdout_tail == [f"out {i}" for i in range(2, 7)]

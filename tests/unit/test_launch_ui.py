@@ -35,6 +35,15 @@ def test_failure_block_names_task_host_signal_and_last_stderr_lines(capsys):
         assert expected in err
 
 
+def test_failure_block_shows_the_last_output_then_the_traceback_last(capsys):
+    ui.print_failure(Failure(W0, 1, ["Traceback (most recent call last):", "ValueError: bad batch"], False,
+                             ["step 41", "loading shard 3"]))
+    err = capsys.readouterr().err
+    order = [err.index(text) for text in ("last output lines:", "step 41", "loading shard 3", "last stderr lines",
+                                          "start-up messages left out", "ValueError: bad batch")]
+    assert order == sorted(order), err
+
+
 def test_failure_block_shows_the_exit_code(capsys):
     ui.print_failure(Failure(W0, 3, []))
     err = capsys.readouterr().err
