@@ -22,7 +22,9 @@ from adrun.errors import UserError
 
 DEFAULT_STRATEGY = "PSLoadBalancing"
 INTERRUPTED_EXIT_CODE = 130  # as the supervisor's, for an interrupt before the job started
-RUNS_DIR = Path("/tmp/adrun-runs")  # not /tmp/adrun: that would shadow the package when cwd is /tmp
+RUNS_DIR = Path("/tmp/adrun-runs")
+MAX_RESTARTS = 1000  # a bound that catches a typo (--max-restarts 10000000) rather than a real need
+MAX_BACKOFF_S = 86400.0  # not /tmp/adrun: that would shadow the package when cwd is /tmp
 
 
 class _RunByDefault(click.Group):
@@ -156,13 +158,20 @@ def main() -> None:
               help="Copy the script's directory to every remote node first (no .git, __pycache__, .venv, *.pyc; max 50 MB).")
 @click.option("--stall-timeout", type=click.FloatRange(min=0), default=300, show_default=True, metavar="SECONDS",
               help="Warn when a worker makes no training step for this long (0: never).")
+@click.option("--on-stall", type=click.Choice(["warn", "fail"]), default="warn", show_default=True,
+              help="What a stall does: a warning, or the job's failure (restarted when restarts are allowed).")
+@click.option("--max-restarts", type=click.IntRange(min=0, max=MAX_RESTARTS), default=0, show_default=True, metavar="N",
+              help="Start the job again after a failure a restart can cure (a killed task, a lost node, a dead "
+                   "peer, a stall), at most N times.")
+@click.option("--restart-backoff", type=click.FloatRange(min=0, max=MAX_BACKOFF_S), default=5, show_default=True,
+              metavar="SECONDS", help="Wait this long before each restart.")
 @click.option("--result-json", type=click.Path(dir_okay=False), metavar="PATH",
               help="Write the job's result (per task exit, steps, rates, bytes per node) here as JSON.")
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @_user_errors
 def run(spec_path, strategy, strategy_opts, quiet, log_dir, dry_run, shard_data, job_id, sync_code, stall_timeout,
-        result_json, script, script_args) -> None:
+        on_stall, max_restarts, restart_backoff, result_json, script, script_args) -> None:
     """Run SCRIPT with ARGS on every worker of the cluster."""
     from adrun.launch.provision import RemoteNodes
 
@@ -176,17 +185,20 @@ def run(spec_path, strategy, strategy_opts, quiet, log_dir, dry_run, shard_data,
             remote.preflight(script_path, sync_code)
         _run_planned(spec, remote, strategy, options, script_path, list(script_args), job_id or _new_job_id(),
                      quiet=quiet, log_dir=log_dir, dry_run=dry_run, shard_data=shard_data,
-                     stall_timeout=stall_timeout or None, result_json=Path(result_json) if result_json else None)
+                     stall_timeout=stall_timeout or None, result_json=Path(result_json) if result_json else None,
+                     on_stall=on_stall, max_restarts=max_restarts, restart_backoff=restart_backoff)
 
 
 def _run_planned(spec, remote, strategy: str, options: dict[str, str], script_path: Path, script_args: list[str],
                  job_id: str, *, quiet: bool, log_dir: str | None, dry_run: bool, shard_data: bool,
-                 stall_timeout: float | None, result_json: Path | None) -> None:
+                 stall_timeout: float | None, result_json: Path | None, on_stall: str = "warn", max_restarts: int = 0,
+                 restart_backoff: float = 5.0) -> None:
     """Capture, plan, and (unless `dry_run`) run the job, remote nodes through `remote`; the
     result is written as JSON to `result_json` and to `log_dir`/result.json when given."""
     from adrun import ui
     from adrun.launch.report import job_report, write_report
-    from adrun.launch.supervisor import JobConfig, run_job
+    from adrun.launch.restarts import run_job
+    from adrun.launch.supervisor import JobConfig
     from adrun.strategies.document import dump_strategy
 
     item, plan = _plan(strategy, options, script_path, script_args, spec, job_id)
@@ -210,6 +222,9 @@ def _run_planned(spec, remote, strategy: str, options: dict[str, str], script_pa
             quiet=quiet,
             log_dir=Path(log_dir) if log_dir else None,
             stall_timeout_s=stall_timeout,
+            on_stall=on_stall,
+            max_restarts=max_restarts,
+            restart_backoff_s=restart_backoff,
         ),
         remote,
     )

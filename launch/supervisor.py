@@ -2,9 +2,10 @@
 
 Policy: the job succeeds when every worker exits 0; the PS tasks serve forever, so they are then
 stopped. Any task ending otherwise while the job runs (a non-zero exit, a signal, or a PS ending
-at all) fails the job, and the first such task is its root cause. Ctrl-C or SIGTERM to the
-launcher interrupts the job. In every case all tasks are stopped the same way before returning,
-and no process of the job is left alive.
+at all) fails the job, and the first such task is its root cause; so does a stalled worker under
+`on_stall="fail"`. Ctrl-C or SIGTERM to the launcher interrupts the job. In every case all tasks
+are stopped the same way before returning, and no process of the job is left alive. This is one
+attempt of a job: whether a failed attempt is started again is `adrun.launch.restarts`' decision.
 
 The supervisor decides and records; it shows nothing itself. Everything the user sees goes
 through a `JobListener`, which `adrun.ui` implements, all calls made from the supervising thread.
@@ -23,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal, Protocol, TextIO
 
-from adrun import ui
 from adrun.errors import UserError
 
 from .job import TaskLaunch, plan_job
@@ -39,6 +39,7 @@ Stream = Literal["stdout", "stderr"]
 TAIL_LINES = 20
 INTERRUPTED_EXIT_CODE = 130
 STALL_TIMEOUT_S = 300.0
+STALL_EXIT_CODE = 124  # a job ended because a worker stalled, as timeout(1) reports a timeout
 _PROGRESS_INTERVAL_S = 1.0
 _TICK_S = 0.1
 _EOF_WAIT_S = 2.0
@@ -49,6 +50,9 @@ _STARTUP_NOISE = re.compile(
     r"^(I\d{4} \d\d:\d\d:\d+\.\d+ +\d+ \S+:\d+\] "
     r"|WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR$)"
 )
+_TRACEBACK = "Traceback (most recent call last):"
+# The line ending a Python traceback: `ValueError: text`, `pkg.mod.UnavailableError: text`, `KeyboardInterrupt`.
+_EXCEPTION_LINE = re.compile(r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt))(?::\s|$)")
 
 
 class JobListener(Protocol):
@@ -81,21 +85,34 @@ def signal_name(returncode: int | None) -> str | None:
 
 @dataclass(frozen=True)
 class Failure:
-    """The task whose end failed the job, with what it last said on stderr."""
+    """The task whose end (or stall) failed the job, with what it last said on stderr."""
 
     task: Task
-    returncode: int  # negative: killed by that signal
+    returncode: int | None  # negative: killed by that signal; None: still running (a stall)
     stderr_tail: list[str]
     lost: bool = False  # a remote task whose SSH connection (or keeper) died: status unknown
+    exception: str | None = None  # the last line of the last Python traceback it printed
+    step: int | None = None  # a worker's last reported step (steps run by it in this attempt)
+    stall: str | None = None  # why a stalled worker failed the job (`on_stall="fail"`)
 
     @property
     def signal_name(self) -> str | None:
         return signal_name(self.returncode)
 
     @property
+    def exception_name(self) -> str | None:
+        """The class of `exception` without its module: `UnavailableError`."""
+        if self.exception is None:
+            return None
+        match = _EXCEPTION_LINE.match(self.exception)
+        return match.group(1).rsplit(".", 1)[-1] if match else None
+
+    @property
     def summary(self) -> str:
         """One line: which task, where, and how it ended."""
         who = f"{self.task.label} ({self.task.role} {self.task.index} on {self.task.host})"
+        if self.stall:
+            return f"{who} {self.stall}"
         if self.lost:
             return f"{who}: lost the SSH connection to {self.task.host}, the task's state is unknown"
         if self.signal_name:
@@ -107,6 +124,8 @@ class Failure:
     @property
     def job_exit_code(self) -> int:
         """The launcher's exit code for this failure, shell-style for signals."""
+        if self.returncode is None:
+            return STALL_EXIT_CODE
         if self.returncode < 0:
             return 128 - self.returncode
         return self.returncode or 1
@@ -125,6 +144,19 @@ class TaskOutcome:
 
 
 @dataclass(frozen=True)
+class Attempt:
+    """How one attempt of a job ended, and whether adrun started the job again after it."""
+
+    number: int  # ADRUN_RESTART_COUNT of its processes: 0 for the first
+    exit_code: int
+    failed: Failure | None
+    steps: int  # training steps its workers ran, summed over the workers
+    elapsed_s: float
+    restarted: bool = False
+    verdict: str | None = None  # why it was (or was not) restarted; None when it did not fail
+
+
+@dataclass(frozen=True)
 class JobResult:
     exit_code: int
     failed: Failure | None
@@ -133,6 +165,7 @@ class JobResult:
     outcomes: list[TaskOutcome]
     elapsed_s: float
     traffic: dict[str, tuple[int, int]] = field(default_factory=dict)  # node: (bytes sent, received)
+    attempts: list[Attempt] = field(default_factory=list)  # every attempt, this one last (restarts.py)
 
 
 def supervise(
@@ -145,18 +178,21 @@ def supervise(
     grace_s: float = GRACE_S,
     remote: RemoteNodes | None = None,
     stall_timeout_s: float | None = STALL_TIMEOUT_S,
+    on_stall: Literal["warn", "fail"] = "warn",
+    attempt: int = 0,
 ) -> JobResult:
     """Run `launches` (PS tasks first) as job `job_id` until it succeeds, fails or is interrupted.
 
     `quiet` keeps task lines from the listener (tails, logs and metrics are still kept);
-    `log_dir` gets one `<tag>.log` per task with both streams. When this returns, no process
+    `log_dir` gets one `<tag>.log` per task with both streams (a later `attempt` appends to it). When this returns, no process
     whose environment carries `ADRUN_JOB_ID=job_id` is alive. Must run in the thread that
     should own the tasks (see `adrun.launch.local`); in the main thread it also handles
     SIGINT/SIGTERM as an interrupt. Remote tasks (`task.remote`) start through `remote`, whose
     nodes are swept for the job's leftovers too. A worker without a new step for
-    `stall_timeout_s` (None: never) gets a warning, not a kill: a slow step is not a dead one.
+    `stall_timeout_s` (None: never) gets a warning, since a slow step is not a dead one; with
+    `on_stall="fail"` the first worker to stall fails the job instead (exit STALL_EXIT_CODE).
     """
-    return _Job(job_id, listener, quiet, log_dir, grace_s, remote, stall_timeout_s).run(launches)
+    return _Job(job_id, listener, quiet, log_dir, grace_s, remote, stall_timeout_s, on_stall, attempt).run(launches)
 
 
 @dataclass
@@ -171,6 +207,8 @@ class _Running:
     progress_at: float = field(default_factory=time.monotonic)  # last new step (or start)
     last_step: int | None = None
     stall_warned: bool = False
+    in_traceback: bool = False  # a traceback started on stderr and its exception line is still to come
+    last_exception: str | None = None
 
     @property
     def task(self) -> Task:
@@ -180,11 +218,14 @@ class _Running:
 class _Job:
     def __init__(
         self, job_id: str, listener: JobListener, quiet: bool, log_dir: Path | None, grace_s: float,
-        remote: RemoteNodes | None, stall_timeout_s: float | None,
+        remote: RemoteNodes | None, stall_timeout_s: float | None, on_stall: Literal["warn", "fail"] = "warn",
+        attempt: int = 0,
     ) -> None:
+        self.attempt = attempt
         self.job_id = job_id
         self.remote = remote
         self.stall_timeout_s = stall_timeout_s
+        self.on_stall = on_stall
         self.listener = listener
         self.quiet = quiet
         self.log_dir = log_dir
@@ -225,7 +266,10 @@ class _Job:
         log = None
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
-            log = open(self.log_dir / f"{launch.task.tag}.log", "w", encoding="utf-8", buffering=1)
+            log = open(self.log_dir / f"{launch.task.tag}.log", "a" if self.attempt else "w", encoding="utf-8",
+                       buffering=1)
+            if self.attempt:
+                log.write(f"--- adrun: attempt {self.attempt} (ADRUN_RESTART_COUNT={self.attempt}) ---\n")
         try:
             if launch.task.remote:
                 assert self.remote is not None, "a remote task needs the job's SSH connections"
@@ -270,27 +314,35 @@ class _Job:
             now = time.monotonic()
             if now >= next_progress:
                 self.listener.progress(self.throughput, now - started)
-                self._check_stalls(workers, now)
+                if self._check_stalls(workers, now):
+                    return
                 next_progress = now + _PROGRESS_INTERVAL_S
 
-    def _check_stalls(self, workers: Sequence[_Running], now: float) -> None:
-        """Warn once per stall about a running worker whose step count has not moved."""
+    def _check_stalls(self, workers: Sequence[_Running], now: float) -> bool:
+        """Warn once per stall about a running worker whose step count has not moved, or, with
+        `on_stall="fail"`, fail the job on the one that stopped first; True when the job failed."""
         if self.stall_timeout_s is None:
-            return
-        for run in workers:
-            idle = now - run.progress_at
-            if run.returncode is None and not run.stall_warned and idle >= self.stall_timeout_s:
-                run.stall_warned = True
-                step = "no step yet" if run.last_step is None else f"still at step {run.last_step}"
-                self.listener.warning(f"{run.task.label} (worker {run.task.index} on {run.task.host}) has made "
-                                      f"no training progress for {idle:.0f} s ({step}); it may be waiting for "
-                                      "a parameter server or another worker")
+            return False
+        stalled = sorted((r for r in workers if r.returncode is None and not r.stall_warned
+                          and now - r.progress_at >= self.stall_timeout_s), key=lambda r: r.progress_at)
+        for run in stalled:
+            run.stall_warned = True
+            detail = _stall_detail(run, workers, now)
+            if self.on_stall == "fail":
+                self.failure = Failure(run.task, None, list(run.tail), exception=run.last_exception,
+                                       step=run.last_step, stall=detail)
+                self.listener.stopping(f"{self.failure.summary}: stopping the job (--on-stall fail)")
+                return True
+            self.listener.warning(f"{run.task.label} (worker {run.task.index} on {run.task.host}) {detail}")
+        return False
 
     def _fail(self, run: _Running) -> None:
         self._drain_until(lambda: run.open_streams == 0, _EOF_WAIT_S)
         assert run.returncode is not None
         lost = isinstance(run.proc, RemoteProcess) and run.proc.lost
-        self.failure = Failure(run.task, run.returncode, list(run.tail), lost)
+        step = run.last_step if run.task.role == "worker" else max(
+            (r.last_step for r in self.running if r.last_step is not None), default=None)
+        self.failure = Failure(run.task, run.returncode, list(run.tail), lost, run.last_exception, step)
         self.listener.stopping(f"{self.failure.summary}: stopping the other tasks")
 
     def _dispatch(self, timeout: float) -> None:
@@ -324,10 +376,20 @@ class _Job:
                 return
             if not _STARTUP_NOISE.match(line):
                 run.tail.append(line)
+            self._note_exception(run, line)
         if run.log:
             run.log.write(line + "\n")
         if not self.quiet:
             self.listener.task_output(run.task, stream, line)
+
+    @staticmethod
+    def _note_exception(run: _Running, line: str) -> None:
+        """Remember the exception line ending a traceback on stderr; a TF error's message may
+        run on for more lines than the tail keeps, so the tail alone could lose it."""
+        if line.startswith(_TRACEBACK):
+            run.in_traceback = True
+        elif run.in_traceback and _EXCEPTION_LINE.match(line):
+            run.in_traceback, run.last_exception = False, line[:500]
 
     def _note_step(self, run: _Running, event: dict[str, Any]) -> None:
         step = event.get("step")
@@ -380,7 +442,29 @@ class _Job:
         self.interrupted = True
 
 
-# --- entry point for the CLI ----------------------------------------------------------------
+def _stall_detail(run: _Running, workers: Sequence[_Running], now: float) -> str:
+    """What the launcher can tell about a stall: how long this worker has not stepped, and where
+    the others are (a worker behind the rest is what a synchronous step waits for; every worker
+    stuck at once points at a parameter server or the network between them)."""
+    step = "no step yet" if run.last_step is None else f"still at step {run.last_step}"
+    detail = f"has made no training progress for {now - run.progress_at:.0f} s ({step})"
+    others = []
+    for other in workers:
+        if other is run:
+            continue
+        if other.returncode is not None:
+            state = f"finished (exit {other.returncode})"
+        else:
+            state = "no step yet" if other.last_step is None else f"at step {other.last_step}"
+            if now - other.progress_at >= 5 * _PROGRESS_INTERVAL_S:
+                state += f", no step for {now - other.progress_at:.0f} s"
+        others.append(f"{other.task.label} {state}")
+    if others:
+        detail += "; other workers: " + ", ".join(others)
+    return detail + "; it may be waiting for a parameter server or another worker"
+
+
+# --- one attempt of a job, for the CLI (restarts.py runs the attempts) ------------------------
 
 
 @dataclass(frozen=True)
@@ -393,26 +477,27 @@ class JobConfig:
     quiet: bool = False
     log_dir: Path | None = None
     stall_timeout_s: float | None = STALL_TIMEOUT_S
+    on_stall: Literal["warn", "fail"] = "warn"
+    max_restarts: int = 0
+    restart_backoff_s: float = 5.0
 
 
-def run_job(config: JobConfig, remote: RemoteNodes) -> JobResult:
-    """Start `config`'s job (remote nodes through `remote`, already connected and checked), show
-    it in the terminal, and return how it ended, with each node's network bytes meanwhile."""
+def run_attempt(config: JobConfig, remote: RemoteNodes, listener: JobListener, attempt: int = 0) -> JobResult:
+    """Start attempt `attempt` of `config`'s job (remote nodes through `remote`, already connected
+    and checked) on ports chosen now, and return how it ended, with each node's network bytes
+    meanwhile. Its processes see the attempt as ADRUN_RESTART_COUNT."""
     here = ", ".join(n.address for n in config.spec.nodes if n.address not in remote.links)
     before = remote.prepare_launch(config.strategy_file)
     local_before = local_traffic() if here else None
     launches = plan_job(config.spec, config.script, config.script_args, job_id=config.job_id,
-                        strategy_file=config.strategy_file, remote_ports=remote.ports)
-    with ui.JobView(quiet=config.quiet) as view:
-        result = supervise(launches, config.job_id, view, quiet=config.quiet, log_dir=config.log_dir,
-                           remote=remote, stall_timeout_s=config.stall_timeout_s)
+                        strategy_file=config.strategy_file, remote_ports=remote.ports, restart_count=attempt)
+    result = supervise(launches, config.job_id, listener, quiet=config.quiet, log_dir=config.log_dir,
+                       remote=remote, stall_timeout_s=config.stall_timeout_s, on_stall=config.on_stall,
+                       attempt=attempt)
     after = remote.traffic()
     if local_before is not None:
         after[here] = local_traffic()
         before[here] = local_before
     result.traffic.update({node: (sent - before[node][0], recv - before[node][1])
                            for node, (sent, recv) in after.items() if node in before})
-    ui.print_summary(result)
-    if result.failed:
-        ui.print_failure(result.failed)
     return result

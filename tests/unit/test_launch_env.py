@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from adrun.launch.env import gpu_visibility, task_env
+from adrun.launch.env import gpu_visibility, remote_task_env, task_env
 from adrun.launch.tasks import Task
 
 pytestmark = pytest.mark.timeout(10)
@@ -71,3 +71,14 @@ def test_gpu_visibility_gives_each_worker_its_own_gpus_and_hides_them_from_ps():
     assert gpu_visibility("worker", 1, gpus=4, replicas_per_worker=2) == {"CUDA_VISIBLE_DEVICES": "2,3"}
     assert gpu_visibility("ps", 0, gpus=4, replicas_per_worker=2) == {"CUDA_VISIBLE_DEVICES": ""}
     assert gpu_visibility("worker", 0, gpus=0, replicas_per_worker=3) == {}
+
+
+def test_the_attempt_number_is_in_the_contract_and_never_inherited():
+    base_env = {"ADRUN_RESTART_COUNT": "7"}  # a launcher started from inside another job's attempt 7
+    assert _env(Task("worker", 0, "localhost", 2000), base_env)["ADRUN_RESTART_COUNT"] == "0"
+    env = task_env(Task("ps", 0, "localhost", 2002), "job-7", 2, CLUSTER, "run", None, "/hook", base_env,
+                   restart_count=2)
+    assert env["ADRUN_RESTART_COUNT"] == "2"
+    remote = remote_task_env(Task("worker", 1, "10.0.0.2", 2001, remote=True), "job-7", 2, CLUSTER, "/s.yml",
+                             base_env, [], restart_count=3)
+    assert remote["ADRUN_RESTART_COUNT"] == "3"
