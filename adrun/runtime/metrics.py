@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import json
 import sys
+import threading
 import time
 from typing import Any
 
@@ -61,6 +62,9 @@ class StepReporter:
         self.wire_bytes = 0
         self._examples_read = False
         self._last_emit = 0.0
+        self._emitted = 0  # the step count of the last report
+        self._lock = threading.Lock()
+        self._flusher: threading.Thread | None = None
         atexit.register(self.emit)
 
     @staticmethod
@@ -87,17 +91,31 @@ class StepReporter:
         if not self._examples_read:
             self.examples = examples or _examples_in_feed(feed_dict) or static_batch_size(graph)
             self._examples_read = True
+        if self._flusher is None:
+            self._flusher = threading.Thread(target=self._report_pending, name="adrun-step-reporter", daemon=True)
+            self._flusher.start()
         now = time.monotonic()
         if now - self._last_emit >= _EMIT_INTERVAL_S:
             self.emit(now)
 
+    def _report_pending(self) -> None:
+        """Report steps the throttle held back once the worker goes quiet: after a quick burst
+        of steps, a worker that then waits (on a stalled peer, say) would otherwise leave the
+        launcher with the count from before the burst, and its stall message with a wrong step."""
+        while True:
+            time.sleep(_EMIT_INTERVAL_S)
+            if self.steps != self._emitted:
+                self.emit()
+
     def emit(self, now: float | None = None) -> None:
-        if not self.steps:
-            return
-        self._last_emit = now or time.monotonic()
-        event = {
-            "event": "step", "step": self.steps, "time": time.time(), "examples": self.examples,
-            "wire_bytes": self.wire_bytes,
-        }
-        sys.__stderr__.write(METRIC_PREFIX + json.dumps(event) + "\n")
-        sys.__stderr__.flush()
+        with self._lock:
+            if not self.steps:
+                return
+            self._last_emit = now or time.monotonic()
+            self._emitted = self.steps
+            event = {
+                "event": "step", "step": self.steps, "time": time.time(), "examples": self.examples,
+                "wire_bytes": self.wire_bytes,
+            }
+            sys.__stderr__.write(METRIC_PREFIX + json.dumps(event) + "\n")
+            sys.__stderr__.flush()

@@ -64,3 +64,27 @@ def test_a_new_step_op_is_seen(lookups):
     later._add_control_input(second)
     records.add_train_op(second)
     assert StepReporter.is_training_step(graph, [later])
+
+
+def test_steps_held_back_by_the_throttle_are_reported_once_the_worker_goes_quiet(monkeypatch):
+    """A burst of steps and then a wait (a stalled peer): the launcher must learn the last count
+    without another step, or its stall message names a step from before the burst."""
+    import io
+    import json
+    import sys
+    import time
+
+    written = io.StringIO()
+    monkeypatch.setattr(sys, "__stderr__", written)
+    with tf.Graph().as_default() as graph:
+        reporter = StepReporter()
+        for _ in range(5):
+            reporter.after_step(graph, None, examples=4)
+
+    def last_step() -> int:
+        lines = [line for line in written.getvalue().splitlines() if line.startswith("@@ADRUN ")]
+        return json.loads(lines[-1][len("@@ADRUN "):])["step"]
+
+    assert last_step() == 1  # the throttle let the first step through, and held the others back
+    while last_step() != 5:  # no further step comes; the test's timeout bounds the wait
+        time.sleep(0.05)
