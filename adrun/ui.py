@@ -251,7 +251,7 @@ class JobView:
         self._max_restarts = max_restarts
         self._attempt = f"attempt {number}/{max_restarts}  " if max_restarts else ""
         if number:
-            print_status(f"attempt {number} of at most {max_restarts} restarts (ADRUN_RESTART_COUNT={number})")
+            print_status(f"restart {number} of at most {max_restarts}: attempt {number} (ADRUN_RESTART_COUNT={number})")
 
     def attempt_ended(self, attempt: Attempt, next_in_s: float | None) -> None:
         """A failed attempt's root cause at once (it would be lost after a restart), then what adrun does."""

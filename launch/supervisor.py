@@ -189,7 +189,8 @@ def supervise(
     should own the tasks (see `adrun.launch.local`); in the main thread it also handles
     SIGINT/SIGTERM as an interrupt. Remote tasks (`task.remote`) start through `remote`, whose
     nodes are swept for the job's leftovers too. A worker without a new step for
-    `stall_timeout_s` (None: never) gets a warning, since a slow step is not a dead one; with
+    `stall_timeout_s` (None: never), counted from the first training step of any worker (start-up
+    is no stall), gets a warning, since a slow step is not a dead one; with
     `on_stall="fail"` the first worker to stall fails the job instead (exit STALL_EXIT_CODE).
     """
     return _Job(job_id, listener, quiet, log_dir, grace_s, remote, stall_timeout_s, on_stall, attempt).run(launches)
@@ -208,6 +209,7 @@ class _Running:
     last_step: int | None = None
     stall_warned: bool = False
     in_traceback: bool = False  # a traceback started on stderr and its exception line is still to come
+    waiting_since: float | None = None  # blocked inside a training step since (a `waiting` metric event)
     last_exception: str | None = None
 
     @property
@@ -235,6 +237,7 @@ class _Job:
         self.throughput = Throughput()
         self.interrupted = False
         self.failure: Failure | None = None
+        self.training = False  # some worker has begun a training step: start-up is over
 
     def run(self, launches: Sequence[TaskLaunch]) -> JobResult:
         started = time.monotonic()
@@ -320,11 +323,14 @@ class _Job:
 
     def _check_stalls(self, workers: Sequence[_Running], now: float) -> bool:
         """Warn once per stall about a running worker whose step count has not moved, or, with
-        `on_stall="fail"`, fail the job on the one that stopped first; True when the job failed."""
-        if self.stall_timeout_s is None:
+        `on_stall="fail"`, fail the job on the one most likely to hold up the others (outside a
+        training step, else the first to stop); True when the job failed."""
+        if self.stall_timeout_s is None or not self.training:
             return False
+        # a worker outside any step holds up the ones waiting inside one: it comes first
         stalled = sorted((r for r in workers if r.returncode is None and not r.stall_warned
-                          and now - r.progress_at >= self.stall_timeout_s), key=lambda r: r.progress_at)
+                          and now - r.progress_at >= self.stall_timeout_s),
+                         key=lambda r: (r.waiting_since is not None, r.progress_at))
         for run in stalled:
             run.stall_warned = True
             detail = _stall_detail(run, workers, now)
@@ -392,9 +398,21 @@ class _Job:
             run.in_traceback, run.last_exception = False, line[:500]
 
     def _note_step(self, run: _Running, event: dict[str, Any]) -> None:
-        step = event.get("step")
-        if event.get("event") == "step" and isinstance(step, int) and step != run.last_step:
+        step, kind = event.get("step"), event.get("event")
+        if kind in ("step", "waiting") and not self.training:
+            # Start-up (importing TF, building graphs, the chief's initialization) is not a stall;
+            # the stall clocks of the workers still starting start now.
+            self.training = True
+            for other in self.running:
+                if other.last_step is None:
+                    other.progress_at = time.monotonic()
+        if kind == "step" and isinstance(step, int) and step != run.last_step:
             run.last_step, run.progress_at, run.stall_warned = step, time.monotonic(), False
+            run.waiting_since = None
+        elif kind == "waiting" and isinstance(event.get("time"), (int, float)) \
+                and isinstance(event.get("since"), (int, float)):
+            # the worker's clock may differ from this one: keep only how long it has waited
+            run.waiting_since = time.monotonic() - max(0.0, event["time"] - event["since"])
 
     # --- stop --------------------------------------------------------------------------------
 
@@ -443,25 +461,32 @@ class _Job:
 
 
 def _stall_detail(run: _Running, workers: Sequence[_Running], now: float) -> str:
-    """What the launcher can tell about a stall: how long this worker has not stepped, and where
-    the others are (a worker behind the rest is what a synchronous step waits for; every worker
-    stuck at once points at a parameter server or the network between them)."""
-    step = "no step yet" if run.last_step is None else f"still at step {run.last_step}"
-    detail = f"has made no training progress for {now - run.progress_at:.0f} s ({step})"
-    others = []
-    for other in workers:
-        if other is run:
-            continue
-        if other.returncode is not None:
-            state = f"finished (exit {other.returncode})"
-        else:
-            state = "no step yet" if other.last_step is None else f"at step {other.last_step}"
-            if now - other.progress_at >= 5 * _PROGRESS_INTERVAL_S:
-                state += f", no step for {now - other.progress_at:.0f} s"
-        others.append(f"{other.task.label} {state}")
+    """What the launcher can tell about a stall: how long this worker has not stepped, whether it
+    is blocked inside a training step (then it waits for a PS or a peer) or outside one (then its
+    script is busy or hung, and peers in a synchronous step wait for it), and where the others are."""
+    detail = f"has made no training progress for {now - run.progress_at:.0f} s ({_activity(run, now, 'still ')})"
+    others = [f"{other.task.label} {_activity(other, now)}" for other in workers if other is not run]
     if others:
         detail += "; other workers: " + ", ".join(others)
-    return detail + "; it may be waiting for a parameter server or another worker"
+    if run.waiting_since is not None:
+        return detail + "; it is waiting for a parameter server or another worker"
+    if run.last_step is None:
+        return detail + "; it has not started training while others have (still building its graph?)"
+    if any(other.waiting_since is not None for other in workers if other is not run):
+        return detail + "; its script is busy or hung outside TensorFlow, and the others wait for it"
+    return detail + "; its script is busy or hung outside TensorFlow"
+
+
+def _activity(run: _Running, now: float, still: str = "") -> str:
+    """`at step 3, waiting in step 4 for 21 s`: one worker's state as the launcher last heard it."""
+    if run.returncode is not None:
+        return f"finished (exit {run.returncode})"
+    text = "no step yet" if run.last_step is None else f"{still}at step {run.last_step}"
+    if run.waiting_since is not None:
+        return f"{text}, waiting in step {(run.last_step or 0) + 1} for {now - run.waiting_since:.0f} s"
+    if run.last_step is not None:
+        text += ", outside any training step"
+    return text
 
 
 # --- one attempt of a job, for the CLI (restarts.py runs the attempts) ------------------------

@@ -5,6 +5,7 @@ environment, nothing of an attempt left when the next starts, unreachable nodes,
 from __future__ import annotations
 
 import os
+import re
 import sys
 import textwrap
 import uuid
@@ -238,21 +239,26 @@ def test_an_interrupted_back_off_does_not_restart(job_id, tmp_path):
 # --- stalls ------------------------------------------------------------------------------------
 
 
-def test_on_stall_fail_ends_the_job_naming_the_worker_that_stopped_first(job_id, tmp_path):
-    stepped = tmp_path / "w1-stepped"
-    stuck = f"""
-        import json, pathlib, sys, time
-        print("@@ADRUN " + json.dumps({{"event": "step", "step": 1, "time": time.time()}}), file=sys.stderr, flush=True)
-        pathlib.Path({str(stepped)!r}).touch()
-        time.sleep(600)
-    """
+def test_on_stall_fail_names_the_worker_outside_a_step_that_the_others_wait_for(job_id, tmp_path):
+    # w0 stops first, but inside a step (its runtime reports it waiting); w1 stops later, outside
+    # any step: w1 is what a synchronous step waits for.
+    waited = tmp_path / "w0-waiting"
     waiting = f"""
         import json, pathlib, sys, time
-        while not pathlib.Path({str(stepped)!r}).exists():
-            time.sleep(0.05)
-        time.sleep(0.5)
         for step in range(1, 4):
             print("@@ADRUN " + json.dumps({{"event": "step", "step": step, "time": time.time()}}), file=sys.stderr, flush=True)
+        began = time.time()
+        print("@@ADRUN " + json.dumps({{"event": "waiting", "step": 3, "time": began + 2, "since": began}}),
+              file=sys.stderr, flush=True)
+        pathlib.Path({str(waited)!r}).touch()
+        time.sleep(600)
+    """
+    stuck = f"""
+        import json, pathlib, sys, time
+        while not pathlib.Path({str(waited)!r}).exists():
+            time.sleep(0.05)
+        time.sleep(0.5)
+        print("@@ADRUN " + json.dumps({{"event": "step", "step": 3, "time": time.time()}}), file=sys.stderr, flush=True)
         time.sleep(600)
     """
     cluster = {"worker": ["localhost:1", "localhost:2"]}
@@ -268,9 +274,11 @@ def test_on_stall_fail_ends_the_job_naming_the_worker_that_stopped_first(job_id,
 
     assert result.exit_code == STALL_EXIT_CODE
     failure = result.failed
-    assert (failure.task.tag, failure.returncode, failure.step) == ("w1", None, 1)
-    assert failure.summary.startswith("w1 (worker 1 on localhost) has made no training progress for ")
-    assert "(still at step 1); other workers: w0 at step 3" in failure.summary
+    assert (failure.task.tag, failure.returncode, failure.step) == ("w1", None, 3)
+    assert re.fullmatch(r"w1 \(worker 1 on localhost\) has made no training progress for \d+ s \(still at step 3, "
+                        r"outside any training step\); other workers: w0 at step 3, waiting in step 4 for \d+ s; its "
+                        r"script is busy or hung outside TensorFlow, and the others wait for it", failure.summary), \
+        failure.summary
     assert listener.warnings == []
     assert listener.stops[0].endswith(": stopping the job (--on-stall fail)")
     assert all(o.stopped for o in result.outcomes)
@@ -294,3 +302,50 @@ def test_the_exception_is_kept_when_its_message_outruns_the_stderr_tail(job_id, 
     assert result.failed.exception == "tensorflow.python.framework.errors_impl.UnavailableError: Socket closed"
     assert result.failed.exception_name == "UnavailableError"
     assert judge(result.failed).restart
+
+
+def _workers(job_id: str, tmp_path: Path, *codes: str) -> list[TaskLaunch]:
+    cluster = {"worker": [f"localhost:{i + 1}" for i in range(len(codes))]}
+    launches = []
+    for index, code in enumerate(codes):
+        task = Task("worker", index, "localhost", index + 1)
+        env = task_env(task, job_id, len(codes), cluster, "run", None, str(tmp_path), os.environ)
+        env.pop("ADRUN_MODE")
+        launches.append(TaskLaunch(task, [sys.executable, "-c", textwrap.dedent(code)], env, tmp_path))
+    return launches
+
+
+STEPS_AFTER = """
+    import json, sys, time
+    time.sleep({startup})
+    for step in range(1, {steps} + 1):
+        print("@@ADRUN " + json.dumps({{"event": "step", "step": step, "time": time.time()}}), file=sys.stderr, flush=True)
+        time.sleep(0.2)
+    time.sleep({then})
+"""
+
+
+def test_start_up_longer_than_the_stall_timeout_is_no_stall(job_id, tmp_path):
+    # both workers take 2.5 s to start, longer than the 1.5 s timeout; then w1 stops stepping
+    w0 = STEPS_AFTER.format(startup=2.5, steps=12, then=0)
+    w1 = STEPS_AFTER.format(startup=2.5, steps=1, then=600)
+    listener = Recorder()
+
+    result = supervise(_workers(job_id, tmp_path, w0, w1), job_id, listener, stall_timeout_s=1.5, on_stall="fail",
+                       grace_s=2.0)
+
+    assert result.failed.task.tag == "w1" and result.failed.step == 1, result.failed
+    assert "(still at step 1, outside any training step)" in result.failed.stall
+
+
+def test_a_worker_that_never_starts_training_while_the_others_do_is_a_stall(job_id, tmp_path):
+    # w1's clock starts at w0's first step, before w0's last: w1 is the one named
+    w0 = STEPS_AFTER.format(startup=0, steps=3, then=600)
+
+    result = supervise(_workers(job_id, tmp_path, w0, "import time; time.sleep(600)"), job_id, Recorder(),
+                       stall_timeout_s=1.5, on_stall="fail", grace_s=2.0)
+
+    assert result.failed.task.tag == "w1" and result.failed.step is None
+    assert result.failed.stall.startswith("has made no training progress for ")
+    assert "(no step yet); other workers: w0 at step 3, outside any training step; it has not started training " \
+           "while others have (still building its graph?)" in result.failed.stall, result.failed.stall
