@@ -89,8 +89,8 @@ def _kill_and_resume(tmp_path: Path, spec_file, live, role: str, index: int, pau
     lost = report.attempts[0].steps
     assert 0 < lost <= 2 * PAUSE_AT
     assert f"adrun: attempt 0 ran {lost} steps; restarted: killed by SIGKILL; starting attempt 1 in 0 s" in job.output
-    summary = flat(job.output)
-    assert "job succeeded" in summary and "attempts attempt exit root cause steps run then" in summary, summary
+    assert "job succeeded" in job.output
+    assert re.search(r"^attempts +$", job.output, re.MULTILINE), job.output  # the summary's attempts table
 
 
 def test_a_killed_worker_is_restarted_from_the_checkpoint_and_ends_as_an_uninterrupted_run(tmp_path, spec_file, live):
