@@ -249,7 +249,8 @@ class JobView:
 
     def attempt_started(self, number: int, max_restarts: int) -> None:
         self._max_restarts = max_restarts
-        self._attempt = f"attempt {number}/{max_restarts}  " if max_restarts else ""
+        left = max_restarts - number
+        self._attempt = f"attempt {number}, {left} restart{'' if left == 1 else 's'} left  " if max_restarts else ""
         if number:
             print_status(f"restart {number} of at most {max_restarts}: attempt {number} (ADRUN_RESTART_COUNT={number})")
 
@@ -259,7 +260,7 @@ class JobView:
             return
         if next_in_s is not None:
             print_failure(attempt.failed)
-            print_status(f"attempt {attempt.number} ran {attempt.steps} steps; {attempt.verdict}; "
+            print_status(f"attempt {attempt.number} ran {attempt.steps} steps (summed over the workers); {attempt.verdict}; "
                          f"starting attempt {attempt.number + 1} in {next_in_s:g} s")
         elif self._max_restarts:
             print_status(f"attempt {attempt.number}: {attempt.verdict}")

@@ -122,7 +122,8 @@ class NodeLink:
             raise UserError(f"cannot start a task on {self.address} over SSH: {e} (one channel per task: "
                             "sshd's MaxSessions, 10 by default, bounds the tasks per node)") from e
         proc = RemoteProcess(self.address, channel)
-        self.processes.append(proc)
+        # the pinger keeps every live task's lease; tasks of an earlier attempt are over
+        self.processes = [p for p in self.processes if p.group_alive()] + [proc]
         return proc
 
     def _ping(self) -> None:

@@ -88,7 +88,8 @@ def _kill_and_resume(tmp_path: Path, spec_file, live, role: str, index: int, pau
     # the steps attempt 0 ran, as far as its workers reported them before the kill (at most 0.5 s late)
     lost = report.attempts[0].steps
     assert 0 < lost <= 2 * PAUSE_AT
-    assert f"adrun: attempt 0 ran {lost} steps; restarted: killed by SIGKILL; starting attempt 1 in 0 s" in job.output
+    assert (f"adrun: attempt 0 ran {lost} steps (summed over the workers); restarted: killed by SIGKILL; "
+            "starting attempt 1 in 0 s") in job.output
     assert "job succeeded" in job.output
     assert re.search(r"^attempts +$", job.output, re.MULTILINE), job.output  # the summary's attempts table
 

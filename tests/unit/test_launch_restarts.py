@@ -349,3 +349,22 @@ def test_a_worker_that_never_starts_training_while_the_others_do_is_a_stall(job_
     assert result.failed.stall.startswith("has made no training progress for ")
     assert "(no step yet); other workers: w0 at step 3, outside any training step; it has not started training " \
            "while others have (still building its graph?)" in result.failed.stall, result.failed.stall
+
+
+# --- the flags -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--max-restarts", "-1"], "Invalid value for '--max-restarts': -1 is not in the range 0<=x<=1000."),
+    (["--max-restarts", "two"], "Invalid value for '--max-restarts': 'two' is not a valid integer range."),
+    (["--restart-backoff", "-5"], "Invalid value for '--restart-backoff': -5.0 is not in the range 0<=x<=86400."),
+    (["--on-stall", "kill"], "Invalid value for '--on-stall': 'kill' is not one of 'warn', 'fail'."),
+])
+def test_impossible_restart_and_stall_settings_are_refused_before_anything_runs(args, message, tmp_path):
+    from click.testing import CliRunner
+
+    from adrun.cli import main
+
+    result = CliRunner().invoke(main, [*args, str(tmp_path / "train.py")])
+    assert result.exit_code == 2
+    assert message in result.output, result.output
