@@ -260,7 +260,8 @@ class JobView:
             return
         if next_in_s is not None:
             print_failure(attempt.failed)
-            print_status(f"attempt {attempt.number} ran {attempt.steps} steps (summed over the workers); {attempt.verdict}; "
+            print_status(f"attempt {attempt.number} ran {attempt.steps} steps (summed over the workers); "
+                         f"{attempt.verdict}; "
                          f"starting attempt {attempt.number + 1} in {next_in_s:g} s")
         elif self._max_restarts:
             print_status(f"attempt {attempt.number}: {attempt.verdict}")

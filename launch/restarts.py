@@ -54,7 +54,8 @@ def judge(failure: Failure, previous: Failure | None = None) -> Verdict:
         return Verdict(False, "the script built a different graph than the one planned; it would again")
     cause = _curable_cause(failure)
     if cause is None:
-        what = f"raised {failure.exception_name}" if failure.exception_name else f"exited with code {failure.returncode}"
+        name = failure.exception_name
+        what = f"raised {name}" if name else f"exited with code {failure.returncode}"
         return Verdict(False, f"the script {what}: an error in the script or its input, which a restart would repeat")
     if previous is not None and _kind(previous) == _kind(failure) and previous.task.tag == task.tag \
             and previous.step == failure.step:

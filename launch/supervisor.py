@@ -184,14 +184,14 @@ def supervise(
     """Run `launches` (PS tasks first) as job `job_id` until it succeeds, fails or is interrupted.
 
     `quiet` keeps task lines from the listener (tails, logs and metrics are still kept);
-    `log_dir` gets one `<tag>.log` per task with both streams (a later `attempt` appends to it). When this returns, no process
-    whose environment carries `ADRUN_JOB_ID=job_id` is alive. Must run in the thread that
-    should own the tasks (see `adrun.launch.local`); in the main thread it also handles
-    SIGINT/SIGTERM as an interrupt. Remote tasks (`task.remote`) start through `remote`, whose
-    nodes are swept for the job's leftovers too. A worker without a new step for
+    `log_dir` gets one `<tag>.log` per task with both streams (a later `attempt` appends to it).
+    When this returns, no process whose environment carries `ADRUN_JOB_ID=job_id` is alive. Must
+    run in the thread that should own the tasks (see `adrun.launch.local`); in the main thread it
+    also handles SIGINT/SIGTERM as an interrupt. Remote tasks (`task.remote`) start through
+    `remote`, whose nodes are swept for the job's leftovers too. A worker without a new step for
     `stall_timeout_s` (None: never), counted from the first training step of any worker (start-up
-    is no stall), gets a warning, since a slow step is not a dead one; with
-    `on_stall="fail"` the first worker to stall fails the job instead (exit STALL_EXIT_CODE).
+    is no stall), gets a warning, since a slow step is not a dead one; with `on_stall="fail"` the
+    stalled worker most likely holding up the others fails the job instead (exit STALL_EXIT_CODE).
     """
     return _Job(job_id, listener, quiet, log_dir, grace_s, remote, stall_timeout_s, on_stall, attempt).run(launches)
 

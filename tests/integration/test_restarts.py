@@ -104,6 +104,7 @@ def test_a_killed_parameter_server_is_restarted_from_the_checkpoint_and_ends_as_
     _kill_and_resume(tmp_path, spec_file, live, "ps", 0, pause_on=0)
 
 
+@pytest.mark.full  # the fast suite has the rule and the loop around real jobs (tests/unit/test_launch_restarts.py)
 @pytest.mark.parametrize("fault,exit_code,verdict", [
     (["--extra-var-on", "1"], 65, "the script built a different graph than the one planned; it would again"),
     (["--fail-on", "1", "--fail-at", "1"], 1,
@@ -125,7 +126,7 @@ def test_errors_of_the_script_are_not_restarted(tmp_path, spec_file, fault, exit
 def test_a_worker_that_hangs_fails_the_job_by_name_with_on_stall_fail(tmp_path, spec_file, live):
     out, result_json = tmp_path / "adrun", tmp_path / "result.json"
     out.mkdir()
-    job = live("--spec", str(spec_file()), "--on-stall", "fail", "--stall-timeout", "20", "--result-json",
+    job = live("--spec", str(spec_file()), "--on-stall", "fail", "--stall-timeout", "8", "--result-json",
                str(result_json), MODEL, "--checkpoint-dir", str(out / "ckpt"), "--out", str(out), "--steps", "1000",
                "--pause-on", "1", "--pause-at", "3")
     _wait_for(out / "paused", job)
