@@ -323,8 +323,8 @@ class _Job:
 
     def _check_stalls(self, workers: Sequence[_Running], now: float) -> bool:
         """Warn once per stall about a running worker whose step count has not moved, or, with
-        `on_stall="fail"`, fail the job on the one most likely to hold up the others (outside a
-        training step, else the first to stop); True when the job failed."""
+        `on_stall="fail"`, fail the job naming the worker most likely to hold up the others (one
+        outside any training step that the stalled worker's step waits for); True when it failed."""
         if self.stall_timeout_s is None or not self.training:
             return False
         # a worker outside any step holds up the ones waiting inside one: it comes first
@@ -333,12 +333,13 @@ class _Job:
                          key=lambda r: (r.waiting_since is not None, r.progress_at))
         for run in stalled:
             run.stall_warned = True
-            detail = _stall_detail(run, workers, now)
             if self.on_stall == "fail":
-                self.failure = Failure(run.task, None, list(run.tail), exception=run.last_exception,
-                                       step=run.last_step, stall=detail)
+                blamed = _holding_up(run, workers) or run
+                self.failure = Failure(blamed.task, None, list(blamed.tail), exception=blamed.last_exception,
+                                       step=blamed.last_step, stall=_stall_detail(blamed, workers, now))
                 self.listener.stopping(f"{self.failure.summary}: stopping the job (--on-stall fail)")
                 return True
+            detail = _stall_detail(run, workers, now)
             self.listener.warning(f"{run.task.label} (worker {run.task.index} on {run.task.host}) {detail}")
         return False
 
@@ -475,6 +476,18 @@ def _stall_detail(run: _Running, workers: Sequence[_Running], now: float) -> str
     if any(other.waiting_since is not None for other in workers if other is not run):
         return detail + "; its script is busy or hung outside TensorFlow, and the others wait for it"
     return detail + "; its script is busy or hung outside TensorFlow"
+
+
+def _holding_up(run: _Running, workers: Sequence[_Running]) -> _Running | None:
+    """The worker a stalled `run`, blocked inside a training step, most likely waits for: a
+    running worker outside any step, no further than `run` (a synchronous step needs its
+    gradient), the one that stopped first. None when `run` is outside a step itself or no such
+    worker exists (then it waits for a parameter server or the network)."""
+    if run.waiting_since is None:
+        return None
+    behind = [other for other in workers if other is not run and other.returncode is None
+              and other.waiting_since is None and (other.last_step or 0) <= (run.last_step or 0)]
+    return min(behind, key=lambda other: other.progress_at, default=None)
 
 
 def _activity(run: _Running, now: float, still: str = "") -> str:
