@@ -27,6 +27,8 @@ DEFAULT_STRATEGY = "PSLoadBalancing"
 INTERRUPTED_EXIT_CODE = 130  # as the supervisor's, for an interrupt before the job started
 BROKEN_PIPE_EXIT_CODE = 141  # what a shell reports for a tool ended by SIGPIPE (128 + 13)
 RUNS_DIR = Path("/tmp/adrun-runs")  # not /tmp/adrun: that would shadow the package when cwd is /tmp
+MAX_RESTARTS = 1000  # a bound that catches a typo (--max-restarts 10000000) rather than a real need
+MAX_BACKOFF_S = 86400.0
 
 
 class _RunByDefault(click.Group):
@@ -202,6 +204,13 @@ def main() -> None:
               help="Copy the script's directory to every remote node first (no .git, __pycache__, .venv, *.pyc; max 50 MB).")
 @click.option("--stall-timeout", type=click.FloatRange(min=0), default=300, show_default=True, metavar="SECONDS",
               help="Warn when a worker makes no training step for this long (0: never).")
+@click.option("--on-stall", type=click.Choice(["warn", "fail"]), default="warn", show_default=True,
+              help="What a stall does: a warning, or the job's failure (restarted when restarts are allowed).")
+@click.option("--max-restarts", type=click.IntRange(min=0, max=MAX_RESTARTS), default=0, show_default=True, metavar="N",
+              help="Start the job again after a failure a restart can cure (a killed task, a lost node, a dead "
+                   "peer, a stall), at most N times.")
+@click.option("--restart-backoff", type=click.FloatRange(min=0, max=MAX_BACKOFF_S), default=5, show_default=True,
+              metavar="SECONDS", help="Wait this long before each restart.")
 @click.option("--result-json", type=click.Path(dir_okay=False), metavar="PATH",
               help="Write the job's result (per task exit, steps, rates, bytes per node) here as JSON.")
 @click.option("--max-steps", type=click.IntRange(min=1), metavar="N",
@@ -211,7 +220,8 @@ def main() -> None:
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @_user_errors
 def run(spec_path, strategy, strategy_opts, quiet, verbose, log_dir, dry_run, shard_data, job_id, sync_code,
-        stall_timeout, result_json, max_steps, records_option, no_record, measure_network, script, script_args) -> None:
+        stall_timeout, on_stall, max_restarts, restart_backoff, result_json, max_steps, records_option, no_record,
+        measure_network, script, script_args) -> None:
     """Run SCRIPT with ARGS on every worker of the cluster."""
     from adrun.jobs import LauncherRecord, check_job_id, new_record
     from adrun.launch.env import MAX_STEPS_VAR
@@ -237,7 +247,8 @@ def run(spec_path, strategy, strategy_opts, quiet, verbose, log_dir, dry_run, sh
         result = _run_planned(spec, remote, strategy, options, script_path, list(script_args), job_id,
                               quiet=quiet, verbose=verbose, log_dir=log_dir, dry_run=dry_run, shard_data=shard_data,
                               stall_timeout=stall_timeout or None, result_json=Path(result_json) if result_json else None,
-                              records=records, measure_network=measure_network)
+                              records=records, measure_network=measure_network, on_stall=on_stall,
+                              max_restarts=max_restarts, restart_backoff=restart_backoff)
         if result is not None and recorded is not None:
             state = "interrupted" if result.interrupted else "succeeded" if result.exit_code == 0 else "failed"
             recorded.ended(state, result.exit_code)
@@ -247,13 +258,15 @@ def run(spec_path, strategy, strategy_opts, quiet, verbose, log_dir, dry_run, sh
 
 def _run_planned(spec, remote, strategy: str, options: dict[str, str], script_path: Path, script_args: list[str],
                  job_id: str, *, quiet: bool, verbose: bool, log_dir: str | None, dry_run: bool, shard_data: bool,
-                 stall_timeout: float | None, result_json: Path | None, records, measure_network: bool):
+                 stall_timeout: float | None, result_json: Path | None, records, measure_network: bool,
+                 on_stall: str, max_restarts: int, restart_backoff: float):
     """Capture, plan, and (unless `dry_run`) run the job, remote nodes through `remote`; the
     result is written as JSON to `result_json` and to `log_dir`/result.json when given, added
     to `records` (unless None), and returned (None for a dry run)."""
     from adrun import ui
     from adrun.launch.report import job_report, write_report
-    from adrun.launch.supervisor import JobConfig, run_job
+    from adrun.launch.restarts import run_job
+    from adrun.launch.supervisor import JobConfig
     from adrun.recording import workload_name
     from adrun.strategies.document import dump_strategy
 
@@ -280,6 +293,9 @@ def _run_planned(spec, remote, strategy: str, options: dict[str, str], script_pa
             show_tf_noise=verbose,
             log_dir=Path(log_dir) if log_dir else None,
             stall_timeout_s=stall_timeout,
+            on_stall=on_stall,
+            max_restarts=max_restarts,
+            restart_backoff_s=restart_backoff,
         ),
         remote,
     )

@@ -15,7 +15,8 @@ from pathlib import Path
 from adrun.errors import UserError
 from adrun.launch.env import MAX_STEPS_VAR
 from adrun.launch.report import JobReport, job_report
-from adrun.launch.supervisor import JobConfig, run_job
+from adrun.launch.restarts import run_job
+from adrun.launch.supervisor import JobConfig
 from adrun.profile_report import TrialResult
 from adrun.strategies.document import Strategy, dump_strategy
 

@@ -20,7 +20,7 @@ from rich.text import Text
 
 if TYPE_CHECKING:
     from adrun.launch.metrics import Throughput
-    from adrun.launch.supervisor import Failure, JobResult, Stream, TaskOutcome
+    from adrun.launch.supervisor import Attempt, Failure, JobResult, Stream, TaskOutcome
     from adrun.launch.tasks import Task
 
 console = Console(stderr=True, highlight=False)
@@ -52,7 +52,10 @@ def print_failure(failure: Failure) -> None:
     fields = Table.grid(padding=(0, 2))
     fields.add_row("task", f"{task.tag} ({task.role} {task.index})")
     fields.add_row("host", task.host)
-    if failure.lost:
+    if failure.stall:
+        fields.add_row("exit", Text("none: it stalled, and adrun stopped the job (--on-stall fail)", style="bold red"))
+        fields.add_row("stall", failure.stall)
+    elif failure.lost:
         fields.add_row("exit", Text(f"unknown: {failure.lost}", style="bold red"))
     elif failure.signal_name:
         fields.add_row("exit", Text(f"killed by {failure.signal_name} (status {failure.returncode})", style="bold red"))
@@ -111,8 +114,26 @@ def print_summary(result: JobResult) -> None:
         style="bold",
     )
     console.print(table)
+    if len(result.attempts) > 1:
+        console.print(_attempts_table(result.attempts))
     if len(result.traffic) > 1:  # a one-node job talks over loopback, which is not counted
         console.print(_traffic_table(result.traffic))
+
+
+def _attempts_table(attempts: Sequence[Attempt]) -> Table:
+    """One row per attempt: how it ended and the steps it ran. adrun cannot know which of them
+    the next attempt redid (that depends on the script's last checkpoint), so it says how many
+    ran, not how many were lost."""
+    table = Table(title="attempts", title_justify="left")
+    table.add_column("attempt", justify="right")
+    table.add_column("exit", justify="right")
+    table.add_column("root cause")
+    table.add_column("steps run", justify="right")
+    table.add_column("then")
+    for attempt in attempts:
+        cause = attempt.failed.summary if attempt.failed else "-"
+        table.add_row(str(attempt.number), str(attempt.exit_code), cause, str(attempt.steps), attempt.verdict or "-")
+    return table
 
 
 def _traffic_table(traffic: dict[str, tuple[int, int]]) -> Table:
@@ -187,6 +208,8 @@ class JobView:
         self._task_console = task_console
         self._tag_styles: dict[str, str] = {}
         self._last_plain_status = time.monotonic()
+        self._max_restarts = 0
+        self._attempt = ""  # "attempt 1/3  " in the status line when restarts are allowed
 
     def __enter__(self) -> JobView:
         if not self.quiet and console.is_terminal:
@@ -233,7 +256,7 @@ class JobView:
     def progress(self, throughput: Throughput, elapsed_s: float) -> None:
         if self.quiet:
             return
-        status = _status_text(throughput, elapsed_s)
+        status = Text.assemble((self._attempt, "dim"), _status_text(throughput, elapsed_s))
         if self._live is not None:
             self._live.update(status, refresh=True)
         elif throughput.workers and time.monotonic() - self._last_plain_status >= _PLAIN_STATUS_INTERVAL_S:
@@ -242,6 +265,25 @@ class JobView:
 
     def stopping(self, reason: str) -> None:
         print_status(reason)
+
+    def attempt_started(self, number: int, max_restarts: int) -> None:
+        self._max_restarts = max_restarts
+        left = max_restarts - number
+        self._attempt = f"attempt {number}, {left} restart{'' if left == 1 else 's'} left  " if max_restarts else ""
+        if number:
+            print_status(f"restart {number} of at most {max_restarts}: attempt {number} (ADRUN_RESTART_COUNT={number})")
+
+    def attempt_ended(self, attempt: Attempt, next_in_s: float | None) -> None:
+        """A failed attempt's root cause at once (it would be lost after a restart), then what adrun does."""
+        if attempt.failed is None:
+            return
+        if next_in_s is not None:
+            print_failure(attempt.failed)
+            print_status(f"attempt {attempt.number} ran {attempt.steps} steps (summed over the workers); "
+                         f"{attempt.verdict}; "
+                         f"starting attempt {attempt.number + 1} in {next_in_s:g} s")
+        elif self._max_restarts:
+            print_status(f"attempt {attempt.number}: {attempt.verdict}")
 
     def warning(self, message: str) -> None:
         print_warning(message)

@@ -21,6 +21,7 @@ CONTRACT_VARS = (
     "ADRUN_NUM_WORKERS",
     "ADRUN_ROLE",
     "ADRUN_JOB_ID",
+    "ADRUN_RESTART_COUNT",
     "ADRUN_TASK_INDEX",
     "ADRUN_MODE",
     "ADRUN_CLUSTER",
@@ -58,8 +59,9 @@ def task_env(
     hook_dir: str,
     base_env: Mapping[str, str],
     node_env: Mapping[str, str] | None = None,
+    restart_count: int = 0,
 ) -> dict[str, str]:
-    """The full environment for `task`.
+    """The full environment for `task`, in attempt `restart_count` of the job (0: the first).
 
     Starts from `base_env` (normally the launcher's own environment) without the contract's
     variables, so a launcher started from inside another adrun process cannot leak that job's
@@ -81,6 +83,7 @@ def task_env(
         ADRUN_TASK_INDEX=str(task.index),
         ADRUN_NUM_WORKERS=str(num_workers),
         ADRUN_JOB_ID=job_id,
+        ADRUN_RESTART_COUNT=str(restart_count),
         ADRUN_CLUSTER=json.dumps(dict(cluster_def), separators=(",", ":")),
     )
     if task.role == "worker":
@@ -121,6 +124,7 @@ def remote_task_env(
     launcher_env: Mapping[str, str],
     forward_env: Sequence[str],
     node_env: Mapping[str, str] | None = None,
+    restart_count: int = 0,
 ) -> dict[str, str]:
     """The variables set for `task` on a remote node, on top of that node's own environment.
 
@@ -128,7 +132,7 @@ def remote_task_env(
     PYTHONPATH by the keeper on the node (`remote_agent`), from the node's adrun installation.
     """
     env = task_env(task, job_id, num_workers, cluster_def, "run", strategy_file, "",
-                   forwarded_env(launcher_env, forward_env), node_env)
+                   forwarded_env(launcher_env, forward_env), node_env, restart_count)
     if not env["PYTHONPATH"]:
         del env["PYTHONPATH"]  # keep the node's own (e.g. from ssh.activate)
     return env

@@ -54,8 +54,9 @@ def plan_job(
     cwd: str | Path | None = None,
     hook_dir: str | Path = HOOK_DIR,
     base_env: Mapping[str, str] | None = None,
+    restart_count: int = 0,
 ) -> list[TaskLaunch]:
-    """Launches for every task of `spec` in run mode.
+    """Launches for every task of `spec` in run mode, for attempt `restart_count` of the job.
 
     Ports of this machine's nodes are reserved here; `remote_ports[address]` holds those a
     remote node's probe chose (`adrun.launch.provision`). A remote node without them is refused:
@@ -86,7 +87,7 @@ def plan_job(
         argv = worker_argv(python, script, script_args) if task.role == "worker" else ps_argv(python)
         if task.remote:
             env = remote_task_env(task, job_id, num_workers, cluster, str(strategy_file), launcher_env,
-                                  node.ssh.forward_env if node.ssh is not None else [], node_env)
+                                  node.ssh.forward_env if node.ssh is not None else [], node_env, restart_count)
             launches.append(TaskLaunch(task, argv, env, Path(remote_workdir(node, workdir))))
             continue
         env = task_env(
@@ -99,6 +100,7 @@ def plan_job(
             hook_dir=str(hook_dir),
             base_env=launcher_env,
             node_env=node_env,
+            restart_count=restart_count,
         )
         launches.append(TaskLaunch(task, argv, env, workdir))
     return launches

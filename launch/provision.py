@@ -33,6 +33,7 @@ from .remote import NodeLink, RemoteProcess
 SYNC_LIMIT = 50 << 20
 SYNC_EXCLUDED_DIRS = frozenset({".git", "__pycache__", ".venv"})
 SYNC_EXCLUDED_SUFFIXES = (".pyc",)
+REACH_TIMEOUT_S = 20.0  # a helper's round trip (a fresh Python on the node) before a restart
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -169,6 +170,28 @@ class RemoteNodes:
                 return f"{link.address}: {e}"
 
         return [line for line in _each(list(self.links.values()), clean) if line]
+
+    def unreachable(self) -> list[str]:
+        """Every node that does not answer now, named, with why and what to do: a connection that
+        looks open must run a helper within REACH_TIMEOUT_S, and one that does not is opened
+        again with `cluster check`'s SSH check (`NodeLink.open`). Asked before a restart, so a
+        node that is gone ends the job instead of being retried."""
+
+        def check(link: NodeLink) -> str | None:
+            if link.alive:
+                try:
+                    link.helper("netio", {}, timeout=REACH_TIMEOUT_S)
+                    return None
+                except UserError:
+                    pass
+            link.close()
+            try:
+                self.links[link.address] = NodeLink.open(link.node, link.python)
+            except UserError as e:
+                return f"node {link.address} cannot be reached: {e}"
+            return None
+
+        return [line for line in _each(list(self.links.values()), check) if line]
 
     def close(self) -> None:
         for link in self.links.values():

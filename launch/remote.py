@@ -137,7 +137,8 @@ class NodeLink:
                             "sshd's MaxSessions, 10 by default, bounds the tasks per node)") from e
         self.hearing.expect()
         proc = RemoteProcess(self.address, channel, self.hearing)
-        self.processes.append(proc)
+        # the pinger keeps every live task's lease; tasks of an earlier attempt are over
+        self.processes = [p for p in self.processes if p.group_alive()] + [proc]
         return proc
 
     def _ping(self) -> None:

@@ -3,7 +3,9 @@
 The supervisor's `JobResult` is the in-process record; this is its stable, versioned form for
 programs (benchmarks, trial records, scripts around adrun), so that nothing has to read the
 terminal table. Rates are those of the summary: each worker's steps per second from its first
-metric report on (start-up excluded), summed over the workers for the cluster.
+metric report on (start-up excluded), summed over the workers for the cluster. A job that was
+restarted reports its last attempt in the top-level fields and every attempt in `attempts` (added
+to version 1: readers of the first version ignore it, every field they knew means what it meant).
 """
 
 from __future__ import annotations
@@ -33,6 +35,17 @@ class TaskReport(BaseModel):
     allreduce_bytes_per_step: int | None = None  # bytes handed to dense all-reduces per step
 
 
+class AttemptReport(BaseModel):
+    attempt: int  # ADRUN_RESTART_COUNT of its processes, 0 for the first
+    exit_code: int
+    root_cause: str | None  # the failing task's one-line summary; None when it did not fail
+    root_cause_stderr: list[str] = []
+    steps: int  # steps its workers ran, summed over the workers (how many a restart redid is the script's)
+    elapsed_s: float
+    restarted: bool
+    verdict: str | None  # why it was (or was not) restarted
+
+
 class NodeTraffic(BaseModel):
     sent_bytes: int
     received_bytes: int
@@ -49,12 +62,13 @@ class JobReport(BaseModel):
     root_cause: str | None  # the failing task's one-line summary
     root_cause_stderr: list[str] = []  # its last stderr lines, TensorFlow's start-up noise left out
     root_cause_stdout: list[str] = []  # its last lines on stdout
-    elapsed_s: float
+    elapsed_s: float  # all attempts, back-off included
     steps: int  # summed over the workers
     steps_per_s: float | None
     examples_per_s: float | None
     tasks: list[TaskReport]
     network: dict[str, NodeTraffic] = {}  # per node: all its interfaces but loopback, during the run
+    attempts: list[AttemptReport] = []  # every attempt in order, the last one included
 
 
 def job_report(result: JobResult, job_id: str, builder: str, strategy_file: Path) -> JobReport:
@@ -83,6 +97,11 @@ def job_report(result: JobResult, job_id: str, builder: str, strategy_file: Path
         tasks=tasks,
         network={node: NodeTraffic(sent_bytes=sent, received_bytes=received)
                  for node, (sent, received) in result.traffic.items()},
+        attempts=[AttemptReport(
+            attempt=a.number, exit_code=a.exit_code, root_cause=a.failed.summary if a.failed else None,
+            root_cause_stderr=list(a.failed.stderr_tail) if a.failed else [], steps=a.steps,
+            elapsed_s=a.elapsed_s, restarted=a.restarted, verdict=a.verdict,
+        ) for a in result.attempts],
     )
 
 

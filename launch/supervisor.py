@@ -2,9 +2,10 @@
 
 Policy: the job succeeds when every worker exits 0; the PS tasks serve forever, so they are then
 stopped. Any task ending otherwise while the job runs (a non-zero exit, a signal, or a PS ending
-at all) fails the job, and the first such task is its root cause. Ctrl-C or SIGTERM to the
-launcher interrupts the job. In every case all tasks are stopped the same way before returning,
-and no process of the job is left alive.
+at all) fails the job, and the first such task is its root cause; so does a stalled worker under
+`on_stall="fail"`. Ctrl-C or SIGTERM to the launcher interrupts the job. In every case all tasks
+are stopped the same way before returning, and no process of the job is left alive. This is one
+attempt of a job: whether a failed attempt is started again is `adrun.launch.restarts`' decision.
 
 The supervisor decides and records; it shows nothing itself. Everything the user sees goes
 through a `JobListener`, which `adrun.ui` implements, all calls made from the supervising thread.
@@ -13,6 +14,7 @@ through a `JobListener`, which `adrun.ui` implements, all calls made from the su
 from __future__ import annotations
 
 import queue
+import re
 import signal
 import threading
 import time
@@ -22,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal, Protocol, TextIO
 
-from adrun import ui
 from adrun.errors import UserError
 
 from .job import TaskLaunch, plan_job
@@ -40,9 +41,13 @@ TAIL_LINES = 20
 OUTPUT_TAIL_LINES = 5
 INTERRUPTED_EXIT_CODE = 130
 STALL_TIMEOUT_S = 300.0
+STALL_EXIT_CODE = 124  # a job ended because a worker stalled, as timeout(1) reports a timeout
 _PROGRESS_INTERVAL_S = 1.0
 _TICK_S = 0.1
 _EOF_WAIT_S = 2.0
+_TRACEBACK = "Traceback (most recent call last):"
+# The line ending a Python traceback: `ValueError: text`, `pkg.mod.UnavailableError: text`, `KeyboardInterrupt`.
+_EXCEPTION_LINE = re.compile(r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt))(?::\s|$)")
 
 
 class JobListener(Protocol):
@@ -79,23 +84,36 @@ def signal_name(returncode: int | None) -> str | None:
 
 @dataclass(frozen=True)
 class Failure:
-    """The task whose end failed the job, with its last words: its last stderr lines without
-    TensorFlow's start-up noise (a traceback, typically) and its last lines on stdout."""
+    """The task whose end (or stall) failed the job, with its last words: its last stderr lines
+    without TensorFlow's start-up noise (a traceback, typically) and its last lines on stdout."""
 
     task: Task
-    returncode: int  # negative: killed by that signal
+    returncode: int | None  # negative: killed by that signal; None: still running (a stall)
     stderr_tail: list[str]
     lost: str | None = None  # how a remote task was lost (connection died, node silent): status unknown
     stdout_tail: list[str] = field(default_factory=list)
+    exception: str | None = None  # the last line of the last Python traceback it printed
+    step: int | None = None  # a worker's last reported step (steps run by it in this attempt)
+    stall: str | None = None  # why a stalled worker failed the job (`on_stall="fail"`)
 
     @property
     def signal_name(self) -> str | None:
         return signal_name(self.returncode)
 
     @property
+    def exception_name(self) -> str | None:
+        """The class of `exception` without its module: `UnavailableError`."""
+        if self.exception is None:
+            return None
+        match = _EXCEPTION_LINE.match(self.exception)
+        return match.group(1).rsplit(".", 1)[-1] if match else None
+
+    @property
     def summary(self) -> str:
         """One line: which task, where, and how it ended."""
         who = f"{self.task.label} ({self.task.role} {self.task.index} on {self.task.host})"
+        if self.stall:
+            return f"{who} {self.stall}"
         if self.lost:
             return f"{who}: {self.lost}, the task's state is unknown"
         if self.signal_name:
@@ -107,6 +125,8 @@ class Failure:
     @property
     def job_exit_code(self) -> int:
         """The launcher's exit code for this failure, shell-style for signals."""
+        if self.returncode is None:
+            return STALL_EXIT_CODE
         if self.returncode < 0:
             return 128 - self.returncode
         return self.returncode or 1
@@ -125,6 +145,19 @@ class TaskOutcome:
 
 
 @dataclass(frozen=True)
+class Attempt:
+    """How one attempt of a job ended, and whether adrun started the job again after it."""
+
+    number: int  # ADRUN_RESTART_COUNT of its processes: 0 for the first
+    exit_code: int
+    failed: Failure | None
+    steps: int  # training steps its workers ran, summed over the workers
+    elapsed_s: float
+    restarted: bool = False
+    verdict: str | None = None  # why it was (or was not) restarted; None when it did not fail
+
+
+@dataclass(frozen=True)
 class JobResult:
     exit_code: int
     failed: Failure | None
@@ -133,6 +166,7 @@ class JobResult:
     outcomes: list[TaskOutcome]
     elapsed_s: float
     traffic: dict[str, tuple[int, int]] = field(default_factory=dict)  # node: (bytes sent, received)
+    attempts: list[Attempt] = field(default_factory=list)  # every attempt, this one last (restarts.py)
 
 
 def supervise(
@@ -146,19 +180,25 @@ def supervise(
     remote: RemoteNodes | None = None,
     stall_timeout_s: float | None = STALL_TIMEOUT_S,
     show_tf_noise: bool = False,
+    on_stall: Literal["warn", "fail"] = "warn",
+    attempt: int = 0,
 ) -> JobResult:
     """Run `launches` (PS tasks first) as job `job_id` until it succeeds, fails or is interrupted.
 
     `quiet` keeps task lines from the listener (tails, logs and metrics are still kept);
     TensorFlow's start-up noise (`tf_noise`) reaches it only with `show_tf_noise`, else as a count;
-    `log_dir` gets one `<tag>.log` per task with every line of both streams. When this returns, no process
-    whose environment carries `ADRUN_JOB_ID=job_id` is alive. Must run in the thread that
-    should own the tasks (see `adrun.launch.local`); in the main thread it also handles
-    SIGINT/SIGTERM as an interrupt. Remote tasks (`task.remote`) start through `remote`, whose
-    nodes are swept for the job's leftovers too. A worker without a new step for
-    `stall_timeout_s` (None: never) gets a warning, not a kill: a slow step is not a dead one.
+    `log_dir` gets one `<tag>.log` per task with every line of both streams (a later `attempt`
+    appends to it). When this returns, no process whose environment carries `ADRUN_JOB_ID=job_id`
+    is alive. Must run in the thread that should own the tasks (see `adrun.launch.local`); in the
+    main thread it also handles SIGINT/SIGTERM as an interrupt. Remote tasks (`task.remote`) start
+    through `remote`, whose nodes are swept for the job's leftovers too. A worker without a new
+    step for `stall_timeout_s` (None: never), counted from the first training step of any worker
+    (start-up is no stall), gets a warning, since a slow step is not a dead one; with
+    `on_stall="fail"` the stalled worker most likely holding up the others fails the job instead
+    (exit STALL_EXIT_CODE).
     """
-    return _Job(job_id, listener, quiet, log_dir, grace_s, remote, stall_timeout_s, show_tf_noise).run(launches)
+    return _Job(job_id, listener, quiet, log_dir, grace_s, remote, stall_timeout_s, show_tf_noise, on_stall,
+                attempt).run(launches)
 
 
 @dataclass
@@ -176,6 +216,9 @@ class _Running:
     progress_at: float = field(default_factory=time.monotonic)  # last new step (or start)
     last_step: int | None = None
     stall_warned: bool = False
+    in_traceback: bool = False  # a traceback started on stderr and its exception line is still to come
+    waiting_since: float | None = None  # blocked inside a training step since (a `waiting` metric event)
+    last_exception: str | None = None
 
     @property
     def task(self) -> Task:
@@ -185,11 +228,14 @@ class _Running:
 class _Job:
     def __init__(
         self, job_id: str, listener: JobListener, quiet: bool, log_dir: Path | None, grace_s: float,
-        remote: RemoteNodes | None, stall_timeout_s: float | None, show_tf_noise: bool,
+        remote: RemoteNodes | None, stall_timeout_s: float | None, show_tf_noise: bool = False,
+        on_stall: Literal["warn", "fail"] = "warn", attempt: int = 0,
     ) -> None:
+        self.attempt = attempt
         self.job_id = job_id
         self.remote = remote
         self.stall_timeout_s = stall_timeout_s
+        self.on_stall = on_stall
         self.listener = listener
         self.quiet = quiet
         self.show_tf_noise = show_tf_noise
@@ -200,6 +246,7 @@ class _Job:
         self.throughput = Throughput()
         self.interrupted = False
         self.failure: Failure | None = None
+        self.training = False  # some worker has begun a training step: start-up is over
 
     def run(self, launches: Sequence[TaskLaunch]) -> JobResult:
         started = time.monotonic()
@@ -231,7 +278,10 @@ class _Job:
         log = None
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
-            log = open(self.log_dir / f"{launch.task.tag}.log", "w", encoding="utf-8", buffering=1)
+            log = open(self.log_dir / f"{launch.task.tag}.log", "a" if self.attempt else "w", encoding="utf-8",
+                       buffering=1)
+            if self.attempt:
+                log.write(f"--- adrun: attempt {self.attempt} (ADRUN_RESTART_COUNT={self.attempt}) ---\n")
         try:
             if launch.task.remote:
                 assert self.remote is not None, "a remote task needs the job's SSH connections"
@@ -276,28 +326,41 @@ class _Job:
             now = time.monotonic()
             if now >= next_progress:
                 self.listener.progress(self.throughput, now - started)
-                self._check_stalls(workers, now)
+                if self._check_stalls(workers, now):
+                    return
                 next_progress = now + _PROGRESS_INTERVAL_S
 
-    def _check_stalls(self, workers: Sequence[_Running], now: float) -> None:
-        """Warn once per stall about a running worker whose step count has not moved."""
-        if self.stall_timeout_s is None:
-            return
-        for run in workers:
-            idle = now - run.progress_at
-            if run.returncode is None and not run.stall_warned and idle >= self.stall_timeout_s:
-                run.stall_warned = True
-                step = "no step yet" if run.last_step is None else f"still at step {run.last_step}"
-                self.listener.warning(f"{run.task.label} (worker {run.task.index} on {run.task.host}) has made "
-                                      f"no training progress for {idle:.0f} s ({step}); it may be waiting for "
-                                      "a parameter server or another worker")
+    def _check_stalls(self, workers: Sequence[_Running], now: float) -> bool:
+        """Warn once per stall about a running worker whose step count has not moved, or, with
+        `on_stall="fail"`, fail the job naming the worker most likely to hold up the others (one
+        outside any training step that the stalled worker's step waits for); True when it failed."""
+        if self.stall_timeout_s is None or not self.training:
+            return False
+        # a worker outside any step holds up the ones waiting inside one: it comes first
+        stalled = sorted((r for r in workers if r.returncode is None and not r.stall_warned
+                          and now - r.progress_at >= self.stall_timeout_s),
+                         key=lambda r: (r.waiting_since is not None, r.progress_at))
+        for run in stalled:
+            run.stall_warned = True
+            if self.on_stall == "fail":
+                blamed = _holding_up(run, workers) or run
+                self.failure = Failure(blamed.task, None, list(blamed.tail), exception=blamed.last_exception,
+                                       step=blamed.last_step, stall=_stall_detail(blamed, workers, now))
+                self.listener.stopping(f"{self.failure.summary}: stopping the job (--on-stall fail)")
+                return True
+            detail = _stall_detail(run, workers, now)
+            self.listener.warning(f"{run.task.label} (worker {run.task.index} on {run.task.host}) {detail}")
+        return False
 
     def _fail(self, run: _Running) -> None:
         lost = run.proc.lost if isinstance(run.proc, RemoteProcess) else None
         if lost is None:  # a lost task's streams have ended, or never will (its node is silent)
             self._drain_until(lambda: run.open_streams == 0, _EOF_WAIT_S)
         assert run.returncode is not None
-        self.failure = Failure(run.task, run.returncode, list(run.tail), lost, list(run.stdout_tail))
+        step = run.last_step if run.task.role == "worker" else max(
+            (r.last_step for r in self.running if r.last_step is not None), default=None)
+        self.failure = Failure(run.task, run.returncode, list(run.tail), lost, list(run.stdout_tail),
+                               run.last_exception, step)
         self.listener.stopping(f"{self.failure.summary}: stopping the other tasks")
 
     def _dispatch(self, timeout: float) -> None:
@@ -333,6 +396,7 @@ class _Job:
             noise = run.stderr_noise.is_noise(line)
             if not noise:
                 run.tail.append(line)
+            self._note_exception(run, line)
         else:
             noise = False
             run.stdout_tail.append(line)
@@ -349,10 +413,31 @@ class _Job:
             self.listener.noise_folded(run.task, run.folded)
         run.folded = 0
 
+    @staticmethod
+    def _note_exception(run: _Running, line: str) -> None:
+        """Remember the exception line ending a traceback on stderr; a TF error's message may
+        run on for more lines than the tail keeps, so the tail alone could lose it."""
+        if line.startswith(_TRACEBACK):
+            run.in_traceback = True
+        elif run.in_traceback and _EXCEPTION_LINE.match(line):
+            run.in_traceback, run.last_exception = False, line[:500]
+
     def _note_step(self, run: _Running, event: dict[str, Any]) -> None:
-        step = event.get("step")
-        if event.get("event") == "step" and isinstance(step, int) and step != run.last_step:
+        step, kind = event.get("step"), event.get("event")
+        if kind in ("step", "waiting") and not self.training:
+            # Start-up (importing TF, building graphs, the chief's initialization) is not a stall;
+            # the stall clocks of the workers still starting start now.
+            self.training = True
+            for other in self.running:
+                if other.last_step is None:
+                    other.progress_at = time.monotonic()
+        if kind == "step" and isinstance(step, int) and step != run.last_step:
             run.last_step, run.progress_at, run.stall_warned = step, time.monotonic(), False
+            run.waiting_since = None
+        elif kind == "waiting" and isinstance(event.get("time"), (int, float)) \
+                and isinstance(event.get("since"), (int, float)):
+            # the worker's clock may differ from this one: keep only how long it has waited
+            run.waiting_since = time.monotonic() - max(0.0, event["time"] - event["since"])
 
     # --- stop --------------------------------------------------------------------------------
 
@@ -401,7 +486,48 @@ class _Job:
         self.interrupted = True
 
 
-# --- entry point for the CLI ----------------------------------------------------------------
+def _stall_detail(run: _Running, workers: Sequence[_Running], now: float) -> str:
+    """What the launcher can tell about a stall: how long this worker has not stepped, whether it
+    is blocked inside a training step (then it waits for a PS or a peer) or outside one (then its
+    script is busy or hung, and peers in a synchronous step wait for it), and where the others are."""
+    detail = f"has made no training progress for {now - run.progress_at:.0f} s ({_activity(run, now, 'still ')})"
+    others = [f"{other.task.label} {_activity(other, now)}" for other in workers if other is not run]
+    if others:
+        detail += "; other workers: " + ", ".join(others)
+    if run.waiting_since is not None:
+        return detail + "; it is waiting for a parameter server or another worker"
+    if run.last_step is None:
+        return detail + "; it has not started training while others have (still building its graph?)"
+    if any(other.waiting_since is not None for other in workers if other is not run):
+        return detail + "; its script is busy or hung outside TensorFlow, and the others wait for it"
+    return detail + "; its script is busy or hung outside TensorFlow"
+
+
+def _holding_up(run: _Running, workers: Sequence[_Running]) -> _Running | None:
+    """The worker a stalled `run`, blocked inside a training step, most likely waits for: a
+    running worker outside any step, no further than `run` (a synchronous step needs its
+    gradient), the one that stopped first. None when `run` is outside a step itself or no such
+    worker exists (then it waits for a parameter server or the network)."""
+    if run.waiting_since is None:
+        return None
+    behind = [other for other in workers if other is not run and other.returncode is None
+              and other.waiting_since is None and (other.last_step or 0) <= (run.last_step or 0)]
+    return min(behind, key=lambda other: other.progress_at, default=None)
+
+
+def _activity(run: _Running, now: float, still: str = "") -> str:
+    """`at step 3, waiting in step 4 for 21 s`: one worker's state as the launcher last heard it."""
+    if run.returncode is not None:
+        return f"finished (exit {run.returncode})"
+    text = "no step yet" if run.last_step is None else f"{still}at step {run.last_step}"
+    if run.waiting_since is not None:
+        return f"{text}, waiting in step {(run.last_step or 0) + 1} for {now - run.waiting_since:.0f} s"
+    if run.last_step is not None:
+        text += ", outside any training step"
+    return text
+
+
+# --- one attempt of a job, for the CLI (restarts.py runs the attempts) ------------------------
 
 
 @dataclass(frozen=True)
@@ -415,27 +541,27 @@ class JobConfig:
     log_dir: Path | None = None
     stall_timeout_s: float | None = STALL_TIMEOUT_S
     show_tf_noise: bool = False
+    on_stall: Literal["warn", "fail"] = "warn"
+    max_restarts: int = 0
+    restart_backoff_s: float = 5.0
 
 
-def run_job(config: JobConfig, remote: RemoteNodes) -> JobResult:
-    """Start `config`'s job (remote nodes through `remote`, already connected and checked), show
-    it in the terminal, and return how it ended, with each node's network bytes meanwhile."""
+def run_attempt(config: JobConfig, remote: RemoteNodes, listener: JobListener, attempt: int = 0) -> JobResult:
+    """Start attempt `attempt` of `config`'s job (remote nodes through `remote`, already connected
+    and checked) on ports chosen now, and return how it ended, with each node's network bytes
+    meanwhile. Its processes see the attempt as ADRUN_RESTART_COUNT."""
     here = ", ".join(n.address for n in config.spec.nodes if n.address not in remote.links)
     before = remote.prepare_launch(config.strategy_file)
     local_before = local_traffic() if here else None
     launches = plan_job(config.spec, config.script, config.script_args, job_id=config.job_id,
-                        strategy_file=config.strategy_file, remote_ports=remote.ports)
-    with ui.JobView(quiet=config.quiet) as view:
-        result = supervise(launches, config.job_id, view, quiet=config.quiet, log_dir=config.log_dir,
-                           remote=remote, stall_timeout_s=config.stall_timeout_s,
-                           show_tf_noise=config.show_tf_noise)
+                        strategy_file=config.strategy_file, remote_ports=remote.ports, restart_count=attempt)
+    result = supervise(launches, config.job_id, listener, quiet=config.quiet, log_dir=config.log_dir,
+                       remote=remote, stall_timeout_s=config.stall_timeout_s, show_tf_noise=config.show_tf_noise,
+                       on_stall=config.on_stall, attempt=attempt)
     after = remote.traffic()
     if local_before is not None:
         after[here] = local_traffic()
         before[here] = local_before
     result.traffic.update({node: (sent - before[node][0], recv - before[node][1])
                            for node, (sent, recv) in after.items() if node in before})
-    ui.print_summary(result)
-    if result.failed:
-        ui.print_failure(result.failed)
     return result

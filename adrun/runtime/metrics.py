@@ -7,6 +7,7 @@ import atexit
 import json
 import os
 import sys
+import threading
 import time
 from typing import Any
 
@@ -17,6 +18,7 @@ from adrun.runtime.grads import records_for
 
 METRIC_PREFIX = "@@ADRUN "
 _EMIT_INTERVAL_S = 0.5
+WAITING_AFTER_S = 2.0  # a step running this long is reported as waiting (a normal step is far shorter)
 
 
 def fetched_names(fetches: Any) -> set[str]:
@@ -57,6 +59,14 @@ def examples_in_feed(feed_dict: dict | None) -> int | None:
 
 
 class StepReporter:
+    """Counts this worker's training steps and reports them to the launcher.
+
+    Besides the (throttled) step counts it says when a training step has been running for
+    WAITING_AFTER_S (a `waiting` event, once per step): a worker blocked inside a synchronous
+    step waits for its peers, a worker outside any step holds them up. The launcher's stall
+    message tells the two apart with it. With `max_steps` it ends the worker after that step.
+    """
+
     def __init__(self, max_steps: int | None = None) -> None:
         self.steps = 0
         self.max_steps = max_steps
@@ -64,6 +74,11 @@ class StepReporter:
         self.wire_bytes = 0
         self._examples_read = False
         self._last_emit = 0.0
+        self._emitted = 0  # the step count of the last report
+        self._step_began: tuple[float, float] | None = None  # (monotonic, wall) start of a running step
+        self._waiting_reported = False
+        self._lock = threading.Lock()
+        self._flusher: threading.Thread | None = None
         atexit.register(self.emit)
 
     @staticmethod
@@ -84,8 +99,19 @@ class StepReporter:
             decided = records.step_fetches[key] = controls_a_step(graph, names, records.train_ops)
         return decided
 
+    def before_step(self) -> None:
+        """A training step (or the start op before the first) is about to run."""
+        self._step_began, self._waiting_reported = (time.monotonic(), time.time()), False
+        self._start_reporting()
+
+    def step_failed(self) -> None:
+        """The step raised (the script may catch it, e.g. an input's OutOfRangeError)."""
+        self._step_began = None
+
     def after_step(self, graph: tf.Graph, feed_dict: dict | None, examples: int | None = None) -> None:
+        self._step_began = None
         self.steps += 1
+        self._start_reporting()
         self.wire_bytes = records_for(graph).wire_bytes_per_step
         if not self._examples_read:
             self.examples = examples or examples_in_feed(feed_dict) or static_batch_size(graph)
@@ -114,13 +140,34 @@ class StepReporter:
                 pass
         os._exit(0)
 
+    def _start_reporting(self) -> None:
+        if self._flusher is None:
+            self._flusher = threading.Thread(target=self._report_pending, name="adrun-step-reporter", daemon=True)
+            self._flusher.start()
+
+    def _report_pending(self) -> None:
+        """Report steps the throttle held back once the worker goes quiet: after a quick burst
+        of steps, a worker that then waits (on a stalled peer, say) would otherwise leave the
+        launcher with the count from before the burst, and its stall message with a wrong step.
+        Also report a step that has been running for WAITING_AFTER_S."""
+        while True:
+            time.sleep(_EMIT_INTERVAL_S)
+            if self.steps != self._emitted:
+                self.emit()
+            began = self._step_began
+            if began is not None and not self._waiting_reported and time.monotonic() - began[0] >= WAITING_AFTER_S:
+                self._waiting_reported = True
+                self._write({"event": "waiting", "step": self.steps, "time": time.time(), "since": began[1]})
+
+    def _write(self, event: dict[str, Any]) -> None:
+        with self._lock:
+            sys.__stderr__.write(METRIC_PREFIX + json.dumps(event) + "\n")
+            sys.__stderr__.flush()
+
     def emit(self, now: float | None = None) -> None:
         if not self.steps:
             return
         self._last_emit = now or time.monotonic()
-        event = {
-            "event": "step", "step": self.steps, "time": time.time(), "examples": self.examples,
-            "wire_bytes": self.wire_bytes,
-        }
-        sys.__stderr__.write(METRIC_PREFIX + json.dumps(event) + "\n")
-        sys.__stderr__.flush()
+        self._emitted = self.steps
+        self._write({"event": "step", "step": self.steps, "time": time.time(), "examples": self.examples,
+                     "wire_bytes": self.wire_bytes})

@@ -171,10 +171,15 @@ def _patch_session(ctx) -> None:
             fetches = replication.merged_fetches(fetches)
         if not StepReporter.is_training_step(self.graph, fetches):
             return original_run(self, fetches, feed_dict, options, run_metadata)
-        start = start_op(self.graph)
-        if start is not None:
-            original_run(self, start)
-        result = original_run(self, fetches, feed_dict, options, run_metadata)
+        reporter.before_step()
+        try:
+            start = start_op(self.graph)
+            if start is not None:
+                original_run(self, start)
+            result = original_run(self, fetches, feed_dict, options, run_metadata)
+        except BaseException:
+            reporter.step_failed()
+            raise
         reporter.after_step(self.graph, feed_dict)
         return result
 
@@ -201,10 +206,15 @@ def _patch_session(ctx) -> None:
         session = self
 
         def training_step(*args, **kwargs):
-            start = start_op(session.graph)
-            if start is not None:
-                original_run(session, start)
-            result = callable_fn(*args, **kwargs)
+            reporter.before_step()
+            try:
+                start = start_op(session.graph)
+                if start is not None:
+                    original_run(session, start)
+                result = callable_fn(*args, **kwargs)
+            except BaseException:
+                reporter.step_failed()
+                raise
             first = args[0] if args else None
             reporter.after_step(session.graph, None, len(first) if hasattr(first, "__len__") else None)
             return result

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from adrun.errors import UserError
-from adrun.launch.env import MAX_STEPS_VAR, gpu_visibility, max_steps, task_env
+from adrun.launch.env import MAX_STEPS_VAR, gpu_visibility, max_steps, remote_task_env, task_env
 from adrun.launch.tasks import Task
 
 pytestmark = pytest.mark.timeout(10)
@@ -85,3 +85,12 @@ def test_max_steps_setting(value, steps):
 def test_max_steps_refuses_what_is_no_step_count(value):
     with pytest.raises(UserError, match=f"ADRUN_MAX_STEPS='{re.escape(value)}': expected a whole number of training steps"):
         max_steps({MAX_STEPS_VAR: value})
+def test_the_attempt_number_is_in_the_contract_and_never_inherited():
+    base_env = {"ADRUN_RESTART_COUNT": "7"}  # a launcher started from inside another job's attempt 7
+    assert _env(Task("worker", 0, "localhost", 2000), base_env)["ADRUN_RESTART_COUNT"] == "0"
+    env = task_env(Task("ps", 0, "localhost", 2002), "job-7", 2, CLUSTER, "run", None, "/hook", base_env,
+                   restart_count=2)
+    assert env["ADRUN_RESTART_COUNT"] == "2"
+    remote = remote_task_env(Task("worker", 1, "10.0.0.2", 2001, remote=True), "job-7", 2, CLUSTER, "/s.yml",
+                             base_env, [], restart_count=3)
+    assert remote["ADRUN_RESTART_COUNT"] == "3"

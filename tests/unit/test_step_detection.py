@@ -64,3 +64,61 @@ def test_a_new_step_op_is_seen(lookups):
     later._add_control_input(second)
     records.add_train_op(second)
     assert StepReporter.is_training_step(graph, [later])
+
+
+def test_steps_held_back_by_the_throttle_are_reported_once_the_worker_goes_quiet(monkeypatch):
+    """A burst of steps and then a wait (a stalled peer): the launcher must learn the last count
+    without another step, or its stall message names a step from before the burst."""
+    import io
+    import json
+    import sys
+    import time
+
+    written = io.StringIO()
+    monkeypatch.setattr(sys, "__stderr__", written)
+    monkeypatch.setattr("atexit.register", lambda fn: fn)  # no report from this reporter when pytest exits
+    with tf.Graph().as_default() as graph:
+        reporter = StepReporter()
+        for _ in range(5):
+            reporter.after_step(graph, None, examples=4)
+
+    def last_step() -> int:
+        lines = [line for line in written.getvalue().splitlines() if line.startswith("@@ADRUN ")]
+        return json.loads(lines[-1][len("@@ADRUN "):])["step"]
+
+    assert last_step() == 1  # the throttle let the first step through, and held the others back
+    while last_step() != 5:  # no further step comes; the test's timeout bounds the wait
+        time.sleep(0.05)
+
+
+def test_a_step_that_keeps_running_is_reported_as_waiting_once(monkeypatch):
+    """A worker blocked inside a synchronous step says so (the launcher's stall message tells a
+    worker waiting for its peers from one that holds them up); a step that ends says nothing."""
+    import io
+    import json
+    import sys
+    import time
+
+    from adrun.runtime.metrics import WAITING_AFTER_S
+
+    written = io.StringIO()
+    monkeypatch.setattr(sys, "__stderr__", written)
+    monkeypatch.setattr("atexit.register", lambda fn: fn)  # no report from this reporter when pytest exits
+    with tf.Graph().as_default() as graph:
+        reporter = StepReporter()
+        reporter.before_step()
+        reporter.after_step(graph, None, examples=4)  # a quick step: no waiting event
+        began = time.time()
+        reporter.before_step()  # ... and one that blocks
+
+    def events(kind: str) -> list[dict]:
+        lines = [line for line in written.getvalue().splitlines() if line.startswith("@@ADRUN ")]
+        return [e for e in (json.loads(line[len("@@ADRUN "):]) for line in lines) if e["event"] == kind]
+
+    while not events("waiting"):  # the test's timeout bounds the wait
+        time.sleep(0.05)
+    [waiting] = events("waiting")
+    assert waiting["step"] == 1 and abs(waiting["since"] - began) < 1.0
+    assert waiting["time"] - waiting["since"] >= WAITING_AFTER_S
+    time.sleep(3 * WAITING_AFTER_S)  # let the reporter run on: it must not repeat itself
+    assert len(events("waiting")) == 1

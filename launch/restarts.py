@@ -1,0 +1,190 @@
+"""Restarting a failed job: which failures a restart can cure, and the loop of attempts.
+
+A restart starts the whole job again from the plan it already has (no new capture: the graph and
+the strategy are the same), after the failed attempt was torn down like any failed job, on new
+ports, with ADRUN_RESTART_COUNT one higher. What the script resumes from is its own business: a
+MonitoredTrainingSession(checkpoint_dir=...) or a Saver restore picks up the last checkpoint.
+
+The rule (`judge`), in order:
+  1. a worker that exited with PLAN_MISMATCH_EXIT_CODE (the hook refused its graph) is not
+     restarted: the same script builds the same graph again;
+  2. a task killed by a signal, a task whose node was lost, a stalled worker (`--on-stall fail`)
+     and a parameter server that ended (it runs adrun's server, never the user's code) are
+     restarted: machines, networks and the OOM killer cause these;
+  3. a worker whose last traceback ends in one of TF's runtime errors about a peer
+     (RESTARTABLE_ERRORS: a dead or unreachable peer, an aborted step, an operation that timed
+     out) is restarted;
+  4. any other worker exit is not: an exception of the script's own, or an exit code it chose,
+     is an error in the script or its input that a restart would repeat;
+  5. a failure restarted by 2 or 3 is not restarted when the attempt before ended the same way:
+     the same task, the same kind (signal, exception class, lost node or stall) and the same
+     step. A deterministic crash would otherwise use up the whole budget.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from adrun import ui
+from adrun.errors import UserError
+
+from .provision import RemoteNodes
+from .supervisor import Attempt, Failure, JobConfig, JobListener, JobResult, run_attempt
+
+PLAN_MISMATCH_EXIT_CODE = 65  # adrun.runtime.patches.PLAN_MISMATCH_EXIT_CODE (launch/ never imports the runtime)
+RESTARTABLE_ERRORS = frozenset({"UnavailableError", "AbortedError", "DeadlineExceededError"})
+
+
+@dataclass(frozen=True)
+class Verdict:
+    restart: bool
+    reason: str
+
+
+def judge(failure: Failure, previous: Failure | None = None) -> Verdict:
+    """Whether a restart can cure `failure`, given how the attempt before ended (`previous`,
+    None for the first attempt or one that did not fail); see the module's rule."""
+    task = failure.task
+    if task.role == "worker" and failure.returncode == PLAN_MISMATCH_EXIT_CODE:
+        return Verdict(False, "the script built a different graph than the one planned; it would again")
+    cause = _curable_cause(failure)
+    if cause is None:
+        name = failure.exception_name
+        what = f"raised {name}" if name else f"exited with code {failure.returncode}"
+        return Verdict(False, f"the script {what}: an error in the script or its input, which a restart would repeat")
+    if previous is not None and _kind(previous) == _kind(failure) and previous.task.tag == task.tag \
+            and previous.step == failure.step:
+        at = "before its first step" if failure.step is None else f"at step {failure.step}"
+        return Verdict(False, f"{task.tag} failed the same way {at} in the attempt before ({cause}); "
+                              "a restart would repeat it")
+    return Verdict(True, cause)
+
+
+def _curable_cause(failure: Failure) -> str | None:
+    """Why a restart may cure `failure`, or None when it cannot."""
+    if failure.stall:
+        return "a stalled worker"
+    if failure.lost:
+        return f"lost the connection to {failure.task.host}"
+    if failure.signal_name:
+        return f"killed by {failure.signal_name}"
+    if failure.task.role == "ps":
+        return "a parameter server ended"
+    if failure.exception_name in RESTARTABLE_ERRORS:
+        return f"TensorFlow's {failure.exception_name}: a peer died, did not answer or aborted the step"
+    return None
+
+
+def _kind(failure: Failure) -> tuple[Any, ...]:
+    """How a failure ended, without what changes from attempt to attempt (ports in messages)."""
+    return (bool(failure.stall), failure.lost, failure.returncode, failure.exception_name)
+
+
+class AttemptListener(JobListener, Protocol):
+    """What the restart loop reports, besides each attempt's own events."""
+
+    def attempt_started(self, number: int, max_restarts: int) -> None: ...
+
+    def attempt_ended(self, attempt: Attempt, next_in_s: float | None) -> None:
+        """`attempt` failed (or ended); `next_in_s` is the back-off before the next attempt,
+        None when there is none."""
+
+
+def run_attempts(
+    start: Callable[[int], JobResult],
+    max_restarts: int,
+    backoff_s: float,
+    listener: AttemptListener,
+    *,
+    unreachable: Callable[[], list[str]] = lambda: [],
+    wait: Callable[[float], bool] | None = None,
+) -> JobResult:
+    """Run attempt 0 through `start(0)`, and start the job again (`start(1)`, ...) after each
+    failure `judge` calls curable, at most `max_restarts` times, `backoff_s` seconds apart.
+
+    Before a restart every node must answer (`unreachable()` lists the ones that do not, by
+    name): a node that is gone ends the job instead of being retried. `wait(seconds)` returns
+    True when the user interrupted the back-off. Returns the last attempt's result, with every
+    attempt in `attempts`, the wall time of them all and the traffic summed over them.
+    """
+    wait = wait or _interruptible_sleep
+    began = time.monotonic()
+    attempts: list[Attempt] = []
+    traffic: dict[str, tuple[int, int]] = {}
+    last: JobResult | None = None
+    number = 0
+    while True:
+        listener.attempt_started(number, max_restarts)
+        try:
+            result = start(number)
+        except UserError as e:
+            if last is None:
+                raise
+            attempts[-1] = replace(attempts[-1], restarted=False, verdict=f"not restarted: the restart failed: {e}")
+            listener.warning(f"the restart failed: {e}")
+            return _final(last, attempts, began, traffic)
+        for node, (sent, received) in result.traffic.items():
+            before = traffic.get(node, (0, 0))
+            traffic[node] = (before[0] + sent, before[1] + received)
+        steps = sum(rate.steps for rate in result.metrics.workers.values())
+        attempt = Attempt(number, result.exit_code, result.failed, steps, result.elapsed_s)
+        if result.failed is None:
+            attempts.append(attempt)
+            listener.attempt_ended(attempt, None)
+            return _final(result, attempts, began, traffic)
+        verdict = judge(result.failed, last.failed if last is not None else None)
+        if verdict.restart and number >= max_restarts:
+            verdict = Verdict(False, f"{verdict.reason}, but the restart budget "
+                                     f"(--max-restarts {max_restarts}) is used up")
+        if verdict.restart:
+            gone = unreachable()
+            if gone:
+                verdict = Verdict(False, f"{verdict.reason}, but " + "; ".join(gone))
+        attempt = replace(attempt, restarted=verdict.restart,
+                          verdict=("restarted: " if verdict.restart else "not restarted: ") + verdict.reason)
+        attempts.append(attempt)
+        listener.attempt_ended(attempt, backoff_s if verdict.restart else None)
+        if not verdict.restart:
+            return _final(result, attempts, began, traffic)
+        if wait(backoff_s):
+            attempts[-1] = replace(attempt, restarted=False, verdict="not restarted: interrupted during the back-off")
+            listener.stopping("interrupted during the back-off: not restarting")
+            return _final(result, attempts, began, traffic)
+        last = result
+        number += 1
+
+
+def _final(result: JobResult, attempts: list[Attempt], began: float, traffic: dict[str, tuple[int, int]]) -> JobResult:
+    return replace(result, attempts=attempts, elapsed_s=time.monotonic() - began, traffic=traffic)
+
+
+def _interruptible_sleep(seconds: float) -> bool:
+    """Sleep `seconds`; True when SIGINT or SIGTERM came meanwhile (only the main thread can
+    trap them; elsewhere this is a plain sleep)."""
+    woken = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        woken.wait(seconds)
+        return False
+    previous = {sig: signal.signal(sig, lambda *_: woken.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return woken.wait(seconds)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
+def run_job(config: JobConfig, remote: RemoteNodes) -> JobResult:
+    """Run `config`'s job in the terminal (remote nodes through `remote`, already connected and
+    checked), restarting it as `config` allows, then print the summary and the root cause."""
+    with ui.JobView(quiet=config.quiet) as view:
+        result = run_attempts(lambda number: run_attempt(config, remote, view, number), config.max_restarts,
+                              config.restart_backoff_s, view, unreachable=remote.unreachable)
+    ui.print_summary(result)
+    if result.failed:
+        ui.print_failure(result.failed)
+    return result
