@@ -66,6 +66,7 @@ class RunResult(BaseModel):
     workers: list[WorkerResult] = []
     bytes: list[HostBytes] = []
     wall_s: float
+    load_average: float | None = None  # the machine's 1-minute load average as the run ended (shared machine)
 
     @property
     def ok(self) -> bool:
@@ -95,6 +96,7 @@ class HookOverhead(BaseModel):
     adrun_examples_per_s: float | None = None
     ratio: float | None = None  # adrun / plain
     source: str  # the command that measured it, or why there is no figure
+    wall_s: float | None = None  # how long the measurement took (the next run's time estimate uses it)
 
 
 class Profile(BaseModel):
