@@ -95,6 +95,7 @@ class HookOverhead(BaseModel):
     plain_examples_per_s: float | None = None
     adrun_examples_per_s: float | None = None
     ratio: float | None = None  # adrun / plain
+    cpu_ratio: float | None = None  # CPU time per step, adrun / plain (steadier than wall time on a shared machine)
     source: str  # the command that measured it, or why there is no figure
     wall_s: float | None = None  # how long the measurement took (the next run's time estimate uses it)
 

@@ -177,7 +177,8 @@ def hook_overhead(scratch: Path) -> HookOverhead:
                             wall_s=time.monotonic() - started)
     medians = json.loads(out.read_text())["medians"]
     return HookOverhead(plain_examples_per_s=medians["plain_examples_per_s"], adrun_examples_per_s=medians["adrun_examples_per_s"],
-                        ratio=medians["ratio_examples_per_s"], source="bench/hook_overhead.py (interleaved, medians)",
+                        ratio=medians["ratio_examples_per_s"], cpu_ratio=medians["ratio_cpu_us_per_step"],
+                        source="bench/hook_overhead.py (interleaved, medians)",
                         wall_s=time.monotonic() - started)
 
 
