@@ -85,6 +85,7 @@ class LowerBound(BaseModel):
     workload: str
     hosts: int
     system: str  # RunConfig.label of the adrun configuration
+    profile: str = ""  # the link profile the plan was made for; "" for a plan made for every profile
     sent_per_host: list[float]  # host 1 first
     method: str  # which bound (bench/cluster/lower_bound.py)
 

@@ -45,7 +45,8 @@ from .results import PEER_TF_MWMS, PEER_TF_PS, BenchResults, HookOverhead, Lower
 from .touched_rows import distinct_rows
 
 REPO = Path(__file__).resolve().parents[2]
-BUILDERS = ("PS", "PSLoadBalancing", "PartitionedPS", "UnevenPartitionedPS", "AllReduce", "PartitionedAR", "Parallax")
+BUILDERS = ("PS", "PSLoadBalancing", "PartitionedPS", "UnevenPartitionedPS", "AllReduce", "PartitionedAR", "Parallax",
+            "Auto")
 # builder options worth a row of their own, by --variants (none is in the default matrix: the quick
 # run showed fp16 and chunking trade compute for bytes, which these links do not decide)
 VARIANTS = (("PartitionedPS", (("max_shards", "8"),)), ("AllReduce", (("compressor", "fp16"),)),
@@ -67,11 +68,12 @@ class Block:
 
 # `make bench-cluster`, ~2 hours on the shared 2-core machine, one question per block:
 # every workload on both links at 2 hosts against both peers, with the builders of each family
-# (PSLoadBalancing, UnevenPartitionedPS and PartitionedAR sat between their family's neighbours in
+# and Auto (its plan made on each link by `adrun strategy build Auto`) (PSLoadBalancing, UnevenPartitionedPS and PartitionedAR sat between their family's neighbours in
 # the quick run: --builders brings them back); then scaling (1 and 4 hosts; 2 is in the first
 # block) for the sparse workload on the commodity link, with the two fastest builders at 2 and 4
 # hosts and both peers.
-FULL = (Block(WORKLOADS, ("commodity", "datacenter"), (2,), ("PS", "PartitionedPS", "AllReduce", "Parallax"), PEERS),
+FULL = (Block(WORKLOADS, ("commodity", "datacenter"), (2,), ("PS", "PartitionedPS", "AllReduce", "Parallax", "Auto"),
+              PEERS),
         Block(("sparse",), ("commodity",), (1, 4), ("AllReduce", "Parallax"), PEERS))
 QUICK = Block(("sparse",), ("commodity",), (2,), BUILDERS, (PEER_TF_PS,))
 # (steps, warm-up) of even repetitions per workload: start-up (SSH, capture, TF import, ~30 s here)
@@ -285,27 +287,15 @@ def main(quick: bool, workloads: str | None, profiles: str | None, host_counts: 
 def _run_matrix(launcher: Launcher, cluster: NetnsCluster, order: list[tuple[int, RunConfig, int, int]], reps: int,
                 results: BenchResults, out: Path) -> None:
     plans: dict[RunConfig, Path | str] = {}  # plan document, or why it could not be built
-    for _, config, _, _ in order:
-        key = config.model_copy(update={"profile": ""})
-        if config.kind != "adrun" or key in plans:
-            continue
-        click.echo(f"  plan {config.label} for {config.workload} on {config.hosts} host(s)")
-        try:
-            plans[key] = plan = launcher.build_plan(config)
-        except UserError as e:
-            plans[key] = str(e)
-            continue
-        document = load_strategy(plan)
-        sent, method = lower_bound(document, load_spec(launcher.spec(config.hosts)),
-                                   distinct_rows(launcher.workloads, config.workload, document))
-        results.lower_bounds.append(LowerBound(workload=config.workload, hosts=config.hosts, system=config.label,
-                                               sent_per_host=sent, method=method))
+    for _, config, _, _ in order:  # plans that do not depend on the link, before any run
+        if config.kind == "adrun" and not launcher.plan_sees_link(config):
+            _plan(launcher, config, plans, results)
     shaped = None
     for rep, config, run_steps, warmup in order:
         if shaped != config.profile:
             apply_profile(cluster, PROFILES[config.profile])
             shaped = config.profile
-        plan = plans.get(config.model_copy(update={"profile": ""}))
+        plan = _plan(launcher, config, plans, results) if config.kind == "adrun" else None
         if isinstance(plan, str):
             result = RunResult(config=config, repetition=rep, steps=run_steps, warmup=warmup, exit_code=-1,
                                error=f"no plan: {plan}", wall_s=0.0)
@@ -318,6 +308,28 @@ def _run_matrix(launcher: Launcher, cluster: NetnsCluster, order: list[tuple[int
         click.echo(f"  [{rep + 1}/{reps}] {config.workload} {config.profile} {config.hosts}h {config.label}: "
                    f"{rate} ({result.wall_s:.0f} s, load {_load_average()})")
 
+
+def _plan(launcher: Launcher, config: RunConfig, plans: dict[RunConfig, Path | str], results: BenchResults) -> Path | str:
+    """The configuration's plan document (built on first use, with its lower bound), or why there is
+    none. A plan that sees the link (Auto's) is made once per profile, on the shaped link."""
+    sees_link = launcher.plan_sees_link(config)
+    key = config if sees_link else config.model_copy(update={"profile": ""})
+    if key in plans:
+        return plans[key]
+    click.echo(f"  plan {config.label} for {config.workload} on {config.hosts} host(s)"
+               + (f", {config.profile} link" if sees_link else ""))
+    try:
+        plans[key] = plan = launcher.build_plan(config)
+    except UserError as e:
+        plans[key] = str(e)
+        return plans[key]
+    document = load_strategy(plan)
+    sent, method = lower_bound(document, load_spec(launcher.spec(config.hosts)),
+                               distinct_rows(launcher.workloads, config.workload, document))
+    results.lower_bounds.append(LowerBound(workload=config.workload, hosts=config.hosts, system=config.label,
+                                           profile=config.profile if sees_link else "", sent_per_host=sent,
+                                           method=method))
+    return plan
 
 if __name__ == "__main__":
     main()

@@ -117,3 +117,16 @@ def test_busy_machine_is_said(results, tmp_path):
         r.load_average = load
     assert ("- Note: the machine was busy (load average up to 8.5, median 3.0 after the runs on 2 CPUs)"
             in render_markdown(results, [], tmp_path, tmp_path / "r.json"))
+
+
+def test_a_plan_made_per_link_is_judged_against_its_own_bound():
+    """Auto's plan is made on each profile's link, so each profile's runs have their own bound."""
+    auto = {p: RunConfig(workload="sparse", profile=p, hosts=2, kind="adrun", system="Auto") for p in ("commodity", "datacenter")}
+    results = BenchResults(
+        started="2026-01-01T00:00:00", command="x", machine={}, versions={},
+        profiles=[Profile(name="commodity", rate_mbit=100), Profile(name="datacenter", rate_mbit=1000)],
+        runs=[run(auto[p], rep, (50, 50)) for p in auto for rep in range(3)],
+        lower_bounds=[LowerBound(workload="sparse", hosts=2, system="Auto", profile=p, sent_per_host=[n, n], method=FAMILY_METHOD)
+                      for p, n in (("commodity", 100.0), ("datacenter", 300.0))],
+    )
+    assert {s.config.profile: s.bound.sent_per_host[0] for s in summarize(results)} == {"commodity": 100.0, "datacenter": 300.0}

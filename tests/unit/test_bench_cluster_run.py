@@ -23,7 +23,10 @@ def test_quick_matrix_is_sparse_commodity_two_hosts_every_builder_and_tf_ps():
 
 def test_full_matrix_answers_each_question_of_the_issue_once():
     configs = matrix(chosen_blocks(False, None, None, None, None, None), False)
-    assert len(configs) == len(set(configs)) == 44
+    assert len(configs) == len(set(configs)) == 50
+    # Auto on every workload and link at 2 hosts, beside the builders it must match or beat
+    assert {(c.workload, c.profile) for c in configs if c.system == "Auto"} == {
+        (w, p) for w in ("sparse", "dense", "ncf") for p in ("commodity", "datacenter")}
     two_hosts = {(c.workload, c.profile) for c in configs if c.hosts == 2 and c.system == "tf_mwms"}
     assert two_hosts == {(w, p) for w in ("sparse", "dense", "ncf") for p in ("commodity", "datacenter")}
     scaling = {(c.hosts, c.system) for c in configs if c.workload == "sparse" and c.profile == "commodity"}
