@@ -1,10 +1,11 @@
 """adrun's own per-step cost: one script run plainly and under adrun with nothing to synchronize.
 
-Runs bench/sparse_classifier.py (or `--script`) with plain python and under
-`adrun --spec <1 worker, 0 PS> --strategy AllReduce`, alternately (the order flips every round, so
-a drift in the machine's load falls on both sides), `--rounds` times each. Each run times its own
-steps after its warm-up and prints `RESULT {"examples_per_s", "cpu_us_per_step"}`: the same clocks
-on both sides (adrun's start-up and capture are outside them). Writes the runs and medians as JSON
+Runs the benchmark's sparse workload, bench/workloads/sparse.py (or `--script`, another workload
+of bench/workloads), with plain python and under `adrun --spec <1 worker, 0 PS> --strategy
+AllReduce`, alternately (the order flips every round, so a drift in the machine's load falls on
+both sides), `--rounds` times each. Each run times its own steps after its warm-up and writes its
+result file (examples/s and the process's CPU seconds over the timed steps): the same clocks on
+both sides (adrun's start-up and capture are outside them). Writes the runs and medians as JSON
 (`--out`), then prints a table: the ratio of the medians, and the median of each round's own ratio
 (a round's two runs saw about the same load). On a shared machine absolute numbers are noise:
 compare the ratios of one interleaved run. There, CPU time per step is the steadier measure of
@@ -31,35 +32,35 @@ from rich.table import Table
 
 REPO = Path(__file__).resolve().parent.parent
 SPEC = "version: 1\nnodes:\n  - address: localhost\n    workers: 1\n    ps: 0\n"
-RESULT_PREFIX = "RESULT "
 
 
-def _result(text: str, what: str) -> dict[str, float]:
-    for line in text.splitlines():
-        if line.startswith(RESULT_PREFIX):
-            return json.loads(line[len(RESULT_PREFIX):])
-    raise RuntimeError(f"{what}: no {RESULT_PREFIX.strip()} line in its output:\n{text[-2000:]}")
+def _result(path: Path, what: str) -> dict[str, float]:
+    """{"examples_per_s", "cpu_us_per_step"} from a workload's result file (bench/workloads/harness.py)."""
+    if not path.exists():
+        raise RuntimeError(f"{what}: the script wrote no result file {path}")
+    result = json.loads(path.read_text())
+    return {"examples_per_s": result["examples_per_s"], "cpu_us_per_step": result["cpu_seconds"] / result["steps"] * 1e6}
 
 
-def run_plain(script: Path, script_args: list[str]) -> dict[str, float]:
-    proc = subprocess.run([sys.executable, str(script), *script_args], capture_output=True, text=True, cwd=REPO,
-                          timeout=1800)
+def run_plain(script: Path, script_args: list[str], result: Path) -> dict[str, float]:
+    proc = subprocess.run([sys.executable, str(script), *script_args, "--result-file", str(result)],
+                          capture_output=True, text=True, cwd=REPO, timeout=1800)
     if proc.returncode != 0:
         raise RuntimeError(f"plain run exited {proc.returncode}:\n{proc.stderr[-2000:]}")
-    return _result(proc.stdout, "plain run")
+    return _result(result, "plain run")
 
 
-def run_adrun(script: Path, script_args: list[str], work: Path) -> dict[str, float]:
+def run_adrun(script: Path, script_args: list[str], work: Path, result: Path) -> dict[str, float]:
     spec, logs = work / "cluster.yml", work / "logs"
     spec.write_text(SPEC)
     proc = subprocess.run(
         [sys.executable, "-m", "adrun", "--spec", str(spec), "--strategy", "AllReduce", "--quiet",
-         "--log-dir", str(logs), str(script), *script_args],
+         "--log-dir", str(logs), str(script), *script_args, "--result-file", str(result)],
         capture_output=True, text=True, cwd=REPO, timeout=1800, stdin=subprocess.DEVNULL,
     )
     if proc.returncode != 0:
         raise RuntimeError(f"adrun run exited {proc.returncode}:\n{(proc.stdout + proc.stderr)[-2000:]}")
-    return _result((logs / "w0.log").read_text(), "adrun run")
+    return _result(result, "adrun run")
 
 
 MEASURES = {"examples_per_s": "examples/s", "cpu_us_per_step": "CPU µs/step"}
@@ -92,20 +93,21 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="runs of each side (at least 5 for a median)")
     parser.add_argument("--steps", type=int, default=600, help="timed steps per run")
     parser.add_argument("--warmup", type=int, default=100, help="untimed steps first")
-    parser.add_argument("--script", type=Path, default=REPO / "bench" / "sparse_classifier.py",
-                        help="a script printing a RESULT line as sparse_classifier.py does")
+    parser.add_argument("--script", type=Path, default=REPO / "bench" / "workloads" / "sparse.py",
+                        help="a workload script of bench/workloads (it writes --result-file)")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "hook_overhead.json")
     args = parser.parse_args()
     if args.rounds < 1 or args.steps < 1 or args.warmup < 0:
         parser.error("--rounds and --steps must be at least 1, --warmup at least 0")
-    script_args = ["--steps", str(args.steps), "--warmup", str(args.warmup)]
+    script_args = ["--steps", str(args.warmup + args.steps), "--warmup", str(args.warmup)]  # its --steps counts the warm-up
     runs: dict[str, list[dict[str, float]]] = {"plain": [], "adrun": []}
     with tempfile.TemporaryDirectory() as tmp:
         for round_ in range(args.rounds):
             order = ("plain", "adrun") if round_ % 2 == 0 else ("adrun", "plain")
             for side in order:
-                result = run_plain(args.script, script_args) if side == "plain" else \
-                    run_adrun(args.script, script_args, Path(tmp))
+                result_file = Path(tmp) / f"{side}-{round_}.json"
+                result = run_plain(args.script, script_args, result_file) if side == "plain" else \
+                    run_adrun(args.script, script_args, Path(tmp), result_file)
                 runs[side].append(result)
                 print(f"round {round_ + 1}/{args.rounds} {side:5s} {result['examples_per_s']:9,.0f} examples/s "
                       f"{result['cpu_us_per_step']:8,.0f} CPU µs/step", file=sys.stderr, flush=True)

@@ -1,14 +1,15 @@
 """Bytes on the wire per training step and host, beside the strategy family's lower bound.
 
 Builds two network-namespace hosts (tests/cluster/netns.py; needs root), each running one worker
-and one PS of an adrun job over SSH, trains tests/scripts/sparse_classifier.py twice with different
-step counts, and differences each host's interface byte counters (eth0 tx/rx) around the two runs:
-what the extra steps sent and received, with start-up, initialization and teardown cancelled out.
-The bound is strategies/wire_bound.py's for the plan adrun made and the distinct ids each worker's
-batches had in exactly those steps (the script's batches depend only on worker and step).
+and one PS of an adrun job over SSH, trains the benchmark's sparse workload (bench/workloads/sparse.py,
+at its default sizes) twice with different step counts, and differences each host's interface byte
+counters (eth0 tx/rx) around the two runs: what the extra steps sent and received, with start-up,
+initialization and teardown cancelled out. The bound is strategies/wire_bound.py's for the plan
+adrun made and the distinct rows each worker's batches touch per step (bench/cluster/touched_rows.py,
+from the workload's own data). bench/cluster measures the same figure inside its matrix; this is
+the one-strategy version.
 
-    sudo .venv/bin/python bench/wire_bytes.py [--strategy PSLoadBalancing] [--steps 60 160] \\
-        [--json out.json] [-- SCRIPT ARGS, e.g. --vocab 20000]
+    sudo .venv/bin/python bench/wire_bytes.py [--strategy PSLoadBalancing] [--steps 60 160] [--json out.json]
 
 Prints one row per host: measured and bound bytes per step, sent and received, and their ratio.
 """
@@ -20,20 +21,20 @@ import json
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
 from pathlib import Path
-
-import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from adrun.spec import load_spec  # noqa: E402
-from adrun.strategies.document import Strategy, load_strategy, shard_sizes  # noqa: E402
+from adrun.strategies.document import load_strategy  # noqa: E402
 from adrun.strategies.wire_bound import lower_bound  # noqa: E402
+from bench.cluster.touched_rows import distinct_rows  # noqa: E402
 from tests.cluster.netns import NetnsCluster, NetnsHost, missing_requirements  # noqa: E402
 
-SCRIPT = REPO / "tests" / "scripts" / "sparse_classifier.py"
+WORKLOADS = REPO / "bench" / "workloads"
+SCRIPT = WORKLOADS / "sparse.py"
+WARMUP = 5  # the workload's untimed steps; the byte counters cover the whole run anyway
 RUN_TIMEOUT_S = 1800
 
 
@@ -65,34 +66,16 @@ def adrun(*args: str) -> None:
                          f"{proc.stdout}{proc.stderr}")
 
 
-def distinct_rows(strategy: Strategy, distinct_ids: Sequence[Sequence[int]]) -> dict[str, list[int]]:
-    """Distinct rows per worker of every sparse variable (or of each shard, TF's contiguous row
-    ranges) for one step, from each worker's distinct ids of that step (the script has one table)."""
-    rows: dict[str, list[int]] = {}
-    ids = [np.asarray(worker_ids) for worker_ids in distinct_ids]
-    for var in strategy.variables:
-        if var.grad != "sparse":
-            continue
-        if var.partition is None:
-            rows[var.name] = [len(i) for i in ids]
-            continue
-        bounds = np.cumsum([0, *shard_sizes(var.shape[0], len(var.partition.shards))])
-        for s in range(len(bounds) - 1):
-            rows[f"{var.name}/part_{s}"] = [int(((i >= bounds[s]) & (i < bounds[s + 1])).sum()) for i in ids]
-    return rows
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--strategy", default="PSLoadBalancing")
     parser.add_argument("--strategy-opt", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--steps", type=int, nargs=2, default=[60, 160], metavar=("SHORT", "LONG"))
     parser.add_argument("--json", type=Path, help="also write the results here")
-    parser.add_argument("script_args", nargs="*", help="after --: arguments of the sparse classifier")
     args = parser.parse_args()
     short, long = args.steps
-    if not 0 < short < long:
-        raise SystemExit(f"wire_bytes: --steps {short} {long}: need 0 < SHORT < LONG")
+    if not WARMUP < short < long:
+        raise SystemExit(f"wire_bytes: --steps {short} {long}: need {WARMUP} < SHORT < LONG")
     reason = missing_requirements()
     if reason:
         raise SystemExit(f"wire_bytes: {reason}")
@@ -102,24 +85,21 @@ def main() -> None:
         spec_path = write_spec(work / "cluster.yml", cluster)
         plan_path = work / "plan.yml"
         adrun("strategy", "build", args.strategy, "--spec", str(spec_path), *opts, "-o", str(plan_path),
-              str(SCRIPT), *args.script_args)
+              str(SCRIPT), "--steps", "2", "--warmup", "1")
         traffic = {}
         for steps in (short, long):
             before = {h.address: interface_bytes(h) for h in cluster.hosts}
             adrun("--spec", str(spec_path), "--strategy", str(plan_path), "--quiet", str(SCRIPT), "--steps", str(steps),
-                  "--distinct-out", str(work / f"distinct-{steps}-{{worker}}.json"), *args.script_args)
+                  "--warmup", str(WARMUP))
             after = {h.address: interface_bytes(h) for h in cluster.hosts}
             traffic[steps] = {a: (after[a][0] - before[a][0], after[a][1] - before[a][1]) for a in after}
         strategy, spec = load_strategy(plan_path), load_spec(spec_path)
-        ids = [json.loads((work / f"distinct-{long}-{w}.json").read_text()) for w in range(strategy.num_workers)]
-    bounds = [lower_bound(strategy, distinct_rows(strategy, [ids[w][step] for w in range(len(ids))]), spec)
-              for step in range(short, long)]
+    bound = lower_bound(strategy, distinct_rows(WORKLOADS, "sparse", strategy), spec)
     rows = []
     for host in traffic[long]:
         sent, received = (
             (traffic[long][host][k] - traffic[short][host][k]) / (long - short) for k in (0, 1))
-        bound_sent = float(np.mean([b.per_host[host].sent for b in bounds]))
-        bound_received = float(np.mean([b.per_host[host].received for b in bounds]))
+        bound_sent, bound_received = float(bound.per_host[host].sent), float(bound.per_host[host].received)
         rows.append({"host": host, "sent": sent, "received": received, "bound_sent": bound_sent,
                      "bound_received": bound_received})
     print(f"{args.strategy} {' '.join(args.strategy_opt)}: bytes per step ({long} - {short} steps), "

@@ -18,7 +18,7 @@ TINY = {
     "dense": ["--image", "8", "--conv1", "2", "--conv2", "3", "--fc", "6", "--classes", "4", "--batch-size", "4"],
     "ncf": ["--users", "30", "--items", "20", "--dim", "4", "--hidden", "8", "--batch-size", "8"],
 }
-RESULT_KEYS = {"workload", "worker", "steps", "seconds", "batch_size", "examples_per_s", "steps_per_s"}
+RESULT_KEYS = {"workload", "worker", "steps", "seconds", "batch_size", "examples_per_s", "steps_per_s", "cpu_seconds"}
 
 
 def load_workload_module(name: str):
@@ -49,6 +49,6 @@ def check_result_file(path: Path, workload: str, worker: int, steps: int, batch_
     result = json.loads(path.read_text())
     assert set(result) == RESULT_KEYS, path
     assert (result["workload"], result["worker"], result["steps"], result["batch_size"]) == (workload, worker, steps, batch_size)
-    assert result["seconds"] > 0
+    assert result["seconds"] > 0 and result["cpu_seconds"] > 0
     assert abs(result["steps_per_s"] * result["seconds"] - steps) < 1e-6 * steps
     assert abs(result["examples_per_s"] * result["seconds"] - steps * batch_size) < 1e-6 * steps * batch_size

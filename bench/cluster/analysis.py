@@ -81,7 +81,7 @@ def summarize(results: BenchResults) -> list[Summary]:
     by_config: dict[RunConfig, list[RunResult]] = defaultdict(list)
     for run in results.runs:
         by_config[run.config].append(run)
-    bounds = {(b.workload, b.hosts, b.system): b for b in results.lower_bounds}
+    bounds = {(b.workload, b.hosts, b.system, b.profile): b for b in results.lower_bounds}
     summaries = []
     for config, runs in by_config.items():
         rates = [r.examples_per_s for r in runs if r.examples_per_s is not None]
@@ -90,7 +90,8 @@ def summarize(results: BenchResults) -> list[Summary]:
             median=statistics.median(rates) if rates else None,
             low=min(rates) if rates else None, high=max(rates) if rates else None,
             sent_per_step=bytes_per_step(runs),
-            bound=bounds.get((config.workload, config.hosts, config.label)) if config.kind == "adrun" else None,
+            bound=(bounds.get((config.workload, config.hosts, config.label, config.profile))
+                   or bounds.get((config.workload, config.hosts, config.label, ""))) if config.kind == "adrun" else None,
         ))
     return summaries
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from adrun.capture_run import capture_graph
+from adrun.errors import UserError
 from adrun.graph_item import GraphItem
 from adrun.spec import load_spec
 from adrun.strategies import build_strategy
@@ -27,6 +28,7 @@ from tests.cluster.netns import NetnsCluster
 from .network import read_counters, write_adrun_spec
 from .results import PEER_TF_MWMS, PEER_TF_PS, HostBytes, RunConfig, RunResult, WorkerResult
 
+AUTO = "Auto"  # the builder whose plan is chosen per link by the cost model
 PS_PORT = 2222
 WORKER_PORT = 2223
 STOP_GRACE_S = 10.0
@@ -54,10 +56,20 @@ class Launcher:
     def spec(self, hosts: int) -> Path:
         return write_adrun_spec(self.cluster, hosts, self.scratch / f"cluster-{hosts}.yml")
 
+    @staticmethod
+    def plan_sees_link(config: RunConfig) -> bool:
+        """Whether the configuration's plan depends on the link: Auto's is chosen by the cost model
+        from the network it measures, so it is made on each profile's shaped link."""
+        return config.system == AUTO
+
     def build_plan(self, config: RunConfig) -> Path:
         """The strategy document of an adrun configuration (the runs use it, and the lower bound is
         computed from it). The graph is captured once per (workload, host count) and planned by
-        every builder, as `adrun strategy build` would; UserError when capture or planning fails."""
+        every builder, as `adrun strategy build` would; Auto's plan is made by `adrun strategy build
+        Auto` itself, as a user would (profiling the workload and measuring the shaped link, fitted
+        on no records: the analytical model). UserError when capture or planning fails."""
+        if config.system == AUTO:
+            return self._build_auto_plan(config)
         key = (config.workload, config.hosts)
         if key not in self.captured:
             script, *args = self.workload_args(config.workload, 2, 1, self.scratch / "capture")
@@ -67,6 +79,18 @@ class Launcher:
         plan.parent.mkdir(parents=True, exist_ok=True)
         dump_strategy(build_strategy(config.system, self.captured[key], load_spec(self.spec(config.hosts)),
                                      dict(config.options)), plan)
+        return plan
+
+    def _build_auto_plan(self, config: RunConfig) -> Path:
+        plan = self.scratch / "plans" / f"{config.workload}-{config.hosts}-{config.profile}-Auto.yml"
+        plan.parent.mkdir(parents=True, exist_ok=True)
+        argv = [self.python, "-m", "adrun", "strategy", "build", "Auto", "--spec", str(self.spec(config.hosts)),
+                "--no-record", *(f"--strategy-opt={k}={v}" for k, v in config.options), "-o", str(plan),
+                *self.workload_args(config.workload, 1000, 1, self.scratch / "capture")]
+        done = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd=self.repo,
+                              env=_env(self.scratch), timeout=self.timeout_s)
+        if done.returncode != 0:
+            raise UserError(f"adrun strategy build Auto exited {done.returncode}: {digest(done.stderr)}")
         return plan
 
     def run(self, config: RunConfig, repetition: int, steps: int, warmup: int, plan: Path | None) -> RunResult:
@@ -103,7 +127,7 @@ class Launcher:
         log = run_dir / "adrun.log"
         with log.open("wb") as out:
             proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    cwd=self.repo, env=_env())
+                                    cwd=self.repo, env=_env(self.scratch))
             try:
                 code = proc.wait(timeout=self.timeout_s)
             except subprocess.TimeoutExpired:
@@ -136,8 +160,9 @@ class Launcher:
         procs: list[tuple[str, subprocess.Popen[bytes]]] = []
         try:
             for i, argv in enumerate(servers):
-                procs.append((f"ps{i}", _start(argv, run_dir / f"ps{i}.log", self.repo)))
-            waited = [(f"w{i}", _start(argv, run_dir / f"w{i}.log", self.repo)) for i, argv in enumerate(workers)]
+                procs.append((f"ps{i}", _start(argv, run_dir / f"ps{i}.log", self.repo, self.scratch)))
+            waited = [(f"w{i}", _start(argv, run_dir / f"w{i}.log", self.repo, self.scratch))
+                      for i, argv in enumerate(workers)]
             procs += waited
             deadline = time.monotonic() + self.timeout_s
             codes = []
@@ -160,15 +185,17 @@ def digest(log: str) -> str:
     return "\n".join([*errors[:3], "...", log[-LOG_TAIL:]])
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, "COLUMNS": "200", "PYTHONUNBUFFERED": "1"}
+def _env(scratch: Path) -> dict[str, str]:
+    """The runs' environment: adrun's run records and job record go to a home in the scratch
+    directory, not into the user's ~/.adrun."""
+    return {**os.environ, "COLUMNS": "200", "PYTHONUNBUFFERED": "1", "ADRUN_HOME": str(scratch / "home")}
 
 
-def _start(argv: list[str], log: Path, cwd: Path) -> subprocess.Popen[bytes]:
+def _start(argv: list[str], log: Path, cwd: Path, scratch: Path) -> subprocess.Popen[bytes]:
     """A peer process in its own session (so it and its children can be ended as one group)."""
     with log.open("wb") as out:
         return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd,
-                                env=_env(), start_new_session=True)
+                                env=_env(scratch), start_new_session=True)
 
 
 def _stop(proc: subprocess.Popen[bytes], sig: signal.Signals) -> int:

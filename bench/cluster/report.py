@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import os
+import statistics
 from pathlib import Path
 
 import click
@@ -68,12 +69,15 @@ def scaling_rows(summaries: list[Summary]) -> list[str]:
 
 
 def busy_note(results: BenchResults) -> list[str]:
-    """A note when the machine ran more than its CPUs' worth of work (load average above the CPU count)."""
+    """A note when the machine ran more than its CPUs' worth of work (1-minute load average above
+    the CPU count, at the start, the end or after any run), with the median over the runs."""
     cpus = float(results.machine.get("cpus", "0") or 0)
-    loads = [float(v.split()[0]) for k, v in results.machine.items() if k.startswith("load average")]
+    per_run = [r.load_average for r in results.runs if r.load_average is not None]
+    loads = [float(v.split()[0]) for k, v in results.machine.items() if k.startswith("load average")] + per_run
     if cpus and any(load > cpus for load in loads):
-        return [f"the machine was busy (load average up to {max(loads):.1f} on {cpus:.0f} CPUs): other processes "
-                "shared its cores, so absolute figures are noise; compare rows of this run"]
+        median = f", median {statistics.median(per_run):.1f} after the runs" if per_run else ""
+        return [f"the machine was busy (load average up to {max(loads):.1f}{median} on {cpus:.0f} CPUs): other "
+                "processes shared its cores, so absolute figures are noise; compare rows of this run"]
     return []
 
 
@@ -123,7 +127,7 @@ def render_markdown(results: BenchResults, plots: list[Path], relative_to: Path,
     lines += ["## Hook overhead (single process)", ""]
     if hook is not None and hook.ratio is not None:
         lines.append(f"plain {_num(hook.plain_examples_per_s)} examples/s, under adrun {_num(hook.adrun_examples_per_s)}: "
-                     f"ratio {hook.ratio:.3f} ({hook.source})")
+                     f"ratio {hook.ratio:.3f}; CPU time per step adrun / plain {_num(hook.cpu_ratio, '.3f')} ({hook.source})")
     else:
         lines.append(hook.source if hook else "GAP: not run")
     failed = [r for r in results.runs if not r.ok]

@@ -66,6 +66,7 @@ class RunResult(BaseModel):
     workers: list[WorkerResult] = []
     bytes: list[HostBytes] = []
     wall_s: float
+    load_average: float | None = None  # the machine's 1-minute load average as the run ended (shared machine)
 
     @property
     def ok(self) -> bool:
@@ -84,6 +85,7 @@ class LowerBound(BaseModel):
     workload: str
     hosts: int
     system: str  # RunConfig.label of the adrun configuration
+    profile: str = ""  # the link profile the plan was made for; "" for a plan made for every profile
     sent_per_host: list[float]  # host 1 first
     method: str  # which bound (bench/cluster/lower_bound.py)
 
@@ -94,7 +96,9 @@ class HookOverhead(BaseModel):
     plain_examples_per_s: float | None = None
     adrun_examples_per_s: float | None = None
     ratio: float | None = None  # adrun / plain
+    cpu_ratio: float | None = None  # CPU time per step, adrun / plain (steadier than wall time on a shared machine)
     source: str  # the command that measured it, or why there is no figure
+    wall_s: float | None = None  # how long the measurement took (the next run's time estimate uses it)
 
 
 class Profile(BaseModel):

@@ -1,7 +1,7 @@
 """The benchmark cluster: adrun's builders and hand-written TF peers, on namespace hosts with shaped links.
 
-    sudo .venv/bin/python -m bench.cluster.run --quick        # make bench-cluster-quick (24 runs)
-    sudo .venv/bin/python -m bench.cluster.run                # make bench-cluster (the whole matrix, 585 runs)
+    sudo .venv/bin/python -m bench.cluster.run --quick        # make bench-cluster-quick (24 runs, ~15 min)
+    sudo .venv/bin/python -m bench.cluster.run                # make bench-cluster (FULL: 120 runs, ~2 h)
 
 Builds the hosts (tests/cluster/netns.py: 1 worker + 1 PS per host), runs every configuration
 (workload × profile × hosts × system) `--reps` times, interleaved round-robin (repetition r runs
@@ -23,7 +23,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -34,6 +36,7 @@ from adrun.spec import load_spec
 from adrun.strategies.document import load_strategy
 from tests.cluster.netns import NetnsCluster, missing_requirements
 
+from .estimate import estimate, load_history
 from .launch import Launcher
 from .lower_bound import lower_bound
 from .network import PROFILES, apply_profile
@@ -42,26 +45,57 @@ from .results import PEER_TF_MWMS, PEER_TF_PS, BenchResults, HookOverhead, Lower
 from .touched_rows import distinct_rows
 
 REPO = Path(__file__).resolve().parents[2]
-BUILDERS = ("PS", "PSLoadBalancing", "PartitionedPS", "UnevenPartitionedPS", "AllReduce", "PartitionedAR", "Parallax")
-# builder options worth a row of their own in the full matrix
+BUILDERS = ("PS", "PSLoadBalancing", "PartitionedPS", "UnevenPartitionedPS", "AllReduce", "PartitionedAR", "Parallax",
+            "Auto")
+# builder options worth a row of their own, by --variants (none is in the default matrix: the quick
+# run showed fp16 and chunking trade compute for bytes, which these links do not decide)
 VARIANTS = (("PartitionedPS", (("max_shards", "8"),)), ("AllReduce", (("compressor", "fp16"),)),
             ("AllReduce", (("chunk_size", "1"),)), ("Parallax", (("compressor", "fp16"),)))
 PEERS = (PEER_TF_PS, PEER_TF_MWMS)
-QUICK = {"workloads": "sparse", "profiles": "commodity", "hosts": "2", "peers": PEER_TF_PS, "variants": False}
-# (steps, warm-up) of even repetitions per workload: dense moves ~70 MB a step per worker, seconds at 100 Mbit/s
-LENGTHS = {"sparse": (60, 10), "ncf": (60, 10), "dense": (20, 4)}
-DEFAULT_LENGTH = (60, 10)
-QUICK_LENGTH = (30, 5)  # start-up (SSH, capture, TF import) dominates a quick run's minute
+WORKLOADS = ("sparse", "dense", "ncf")
 
 
-def matrix(workloads: list[str], profiles: list[str], hosts: list[int], builders: list[str], peers: list[str],
-           variants: bool) -> list[RunConfig]:
-    """Every (workload, profile, hosts, system); 1 host only under the first profile, as its traffic
-    never leaves the host (the scaling tables use it for every profile)."""
-    systems = [("adrun", b, ()) for b in builders] + [("adrun", b, o) for b, o in VARIANTS if variants and b in builders]
-    systems += [("peer", p, ()) for p in peers]
-    return [RunConfig(workload=w, profile=p, hosts=h, kind=kind, system=s, options=o)
-            for w in workloads for p in profiles for h in hosts if h > 1 or p == profiles[0] for kind, s, o in systems]
+@dataclass(frozen=True)
+class Block:
+    """One product of the matrix: every workload × profile × host count × (builder or peer)."""
+
+    workloads: tuple[str, ...]
+    profiles: tuple[str, ...]
+    hosts: tuple[int, ...]
+    builders: tuple[str, ...]
+    peers: tuple[str, ...]
+
+
+# `make bench-cluster`, ~2 hours on the shared 2-core machine, one question per block:
+# every workload on both links at 2 hosts against both peers, with the builders of each family
+# and Auto (its plan made on each link by `adrun strategy build Auto`) (PSLoadBalancing, UnevenPartitionedPS and PartitionedAR sat between their family's neighbours in
+# the quick run: --builders brings them back); then scaling (1 and 4 hosts; 2 is in the first
+# block) for the sparse workload on the commodity link, with the two fastest builders at 2 and 4
+# hosts and both peers.
+FULL = (Block(WORKLOADS, ("commodity", "datacenter"), (2,), ("PS", "PartitionedPS", "AllReduce", "Parallax", "Auto"),
+              PEERS),
+        Block(("sparse",), ("commodity",), (1, 4), ("AllReduce", "Parallax"), PEERS))
+QUICK = Block(("sparse",), ("commodity",), (2,), BUILDERS, (PEER_TF_PS,))
+# (steps, warm-up) of even repetitions per workload: start-up (SSH, capture, TF import, ~30 s here)
+# dominates a sparse or ncf run; a dense step moves ~25 MB per worker, about a second at 100 Mbit/s
+LENGTHS = {"sparse": (40, 5), "ncf": (40, 5), "dense": (16, 3)}
+DEFAULT_LENGTH = (40, 5)
+QUICK_LENGTH = (30, 5)
+
+
+def matrix(blocks: tuple[Block, ...], variants: bool) -> list[RunConfig]:
+    """Every (workload, profile, hosts, system) of the blocks, in block order, without repeats; 1
+    host only under a block's first profile, as its traffic never leaves the host (the scaling
+    tables use it for every profile)."""
+    configs: list[RunConfig] = []
+    for b in blocks:
+        systems = [("adrun", s, ()) for s in b.builders]
+        systems += [("adrun", s, o) for s, o in VARIANTS if variants and s in b.builders]
+        systems += [("peer", p, ()) for p in b.peers]
+        configs += [RunConfig(workload=w, profile=p, hosts=h, kind=kind, system=s, options=o)
+                    for w in b.workloads for p in b.profiles for h in b.hosts if h > 1 or p == b.profiles[0]
+                    for kind, s, o in systems]
+    return list(dict.fromkeys(configs))
 
 
 def schedule(configs: list[RunConfig], reps: int,
@@ -86,6 +120,21 @@ def run_lengths(workloads: list[str], quick: bool, steps: int | None, warmup: in
         default_steps, default_warmup = QUICK_LENGTH if quick else LENGTHS.get(workload, DEFAULT_LENGTH)
         lengths[workload] = (steps or default_steps, warmup or default_warmup)
     return lengths
+
+
+def chosen_blocks(quick: bool, workloads: str | None, profiles: str | None, hosts: str | None, builders: str | None,
+                  peers: str | None) -> tuple[Block, ...]:
+    """--quick's block; else FULL when no selection option is given; else one block of the given
+    selections, the others at everything (all workloads, both profiles, 1/2/4 hosts, all builders
+    and peers). Host counts must be whole numbers (ValueError)."""
+    if quick:
+        return (QUICK,)
+    if (workloads, profiles, hosts, builders, peers) == (None,) * 5:
+        return FULL
+    return (Block(workloads=tuple(_csv(workloads or ",".join(WORKLOADS))), profiles=tuple(_csv(profiles or ",".join(PROFILES))),
+                  hosts=tuple(sorted({int(h) for h in _csv(hosts or "1,2,4")})),
+                  builders=tuple(_csv(builders if builders is not None else ",".join(BUILDERS))),
+                  peers=tuple(_csv(peers if peers is not None else ",".join(PEERS)))),)
 
 
 def _csv(value: str) -> list[str]:
@@ -122,29 +171,34 @@ def hook_overhead(scratch: Path) -> HookOverhead:
     `medians`), or a labelled gap when it fails."""
     script = REPO / "bench" / "hook_overhead.py"
     out = scratch / "hook_overhead.json"
+    started = time.monotonic()
     proc = subprocess.run([sys.executable, str(script), "--out", str(out)], capture_output=True, text=True, cwd=REPO,
                           stdin=subprocess.DEVNULL)
     if proc.returncode != 0 or not out.exists():
-        return HookOverhead(source=f"GAP: bench/hook_overhead.py exited {proc.returncode}: {proc.stderr[-300:]}")
+        return HookOverhead(source=f"GAP: bench/hook_overhead.py exited {proc.returncode}: {proc.stderr[-300:]}",
+                            wall_s=time.monotonic() - started)
     medians = json.loads(out.read_text())["medians"]
     return HookOverhead(plain_examples_per_s=medians["plain_examples_per_s"], adrun_examples_per_s=medians["adrun_examples_per_s"],
-                        ratio=medians["ratio_examples_per_s"], source="bench/hook_overhead.py (interleaved, medians)")
+                        ratio=medians["ratio_examples_per_s"], cpu_ratio=medians["ratio_cpu_us_per_step"],
+                        source="bench/hook_overhead.py (interleaved, medians)",
+                        wall_s=time.monotonic() - started)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--quick", is_flag=True, help="The sparse workload, commodity profile, 2 hosts, adrun's builders and tf_ps.")
-@click.option("--workloads", default="sparse,dense,ncf", show_default=True, help="Comma-separated workload names.")
-@click.option("--profiles", default="commodity,datacenter", show_default=True, help=f"Comma-separated: {', '.join(PROFILES)}.")
-@click.option("--hosts", "host_counts", default="1,2,4", show_default=True, help="Comma-separated host counts.")
-@click.option("--builders", default=",".join(BUILDERS), show_default=True, help="Comma-separated adrun builders.")
-@click.option("--peers", default=",".join(PEERS), show_default=True, help="Comma-separated peers (empty: none).")
-@click.option("--variants/--no-variants", default=True, show_default=True, help="Also builders with non-default options.")
+@click.option("--workloads", default=None, help=f"Comma-separated workload names [all: {','.join(WORKLOADS)}].")
+@click.option("--profiles", default=None, help=f"Comma-separated profiles [all: {','.join(PROFILES)}].")
+@click.option("--hosts", "host_counts", default=None, help="Comma-separated host counts [1,2,4].")
+@click.option("--builders", default=None, help=f"Comma-separated adrun builders [all: {','.join(BUILDERS)}].")
+@click.option("--peers", default=None, help=f"Comma-separated peers, empty for none [all: {','.join(PEERS)}].")
+@click.option("--variants/--no-variants", default=False, show_default=True,
+              help="Also the chosen builders with non-default options (fp16, chunk_size, max_shards).")
 @click.option("--reps", type=click.IntRange(min=3), default=3, show_default=True, help="Repetitions of each configuration.")
 @click.option("--steps", type=click.IntRange(min=2), default=None,
               help="Steps of even repetitions (odd ones run twice as many), warm-up included "
-                   "[default: 60, dense 20; --quick: 30].")
+                   "[default: 40, dense 16; --quick: 30].")
 @click.option("--warmup", type=click.IntRange(min=1), default=None,
-              help="Untimed steps at the start of each run [default: 10, dense 4; --quick: 5].")
+              help="Untimed steps at the start of each run [default: 5, dense 3; --quick: 5].")
 @click.option("--hook-overhead/--no-hook-overhead", "measure_hook", default=None,
               help="Also run bench/hook_overhead.py [default: yes; --quick: no].")
 @click.option("--timeout", type=click.FloatRange(min=10), default=1800, show_default=True, help="Seconds before a run is stopped.")
@@ -156,13 +210,13 @@ def hook_overhead(scratch: Path) -> HookOverhead:
 @click.option("--note", "notes", multiple=True, help="A remark to keep with the results and show in the report (repeatable).")
 @click.option("--markdown", type=click.Path(dir_okay=False, path_type=Path), default=REPO / "bench" / "RESULTS-cluster.md",
               show_default=True)
-def main(quick: bool, workloads: str, profiles: str, host_counts: str, builders: str, peers: str, variants: bool, reps: int,
-         steps: int | None, warmup: int | None, measure_hook: bool | None, timeout: float, workloads_dir: Path, extra_args: str, out: Path | None, notes: tuple[str, ...],
+def main(quick: bool, workloads: str | None, profiles: str | None, host_counts: str | None, builders: str | None,
+         peers: str | None, variants: bool, reps: int, steps: int | None, warmup: int | None, measure_hook: bool | None,
+         timeout: float, workloads_dir: Path, extra_args: str, out: Path | None, notes: tuple[str, ...],
          markdown: Path) -> None:
-    """Run the benchmark matrix on namespace hosts and write JSON, markdown and plots."""
-    if quick:
-        workloads, profiles, host_counts, builders, peers, variants = (
-            QUICK["workloads"], QUICK["profiles"], QUICK["hosts"], ",".join(BUILDERS), QUICK["peers"], QUICK["variants"])
+    """Run the benchmark matrix on namespace hosts and write JSON, markdown and plots. Without
+    selection options: the full matrix (every workload on both profiles at 2 hosts, the sparse
+    workload at 1 and 4 hosts); with any of them, their product."""
     measure_hook = not quick if measure_hook is None else measure_hook
     out = out or REPO / "bench" / "results" / ("cluster-quick.json" if quick else "cluster.json")
     reason = missing_requirements()
@@ -170,41 +224,45 @@ def main(quick: bool, workloads: str, profiles: str, host_counts: str, builders:
         _fail(reason)
     if importlib.util.find_spec("matplotlib") is None:
         _fail("matplotlib is missing: install the bench extra (.venv/bin/pip install -e '.[bench]')")
-    lengths = run_lengths(_csv(workloads), quick, steps, warmup)
+    try:
+        blocks = chosen_blocks(quick, workloads, profiles, host_counts, builders, peers)
+    except ValueError:
+        _fail(f"--hosts {host_counts!r}: expected comma-separated whole numbers")
+    chosen = {field: sorted({x for b in blocks for x in getattr(b, field)})
+              for field in ("workloads", "profiles", "hosts", "builders", "peers")}
+    lengths = run_lengths(chosen["workloads"], quick, steps, warmup)
     for w, (n, k) in lengths.items():
         if n <= k:
             _fail(f"{w}: --steps {n} must be more than --warmup {k}")
-    unknown = [p for p in _csv(profiles) if p not in PROFILES]
-    if unknown:
-        _fail(f"unknown profile(s) {', '.join(unknown)}; known: {', '.join(PROFILES)}")
-    bad_builders = [b for b in _csv(builders) if b not in BUILDERS]
-    if bad_builders:
-        _fail(f"unknown builder(s) {', '.join(bad_builders)}; known: {', '.join(BUILDERS)}")
-    bad_peers = [p for p in _csv(peers) if p not in PEERS]
-    if bad_peers:
-        _fail(f"unknown peer(s) {', '.join(bad_peers)}; known: {', '.join(PEERS)}")
-    try:
-        counts = sorted({int(h) for h in _csv(host_counts)})
-    except ValueError:
-        _fail(f"--hosts {host_counts!r}: expected comma-separated whole numbers")
+    for field, known in (("workloads", WORKLOADS), ("profiles", tuple(PROFILES)), ("builders", BUILDERS), ("peers", PEERS)):
+        unknown = [x for x in chosen[field] if x not in known]
+        if unknown:
+            _fail(f"unknown {field[:-1]}(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    counts = chosen["hosts"]
     if not counts or counts[0] < 1 or counts[-1] > 16:
         _fail(f"--hosts {host_counts!r}: each count must be 1..16")
-    for path in [workloads_dir / f"{w}.py" for w in _csv(workloads)] + [REPO / "bench" / "peers" / f"{p}.py" for p in _csv(peers)]:
+    for path in [workloads_dir / f"{w}.py" for w in chosen["workloads"]] + [REPO / "bench" / "peers" / f"{p}.py" for p in chosen["peers"]]:
         if not path.is_file():
-            _fail(f"{path} not found (workloads and peers come from branch bench-peers)")
+            _fail(f"{path} not found")
 
-    configs = matrix(_csv(workloads), _csv(profiles), counts, _csv(builders), _csv(peers), variants)
+    configs = matrix(blocks, variants)
+    order = schedule(configs, reps, lengths)
+    guess = estimate([(c, n) for _, c, n, _ in order], load_history((REPO / "bench" / "results").glob("*.json")), measure_hook)
+    click.echo(f"bench-cluster: {len(configs)} configurations × {reps} repetitions = {len(order)} runs on up to "
+               f"{counts[-1]} hosts; results -> {out}")
+    click.echo(f"bench-cluster: estimated {guess.seconds / 3600:.1f} h ({guess.seconds / 60:.0f} min) from the wall times "
+               f"in bench/results/*.json ({guess.exact} of {guess.runs} runs with an earlier run of the same "
+               f"configuration and length), plus capturing each workload's graph")
     results = BenchResults(
         started=datetime.now().isoformat(timespec="seconds"), command=shlex.join(["python", "-m", "bench.cluster.run", *sys.argv[1:]]),
-        machine=_machine(), versions=_versions(), profiles=[PROFILES[p] for p in _csv(profiles)],
+        machine=_machine(), versions=_versions(), profiles=[PROFILES[p] for p in chosen["profiles"]],
         notes=["links have no added latency: this kernel has no netem qdisc", *notes],
     )
     signal.signal(signal.SIGTERM, _interrupt)
-    click.echo(f"bench-cluster: {len(configs)} configurations × {reps} repetitions on up to {counts[-1]} hosts; results -> {out}")
     try:
         with tempfile.TemporaryDirectory(prefix="adrun-bench-") as scratch, NetnsCluster(counts[-1]) as cluster:
             launcher = Launcher(cluster, REPO, Path(scratch), workloads_dir, tuple(shlex.split(extra_args)), timeout)
-            _run_matrix(launcher, cluster, schedule(configs, reps, lengths), reps, results, out)
+            _run_matrix(launcher, cluster, order, reps, results, out)
         if measure_hook:
             click.echo("bench-cluster: hook overhead (bench/hook_overhead.py)")
             with tempfile.TemporaryDirectory(prefix="adrun-bench-hook-") as scratch:
@@ -229,39 +287,49 @@ def main(quick: bool, workloads: str, profiles: str, host_counts: str, builders:
 def _run_matrix(launcher: Launcher, cluster: NetnsCluster, order: list[tuple[int, RunConfig, int, int]], reps: int,
                 results: BenchResults, out: Path) -> None:
     plans: dict[RunConfig, Path | str] = {}  # plan document, or why it could not be built
-    for _, config, _, _ in order:
-        key = config.model_copy(update={"profile": ""})
-        if config.kind != "adrun" or key in plans:
-            continue
-        click.echo(f"  plan {config.label} for {config.workload} on {config.hosts} host(s)")
-        try:
-            plans[key] = plan = launcher.build_plan(config)
-        except UserError as e:
-            plans[key] = str(e)
-            continue
-        document = load_strategy(plan)
-        sent, method = lower_bound(document, load_spec(launcher.spec(config.hosts)),
-                                   distinct_rows(launcher.workloads, config.workload, document))
-        results.lower_bounds.append(LowerBound(workload=config.workload, hosts=config.hosts, system=config.label,
-                                               sent_per_host=sent, method=method))
+    for _, config, _, _ in order:  # plans that do not depend on the link, before any run
+        if config.kind == "adrun" and not launcher.plan_sees_link(config):
+            _plan(launcher, config, plans, results)
     shaped = None
     for rep, config, run_steps, warmup in order:
         if shaped != config.profile:
             apply_profile(cluster, PROFILES[config.profile])
             shaped = config.profile
-        plan = plans.get(config.model_copy(update={"profile": ""}))
+        plan = _plan(launcher, config, plans, results) if config.kind == "adrun" else None
         if isinstance(plan, str):
             result = RunResult(config=config, repetition=rep, steps=run_steps, warmup=warmup, exit_code=-1,
                                error=f"no plan: {plan}", wall_s=0.0)
         else:
             result = launcher.run(config, rep, run_steps, warmup, plan)
-        results.runs.append(result)
+        results.runs.append(result.model_copy(update={"load_average": os.getloadavg()[0]}))
         save_results(results, out)
         rate = f"{result.examples_per_s:,.0f} examples/s" if result.examples_per_s is not None else (
             (result.error or "failed").splitlines()[0][:200])
         click.echo(f"  [{rep + 1}/{reps}] {config.workload} {config.profile} {config.hosts}h {config.label}: "
-                   f"{rate} ({result.wall_s:.0f} s)")
+                   f"{rate} ({result.wall_s:.0f} s, load {_load_average()})")
 
+
+def _plan(launcher: Launcher, config: RunConfig, plans: dict[RunConfig, Path | str], results: BenchResults) -> Path | str:
+    """The configuration's plan document (built on first use, with its lower bound), or why there is
+    none. A plan that sees the link (Auto's) is made once per profile, on the shaped link."""
+    sees_link = launcher.plan_sees_link(config)
+    key = config if sees_link else config.model_copy(update={"profile": ""})
+    if key in plans:
+        return plans[key]
+    click.echo(f"  plan {config.label} for {config.workload} on {config.hosts} host(s)"
+               + (f", {config.profile} link" if sees_link else ""))
+    try:
+        plans[key] = plan = launcher.build_plan(config)
+    except UserError as e:
+        plans[key] = str(e)
+        return plans[key]
+    document = load_strategy(plan)
+    sent, method = lower_bound(document, load_spec(launcher.spec(config.hosts)),
+                               distinct_rows(launcher.workloads, config.workload, document))
+    results.lower_bounds.append(LowerBound(workload=config.workload, hosts=config.hosts, system=config.label,
+                                           profile=config.profile if sees_link else "", sent_per_host=sent,
+                                           method=method))
+    return plan
 
 if __name__ == "__main__":
     main()

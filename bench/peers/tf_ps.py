@@ -115,10 +115,10 @@ def run_worker(args, model, cluster: tf.train.ClusterSpec, server: tf.distribute
         sess.run(timed_barrier)
         first_update = sess.run(global_step) + 1
         updates = []
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         for _ in range(timed):
             updates.append(sess.run(train_op))
-        seconds = time.perf_counter() - start
+        seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
         sess.run(end_barrier)
         final = sess.run(variables)
         final_step = sess.run(global_step)
@@ -135,7 +135,7 @@ def run_worker(args, model, cluster: tf.train.ClusterSpec, server: tf.distribute
                  **{f"init/{v.op.name}": value for v, value in zip(variables, initial)},
                  **{f"final/{v.op.name}": value for v, value in zip(variables, final)})
     if args.result_file:
-        write_result(args.result_file, args.workload, worker, timed, seconds, args.batch_size)
+        write_result(args.result_file, args.workload, worker, timed, seconds, args.batch_size, cpu_seconds)
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""Dense workload: a VGG-like model whose one large fully connected layer (34 MB) dominates, plain SGD.
+"""Dense workload: a VGG-like model whose one large fully connected layer (12.6 MB) dominates, plain SGD.
 
 An ordinary single-machine graph-mode script (tf.compat.v1.Session): runs with plain python or
 unchanged under adrun. It times its steps after the warm-up and can write them as JSON:
@@ -31,11 +31,12 @@ with tf1.Session() as sess:
     sess.run(tf1.global_variables_initializer())
     for _ in range(args.warmup):
         sess.run(train_op)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for _ in range(args.steps - args.warmup):
         sess.run(train_op)
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     print(f"worker {worker}: {args.steps - args.warmup} timed steps in {seconds:.3f} s, loss {sess.run(loss):.4f}")
 
 if args.result_file:
-    write_result(args.result_file, "dense", worker, args.steps - args.warmup, seconds, args.batch_size)
+    write_result(args.result_file, "dense", worker, args.steps - args.warmup, seconds, args.batch_size,
+                 cpu_seconds)

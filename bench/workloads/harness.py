@@ -45,12 +45,15 @@ def input_dataset(model, args, worker: int) -> tf.data.Dataset:
     return tf.data.Dataset.from_tensor_slices(arrays).batch(args.batch_size, drop_remainder=True).repeat()
 
 
-def write_result(template: str, workload: str, worker: int, steps: int, seconds: float, batch_size: int) -> Path:
-    """The benchmark's result JSON for this worker's `steps` timed steps."""
+def write_result(template: str, workload: str, worker: int, steps: int, seconds: float, batch_size: int,
+                 cpu_seconds: float) -> Path:
+    """The benchmark's result JSON for this worker's `steps` timed steps; `cpu_seconds` is the
+    process's CPU time over them, all threads (bench/hook_overhead.py compares it: on a shared
+    machine it is steadier than the wall clock)."""
     path = Path(template.replace("{worker}", str(worker)))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({
         "workload": workload, "worker": worker, "steps": steps, "seconds": seconds, "batch_size": batch_size,
-        "examples_per_s": steps * batch_size / seconds, "steps_per_s": steps / seconds,
+        "examples_per_s": steps * batch_size / seconds, "steps_per_s": steps / seconds, "cpu_seconds": cpu_seconds,
     }) + "\n")
     return path

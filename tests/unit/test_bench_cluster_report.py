@@ -42,7 +42,8 @@ def results() -> BenchResults:
     return BenchResults(
         started="2026-01-01T00:00:00", finished="2026-01-01T01:00:00", command="python -m bench.cluster.run --quick",
         machine={"cpus": "2"}, versions={"tensorflow": "2.21.0"}, profiles=[Profile(name="commodity", rate_mbit=100)],
-        runs=runs, hook_overhead=HookOverhead(plain_examples_per_s=100.0, adrun_examples_per_s=98.0, ratio=0.98, source="x"),
+        runs=runs, hook_overhead=HookOverhead(plain_examples_per_s=100.0, adrun_examples_per_s=98.0, ratio=0.98, cpu_ratio=1.01,
+                                                 source="x"),
         lower_bounds=[LowerBound(workload="sparse", hosts=2, system="AllReduce (compressor=fp16)",
                                  sent_per_host=[250.0, 250.0], method=FAMILY_METHOD)],
     )
@@ -89,6 +90,7 @@ def test_markdown(results, tmp_path):
     assert "| sparse | commodity | 2 | AllReduce (compressor=fp16) 172 | tf_ps 50 | 3.45 | 3.45 | - |" in text
     assert "AllReduce (compressor=fp16) on sparse/commodity/2 hosts, repetition 2: exit 1: worker 1 crashed" in text
     assert "![r-sparse-commodity-2h](r-sparse-commodity-2h.png)" in text
+    assert "plain 100 examples/s, under adrun 98: ratio 0.980; CPU time per step adrun / plain 1.010 (x)" in text
 
 
 def test_scaling_uses_the_one_host_runs_for_every_profile(results, tmp_path):
@@ -110,3 +112,21 @@ def test_busy_machine_is_said(results, tmp_path):
     results.machine.update({"cpus": "2", "load average at start": "1.0 1.0 1.0", "load average at end": "14.5 9.0 3.0"})
     assert ("- Note: the machine was busy (load average up to 14.5 on 2 CPUs)"
             in render_markdown(results, [], tmp_path, tmp_path / "r.json"))
+    results.machine.update({"load average at end": "1.0 1.0 1.0"})
+    for load, r in zip([1.0, 3.0, 8.5], results.runs, strict=False):
+        r.load_average = load
+    assert ("- Note: the machine was busy (load average up to 8.5, median 3.0 after the runs on 2 CPUs)"
+            in render_markdown(results, [], tmp_path, tmp_path / "r.json"))
+
+
+def test_a_plan_made_per_link_is_judged_against_its_own_bound():
+    """Auto's plan is made on each profile's link, so each profile's runs have their own bound."""
+    auto = {p: RunConfig(workload="sparse", profile=p, hosts=2, kind="adrun", system="Auto") for p in ("commodity", "datacenter")}
+    results = BenchResults(
+        started="2026-01-01T00:00:00", command="x", machine={}, versions={},
+        profiles=[Profile(name="commodity", rate_mbit=100), Profile(name="datacenter", rate_mbit=1000)],
+        runs=[run(auto[p], rep, (50, 50)) for p in auto for rep in range(3)],
+        lower_bounds=[LowerBound(workload="sparse", hosts=2, system="Auto", profile=p, sent_per_host=[n, n], method=FAMILY_METHOD)
+                      for p, n in (("commodity", 100.0), ("datacenter", 300.0))],
+    )
+    assert {s.config.profile: s.bound.sent_per_host[0] for s in summarize(results)} == {"commodity": 100.0, "datacenter": 300.0}

@@ -1,24 +1,54 @@
-"""bench/cluster/run.py's plan of runs: which configurations, in which order, with how many steps."""
+"""bench/cluster/run.py's plan of runs: which configurations, in which order, with how many steps,
+and how long bench/cluster/estimate.py says they take."""
 
 from __future__ import annotations
 
-from bench.cluster.run import BUILDERS, QUICK, matrix, run_lengths, schedule
+import pytest
+
+from bench.cluster.estimate import UNKNOWN_HOOK_OVERHEAD_S, UNKNOWN_RUN_S, estimate
+from bench.cluster.results import BenchResults, HookOverhead, RunConfig, RunResult
+from bench.cluster.run import BUILDERS, FULL, QUICK, Block, chosen_blocks, matrix, run_lengths, schedule
+
+
+def block(workloads=("sparse",), profiles=("commodity",), hosts=(2,), builders=(), peers=()) -> Block:
+    return Block(tuple(workloads), tuple(profiles), tuple(hosts), tuple(builders), tuple(peers))
 
 
 def test_quick_matrix_is_sparse_commodity_two_hosts_every_builder_and_tf_ps():
-    configs = matrix([QUICK["workloads"]], [QUICK["profiles"]], [int(QUICK["hosts"])], list(BUILDERS), [QUICK["peers"]],
-                     QUICK["variants"])
+    configs = matrix(chosen_blocks(True, None, None, None, None, None), False)
     assert [(c.kind, c.system, c.options) for c in configs] == [("adrun", b, ()) for b in BUILDERS] + [("peer", "tf_ps", ())]
     assert {(c.workload, c.profile, c.hosts) for c in configs} == {("sparse", "commodity", 2)}
+    assert chosen_blocks(True, "dense", None, "4", None, None) == (QUICK,)  # --quick wins
+
+
+def test_full_matrix_answers_each_question_of_the_issue_once():
+    configs = matrix(chosen_blocks(False, None, None, None, None, None), False)
+    assert len(configs) == len(set(configs)) == 50
+    # Auto on every workload and link at 2 hosts, beside the builders it must match or beat
+    assert {(c.workload, c.profile) for c in configs if c.system == "Auto"} == {
+        (w, p) for w in ("sparse", "dense", "ncf") for p in ("commodity", "datacenter")}
+    two_hosts = {(c.workload, c.profile) for c in configs if c.hosts == 2 and c.system == "tf_mwms"}
+    assert two_hosts == {(w, p) for w in ("sparse", "dense", "ncf") for p in ("commodity", "datacenter")}
+    scaling = {(c.hosts, c.system) for c in configs if c.workload == "sparse" and c.profile == "commodity"}
+    assert {(h, s) for h in (1, 2, 4) for s in ("AllReduce", "Parallax", "tf_ps", "tf_mwms")} <= scaling
+    assert {c.hosts for c in configs if c.workload != "sparse" or c.profile != "commodity"} == {2}
+    assert all(c.options == () for c in configs)
+
+
+def test_selection_options_make_one_block_of_their_product():
+    assert chosen_blocks(False, None, None, "4,2", "AllReduce", "") == (
+        block(("sparse", "dense", "ncf"), ("commodity", "datacenter"), (2, 4), ("AllReduce",), ()),)
+    with pytest.raises(ValueError):
+        chosen_blocks(False, None, None, "two", None, None)
 
 
 def test_variants_only_for_chosen_builders():
-    configs = matrix(["dense"], ["datacenter"], [4], ["AllReduce"], [], True)
+    configs = matrix((block(["dense"], ["datacenter"], [4], ["AllReduce"]),), True)
     assert [c.label for c in configs] == ["AllReduce", "AllReduce (compressor=fp16)", "AllReduce (chunk_size=1)"]
 
 
 def test_schedule_interleaves_round_robin_and_alternates_steps():
-    configs = matrix(["sparse"], ["commodity"], [2], ["PS", "AllReduce", "Parallax"], [], False)
+    configs = matrix((block(builders=["PS", "AllReduce", "Parallax"]),), False)
     order = schedule(configs, 3, {"sparse": (30, 5)})
     labels = [c.label for _, c, _, _ in order]
     assert labels == ["PS", "AllReduce", "Parallax", "AllReduce", "Parallax", "PS", "Parallax", "PS", "AllReduce"]
@@ -26,11 +56,36 @@ def test_schedule_interleaves_round_robin_and_alternates_steps():
 
 
 def test_one_host_runs_once_whatever_the_profiles():
-    configs = matrix(["sparse"], ["commodity", "datacenter"], [1, 2], ["PS"], [], False)
+    configs = matrix((block(profiles=["commodity", "datacenter"], hosts=[1, 2], builders=["PS"]),), False)
     assert [(c.profile, c.hosts) for c in configs] == [("commodity", 1), ("commodity", 2), ("datacenter", 2)]
 
 
 def test_run_lengths():
-    assert run_lengths(["sparse", "dense"], False, None, None) == {"sparse": (60, 10), "dense": (20, 4)}
+    assert run_lengths(["sparse", "dense"], False, None, None) == {"sparse": (40, 5), "dense": (16, 3)}
     assert run_lengths(["sparse", "dense"], True, None, None) == {"sparse": (30, 5), "dense": (30, 5)}
-    assert run_lengths(["dense"], False, 50, None) == {"dense": (50, 4)}
+    assert run_lengths(["dense"], False, 50, None) == {"dense": (50, 3)}
+
+
+def _config(system: str, workload: str = "sparse", profile: str = "commodity", hosts: int = 2) -> RunConfig:
+    return RunConfig(workload=workload, profile=profile, hosts=hosts, kind="adrun", system=system)
+
+
+def _history(runs: list[tuple[RunConfig, int, float]], hook_s: float | None = None) -> BenchResults:
+    return BenchResults(started="x", command="x", machine={}, versions={}, profiles=[],
+                        runs=[RunResult(config=c, repetition=0, steps=n, warmup=1, exit_code=0, wall_s=w) for c, n, w in runs],
+                        hook_overhead=HookOverhead(source="x", wall_s=hook_s))
+
+
+def test_estimate_takes_the_most_specific_earlier_runs():
+    ps, ar = _config("PS"), _config("AllReduce")
+    history = [_history([(ps, 30, 30.0), (ps, 30, 40.0), (ps, 30, 100.0), (ps, 60, 50.0),
+                         (_config("PS", profile="datacenter"), 80, 20.0), (_config("PS", hosts=4), 30, 70.0)],
+                        hook_s=200.0)]
+    plan = [(ps, 30), (ps, 60), (_config("PS", profile="datacenter"), 60), (ar, 30), (_config("PS", "dense"), 30),
+            (_config("PS", hosts=8), 30)]
+    got = estimate(plan, history, hook_overhead=True)
+    # exact median 40; exact 50; PS 2 hosts 60 steps on any profile 50; any 2-host sparse run: median
+    # of 30, 40, 100, 50, 20 = 40; any 2-host run 40; nothing on 8 hosts: the fixed guess; hook 200
+    assert got.seconds == pytest.approx(40 + 50 + 50 + 40 + 40 + UNKNOWN_RUN_S + 200)
+    assert (got.runs, got.exact) == (6, 2)
+    assert estimate([], [], hook_overhead=True).seconds == UNKNOWN_HOOK_OVERHEAD_S
