@@ -75,8 +75,12 @@ def wait_for_chief_init(target: str, config: tf1.ConfigProto, uninitialized: tf.
 
 
 def run_ps(server: tf.distribute.Server, task: int, num_workers: int) -> None:
+    """Serve until every worker said it is done. The session sees only this task: without the
+    filter its master contacts every task of the cluster at once, and a task whose server is not
+    listening yet leaves gRPC's channel to it backing off with "Connection refused", which a later
+    step's transfer to that task then fails with (seen in 4 of 36 benchmark runs)."""
     take_all = done_queue(task, num_workers).dequeue_many(num_workers)
-    with tf1.Session(server.target) as sess:
+    with tf1.Session(server.target, config=tf1.ConfigProto(device_filters=[f"/job:ps/task:{task}"])) as sess:
         sess.run(take_all)
 
 
@@ -105,6 +109,7 @@ def run_worker(args, model, cluster: tf.train.ClusterSpec, server: tf.distribute
     # (with the default of one token per worker, a worker's second gradient can arrive stale)
     hooks = [optimizer.make_session_run_hook(is_chief, num_tokens=0)]
     timed = args.steps - args.warmup
+    updates: list[int] = []
     with tf1.train.MonitoredTrainingSession(master=server.target, is_chief=is_chief, hooks=hooks, config=config,
                                             save_checkpoint_secs=None, save_summaries_steps=None,
                                             log_step_count_steps=None, stop_grace_period_secs=5) as sess:
@@ -114,7 +119,6 @@ def run_worker(args, model, cluster: tf.train.ClusterSpec, server: tf.distribute
             sess.run(train_op)
         sess.run(timed_barrier)
         first_update = sess.run(global_step) + 1
-        updates = []
         start, cpu_start = time.perf_counter(), time.process_time()
         for _ in range(timed):
             updates.append(sess.run(train_op))
@@ -122,6 +126,9 @@ def run_worker(args, model, cluster: tf.train.ClusterSpec, server: tf.distribute
         sess.run(end_barrier)
         final = sess.run(variables)
         final_step = sess.run(global_step)
+    if len(updates) < timed:  # MonitoredTrainingSession ends its block quietly on a closed queue (OutOfRange)
+        sys.exit(f"tf_ps: worker {worker}: the training session stopped after {len(updates)} of {timed} timed steps "
+                 "(another task failed: see its log)")
     with tf1.Session(server.target, config=config) as sess:
         sess.run(say_done)
 
