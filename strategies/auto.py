@@ -92,11 +92,9 @@ def plan_auto(
     coefficients: Coefficients | None = None,
     options: AutoOptions | None = None,
 ) -> Strategy:
-    """Auto's plan of `item` on `spec` (see the module docstring)."""
-    c = coefficients or Coefficients.analytical()
-    plans = builtin_plans(item, spec)
-    predictions = [predict(plan, profile, spec, network, c) for plan in plans]
-    return _search(item, spec, profile, network, c, options or AutoOptions(), predictions, plans)
+    """Auto's plan of `item` on `spec` (see the module docstring): the Auto entry of `rank_builders`."""
+    ranked = rank_builders(item, spec, profile, network, coefficients, options)
+    return next(plan for plan, _ in ranked if plan.builder == AUTO)
 
 
 def _search(

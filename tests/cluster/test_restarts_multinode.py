@@ -7,14 +7,13 @@ Both wait for the script's own `paused` file, never for a time.
 
 from __future__ import annotations
 
-import numpy as np
 import psutil
 import pytest
 
 from adrun.launch.report import JobReport
 from adrun.launch.teardown import leftover_processes
 from tests.integration.test_failures import flat
-from tests.integration.test_restarts import MODEL, PAUSE_AT, STEPS, _plain_run, _wait_for
+from tests.integration.test_restarts import MODEL, PAUSE_AT, STEPS, _wait_for, assert_ends_as_an_uninterrupted_run
 
 from .test_multinode import job_process, live, write_spec  # noqa: F401  (live is a fixture)
 
@@ -41,12 +40,7 @@ def test_a_killed_remote_worker_is_restarted_and_ends_as_an_uninterrupted_run(ne
     assert not [p for p in first if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert job.wait(timeout_s=300) == 0, job.output
     assert leftover_processes(job.job_id) == []
-    plain = _plain_run(tmp_path)
-    for w in (0, 1):
-        got = np.load(out / f"values_w{w}.npz")
-        assert int(got["global_step"]) == STEPS
-        for name in ("dense/w", "dense/b"):
-            np.testing.assert_allclose(got[name], plain[name], rtol=1e-6, atol=1e-7, err_msg=f"w{w}: {name}")
+    assert_ends_as_an_uninterrupted_run(out, tmp_path)
     report = JobReport.model_validate_json((tmp_path / "result.json").read_text())
     assert [(a.attempt, a.root_cause, a.restarted) for a in report.attempts] == [
         (0, f"w1@{h2} (worker 1 on {h2}) was killed by SIGKILL", True), (1, None, False)]
@@ -66,7 +60,7 @@ def test_a_node_gone_at_restart_time_is_named_and_not_retried(netns_cluster, tmp
     text = flat(job.output)
     reason = f"node {host.address} cannot be reached: nothing accepts SSH connections on {host.address}:22 " \
              f"(connection refused): start sshd on {host.address}"
-    assert f"adrun: attempt 0: not restarted: " in text and reason in text, job.output
+    assert "adrun: attempt 0: not restarted: " in text and reason in text, job.output
     report = JobReport.model_validate_json((tmp_path / "result.json").read_text())
     [attempt] = report.attempts
     assert not attempt.restarted and reason in attempt.verdict

@@ -31,12 +31,18 @@ STEPS = 30
 PAUSE_AT = 12  # checkpoints at 0, 5, 10: a resumed attempt starts at 10
 
 
-def _plain_run(tmp_path: Path) -> dict[str, np.ndarray]:
-    out = tmp_path / "plain"
-    out.mkdir()
-    subprocess.run([sys.executable, MODEL, "--checkpoint-dir", str(out / "ckpt"), "--out", str(out),
+def assert_ends_as_an_uninterrupted_run(out: Path, tmp_path: Path) -> None:
+    """Every worker's final variables (`out`/values_w<i>.npz) equal those of a plain run of all STEPS."""
+    plain_dir = tmp_path / "plain"
+    plain_dir.mkdir()
+    subprocess.run([sys.executable, MODEL, "--checkpoint-dir", str(plain_dir / "ckpt"), "--out", str(plain_dir),
                     "--steps", str(STEPS)], check=True, capture_output=True, cwd=REPO, timeout=300)
-    return dict(np.load(out / "values_w0.npz"))
+    plain = np.load(plain_dir / "values_w0.npz")
+    for w in (0, 1):
+        got = np.load(out / f"values_w{w}.npz")
+        assert int(got["global_step"]) == STEPS
+        for name in ("dense/w", "dense/b"):
+            np.testing.assert_allclose(got[name], plain[name], rtol=1e-6, atol=1e-7, err_msg=f"w{w}: {name}")
 
 
 def _wait_for(path: Path, job) -> None:
@@ -73,12 +79,7 @@ def _kill_and_resume(tmp_path: Path, spec_file, live, role: str, index: int, pau
     for w in (0, 1):
         assert f"[w{w}] attempt 1 starts at global step 10" in job.output.splitlines(), job.output
     # ... and ended where an uninterrupted run ends.
-    plain = _plain_run(tmp_path)
-    for w in (0, 1):
-        got = np.load(out / f"values_w{w}.npz")
-        assert int(got["global_step"]) == STEPS
-        for name in ("dense/w", "dense/b"):
-            np.testing.assert_allclose(got[name], plain[name], rtol=1e-6, atol=1e-7, err_msg=f"w{w}: {name}")
+    assert_ends_as_an_uninterrupted_run(out, tmp_path)
 
     cause = f"{'w' if role == 'worker' else 'ps'}{index} ({role} {index} on localhost) was killed by SIGKILL"
     report = JobReport.model_validate_json(result_json.read_text())
