@@ -248,7 +248,8 @@ def run(spec_path, strategy, strategy_opts, quiet, verbose, log_dir, dry_run, sh
                               quiet=quiet, verbose=verbose, log_dir=log_dir, dry_run=dry_run, shard_data=shard_data,
                               stall_timeout=stall_timeout or None, result_json=Path(result_json) if result_json else None,
                               records=records, measure_network=measure_network, on_stall=on_stall,
-                              max_restarts=max_restarts, restart_backoff=restart_backoff)
+                              max_restarts=max_restarts, restart_backoff=restart_backoff,
+                              on_attempt=recorded.attempt_started if recorded is not None else None)
         if result is not None and recorded is not None:
             state = "interrupted" if result.interrupted else "succeeded" if result.exit_code == 0 else "failed"
             recorded.ended(state, result.exit_code)
@@ -259,7 +260,8 @@ def run(spec_path, strategy, strategy_opts, quiet, verbose, log_dir, dry_run, sh
 def _run_planned(spec, remote, strategy: str, options: dict[str, str], script_path: Path, script_args: list[str],
                  job_id: str, *, quiet: bool, verbose: bool, log_dir: str | None, dry_run: bool, shard_data: bool,
                  stall_timeout: float | None, result_json: Path | None, records, measure_network: bool,
-                 on_stall: str, max_restarts: int, restart_backoff: float):
+                 on_stall: str, max_restarts: int, restart_backoff: float,
+                 on_attempt: Callable[[int], None] | None = None):
     """Capture, plan, and (unless `dry_run`) run the job, remote nodes through `remote`; the
     result is written as JSON to `result_json` and to `log_dir`/result.json when given, added
     to `records` (unless None), and returned (None for a dry run)."""
@@ -296,6 +298,7 @@ def _run_planned(spec, remote, strategy: str, options: dict[str, str], script_pa
             on_stall=on_stall,
             max_restarts=max_restarts,
             restart_backoff_s=restart_backoff,
+            on_attempt=on_attempt,
         ),
         remote,
     )

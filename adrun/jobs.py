@@ -147,6 +147,11 @@ class JobStore:
             "ended = ?, exit_code = ? WHERE id = ? AND launcher_pid = ? AND launcher_started = ?",
             (state, state, time.time(), exit_code, record.id, record.launcher_pid, record.launcher_started))
 
+    def set_attempt(self, record: JobRecord, attempt: int) -> None:
+        """The launcher's job was restarted: it now runs attempt `attempt` (ADRUN_RESTART_COUNT)."""
+        self._db.execute("UPDATE jobs SET attempt = ? WHERE id = ? AND launcher_pid = ? AND launcher_started = ?",
+                         (attempt, record.id, record.launcher_pid, record.launcher_started))
+
     # --- everyone else's ----------------------------------------------------------------------
 
     def request_stop(self, job_id: str) -> bool:
@@ -289,6 +294,16 @@ class LauncherRecord:
         """How the job ended, when the CLI knows better than the block's exit (an interrupted job
         and a task killed by SIGINT both exit 130)."""
         self._end = (state, exit_code)
+
+    def attempt_started(self, attempt: int) -> None:
+        """Record which attempt the job runs now (`adrun jobs` shows it); a failed write is a warning."""
+        if not self._recorded or attempt == 0:  # attempt 0 is registered with the job
+            return
+        try:
+            with open_jobs(self._home) as store:
+                store.set_attempt(self.record, attempt)
+        except UserError as e:
+            ui.print_warning(f"could not record attempt {attempt} of job {self.record.id}: {e}")
 
     def __enter__(self) -> LauncherRecord:
         if threading.current_thread() is threading.main_thread():

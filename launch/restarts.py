@@ -182,8 +182,14 @@ def run_job(config: JobConfig, remote: RemoteNodes) -> JobResult:
     """Run `config`'s job in the terminal (remote nodes through `remote`, already connected and
     checked), restarting it as `config` allows, then print the summary and the root cause."""
     with ui.JobView(quiet=config.quiet) as view:
-        result = run_attempts(lambda number: run_attempt(config, remote, view, number), config.max_restarts,
-                              config.restart_backoff_s, view, unreachable=remote.unreachable)
+
+        def start(number: int) -> JobResult:
+            if config.on_attempt is not None:
+                config.on_attempt(number)
+            return run_attempt(config, remote, view, number)
+
+        result = run_attempts(start, config.max_restarts, config.restart_backoff_s, view,
+                              unreachable=remote.unreachable)
     ui.print_summary(result)
     if result.failed:
         ui.print_failure(result.failed)

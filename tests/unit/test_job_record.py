@@ -234,3 +234,14 @@ def test_an_unusable_record_costs_a_warning_not_the_job(tmp_path, capsys):
         with pytest.raises(UserError, match="a job of that id is still running"):
             with LauncherRecord(record("twice"), home=home):
                 pass
+
+
+def test_a_restarted_job_shows_the_attempt_it_runs(tmp_path):
+    job = record("restarted")
+    with LauncherRecord(job, tmp_path) as launcher:
+        launcher.attempt_started(0)
+        launcher.attempt_started(2)
+        with open_jobs(tmp_path) as store:
+            assert (store.get("restarted").state, store.get("restarted").attempt) == ("running", 2)
+    with open_jobs(tmp_path) as store:
+        assert store.get("restarted").attempt == 2
