@@ -7,7 +7,7 @@ network facts (stored, else measured) ─┼─► fit(records of this cluster) 
 records of this cluster ─────┘
 
 The profile and the network facts are saved in the records, so that later runs of the same graph
-and cluster are recorded with them (adrun/recording.py) and later plans reuse the network facts.
+and cluster are recorded with them (adrun/records/recording.py) and later plans reuse the network facts.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from adrun import ui
-from adrun.launch.provision import RemoteNodes
+from adrun.launch.job.provision import RemoteNodes
 from adrun.model_io import validate
-from adrun.records import Records, cluster_key
+from adrun.records.store import Records, cluster_key
 from adrun.spec import ClusterSpec
 from adrun.strategies.auto import AUTO, AutoOptions, rank_builders
 from adrun.strategies.document import Strategy
@@ -64,7 +64,7 @@ def plan_automatically(script: Path, script_args: list[str], spec: ClusterSpec, 
     read or saved, the cost model keeps its analytical coefficients and the network is measured.
     The network facts are the spec's `network` field when it has one, else those stored for this
     cluster unless `measure_network`, else measured."""
-    from adrun.profile_run import profile_model
+    from adrun.profile.run import profile_model
 
     key = cluster_key(spec)
     ui.print_status(f"profiling {script} on one process ...")
@@ -82,7 +82,7 @@ def plan_automatically(script: Path, script_args: list[str], spec: ClusterSpec, 
 
 
 def _network(spec: ClusterSpec, remote: RemoteNodes) -> NetworkFacts:
-    from adrun.launch.network_facts import network_facts
+    from adrun.launch.nodes.network_facts import network_facts
 
     if spec.network is None:
         ui.print_status("measuring the network ...")

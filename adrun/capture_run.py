@@ -1,7 +1,7 @@
 """Launching side of capture: run the script once in a hook mode and read back what it wrote.
 
 Capture (`capture_graph`) stops the script where a worker would prepare its graph; profiling
-(`adrun/profile_run.py`) lets it train a few steps. Both start the script the same way, here, and
+(`adrun/profile/run.py`) lets it train a few steps. Both start the script the same way, here, and
 word its failures the same way.
 """
 
@@ -18,10 +18,10 @@ from typing import TypeVar
 from adrun.errors import UserError
 from adrun.graph_item import GraphItem, load_graph_item
 from adrun.launch.env import task_env
-from adrun.launch.job import HOOK_DIR
-from adrun.launch.local import LocalProcess, worker_argv
-from adrun.launch.tasks import Task
-from adrun.launch.tf_noise import NoiseFilter
+from adrun.launch.job.plan import HOOK_DIR
+from adrun.launch.job.local import LocalProcess, worker_argv
+from adrun.launch.job.tasks import Task
+from adrun.launch.job.tf_noise import NoiseFilter
 from adrun.runtime.patches import ERROR_PREFIX, PLAN_MISMATCH_EXIT_CODE
 
 CAPTURE_TIMEOUT_S = 600

@@ -94,8 +94,8 @@ def _check_fixed_ports(spec) -> None:
     The ports are released again at once and claimed for real when the job starts. Other nodes'
     fixed ports are checked over SSH (`RemoteNodes.preflight`).
     """
-    from adrun.launch.local import is_local_host
-    from adrun.launch.ports import allocate_ports
+    from adrun.launch.job.local import is_local_host
+    from adrun.launch.job.ports import allocate_ports
 
     here = [is_local_host(n.address) for n in spec.nodes]
     if any(n.base_port is not None and mine for n, mine in zip(spec.nodes, here)):
@@ -162,7 +162,7 @@ def _records_options(command: Callable[..., Any]) -> Callable[..., Any]:
 def _opened_records(option: str | None, no_record: bool, needed: bool = True) -> Iterator[Any]:
     """The records database the options name, open for the command's duration; None with
     --no-record or when the command does not `need` it this time."""
-    from adrun.records import open_records, records_path
+    from adrun.records.store import open_records, records_path
 
     if no_record and option:
         raise UserError("--records and --no-record contradict each other; give one of them")
@@ -223,10 +223,10 @@ def run(spec_path, strategy, strategy_opts, quiet, verbose, log_dir, dry_run, sh
         stall_timeout, on_stall, max_restarts, restart_backoff, result_json, max_steps, records_option, no_record,
         measure_network, script, script_args) -> None:
     """Run SCRIPT with ARGS on every worker of the cluster."""
-    from adrun.jobs import LauncherRecord, check_job_id, new_record
+    from adrun.jobs.registry import LauncherRecord, check_job_id, new_record
     from adrun.launch.env import MAX_STEPS_VAR
     from adrun.launch.env import max_steps as max_steps_setting
-    from adrun.launch.provision import RemoteNodes
+    from adrun.launch.job.provision import RemoteNodes
 
     spec = _load_cluster(spec_path)
     script_path = _existing_script(script)
@@ -266,10 +266,10 @@ def _run_planned(spec, remote, strategy: str, options: dict[str, str], script_pa
     result is written as JSON to `result_json` and to `log_dir`/result.json when given, added
     to `records` (unless None), and returned (None for a dry run)."""
     from adrun import ui
-    from adrun.launch.report import job_report, write_report
-    from adrun.launch.restarts import run_job
-    from adrun.launch.supervisor import JobConfig
-    from adrun.recording import workload_name
+    from adrun.launch.job.report import job_report, write_report
+    from adrun.launch.job.restarts import run_job
+    from adrun.launch.job.supervisor import JobConfig
+    from adrun.records.recording import workload_name
     from adrun.strategies.document import dump_strategy
 
     item, plan = _plan(strategy, options, script_path, script_args, spec, job_id, remote=remote, records=records,
@@ -316,7 +316,7 @@ def _record(records, report, spec, plan, workload: str, batch_size: int | None) 
     from pydantic import ValidationError
 
     from adrun import ui
-    from adrun.recording import record_run
+    from adrun.records.recording import record_run
 
     try:
         number = record_run(records, report, spec, plan, workload, batch_size)
@@ -397,7 +397,7 @@ def strategy_build(name, spec_path, strategy_opts, output, records_option, no_re
                    script_args) -> None:
     """Capture SCRIPT and write the plan of builder NAME to a document you can edit and run."""
     from adrun import ui
-    from adrun.launch.provision import RemoteNodes
+    from adrun.launch.job.provision import RemoteNodes
     from adrun.strategies.auto import AUTO
     from adrun.strategies.document import dump_strategy
 
@@ -467,11 +467,11 @@ def profile(spec_path, trials, strategy_opts, trial_steps, output, as_json, sync
     """Profile SCRIPT, predict every strategy on the cluster (and try the best with --trials), and
     recommend one."""
     from adrun import ui
-    from adrun.launch.provision import RemoteNodes
-    from adrun.profile_command import ProfileOptions, profile as profile_script
+    from adrun.launch.job.provision import RemoteNodes
+    from adrun.profile.command import ProfileOptions, profile as profile_script
     from adrun.auto_plan import auto_options
-    from adrun.jobs import check_job_id
-    from adrun.profile_view import render
+    from adrun.jobs.registry import check_job_id
+    from adrun.profile.view import render
     from adrun.strategies.document import dump_strategy
 
     job_id = check_job_id(job_id) if job_id is not None else _new_job_id()
@@ -514,8 +514,8 @@ def cluster_check(spec_path, script, as_json) -> None:
     Exits 0 only when every check passes.
     """
     from adrun import ui
-    from adrun.launch.check import run_checks
-    from adrun.launch.check_report import render
+    from adrun.launch.check.cluster_check import run_checks
+    from adrun.launch.check.report import render
 
     report = run_checks(_load_cluster(spec_path), script)
     if as_json:
@@ -534,8 +534,8 @@ def jobs(include_ended, as_json) -> None:
 
     A job whose launcher died without recording the job's end (kill -9) shows as lost.
     """
-    from adrun.jobs import open_jobs
-    from adrun.jobs_view import jobs_json, print_jobs
+    from adrun.jobs.registry import open_jobs
+    from adrun.jobs.view import jobs_json, print_jobs
 
     with open_jobs() as store:
         records = store.jobs(include_ended)
@@ -555,8 +555,8 @@ def stop(job_id) -> None:
     until the job's end is recorded. Exits 1 when the launcher is gone (the job is lost).
     """
     from adrun import ui
-    from adrun.job_control import LostJob, clean_up_lost, stop_job
-    from adrun.jobs import open_jobs
+    from adrun.jobs.control import LostJob, clean_up_lost, stop_job
+    from adrun.jobs.registry import open_jobs
 
     with open_jobs() as store:
         record = store.find(job_id)
@@ -584,8 +584,8 @@ def logs(job_id, follow) -> None:
 
     Each line is prefixed with its task's tag, as in the live view: workers first, then the PS.
     """
-    from adrun.job_logs import show_logs
-    from adrun.jobs import open_jobs
+    from adrun.jobs.logs import show_logs
+    from adrun.jobs.registry import open_jobs
 
     with open_jobs() as store:
         record = store.find(job_id)

@@ -2,7 +2,7 @@
 
 adrun's own messages go to stderr; the tasks' output goes to stdout with a `[tag]` prefix, so
 `adrun train.py > out.txt` keeps the script's output and nothing else. This module only renders:
-what to show comes from the launcher's data (`adrun.launch.supervisor`).
+what to show comes from the launcher's data (`adrun.launch.job.supervisor`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from adrun.launch.metrics import Throughput
-    from adrun.launch.supervisor import Attempt, Failure, JobResult, Stream, TaskOutcome
-    from adrun.launch.tasks import Task
+    from adrun.launch.job.metrics import Throughput
+    from adrun.launch.job.supervisor import Attempt, Failure, JobResult, Stream, TaskOutcome
+    from adrun.launch.job.tasks import Task
 
 console = Console(stderr=True, highlight=False)
 task_console = Console(highlight=False, markup=False, emoji=False, soft_wrap=True)
@@ -196,7 +196,7 @@ def _replicas_text(replica_devices: list[list[str]]) -> str:
 class JobView:
     """Shows a running job: task lines on stdout, a live throughput line on a stderr terminal.
 
-    Implements `adrun.launch.supervisor.JobListener`. Use as a context manager around
+    Implements `adrun.launch.job.supervisor.JobListener`. Use as a context manager around
     `supervise()` so the live line is cleared before the summary is printed. With `quiet`, only
     adrun's own messages are shown. When stderr is not a terminal, the status is a plain line
     at most every 10 s.

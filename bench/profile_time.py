@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from adrun.profile_report import ProfileReport
+from adrun.profile.report import ProfileReport
 
 REPO = Path(__file__).resolve().parent.parent
 

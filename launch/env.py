@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from adrun.errors import UserError
 
-from .tasks import Task
+from .job.tasks import Task
 
 # Every variable of the contract; other ADRUN_* variables (settings such as ADRUN_INIT_TIMEOUT)
 # pass through from the launcher's environment.

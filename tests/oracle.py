@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from adrun.launch.teardown import leftover_processes
+from adrun.launch.job.teardown import leftover_processes
 from tests.conftest import REPO, SCRIPTS, AdrunResult, run_adrun
 
 STEPS = 3

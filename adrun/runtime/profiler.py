@@ -1,6 +1,6 @@
 """Profile mode: time the script's training steps on one process and count the rows they touch.
 
-The launcher runs the script once with ADRUN_MODE=profile (`adrun/profile_run.py`). Its Sessions
+The launcher runs the script once with ADRUN_MODE=profile (`adrun/profile/run.py`). Its Sessions
 stay the plain local sessions the script asked for, as a lone worker's are, and it trains as it
 would alone, for `warmup` + `steps` training steps (a `Session.run` or Keras callable that runs an
 optimizer step, as `metrics.StepReporter` counts them). At the next training step, or when the
@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from adrun.profile_samples import ProfileSamples, save_samples
+from adrun.profile.samples import ProfileSamples, save_samples
 from adrun.runtime.capture import describe_graph
 from adrun.runtime.grads import GradientRecord, is_sparse, variable_name
 from adrun.runtime.metrics import controls_a_step, fetched_names

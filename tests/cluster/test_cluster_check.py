@@ -16,8 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from adrun.launch.check import run_checks
-from adrun.launch.check_report import CHECKS, CheckReport
+from adrun.launch.check.cluster_check import run_checks
+from adrun.launch.check.report import CHECKS, CheckReport
 from adrun.spec import ClusterSpec
 
 from .netns import NetnsCluster, NetnsHost

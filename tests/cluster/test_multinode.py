@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from adrun.launch.teardown import leftover_processes
+from adrun.launch.job.teardown import leftover_processes
 from tests.conftest import REPO, run_adrun
 from tests.integration.test_failures import NOTICE_S, TINY, LiveAdrun, flat, wait_no_leftovers
 from tests.oracle import train_and_compare

@@ -7,9 +7,9 @@ import subprocess
 import psutil
 import pytest
 
-from adrun.launch import probe
-from adrun.launch.network_facts import network_facts
-from adrun.launch.provision import RemoteNodes
+from adrun.launch.nodes import probe
+from adrun.launch.nodes.network_facts import network_facts
+from adrun.launch.job.provision import RemoteNodes
 from adrun.spec import load_spec
 
 from .netns import NetnsCluster

@@ -10,8 +10,8 @@ from __future__ import annotations
 import psutil
 import pytest
 
-from adrun.launch.report import JobReport
-from adrun.launch.teardown import leftover_processes
+from adrun.launch.job.report import JobReport
+from adrun.launch.job.teardown import leftover_processes
 from tests.integration.test_failures import flat
 from tests.integration.test_restarts import MODEL, PAUSE_AT, STEPS, _wait_for, assert_ends_as_an_uninterrupted_run
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from adrun.launch.teardown import leftover_processes
-from adrun.records import cluster_key, open_records
+from adrun.launch.job.teardown import leftover_processes
+from adrun.records.store import cluster_key, open_records
 from adrun.spec import load_spec
 from adrun.strategies.facts import Link, NetworkFacts
 from tests.conftest import SCRIPTS, run_adrun

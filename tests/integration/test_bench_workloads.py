@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from adrun.launch.teardown import leftover_processes
+from adrun.launch.job.teardown import leftover_processes
 from tests.bench_workloads import TINY, WORKLOADS_DIR, check_result_file, tiny_batch_size
 from tests.conftest import REPO, run_adrun
 

@@ -1,4 +1,4 @@
-"""Bounded runs (`--max-steps`, ADRUN_MAX_STEPS) and the records every run leaves (adrun/records.py).
+"""Bounded runs (`--max-steps`, ADRUN_MAX_STEPS) and the records every run leaves (adrun/records/store.py).
 
 A bounded synchronous run must end with every worker at exactly N steps, exit 0, and nothing left
 running: no worker may wait for a peer that already left. A finished run adds exactly one trial to
@@ -14,8 +14,8 @@ import sqlite3
 
 import pytest
 
-from adrun.launch.teardown import leftover_processes
-from adrun.records import cluster_key, open_records
+from adrun.launch.job.teardown import leftover_processes
+from adrun.records.store import cluster_key, open_records
 from adrun.spec import load_spec
 from tests.conftest import SCRIPTS, run_adrun
 

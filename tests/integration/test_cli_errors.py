@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from adrun.launch.teardown import leftover_processes
+from adrun.launch.job.teardown import leftover_processes
 from adrun.runtime.patches import PLAN_MISMATCH_EXIT_CODE
 from tests.conftest import REPO, SCRIPTS, AdrunResult, run_adrun
 

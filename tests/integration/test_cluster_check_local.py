@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from adrun.launch.check import run_checks
-from adrun.launch.check_report import CHECKS
+from adrun.launch.check.cluster_check import run_checks
+from adrun.launch.check.report import CHECKS
 from adrun.spec import ClusterSpec
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 
-from adrun.launch.teardown import leftover_processes
+from adrun.launch.job.teardown import leftover_processes
 from tests.conftest import SCRIPTS, run_adrun
 
 pytestmark = pytest.mark.integration

@@ -20,10 +20,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from adrun.launch.job import HOOK_DIR
-from adrun.launch.report import JobReport
-from adrun.launch.teardown import kill_leftovers, leftover_processes
-from adrun.launch.tf_noise import NoiseFilter
+from adrun.launch.job.plan import HOOK_DIR
+from adrun.launch.job.report import JobReport
+from adrun.launch.job.teardown import kill_leftovers, leftover_processes
+from adrun.launch.job.tf_noise import NoiseFilter
 from tests.conftest import REPO, SCRIPTS, AdrunResult, run_adrun
 
 pytestmark = pytest.mark.integration

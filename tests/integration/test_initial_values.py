@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from adrun.launch.teardown import leftover_processes
+from adrun.launch.job.teardown import leftover_processes
 from tests.conftest import REPO, SCRIPTS, run_adrun
 
 pytestmark = pytest.mark.integration

@@ -19,7 +19,7 @@ from typing import Any
 import psutil
 import pytest
 
-from adrun.launch.teardown import leftover_processes
+from adrun.launch.job.teardown import leftover_processes
 from tests.conftest import REPO, SCRIPTS, run_adrun
 from tests.integration.test_failures import NOTICE_S, TINY, LiveAdrun, live, wait_no_leftovers  # noqa: F401
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from adrun.launch.teardown import leftover_processes
+from adrun.launch.job.teardown import leftover_processes
 from tests.conftest import REPO, SCRIPTS, run_adrun
 from tests.integration.test_checkpoints import PLAIN_GRAPH
 from tests.oracle import STEPS, train_and_compare

@@ -6,7 +6,7 @@ import psutil
 import pytest
 
 from adrun.errors import UserError
-from adrun.launch.network_facts import network_facts
+from adrun.launch.nodes.network_facts import network_facts
 from adrun.spec import ClusterSpec
 
 pytestmark = pytest.mark.integration

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from adrun.launch.teardown import leftover_processes
-from adrun.profile_report import ProfileReport
-from adrun.records import cluster_key, open_records
+from adrun.launch.job.teardown import leftover_processes
+from adrun.profile.report import ProfileReport
+from adrun.records.store import cluster_key, open_records
 from adrun.spec import load_spec
 from adrun.strategies import BUILDERS
 from tests.conftest import REPO, SCRIPTS, AdrunResult, run_adrun

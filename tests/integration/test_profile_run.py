@@ -1,4 +1,4 @@
-"""The profiling run (adrun/profile_run.py): what one process measures in a few steps, and that it
+"""The profiling run (adrun/profile/run.py): what one process measures in a few steps, and that it
 leaves nothing the real run could find. Each test is one short profiling process of
 tests/scripts/profile_model.py (a few seconds, mostly `import tensorflow`)."""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from adrun.errors import UserError
-from adrun.launch.teardown import leftover_processes
-from adrun.profile_run import profile_model
+from adrun.launch.job.teardown import leftover_processes
+from adrun.profile.run import profile_model
 from tests.conftest import SCRIPTS
 
 pytestmark = pytest.mark.integration

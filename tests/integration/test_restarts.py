@@ -18,8 +18,8 @@ import numpy as np
 import psutil
 import pytest
 
-from adrun.launch.report import JobReport
-from adrun.launch.teardown import leftover_processes
+from adrun.launch.job.report import JobReport
+from adrun.launch.job.teardown import leftover_processes
 from tests.conftest import REPO, SCRIPTS, run_adrun
 from tests.integration.test_failures import flat, live  # noqa: F401  (live is a fixture)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from adrun.launch.teardown import leftover_processes
+from adrun.launch.job.teardown import leftover_processes
 from tests.conftest import SCRIPTS, run_adrun
 
 pytestmark = pytest.mark.integration

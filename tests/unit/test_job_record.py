@@ -1,4 +1,4 @@
-"""The record of jobs on this machine (adrun/jobs.py) and reading their logs (adrun/job_logs.py),
+"""The record of jobs on this machine (adrun/jobs/registry.py) and reading their logs (adrun/jobs/logs.py),
 without starting a job: the launcher is this test process, or a process that has ended."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from adrun import jobs
+from adrun.jobs import registry as jobs
 from adrun.errors import UserError
-from adrun.job_control import LostJob, stop_job
-from adrun.job_logs import show_logs
-from adrun.jobs import JobRecord, LauncherRecord, check_job_id, new_record, open_jobs
+from adrun.jobs.control import LostJob, stop_job
+from adrun.jobs.logs import show_logs
+from adrun.jobs.registry import JobRecord, LauncherRecord, check_job_id, new_record, open_jobs
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -12,13 +12,13 @@ import paramiko
 import pytest
 from rich.console import Console
 
-from adrun.launch import probe
-from adrun.launch.transfer import probe_command
-from adrun.launch.check_report import CHECKS, CheckReport, CheckResult, NodeReport, PairBandwidth, render
-from adrun.launch.check_rules import (MAX_CLOCK_SKEW, judge_bandwidth, judge_clock, judge_cpus, judge_disk,
+from adrun.launch.nodes import probe
+from adrun.launch.nodes.transfer import probe_command
+from adrun.launch.check.report import CHECKS, CheckReport, CheckResult, NodeReport, PairBandwidth, render
+from adrun.launch.check.rules import (MAX_CLOCK_SKEW, judge_bandwidth, judge_clock, judge_cpus, judge_disk,
                                       judge_gpus, judge_memory, judge_ports, judge_python, judge_script,
                                       judge_versions, version_diff)
-from adrun.launch.ssh import explain_failure
+from adrun.launch.nodes.ssh import explain_failure
 from adrun.spec import Node
 
 HERE = {"python": "3.11.7", "tensorflow": "2.21.0", "adrun": "0.1.0", "executable": "/venv/bin/python"}

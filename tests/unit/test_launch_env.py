@@ -10,7 +10,7 @@ import pytest
 
 from adrun.errors import UserError
 from adrun.launch.env import MAX_STEPS_VAR, gpu_visibility, max_steps, remote_task_env, task_env
-from adrun.launch.tasks import Task
+from adrun.launch.job.tasks import Task
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from adrun.launch.metrics import Throughput, parse_metric_line
+from adrun.launch.job.metrics import Throughput, parse_metric_line
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 import pytest
 
 from adrun.errors import UserError
-from adrun.launch.job import plan_job
-from adrun.launch.ports import allocate_ports
-from adrun.launch.tasks import Task, cluster_def, plan_tasks
+from adrun.launch.job.plan import plan_job
+from adrun.launch.job.ports import allocate_ports
+from adrun.launch.job.tasks import Task, cluster_def, plan_tasks
 from adrun.spec import ClusterSpec
 
 pytestmark = pytest.mark.timeout(30)

@@ -13,8 +13,8 @@ import uuid
 import psutil
 import pytest
 
-from adrun.launch.local import LocalProcess
-from adrun.launch.teardown import kill_leftovers, leftover_processes
+from adrun.launch.job.local import LocalProcess
+from adrun.launch.job.teardown import kill_leftovers, leftover_processes
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -23,9 +23,9 @@ LAUNCHER = """
 import json, os, sys
 from pathlib import Path
 sys.path[:] = json.loads(sys.argv[1])
-from adrun.launch.job import TaskLaunch
-from adrun.launch.supervisor import supervise
-from adrun.launch.tasks import Task
+from adrun.launch.job.plan import TaskLaunch
+from adrun.launch.job.supervisor import supervise
+from adrun.launch.job.tasks import Task
 
 job_id = sys.argv[2]
 sleep = [sys.executable, "-c", "import time; time.sleep(600)"]

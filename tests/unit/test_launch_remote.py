@@ -16,10 +16,10 @@ import psutil
 import pytest
 
 from adrun.errors import UserError
-from adrun.launch import provision, remote, remote_agent
+from adrun.launch.job import provision, remote, remote_agent
 from adrun.launch.env import forwarded_env, remote_task_env
-from adrun.launch.remote import AGENT_SOURCE, Hearing, RemoteProcess, agent_command
-from adrun.launch.tasks import Task
+from adrun.launch.job.remote import AGENT_SOURCE, Hearing, RemoteProcess, agent_command
+from adrun.launch.job.tasks import Task
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -15,12 +15,12 @@ import pytest
 
 from adrun.errors import UserError
 from adrun.launch.env import task_env
-from adrun.launch.job import TaskLaunch
-from adrun.launch.report import job_report
-from adrun.launch.restarts import PLAN_MISMATCH_EXIT_CODE, judge, run_attempts
-from adrun.launch.supervisor import STALL_EXIT_CODE, Failure, supervise
-from adrun.launch.tasks import Task
-from adrun.launch.teardown import kill_leftovers, leftover_processes
+from adrun.launch.job.plan import TaskLaunch
+from adrun.launch.job.report import job_report
+from adrun.launch.job.restarts import PLAN_MISMATCH_EXIT_CODE, judge, run_attempts
+from adrun.launch.job.supervisor import STALL_EXIT_CODE, Failure, supervise
+from adrun.launch.job.tasks import Task
+from adrun.launch.job.teardown import kill_leftovers, leftover_processes
 
 pytestmark = pytest.mark.timeout(90)
 

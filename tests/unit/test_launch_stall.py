@@ -10,10 +10,10 @@ import uuid
 import pytest
 
 from adrun.launch.env import task_env
-from adrun.launch.job import TaskLaunch
-from adrun.launch.supervisor import supervise
-from adrun.launch.tasks import Task
-from adrun.launch.teardown import kill_leftovers
+from adrun.launch.job.plan import TaskLaunch
+from adrun.launch.job.supervisor import supervise
+from adrun.launch.job.tasks import Task
+from adrun.launch.job.teardown import kill_leftovers
 
 pytestmark = pytest.mark.timeout(60)
 

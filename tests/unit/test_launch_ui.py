@@ -10,11 +10,11 @@ import pytest
 
 from adrun import ui
 from adrun.launch.env import task_env
-from adrun.launch.job import TaskLaunch
-from adrun.launch.metrics import Throughput
-from adrun.launch.supervisor import Failure, JobResult, TaskOutcome, supervise
-from adrun.launch.tasks import Task
-from adrun.launch.teardown import kill_leftovers
+from adrun.launch.job.plan import TaskLaunch
+from adrun.launch.job.metrics import Throughput
+from adrun.launch.job.supervisor import Failure, JobResult, TaskOutcome, supervise
+from adrun.launch.job.tasks import Task
+from adrun.launch.job.teardown import kill_leftovers
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from adrun.errors import UserError
-from adrun.launch import network_facts as network_facts_module
-from adrun.launch.network_facts import MAX_ALL_PAIRS, network_facts
-from adrun.launch.transfer import Transfer
+from adrun.launch.nodes import network_facts as network_facts_module
+from adrun.launch.nodes.network_facts import MAX_ALL_PAIRS, network_facts
+from adrun.launch.nodes.transfer import Transfer
 from adrun.spec import ClusterSpec, load_spec, spec_to_yaml
 
 TWO_NODES = """\

@@ -9,8 +9,8 @@ import pytest
 from rich.console import Console
 
 from adrun.graph_item import GraphItem, VariableInfo
-from adrun.launch.report import JobReport, TaskReport
-from adrun.profile_report import (
+from adrun.launch.job.report import JobReport, TaskReport
+from adrun.profile.report import (
     Candidate,
     FitSection,
     ProfileReport,
@@ -21,11 +21,11 @@ from adrun.profile_report import (
     same_plan,
     trials_section,
 )
-from adrun.profile_view import BAR_WIDTH, MAX_VARIABLE_ROWS, _bar, render
+from adrun.profile.view import BAR_WIDTH, MAX_VARIABLE_ROWS, _bar, render
 from adrun.spec import ClusterSpec, Node
 from adrun.strategies import build_strategy
 from adrun.strategies.facts import HostLink, Link, ModelProfile, NetworkFacts, NodeBytes, Prediction, RowsTouched
-from adrun.trials import trial_result
+from adrun.profile.trials import trial_result
 
 TWO_HOSTS = ClusterSpec(version=1, nodes=[Node(address="10.0.0.1", chief=True, workers=2, ps=1),
                                           Node(address="10.0.0.2", workers=2, ps=1)])

@@ -1,4 +1,4 @@
-"""A finished run's JobReport as a TrialRecord (adrun/recording.py): the conversions the fit relies on."""
+"""A finished run's JobReport as a TrialRecord (adrun/records/recording.py): the conversions the fit relies on."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from adrun.launch.report import JobReport, NodeTraffic, TaskReport
-from adrun.records import cluster_key, open_records
-from adrun.recording import record_run, trial_from_report, workload_name
+from adrun.launch.job.report import JobReport, NodeTraffic, TaskReport
+from adrun.records.store import cluster_key, open_records
+from adrun.records.recording import record_run, trial_from_report, workload_name
 from adrun.spec import ClusterSpec, Node
 from adrun.strategies import build_strategy
 from adrun.strategies.facts import NodeBytes

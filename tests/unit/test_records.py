@@ -1,4 +1,4 @@
-"""The records database (adrun/records.py): round trips, keys, refusals of files it cannot use."""
+"""The records database (adrun/records/store.py): round trips, keys, refusals of files it cannot use."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from adrun.errors import UserError
 from adrun.graph_item import GraphItem, VariableInfo
-from adrun.records import RECORDS_ENV, SCHEMA_VERSION, cluster_key, open_records, records_path
+from adrun.records.store import RECORDS_ENV, SCHEMA_VERSION, cluster_key, open_records, records_path
 from adrun.spec import ClusterSpec, Node
 from adrun.strategies import build_strategy
 from adrun.strategies.facts import HostLink, Link, ModelProfile, NetworkFacts, NodeBytes, RowsTouched, TrialRecord

@@ -1,4 +1,4 @@
-"""TensorFlow's start-up noise (adrun.launch.tf_noise) on stderr captured from real TF 2.21 runs
+"""TensorFlow's start-up noise (adrun.launch.job.tf_noise) on stderr captured from real TF 2.21 runs
 on this kind of machine (tests/unit/tf_stderr/): what is folded, what is kept, how many."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from adrun.launch.tf_noise import PATTERNS, NoiseFilter
+from adrun.launch.job.tf_noise import PATTERNS, NoiseFilter
 
 CAPTURED = Path(__file__).parent / "tf_stderr"
 

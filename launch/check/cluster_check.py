@@ -25,8 +25,8 @@ import paramiko
 
 from adrun.errors import UserError
 
-from .check_report import CHECKS, CheckReport, CheckResult, NodeReport, PairBandwidth
-from .check_rules import (
+from .report import CHECKS, CheckReport, CheckResult, NodeReport, PairBandwidth
+from .rules import (
     judge_bandwidth,
     judge_clock,
     judge_cpus,
@@ -40,10 +40,10 @@ from .check_rules import (
     passed,
     skipped,
 )
-from .local import is_local_host
-from .node_shell import LocalShell, NodeShell, SSHShell
-from .ssh import explain_failure, open_connection
-from .transfer import PROBE_SOURCE, Endpoint, TransferError, measure_transfer, node_python, parse_probe, probe_command
+from ..job.local import is_local_host
+from ..nodes.shell import LocalShell, NodeShell, SSHShell
+from ..nodes.ssh import explain_failure, open_connection
+from ..nodes.transfer import PROBE_SOURCE, Endpoint, TransferError, measure_transfer, node_python, parse_probe, probe_command
 
 FACTS_TIMEOUT = 120.0  # importing TensorFlow on a busy node takes a while
 CLOCK_TIMEOUT = 10.0

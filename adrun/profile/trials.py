@@ -14,10 +14,10 @@ from pathlib import Path
 
 from adrun.errors import UserError
 from adrun.launch.env import MAX_STEPS_VAR
-from adrun.launch.report import JobReport, job_report
-from adrun.launch.restarts import run_job
-from adrun.launch.supervisor import JobConfig
-from adrun.profile_report import TrialResult
+from adrun.launch.job.report import JobReport, job_report
+from adrun.launch.job.restarts import run_job
+from adrun.launch.job.supervisor import JobConfig
+from adrun.profile.report import TrialResult
 from adrun.strategies.document import Strategy, dump_strategy
 
 

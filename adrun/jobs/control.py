@@ -16,9 +16,9 @@ import time
 import psutil
 
 from adrun.errors import UserError
-from adrun.jobs import JobRecord, JobStore
-from adrun.launch.local import is_local_host
-from adrun.launch.teardown import kill_leftovers
+from adrun.jobs.registry import JobRecord, JobStore
+from adrun.launch.job.local import is_local_host
+from adrun.launch.job.teardown import kill_leftovers
 
 STOP_WAIT_S = 60.0  # teardown takes the tasks' grace (5 s), SIGKILL (2 s) and each node's sweep (<= 20 s)
 _POLL_S = 0.1

@@ -5,7 +5,7 @@ stopped. Any task ending otherwise while the job runs (a non-zero exit, a signal
 at all) fails the job, and the first such task is its root cause; so does a stalled worker under
 `on_stall="fail"`. Ctrl-C or SIGTERM to the launcher interrupts the job. In every case all tasks
 are stopped the same way before returning, and no process of the job is left alive. This is one
-attempt of a job: whether a failed attempt is started again is `adrun.launch.restarts`' decision.
+attempt of a job: whether a failed attempt is started again is `adrun.launch.job.restarts`' decision.
 
 The supervisor decides and records; it shows nothing itself. Everything the user sees goes
 through a `JobListener`, which `adrun.ui` implements, all calls made from the supervising thread.
@@ -26,7 +26,7 @@ from typing import IO, Any, Literal, Protocol, TextIO
 
 from adrun.errors import UserError
 
-from .job import TaskLaunch, plan_job
+from .plan import TaskLaunch, plan_job
 from .local import LocalProcess
 from .metrics import Throughput, parse_metric_line
 from .provision import RemoteNodes, local_traffic
@@ -189,7 +189,7 @@ def supervise(
     TensorFlow's start-up noise (`tf_noise`) reaches it only with `show_tf_noise`, else as a count;
     `log_dir` gets one `<tag>.log` per task with every line of both streams (a later `attempt`
     appends to it). When this returns, no process whose environment carries `ADRUN_JOB_ID=job_id`
-    is alive. Must run in the thread that should own the tasks (see `adrun.launch.local`); in the
+    is alive. Must run in the thread that should own the tasks (see `adrun.launch.job.local`); in the
     main thread it also handles SIGINT/SIGTERM as an interrupt. Remote tasks (`task.remote`) start
     through `remote`, whose nodes are swept for the job's leftovers too. A worker without a new
     step for `stall_timeout_s` (None: never), counted from the first training step of any worker

@@ -16,7 +16,7 @@ from typing import Any
 import adrun
 from adrun.errors import UserError
 
-from .env import gpu_visibility, remote_task_env, task_env
+from ..env import gpu_visibility, remote_task_env, task_env
 from .local import is_local_host, ps_argv, worker_argv
 from .ports import allocate_ports
 from .tasks import Task, cluster_def, placements
@@ -59,7 +59,7 @@ def plan_job(
     """Launches for every task of `spec` in run mode, for attempt `restart_count` of the job.
 
     Ports of this machine's nodes are reserved here; `remote_ports[address]` holds those a
-    remote node's probe chose (`adrun.launch.provision`). A remote node without them is refused:
+    remote node's probe chose (`adrun.launch.job.provision`). A remote node without them is refused:
     its tasks could only be started blind.
     """
     here = [is_local_host(node.address) for node in spec.nodes]

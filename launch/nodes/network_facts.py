@@ -3,7 +3,7 @@
 Given (the spec's `network` field): every path gets the spec's figures, source "spec", and
 nothing is measured.
 
-Measured, with the probe transfers `cluster check` uses (launch/transfer.py), one at a time so
+Measured, with the probe transfers `cluster check` uses (launch/nodes/transfer.py), one at a time so
 that no two share a link or a CPU:
 - `local`: the chief node's loopback (a one-machine cluster is modelled on what it really has);
 - every ordered pair of distinct nodes, each direction on its own (links may be asymmetric). A
@@ -12,7 +12,7 @@ that no two share a link or a CPU:
   measured links.
 Each transfer times PINGS one-byte round trips on its connection (latency: half the median round
 trip) and then streams at most TRANSFER_BYTES for at most STREAM_S seconds (bandwidth: bytes over
-the time to the receiver's acknowledgement). Each process is bounded by launch/transfer.py's
+the time to the receiver's acknowledgement). Each process is bounded by launch/nodes/transfer.py's
 timeouts and ends by itself; nothing is left running.
 """
 
@@ -26,8 +26,8 @@ from adrun.errors import UserError
 from adrun.spec import ClusterSpec
 from adrun.strategies.facts import HostLink, Link, NetworkFacts
 
-from .local import is_local_host
-from .node_shell import LocalShell, SSHShell
+from ..job.local import is_local_host
+from .shell import LocalShell, SSHShell
 from .transfer import Endpoint, Transfer, TransferError, measure_transfer, node_python
 
 PINGS = 20

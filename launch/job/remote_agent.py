@@ -162,7 +162,7 @@ def run() -> int:
 def job_pids(job_id: str) -> list[int]:
     """Live (non-zombie) processes whose environment holds ADRUN_JOB_ID=job_id, except this one.
 
-    Also used on the launching machine (`adrun.launch.teardown`), so both sides find a job's
+    Also used on the launching machine (`adrun.launch.job.teardown`), so both sides find a job's
     processes the same way: by environment, never by name.
     """
     needle = b"ADRUN_JOB_ID=" + job_id.encode()

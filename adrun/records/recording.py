@@ -11,8 +11,8 @@ import shlex
 from datetime import datetime, timezone
 from pathlib import Path
 
-from adrun.launch.report import JobReport
-from adrun.records import Records, cluster_key
+from adrun.launch.job.report import JobReport
+from adrun.records.store import Records, cluster_key
 from adrun.spec import ClusterSpec
 from adrun.strategies.document import Strategy
 from adrun.strategies.facts import ModelProfile, NetworkFacts, NodeBytes, TrialRecord

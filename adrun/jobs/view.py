@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from adrun.jobs import JobRecord, JobState
+from adrun.jobs.registry import JobRecord, JobState
 
 _STATE_STYLES: dict[JobState, str] = {
     "running": "bold cyan", "succeeded": "green", "failed": "red", "stopped": "yellow", "interrupted": "yellow",

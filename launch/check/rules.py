@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .check_report import CheckResult
+from .report import CheckResult
 
 MEMORY_PER_PROCESS = 512 << 20  # a TF 2.x process with a small graph; less usually means OOM kills
 MIN_DISK_FREE = 1 << 30  # logs, checkpoints and the strategy file

@@ -16,7 +16,7 @@ from typing import Literal
 from adrun import ui
 from adrun.auto_plan import AutoPlan, plan_automatically
 from adrun.errors import UserError
-from adrun.profile_report import (
+from adrun.profile.report import (
     Candidate,
     FitSection,
     ProfileReport,
@@ -26,13 +26,13 @@ from adrun.profile_report import (
     same_plan,
     trials_section,
 )
-from adrun.recording import trial_from_report, workload_name
-from adrun.records import Records
+from adrun.records.recording import trial_from_report, workload_name
+from adrun.records.store import Records
 from adrun.strategies import BUILDERS, build_strategy
 from adrun.strategies.auto import AutoOptions
 from adrun.strategies.document import Strategy
 from adrun.strategies.facts import Prediction, TrialRecord
-from adrun.trials import run_trial
+from adrun.profile.trials import run_trial
 
 TrialCount = int | Literal["all"]
 

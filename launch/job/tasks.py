@@ -45,7 +45,7 @@ def placements(spec: Any, ports: Sequence[Sequence[int]]) -> list[tuple[Task, An
     """Every task of `spec` with the node it runs on: workers (chief node first), then PS tasks.
 
     `ports[i]` holds the ports of `spec.nodes[i]`: its workers' ports first, then its PS ports
-    (see `adrun.launch.ports.allocate_ports`). The node is returned alongside so callers can read
+    (see `adrun.launch.job.ports.allocate_ports`). The node is returned alongside so callers can read
     per-node settings (python, env) even when two nodes share an address.
     """
     nodes = list(spec.nodes)

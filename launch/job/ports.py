@@ -24,7 +24,7 @@ def allocate_ports(spec: Any, here: Sequence[bool] | None = None) -> list[list[i
     A node with `base_port` gets `base_port, base_port+1, ...`, each checked to be free; other
     nodes get ports the kernel reports free. Fixed ranges are claimed first so a kernel-chosen
     port can never land in one of them. `here[i]` False skips node i (an empty list): its ports
-    are another machine's, probed there (`adrun.launch.provision`).
+    are another machine's, probed there (`adrun.launch.job.provision`).
     """
     nodes = list(spec.nodes)
     include = list(here) if here is not None else [True] * len(nodes)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from adrun.errors import UserError
-from adrun.jobs import JobRecord
+from adrun.jobs.registry import JobRecord
 
 _TASK_LOG = re.compile(r"(w|ps)(\d+)\.log")
 _FOLLOW_POLL_S = 0.25

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .profile_report import Candidate, ProfileReport, TrialsSection
+from .report import Candidate, ProfileReport, TrialsSection
 
 MAX_VARIABLE_ROWS = 12  # the rest is summed in one row; --json has them all
 BAR_WIDTH = 10

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from . import probe
-from .node_shell import NodeShell
+from .shell import NodeShell
 
 PROBE_SOURCE = Path(probe.__file__).read_text()
 TRANSFER_TIMEOUT = 20.0
@@ -27,7 +27,7 @@ _BIND_ATTEMPTS = 3
 
 
 def node_python(node: Any) -> str:
-    """The interpreter the launcher starts tasks with (the same default as launch/job.py)."""
+    """The interpreter the launcher starts tasks with (the same default as launch/job/plan.py)."""
     return node.python or sys.executable
 
 

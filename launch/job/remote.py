@@ -30,8 +30,8 @@ from fabric import Connection
 from adrun.errors import UserError
 
 from . import remote_agent
-from .node_shell import SSHShell
-from .ssh import explain_failure, open_connection
+from ..nodes.shell import SSHShell
+from ..nodes.ssh import explain_failure, open_connection
 
 AGENT_SOURCE = Path(remote_agent.__file__).read_text()
 HELPER_TIMEOUT = 60.0

@@ -1,6 +1,6 @@
 """What `adrun profile` found, as one typed document: the model, the cluster, every strategy's
 prediction (and, with trials, its measurement), the fit behind the predictions, and the plan
-recommended. `--json` prints this object; the terminal report (`adrun.profile_view`) renders it.
+recommended. `--json` prints this object; the terminal report (`adrun.profile.view`) renders it.
 
 The sections are built here from the typed facts (`adrun.strategies.facts`), so the JSON and the
 terminal show the same numbers. No TensorFlow, no launching: pure data.

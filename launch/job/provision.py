@@ -26,7 +26,7 @@ import psutil
 
 from adrun.errors import UserError
 
-from .job import TaskLaunch, remote_workdir
+from .plan import TaskLaunch, remote_workdir
 from .local import is_local_host
 from .remote import NodeLink, RemoteProcess
 

@@ -1,7 +1,7 @@
 """What a profiling process hands back to the launcher: the graph and the raw measurements.
 
 The hook writes this file (`adrun/runtime/profiler.py`) and the launcher turns it into a
-`ModelProfile` or a UserError (`adrun/profile_run.py`): the process only records what happened, the
+`ModelProfile` or a UserError (`adrun/profile/run.py`): the process only records what happened, the
 launcher judges whether it is enough, so every refusal is worded in one place.
 """
 

@@ -1,0 +1,1 @@
+"""`adrun profile`: the profiling run, its samples, trial runs, and the report."""

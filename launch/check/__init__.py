@@ -1,0 +1,1 @@
+"""`adrun cluster check`: probe every node of a spec and judge what it reports."""

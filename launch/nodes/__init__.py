@@ -1,0 +1,1 @@
+"""Reaching a node: SSH, a shell on it, the probe program, and measured transfers between nodes."""
