@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -53,15 +53,15 @@ def run_in_hook_mode(
     failed: str,
     too_slow: str,
     timeout_s: float = CAPTURE_TIMEOUT_S,
-    settings: Mapping[str, str] | None = None,
+    profile_steps: tuple[int, int] = (0, 0),
     python: str = sys.executable,
 ) -> Found:
     """Run `script` as worker 0 of `num_workers` with ADRUN_MODE=`mode` and return `read` of the
     file the hook wrote (ADRUN_CAPTURE_OUT). `failed` says what a failing script failed at (before
     its exit code and stderr), `too_slow` what it did not do within `timeout_s`.
 
-    `settings` are further ADRUN_* variables for the hook; ADRUN_SCRATCH_DIR is set to an empty
-    directory deleted afterwards, with the output file. Raises UserError when the script fails, is
+    `profile_steps` are profile mode's warm-up and timed training steps; the script's scratch
+    directory (ADRUN_SCRATCH_DIR) is an empty one deleted afterwards, with the output file. Raises UserError when the script fails, is
     refused by adrun's hook, times out, or ends without a Session (not graph mode). The process is
     stopped with its whole process group in any case.
     """
@@ -69,10 +69,11 @@ def run_in_hook_mode(
         out = Path(tmp) / "found.json"
         scratch = Path(tmp) / "scratch"
         scratch.mkdir()
+        warmup, steps = profile_steps
         env = task_env(
-            Task("worker", 0, "localhost", 0), job_id, num_workers, {}, mode, None, str(HOOK_DIR), os.environ
+            Task("worker", 0, "localhost", 0), job_id, num_workers, {}, mode, None, str(HOOK_DIR), os.environ,
+            capture_out=str(out), scratch_dir=str(scratch), profile_warmup=warmup, profile_steps=steps,
         )
-        env.update(settings or {}, ADRUN_CAPTURE_OUT=str(out), ADRUN_SCRATCH_DIR=str(scratch))
         process = LocalProcess(worker_argv(python, script, script_args), cwd=Path.cwd(), env=env)
         try:
             _, stderr = process.communicate(timeout=timeout_s)

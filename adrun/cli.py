@@ -21,6 +21,7 @@ from typing import Any
 import click
 
 from adrun import __version__
+from adrun.env_vars import Settings
 from adrun.errors import UserError
 
 DEFAULT_STRATEGY = "PSLoadBalancing"
@@ -224,17 +225,14 @@ def run(spec_path, strategy, strategy_opts, quiet, verbose, log_dir, dry_run, sh
         measure_network, script, script_args) -> None:
     """Run SCRIPT with ARGS on every worker of the cluster."""
     from adrun.jobs.registry import LauncherRecord, check_job_id, new_record
-    from adrun.launch.env import MAX_STEPS_VAR
-    from adrun.launch.env import max_steps as max_steps_setting
+    from adrun.launch.env import job_settings
     from adrun.launch.job.provision import RemoteNodes
 
     spec = _load_cluster(spec_path)
     script_path = _existing_script(script)
     options = _parse_options(strategy_opts)
     job_id = check_job_id(job_id) if job_id is not None else _new_job_id()
-    if max_steps is not None:
-        os.environ[MAX_STEPS_VAR] = str(max_steps)  # an ADRUN_* setting: passes through to every task
-    max_steps_setting(os.environ)  # refuse a bad ADRUN_MAX_STEPS before anything starts
+    settings = job_settings(os.environ, shard_data=shard_data, max_steps=max_steps)  # refuses a bad ADRUN_* one
     recorded = None if dry_run else LauncherRecord(new_record(
         job_id, shlex.join(["adrun", *sys.argv[1:]]), spec=Path(spec_path) if spec_path else None,
         script=script_path, nodes=[node.address for node in spec.nodes], log_dir=Path(log_dir) if log_dir else None))
@@ -245,7 +243,7 @@ def run(spec_path, strategy, strategy_opts, quiet, verbose, log_dir, dry_run, sh
             remote.connect()
             remote.preflight(script_path, sync_code)
         result = _run_planned(spec, remote, strategy, options, script_path, list(script_args), job_id,
-                              quiet=quiet, verbose=verbose, log_dir=log_dir, dry_run=dry_run, shard_data=shard_data,
+                              quiet=quiet, verbose=verbose, log_dir=log_dir, dry_run=dry_run, settings=settings,
                               stall_timeout=stall_timeout or None, result_json=Path(result_json) if result_json else None,
                               records=records, measure_network=measure_network, on_stall=on_stall,
                               max_restarts=max_restarts, restart_backoff=restart_backoff,
@@ -258,7 +256,7 @@ def run(spec_path, strategy, strategy_opts, quiet, verbose, log_dir, dry_run, sh
 
 
 def _run_planned(spec, remote, strategy: str, options: dict[str, str], script_path: Path, script_args: list[str],
-                 job_id: str, *, quiet: bool, verbose: bool, log_dir: str | None, dry_run: bool, shard_data: bool,
+                 job_id: str, *, quiet: bool, verbose: bool, log_dir: str | None, dry_run: bool, settings: Settings,
                  stall_timeout: float | None, result_json: Path | None, records, measure_network: bool,
                  on_stall: str, max_restarts: int, restart_backoff: float,
                  on_attempt: Callable[[int], None] | None = None):
@@ -282,8 +280,6 @@ def _run_planned(spec, remote, strategy: str, options: dict[str, str], script_pa
     if dry_run:
         ui.print_status(f"dry run: strategy written to {strategy_file}; nothing started")
         return None
-    if shard_data:
-        os.environ["ADRUN_SHARD_DATA"] = "1"  # an ADRUN_* setting: passes through to every task
     result = run_job(
         JobConfig(
             job_id=job_id,
@@ -299,6 +295,7 @@ def _run_planned(spec, remote, strategy: str, options: dict[str, str], script_pa
             max_restarts=max_restarts,
             restart_backoff_s=restart_backoff,
             on_attempt=on_attempt,
+            settings=settings,
         ),
         remote,
     )

@@ -39,6 +39,10 @@ def _chain_to_next_sitecustomize() -> None:
 
 _chain_to_next_sitecustomize()
 
+# The one variable read here, by its literal name: importing `adrun.env_vars` (where the name is
+# defined, MODE_VAR) would load adrun into every process that has this directory on its path, even
+# when it stays inert. Everything else the runtime is told it reads once, when TensorFlow is
+# imported (`adrun.runtime.context`).
 if os.environ.get("ADRUN_MODE"):
     from adrun.runtime.import_hook import install_after_tensorflow_import
 

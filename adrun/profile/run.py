@@ -64,7 +64,7 @@ def profile_model(
         failed="failed while adrun profiled it",
         too_slow=f"did not run {warmup + steps} training steps within {PROFILE_TIMEOUT_S} s while adrun profiled it",
         timeout_s=PROFILE_TIMEOUT_S,
-        settings={"ADRUN_PROFILE_STEPS": str(steps), "ADRUN_PROFILE_WARMUP": str(warmup)},
+        profile_steps=(warmup, steps),
         python=python,
     )
     require_training_op(script, samples.graph)

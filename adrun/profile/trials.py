@@ -8,12 +8,10 @@ interrupt (Ctrl-C) ends the whole profile, since the user asked to stop.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from adrun.errors import UserError
-from adrun.launch.env import MAX_STEPS_VAR
+from adrun.launch.env import job_settings
 from adrun.launch.job.report import JobReport, job_report
 from adrun.launch.job.restarts import run_job
 from adrun.launch.job.supervisor import JobConfig
@@ -29,11 +27,11 @@ def run_trial(spec, remote, script: Path, script_args: list[str], plan: Strategy
     job_dir.mkdir(parents=True, exist_ok=True)
     strategy_file = job_dir / "strategy.yml"
     dump_strategy(plan, strategy_file)
+    settings = job_settings(os.environ, max_steps=steps)  # a bad ADRUN_* setting is the profile's error
     config = JobConfig(job_id=job_id, spec=spec, script=script, script_args=script_args, strategy_file=strategy_file,
-                       quiet=True)
+                       quiet=True, settings=settings)
     try:
-        with _step_bound(steps):
-            result = run_job(config, remote)
+        result = run_job(config, remote)
     except UserError as e:
         return TrialResult(job_id=job_id, succeeded=False, steps=0, root_cause=str(e)), None
     if result.interrupted:
@@ -58,16 +56,3 @@ def trial_result(report: JobReport) -> TrialResult:
         root_cause=root_cause, root_cause_stderr=report.root_cause_stderr,
     )
 
-
-@contextmanager
-def _step_bound(steps: int) -> Iterator[None]:
-    """`ADRUN_MAX_STEPS` for the jobs started meanwhile (an ADRUN_* setting reaches every task)."""
-    before = os.environ.get(MAX_STEPS_VAR)
-    os.environ[MAX_STEPS_VAR] = str(steps)
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ[MAX_STEPS_VAR]
-        else:
-            os.environ[MAX_STEPS_VAR] = before

@@ -1,11 +1,21 @@
-"""Who this process is, read once from adrun's env contract (see docs/architecture.md)."""
+"""Who this process is and what it is told, read once from adrun's env contract (see
+docs/architecture.md). The only place the runtime reads an ADRUN_* variable: the names and the
+parsing are `adrun.env_vars`, the ones the launcher writes with."""
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import cached_property
+
+from adrun.env_vars import (
+    CAPTURE_OUT_VAR, CLUSTER_VAR, JOB_ID_VAR, MODE_VAR, MODES, NUM_WORKERS_VAR, PROFILE_STEPS_VAR,
+    PROFILE_WARMUP_VAR, ROLE_VAR, ROLES, SCRATCH_DIR_VAR, STRATEGY_FILE_VAR, TASK_INDEX_VAR, Settings, choice,
+    whole_number,
+)
+from adrun.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -21,6 +31,7 @@ class TaskContext:
     profile_warmup: int = 0  # profile mode: training steps before the timed ones
     profile_steps: int = 0  # profile mode: measured training steps after the warm-up
     scratch_dir: str | None = None  # profile mode: where the script's checkpoint and summary writes go
+    settings: Settings = field(default_factory=Settings)  # the job's settings (shard data, step bound, timeouts)
 
     @property
     def is_chief(self) -> bool:
@@ -37,7 +48,7 @@ class TaskContext:
         from adrun.strategies.document import load_strategy
 
         if not self.strategy_file:
-            raise RuntimeError("adrun: ADRUN_STRATEGY_FILE is not set for a run-mode process")
+            raise RuntimeError(f"adrun: {STRATEGY_FILE_VAR} is not set for a run-mode process")
         return load_strategy(self.strategy_file)
 
     @cached_property
@@ -47,21 +58,38 @@ class TaskContext:
         return PlanIndex(self.strategy)
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> TaskContext:
-        env = dict(os.environ) if env is None else env
+    def from_env(cls, env: Mapping[str, str] | None = None) -> TaskContext:
+        """The context `env` (default: this process's environment) describes; a bad value is a
+        UserError naming its variable. ADRUN_MODE must be set: without it adrun's hook is inert."""
+        env = os.environ if env is None else env
+        if not env.get(MODE_VAR):
+            raise UserError(f"{MODE_VAR} is not set: this process was not started by adrun")
         return cls(
-            mode=env["ADRUN_MODE"],
-            role=env.get("ADRUN_ROLE", "worker"),
-            task_index=int(env.get("ADRUN_TASK_INDEX", "0")),
-            num_workers=int(env.get("ADRUN_NUM_WORKERS", "1")),
-            job_id=env.get("ADRUN_JOB_ID", ""),
-            cluster=json.loads(env.get("ADRUN_CLUSTER", "{}")),
-            strategy_file=env.get("ADRUN_STRATEGY_FILE"),
-            capture_out=env.get("ADRUN_CAPTURE_OUT"),
-            profile_warmup=int(env.get("ADRUN_PROFILE_WARMUP", "0")),
-            profile_steps=int(env.get("ADRUN_PROFILE_STEPS", "0")),
-            scratch_dir=env.get("ADRUN_SCRATCH_DIR"),
+            mode=choice(env, MODE_VAR, "", MODES),
+            role=choice(env, ROLE_VAR, "worker", ROLES),
+            task_index=whole_number(env, TASK_INDEX_VAR, 0, 0, "tasks"),
+            num_workers=whole_number(env, NUM_WORKERS_VAR, 1, 1, "workers"),
+            job_id=env.get(JOB_ID_VAR, ""),
+            cluster=_cluster(env.get(CLUSTER_VAR, "").strip() or "{}"),
+            strategy_file=env.get(STRATEGY_FILE_VAR) or None,
+            capture_out=env.get(CAPTURE_OUT_VAR) or None,
+            profile_warmup=whole_number(env, PROFILE_WARMUP_VAR, 0, 0, "training steps"),
+            profile_steps=whole_number(env, PROFILE_STEPS_VAR, 0, 0, "training steps"),
+            scratch_dir=env.get(SCRATCH_DIR_VAR) or None,
+            settings=Settings.from_env(env),
         )
+
+
+def _cluster(text: str) -> dict[str, list[str]]:
+    """ADRUN_CLUSTER: a JSON object of job name -> list of "host:port" addresses."""
+    try:
+        cluster = json.loads(text)
+    except ValueError:
+        cluster = None
+    if not (isinstance(cluster, dict)
+            and all(isinstance(tasks, list) and all(isinstance(a, str) for a in tasks) for tasks in cluster.values())):
+        raise UserError(f"{CLUSTER_VAR}={text!r}: expected a JSON object of job name to a list of host:port")
+    return cluster
 
 
 _current: TaskContext | None = None

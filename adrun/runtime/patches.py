@@ -105,7 +105,6 @@ def _patch_session(ctx) -> None:
     from adrun.runtime.capture import capture_and_exit, capture_at_exit
     from adrun.runtime.kernels.gradient_sync import PlanMismatchError
     from adrun.runtime.kernels.replication import replication_of
-    from adrun.launch.env import max_steps
     from adrun.runtime.metrics import StepReporter
     from adrun.runtime.pending_sessions import PENDING, SessionKind, session_kind, settle, wait_for_model
     from adrun.runtime.session_setup import (
@@ -159,7 +158,7 @@ def _patch_session(ctx) -> None:
 
     tf_session.Session.__init__ = __init__
 
-    reporter = StepReporter(max_steps(os.environ))
+    reporter = StepReporter(ctx.settings.max_steps)
     original_run = tf_session.BaseSession.run
 
     @functools.wraps(original_run)
@@ -402,10 +401,9 @@ def install() -> None:
     _patch_session(ctx)
     if ctx.mode == "run":
         _patch_partitioning(ctx)
-        shard = os.environ.get("ADRUN_SHARD_DATA") == "1"
         replicas = len(ctx.strategy.replicas_of(ctx.task_index))
-        if shard or replicas > 1:
-            _patch_dataset_iterators(ctx, shard, replicas)
+        if ctx.settings.shard_data or replicas > 1:
+            _patch_dataset_iterators(ctx, ctx.settings.shard_data, replicas)
         if not ctx.is_chief:
             _patch_saver_on_non_chief()
 

@@ -14,7 +14,6 @@ session, no partitioned graphs, no rendezvous for feeds and fetches).
 
 from __future__ import annotations
 
-import os
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from dataclasses import dataclass, field
 import tensorflow as tf
 from tensorflow.python.eager import context as eager_context
 
+from adrun.env_vars import INIT_TIMEOUT_VAR
 from adrun.runtime.capture import describe_graph
 from adrun.runtime.context import TaskContext
 from adrun.runtime.graph_edit import unfinalized
@@ -36,10 +36,6 @@ from adrun.runtime.kernels.replication import replication_of
 from adrun.runtime.kernels.start_sync import build_start_op
 from adrun.strategies.document import describe_variable_changes
 
-INIT_TIMEOUT_S = float(os.environ.get("ADRUN_INIT_TIMEOUT", "600"))
-# No session.run of a worker of a cluster may block longer than this (a dead or wedged peer becomes
-# an error, not a hang); a timeout the script set itself wins.
-OP_TIMEOUT_S = float(os.environ.get("ADRUN_OP_TIMEOUT", "600"))
 _POLL_S = 0.2
 
 
@@ -138,8 +134,11 @@ def session_config(ctx: TaskContext, user_config: tf.compat.v1.ConfigProto | Non
     if ctx.task_index != 0:
         config.device_filters.append("/job:worker/task:0")  # initial values come from the chief
     config.experimental.collective_group_leader = COLLECTIVE_GROUP_LEADER
-    if not config.operation_timeout_in_ms and OP_TIMEOUT_S > 0:
-        config.operation_timeout_in_ms = int(OP_TIMEOUT_S * 1000)
+    # No session.run of a worker of a cluster may block longer than ADRUN_OP_TIMEOUT (a dead or wedged
+    # peer becomes an error, not a hang); a timeout the script set itself wins.
+    op_timeout_s = ctx.settings.op_timeout_s
+    if not config.operation_timeout_in_ms and op_timeout_s > 0:
+        config.operation_timeout_in_ms = int(op_timeout_s * 1000)
     return config
 
 
@@ -196,11 +195,12 @@ def join_job(session: tf.compat.v1.Session, ctx: TaskContext) -> None:
         prepared.setup_ops = []
     if not prepared.ready_checks:
         return
-    deadline = time.monotonic() + INIT_TIMEOUT_S
+    init_timeout_s = ctx.settings.init_timeout_s
+    deadline = time.monotonic() + init_timeout_s
     while not all(session.run(prepared.ready_checks)):
         if time.monotonic() > deadline:
             raise TimeoutError(
                 f"worker {ctx.task_index}: the chief did not initialize the variables within "
-                f"{INIT_TIMEOUT_S:.0f} s (ADRUN_INIT_TIMEOUT)"
+                f"{init_timeout_s:.0f} s ({INIT_TIMEOUT_VAR})"
             )
         time.sleep(_POLL_S)

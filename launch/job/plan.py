@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import adrun
+from adrun.env_vars import Settings
 from adrun.errors import UserError
 
 from ..env import gpu_visibility, remote_task_env, task_env
@@ -55,8 +56,10 @@ def plan_job(
     hook_dir: str | Path = HOOK_DIR,
     base_env: Mapping[str, str] | None = None,
     restart_count: int = 0,
+    settings: Settings | None = None,
 ) -> list[TaskLaunch]:
-    """Launches for every task of `spec` in run mode, for attempt `restart_count` of the job.
+    """Launches for every task of `spec` in run mode, for attempt `restart_count` of the job,
+    each told the job's `settings` (None: those the launcher's environment `base_env` sets).
 
     Ports of this machine's nodes are reserved here; `remote_ports[address]` holds those a
     remote node's probe chose (`adrun.launch.job.provision`). A remote node without them is refused:
@@ -87,7 +90,8 @@ def plan_job(
         argv = worker_argv(python, script, script_args) if task.role == "worker" else ps_argv(python)
         if task.remote:
             env = remote_task_env(task, job_id, num_workers, cluster, str(strategy_file), launcher_env,
-                                  node.ssh.forward_env if node.ssh is not None else [], node_env, restart_count)
+                                  node.ssh.forward_env if node.ssh is not None else [], node_env, restart_count,
+                                  settings=settings)
             launches.append(TaskLaunch(task, argv, env, Path(remote_workdir(node, workdir))))
             continue
         env = task_env(
@@ -101,6 +105,7 @@ def plan_job(
             base_env=launcher_env,
             node_env=node_env,
             restart_count=restart_count,
+            settings=settings,
         )
         launches.append(TaskLaunch(task, argv, env, workdir))
     return launches

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal, Protocol, TextIO
 
+from adrun.env_vars import Settings
 from adrun.errors import UserError
 
 from .plan import TaskLaunch, plan_job
@@ -545,6 +546,7 @@ class JobConfig:
     max_restarts: int = 0
     restart_backoff_s: float = 5.0
     on_attempt: Callable[[int], None] | None = None  # told the number of each attempt as it starts
+    settings: Settings | None = None  # what every task is told (None: the launcher environment's ADRUN_* settings)
 
 
 def run_attempt(config: JobConfig, remote: RemoteNodes, listener: JobListener, attempt: int = 0) -> JobResult:
@@ -555,7 +557,8 @@ def run_attempt(config: JobConfig, remote: RemoteNodes, listener: JobListener, a
     before = remote.prepare_launch(config.strategy_file)
     local_before = local_traffic() if here else None
     launches = plan_job(config.spec, config.script, config.script_args, job_id=config.job_id,
-                        strategy_file=config.strategy_file, remote_ports=remote.ports, restart_count=attempt)
+                        strategy_file=config.strategy_file, remote_ports=remote.ports, restart_count=attempt,
+                        settings=config.settings)
     result = supervise(launches, config.job_id, listener, quiet=config.quiet, log_dir=config.log_dir,
                        remote=remote, stall_timeout_s=config.stall_timeout_s, show_tf_noise=config.show_tf_noise,
                        on_stall=config.on_stall, attempt=attempt)

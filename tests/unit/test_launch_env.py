@@ -9,7 +9,8 @@ import re
 import pytest
 
 from adrun.errors import UserError
-from adrun.launch.env import MAX_STEPS_VAR, gpu_visibility, max_steps, remote_task_env, task_env
+from adrun.env_vars import DEFAULT_TIMEOUT_S, SETTING_VARS, Settings
+from adrun.launch.env import gpu_visibility, job_settings, remote_task_env, task_env
 from adrun.launch.job.tasks import Task
 
 pytestmark = pytest.mark.timeout(10)
@@ -75,16 +76,83 @@ def test_gpu_visibility_gives_each_worker_its_own_gpus_and_hides_them_from_ps():
     assert gpu_visibility("worker", 0, gpus=0, replicas_per_worker=3) == {}
 
 
-@pytest.mark.parametrize("value,steps", [("5", 5), (" 12 ", 12), ("", None)])
-def test_max_steps_setting(value, steps):
-    assert max_steps({MAX_STEPS_VAR: value}) == steps
-    assert max_steps({}) is None
+@pytest.mark.parametrize("env,settings", [
+    ({}, Settings()),
+    ({"ADRUN_MAX_STEPS": "5"}, Settings(max_steps=5)),
+    ({"ADRUN_MAX_STEPS": " 12 ", "ADRUN_SHARD_DATA": "1"}, Settings(shard_data=True, max_steps=12)),
+    ({"ADRUN_MAX_STEPS": "", "ADRUN_SHARD_DATA": "0"}, Settings()),
+    ({"ADRUN_INIT_TIMEOUT": "30", "ADRUN_OP_TIMEOUT": "0.5"}, Settings(init_timeout_s=30.0, op_timeout_s=0.5)),
+    ({"ADRUN_OP_TIMEOUT": "0"}, Settings(op_timeout_s=0.0)),
+])
+def test_settings_are_read_from_the_environment_and_written_back_equal(env, settings):
+    assert Settings.from_env(env) == settings
+    assert Settings.from_env(settings.to_env()) == settings
+    assert set(settings.to_env()) <= set(SETTING_VARS)
 
 
 @pytest.mark.parametrize("value", ["0", "-3", "2.5", "five", "1e3", "+"])
 def test_max_steps_refuses_what_is_no_step_count(value):
     with pytest.raises(UserError, match=f"ADRUN_MAX_STEPS='{re.escape(value)}': expected a whole number of training steps"):
-        max_steps({MAX_STEPS_VAR: value})
+        Settings.from_env({"ADRUN_MAX_STEPS": value})
+
+
+@pytest.mark.parametrize("name,value,expected", [
+    ("ADRUN_SHARD_DATA", "yes", "expected one of 0, 1"),
+    ("ADRUN_SHARD_DATA", "true", "expected one of 0, 1"),
+    ("ADRUN_INIT_TIMEOUT", "ten", "expected a number of seconds, 0 or more"),
+    ("ADRUN_INIT_TIMEOUT", "-1", "expected a number of seconds, 0 or more"),
+    ("ADRUN_OP_TIMEOUT", "inf", "expected a number of seconds, 0 or more"),
+    ("ADRUN_OP_TIMEOUT", "nan", "expected a number of seconds, 0 or more"),
+])
+def test_a_setting_that_means_nothing_is_refused_by_name(name, value, expected):
+    with pytest.raises(UserError, match=f"^{name}='{re.escape(value)}': {expected}$"):
+        Settings.from_env({name: value})
+
+
+def test_a_jobs_settings_are_the_environments_with_the_command_lines_options_winning():
+    launcher = {"ADRUN_MAX_STEPS": "9", "ADRUN_OP_TIMEOUT": "30"}
+    assert job_settings(launcher) == Settings(max_steps=9, op_timeout_s=30.0)
+    assert job_settings(launcher, shard_data=True, max_steps=3) == Settings(True, 3, DEFAULT_TIMEOUT_S, 30.0)
+    assert job_settings({"ADRUN_SHARD_DATA": "1"}, shard_data=False) == Settings(shard_data=True)
+    with pytest.raises(UserError, match="ADRUN_MAX_STEPS='ten'"):
+        job_settings({"ADRUN_MAX_STEPS": "ten"}, max_steps=3)  # refused even when the option would win
+
+
+def test_every_task_is_told_the_jobs_settings_and_neither_the_launchers_nor_the_nodes_own():
+    launcher = {"ADRUN_MAX_STEPS": "9", "ADRUN_SHARD_DATA": "1", "ADRUN_OWN_SCRIPT_FLAG": "x"}
+    node_env = {"ADRUN_OP_TIMEOUT": "1"}
+    settings = Settings(max_steps=3, init_timeout_s=20.0)
+    local = task_env(Task("worker", 0, "localhost", 2000), "job-7", 2, CLUSTER, "run", None, "/hook", launcher,
+                     node_env, settings=settings)
+    remote = remote_task_env(Task("worker", 1, "10.0.0.2", 2001, remote=True), "job-7", 2, CLUSTER, "/s.yml",
+                             launcher, [], node_env, settings=settings)
+    for env in (local, remote):
+        assert {k: env.get(k) for k in SETTING_VARS} == {
+            "ADRUN_SHARD_DATA": None, "ADRUN_MAX_STEPS": "3", "ADRUN_INIT_TIMEOUT": "20", "ADRUN_OP_TIMEOUT": None}
+        assert env["ADRUN_OWN_SCRIPT_FLAG"] == "x"  # an ADRUN_* name adrun does not know passes through
+
+
+def test_without_settings_a_task_is_told_those_of_the_launchers_environment():
+    launcher = {"ADRUN_MAX_STEPS": "9", "ADRUN_SHARD_DATA": "1"}
+    for env in (_env(Task("worker", 0, "localhost", 2000), launcher),
+                remote_task_env(Task("worker", 1, "10.0.0.2", 2001, remote=True), "job-7", 2, CLUSTER, "/s.yml",
+                                launcher, [])):
+        assert Settings.from_env(env) == Settings(shard_data=True, max_steps=9)
+
+
+def test_the_hooks_instructions_in_capture_and_profile_mode():
+    capture = task_env(Task("worker", 0, "localhost", 0), "j", 2, {}, "capture", None, "/hook",
+                       {"ADRUN_CAPTURE_OUT": "/stale", "ADRUN_PROFILE_STEPS": "9"}, capture_out="/tmp/found.json")
+    assert capture["ADRUN_CAPTURE_OUT"] == "/tmp/found.json"
+    assert "ADRUN_PROFILE_STEPS" not in capture and "ADRUN_SCRATCH_DIR" not in capture
+    profile = task_env(Task("worker", 0, "localhost", 0), "j", 1, {}, "profile", None, "/hook", {},
+                       capture_out="/o.json", scratch_dir="/scratch", profile_warmup=1, profile_steps=20)
+    assert {k: profile[k] for k in ("ADRUN_MODE", "ADRUN_CAPTURE_OUT", "ADRUN_SCRATCH_DIR", "ADRUN_PROFILE_WARMUP",
+                                    "ADRUN_PROFILE_STEPS")} == {
+        "ADRUN_MODE": "profile", "ADRUN_CAPTURE_OUT": "/o.json", "ADRUN_SCRATCH_DIR": "/scratch",
+        "ADRUN_PROFILE_WARMUP": "1", "ADRUN_PROFILE_STEPS": "20"}
+
+
 def test_the_attempt_number_is_in_the_contract_and_never_inherited():
     base_env = {"ADRUN_RESTART_COUNT": "7"}  # a launcher started from inside another job's attempt 7
     assert _env(Task("worker", 0, "localhost", 2000), base_env)["ADRUN_RESTART_COUNT"] == "0"

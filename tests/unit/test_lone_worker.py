@@ -8,6 +8,7 @@ starts no server and its session is a plain local one (a gRPC session costs ever
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 from collections import Counter
 
@@ -19,6 +20,7 @@ tf1 = tf.compat.v1
 
 from tensorflow.python.eager import context as eager_context  # noqa: E402
 
+from adrun.env_vars import Settings  # noqa: E402
 from adrun.runtime import session_setup  # noqa: E402
 from adrun.runtime.capture import describe_graph  # noqa: E402
 from adrun.runtime.context import TaskContext  # noqa: E402
@@ -152,4 +154,12 @@ def test_a_worker_of_a_cluster_keeps_the_cluster_config(tmp_path):
     config = session_setup.session_config(_context(tmp_path, "AllReduce", 2, 0, task=1), None)
     assert list(config.device_filters) == ["/job:ps", "/job:worker/task:1", "/job:worker/task:0"]
     assert config.experimental.collective_group_leader == "/job:worker/replica:0/task:0"
-    assert config.operation_timeout_in_ms == session_setup.OP_TIMEOUT_S * 1000
+    assert config.operation_timeout_in_ms == 600_000  # ADRUN_OP_TIMEOUT's default
+
+
+def test_a_worker_of_a_cluster_gets_the_jobs_operation_timeout(tmp_path):
+    ctx = _context(tmp_path, "AllReduce", 2, 0, task=1)
+    short = session_setup.session_config(dataclasses.replace(ctx, settings=Settings(op_timeout_s=1.5)), None)
+    assert short.operation_timeout_in_ms == 1500
+    unbounded = session_setup.session_config(dataclasses.replace(ctx, settings=Settings(op_timeout_s=0)), None)
+    assert unbounded.operation_timeout_in_ms == 0
