@@ -61,9 +61,9 @@ def run_in_hook_mode(
     its exit code and stderr), `too_slow` what it did not do within `timeout_s`.
 
     `profile_steps` are profile mode's warm-up and timed training steps; the script's scratch
-    directory (ADRUN_SCRATCH_DIR) is an empty one deleted afterwards, with the output file. Raises UserError when the script fails, is
-    refused by adrun's hook, times out, or ends without a Session (not graph mode). The process is
-    stopped with its whole process group in any case.
+    directory (ADRUN_SCRATCH_DIR) is an empty one deleted afterwards, with the output file. Raises
+    UserError when the script fails, is refused by adrun's hook, times out, or ends without a
+    Session (not graph mode). The process is stopped with its whole process group in any case.
     """
     with tempfile.TemporaryDirectory(prefix=f"adrun-{mode}-") as tmp:
         out = Path(tmp) / "found.json"

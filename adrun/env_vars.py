@@ -48,12 +48,13 @@ DEFAULT_TIMEOUT_S = 600.0
 
 
 def whole_number(env: Mapping[str, str], name: str, default: int, minimum: int, meaning: str) -> int:
-    """`env[name]` as a whole number of at least `minimum`, `default` when unset or empty."""
+    """`env[name]` as a whole number of at least `minimum`, `default` when unset or empty;
+    `meaning` names what is expected ("a whole number of training steps")."""
     text = env.get(name, "").strip()
     if not text:
         return default
     if not (text.isascii() and text.isdigit()) or int(text) < minimum:
-        raise UserError(f"{name}={text!r}: expected a whole number of {meaning}, {minimum} or more")
+        raise UserError(f"{name}={text!r}: expected {meaning}, {minimum} or more")
     return int(text)
 
 
@@ -93,7 +94,7 @@ class Settings:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
         """The settings `env` holds; a bad value is a UserError naming its variable."""
-        steps = whole_number(env, MAX_STEPS_VAR, 0, 1, "training steps")
+        steps = whole_number(env, MAX_STEPS_VAR, 0, 1, "a whole number of training steps")
         return cls(
             shard_data=choice(env, SHARD_DATA_VAR, "0", ("0", "1")) == "1",
             max_steps=steps or None,

@@ -67,14 +67,14 @@ class TaskContext:
         return cls(
             mode=choice(env, MODE_VAR, "", MODES),
             role=choice(env, ROLE_VAR, "worker", ROLES),
-            task_index=whole_number(env, TASK_INDEX_VAR, 0, 0, "tasks"),
-            num_workers=whole_number(env, NUM_WORKERS_VAR, 1, 1, "workers"),
+            task_index=whole_number(env, TASK_INDEX_VAR, 0, 0, "a whole-number task index"),
+            num_workers=whole_number(env, NUM_WORKERS_VAR, 1, 1, "a whole number of workers"),
             job_id=env.get(JOB_ID_VAR, ""),
             cluster=_cluster(env.get(CLUSTER_VAR, "").strip() or "{}"),
             strategy_file=env.get(STRATEGY_FILE_VAR) or None,
             capture_out=env.get(CAPTURE_OUT_VAR) or None,
-            profile_warmup=whole_number(env, PROFILE_WARMUP_VAR, 0, 0, "training steps"),
-            profile_steps=whole_number(env, PROFILE_STEPS_VAR, 0, 0, "training steps"),
+            profile_warmup=whole_number(env, PROFILE_WARMUP_VAR, 0, 0, "a whole number of training steps"),
+            profile_steps=whole_number(env, PROFILE_STEPS_VAR, 0, 0, "a whole number of training steps"),
             scratch_dir=env.get(SCRATCH_DIR_VAR) or None,
             settings=Settings.from_env(env),
         )
