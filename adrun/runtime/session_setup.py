@@ -129,10 +129,13 @@ def session_config(ctx: TaskContext, user_config: tf.compat.v1.ConfigProto | Non
         # wait for, and TF's local session runs a step with a timeout off the caller's thread.
         _add_virtual_cpus(config, replicas)
         return config
+    # Only the PSs and this worker. No other worker, not even the chief (whose initial values
+    # reach the others through PS variables or a collective broadcast, which needs no filter):
+    # when a Session first runs, TF's master waits for every task the filters name to list its
+    # devices, with no timeout (not even operation_timeout_in_ms), so a worker starting after the
+    # chief ended (asynchronous PS) would wait forever (docs/architecture.md).
     del config.device_filters[:]
     config.device_filters.extend(["/job:ps", f"/job:worker/task:{ctx.task_index}"])
-    if ctx.task_index != 0:
-        config.device_filters.append("/job:worker/task:0")  # initial values come from the chief
     config.experimental.collective_group_leader = COLLECTIVE_GROUP_LEADER
     # No session.run of a worker of a cluster may block longer than ADRUN_OP_TIMEOUT (a dead or wedged
     # peer becomes an error, not a hang); a timeout the script set itself wins.

@@ -28,5 +28,4 @@ def own_device(ctx: TaskContext, local: str = "CPU:0") -> str:
     return worker_device(ctx.task_index, local)
 
 
-CHIEF_DEVICE = worker_device(0)
 COLLECTIVE_GROUP_LEADER = "/job:worker/replica:0/task:0"
