@@ -40,12 +40,15 @@ def test_one_ps_pulls_before_and_pushes_after_compute():
 
 def test_synchronous_ps_pays_three_round_trips():
     """Read (request, reply), then push, the chief's apply and the release: 6 one-way latencies of
-    the path plus the per-message latency each, and the per-variable overhead once."""
+    the path plus the per-message latency each, and the per-variable and PS-variable overheads once.
+    The read and the push cross the link in opposite directions but one after the other: no
+    reverse traffic is charged."""
     spec = hosts_spec(2, ps=[1, 0])
     strategy = plan(DENSE, spec, [planned(W, sync=PSSync(ps_task=0))])
-    c = Coefficients(message_latency_s=0.0005, variable_overhead_s=0.002)
+    c = Coefficients(message_latency_s=0.0005, variable_overhead_s=0.002, ps_variable_overhead_s=0.003,
+                     reverse_traffic_share=0.5)
     assert step(strategy, profile(DENSE, 0.01), spec, network(spec, B, latency_s=0.001), c) == pytest.approx(
-        2 * M / B + 0.01 + 6 * (0.001 + 0.0005) + 0.002)
+        2 * M / B + 0.01 + 6 * (0.001 + 0.0005) + 0.002 + 0.003)
 
 
 @pytest.mark.parametrize("k", [1, 2, 4, 8])

@@ -15,7 +15,8 @@ from tests.cost_facts import profile, var
 COMMODITY = Profile(name="commodity", rate_mbit=100)
 BUILDERS = ("AllReduce", "PartitionedAR", "Parallax", "PartitionedPS", "PSLoadBalancing", "PS")
 # the cluster as it "really" is: slower links, a loaded CPU, costly messages
-TRUE = Coefficients(remote_bandwidth_factor=0.5, compute_factor=2.0, message_latency_s=3e-3, variable_overhead_s=1e-3)
+TRUE = Coefficients(remote_bandwidth_factor=0.5, compute_factor=2.0, message_latency_s=3e-3, variable_overhead_s=1e-3,
+                    ps_variable_overhead_s=1e-3)
 SPARSE = profile(GraphItem(batch_size=128, variables=[var("emb", [200_000, 64], "sparse"), var("out/kernel", [64, 500])]),
                  0.02, {"emb": 1000})
 DENSE = profile(GraphItem(batch_size=32, variables=[var("fc/kernel", [1024, 512]), var("fc/bias", [512])]), 0.05)
