@@ -91,6 +91,7 @@ class Paths:
     task_host: dict[str, str]
     names: list[str]
     capacity: np.ndarray
+    burst: np.ndarray  # bytes the resource passes at once at the start of a phase (a token bucket)
     is_local: np.ndarray
     index: dict[tuple[str, str, str], int]  # (kind, host, other host or "") -> resource
     opposite: np.ndarray  # resource -> the other direction of the same link (`B -> A`, `A received`); itself if local
@@ -104,27 +105,32 @@ class Paths:
         hosts = list(dict.fromkeys(node.address for node in spec.nodes))
         names: list[str] = []
         capacity: list[float] = []
+        burst: list[float] = []
         is_local: list[bool] = []
         index: dict[tuple[str, str, str], int] = {}
 
-        def add(key: tuple[str, str, str], name: str, bytes_per_s: float, local: bool) -> None:
+        def add(key: tuple[str, str, str], name: str, bytes_per_s: float, burst_bytes: float, local: bool) -> None:
             index[key] = len(names)
             names.append(name)
             capacity.append(bytes_per_s)
+            burst.append(burst_bytes)
             is_local.append(local)
 
         link = _link_lookup(network)
         for src in hosts:
             for dst in hosts:
                 if src != dst:
-                    add(("pair", src, dst), f"{src} -> {dst}", link(src, dst).bytes_per_s, False)
+                    path = link(src, dst)
+                    add(("pair", src, dst), f"{src} -> {dst}", path.bytes_per_s, path.burst_bytes, False)
         for host in hosts:
             others = [h for h in hosts if h != host]
-            out = max((link(host, h).bytes_per_s for h in others), default=math.inf)
-            into = max((link(h, host).bytes_per_s for h in others), default=math.inf)
-            add(("sent", host, ""), f"{host} sent", out, False)
-            add(("received", host, ""), f"{host} received", into, False)
-            add(("local", host, ""), f"{host} local", network.local.bytes_per_s, True)
+            out = max((link(host, h) for h in others), key=lambda p: p.bytes_per_s, default=None)
+            into = max((link(h, host) for h in others), key=lambda p: p.bytes_per_s, default=None)
+            add(("sent", host, ""), f"{host} sent", out.bytes_per_s if out else math.inf,
+                out.burst_bytes if out else 0.0, False)
+            add(("received", host, ""), f"{host} received", into.bytes_per_s if into else math.inf,
+                into.burst_bytes if into else 0.0, False)
+            add(("local", host, ""), f"{host} local", network.local.bytes_per_s, network.local.burst_bytes, True)
 
         reverse = {"pair": "pair", "sent": "received", "received": "sent", "local": "local"}
         opposite = np.array([index[reverse[kind], b, a] if kind == "pair" else index[reverse[kind], a, b]
@@ -135,8 +141,8 @@ class Paths:
         }
         n = len(workers)
         ring = max((link(workers[w], workers[(w + 1) % n]).latency_s for w in range(n)), default=0.0)
-        return cls(hosts, task_host, names, np.array(capacity, dtype=float), np.array(is_local),
-                   index, opposite, ps_latency, ring, spec.num_workers)
+        return cls(hosts, task_host, names, np.array(capacity, dtype=float), np.array(burst, dtype=float),
+                   np.array(is_local), index, opposite, ps_latency, ring, spec.num_workers)
 
     def zeros(self) -> np.ndarray:
         return np.zeros(len(self.names))
@@ -155,11 +161,24 @@ class Paths:
         return self.capacity * np.where(self.is_local, c.local_bandwidth_factor, c.remote_bandwidth_factor)
 
     def seconds(self, bytes_by_resource: np.ndarray, c: Coefficients) -> np.ndarray:
-        """Seconds each resource needs for a set of transfers that run at the same time: its bytes,
-        plus the reverse-traffic share of the bytes going the other way on the same link (between
-        hosts), over its effective capacity."""
-        reverse = np.where(self.is_local, 0.0, c.reverse_traffic_share * bytes_by_resource[self.opposite])
-        return (bytes_by_resource + reverse) / self.effective(c)
+        """Seconds each resource spends on some bytes at its rate: the bytes, plus the
+        reverse-traffic share of the bytes going the other way on the same link (between hosts),
+        over its effective capacity."""
+        return self._load(bytes_by_resource, c) / self.effective(c)
+
+    def phase_seconds(self, bytes_by_resource: np.ndarray, c: Coefficients, burst: np.ndarray) -> np.ndarray:
+        """Seconds each resource needs for a set of transfers that run at the same time: as
+        `seconds`, less the `burst` bytes its token bucket passes at once at the phase's start."""
+        return np.maximum(0.0, self._load(bytes_by_resource, c) - burst) / self.effective(c)
+
+    def refilled(self, idle_s: float | np.ndarray) -> np.ndarray:
+        """The bytes each resource's token bucket holds after `idle_s` seconds without traffic
+        (it refills at the path's rate, up to its size)."""
+        return np.minimum(self.burst, self.capacity * idle_s)
+
+    def _load(self, bytes_by_resource: np.ndarray, c: Coefficients) -> np.ndarray:
+        return bytes_by_resource + np.where(self.is_local, 0.0,
+                                            c.reverse_traffic_share * bytes_by_resource[self.opposite])
 
 
 def _link_lookup(network: NetworkFacts) -> Callable[[str, str], Link]:
@@ -304,8 +323,8 @@ class StepTime:
         return self.pull + self.compute + self.after + self.latency + self.overhead
 
 
-def _busiest(bytes_by_resource: np.ndarray, paths: Paths, c: Coefficients) -> tuple[float, int]:
-    seconds = paths.seconds(bytes_by_resource, c)
+def _busiest(bytes_by_resource: np.ndarray, paths: Paths, c: Coefficients, burst: np.ndarray) -> tuple[float, int]:
+    seconds = paths.phase_seconds(bytes_by_resource, c, burst)
     i = int(np.argmax(seconds))
     return float(seconds[i]), i
 
@@ -321,10 +340,16 @@ class StepCost:
 
     def time(self, c: Coefficients) -> StepTime:
         paths, load = self.paths, self.load
-        pull, pull_at = _busiest(load.pull, paths, c)
-        after, after_at = _busiest(load.after, paths, c)
+        compute = self.compute_s * c.compute_factor
+        # token buckets: a resource idle after compute (no pushes or collectives on it) starts the
+        # next step's reads full; one busy then has only the short gap of the latencies: none. The
+        # pushes and collectives find what the compute (and the reads, if the resource had none)
+        # let refill; the overlapped traffic of the whole step, one bucket.
+        pull, pull_at = _busiest(load.pull, paths, c, np.where(load.after > 0, 0.0, paths.burst))
+        after_idle = compute + np.where(load.pull > 0, 0.0, pull)
+        after, after_at = _busiest(load.after, paths, c, paths.refilled(after_idle))
         every = load.pull + load.after + load.overlapped
-        overlapped, all_at = _busiest(every, paths, c)
+        overlapped, all_at = _busiest(every, paths, c, paths.burst)
         read_ps = release_ps = 0.0
         if load.sync_ps:
             one_way = max(paths.ps_latency[p] for p in load.sync_ps) + c.message_latency_s
@@ -339,7 +364,6 @@ class StepCost:
         if load.stale_ps:
             worst = max(paths.ps_latency[p] for p in load.stale_ps)
             overlapped += 4 * (worst + c.message_latency_s)
-        compute = self.compute_s * c.compute_factor
         overhead = load.pieces * c.variable_overhead_s + sum(load.sync_ps.values()) * c.ps_variable_overhead_s
         critical = pull + compute + after + latency + overhead
         return StepTime(max(critical, overlapped), compute, pull, after, latency, overhead, overlapped,
