@@ -133,6 +133,7 @@ def main(results: tuple[Path, ...], compute_given: tuple[str, ...], out: Path, m
     measured, profiles = measured_rates(results)
     repeatability = repetition_tau(results)
     compute = {w: float(s) for w, s in (item.split("=", 1) for item in compute_given)}
+    compute_source = dict.fromkeys(compute, "given")
     one_host = {c.workload: rate for (_, _, hosts), configs in measured.items() if hosts == 1
                 for c, rate in configs.items() if c.system == "AllReduce" and not c.options}
     items: dict[str, GraphItem] = {}
@@ -144,11 +145,14 @@ def main(results: tuple[Path, ...], compute_given: tuple[str, ...], out: Path, m
             continue
         if workload in one_host:  # one worker: nothing is synchronized, the step is the compute
             compute[workload] = items[workload].batch_size / one_host[workload]
+            compute_source[workload] = "a 1-host run"
         else:
             click.echo(f"cost-model-check: measuring {workload}'s compute time ({MEASURE_STEPS} plain steps)")
             compute[workload] = measured_compute_s(workload)
+            compute_source[workload] = "measured here"
     model_profiles = {(w, hosts): model_profile(w, items[w], hosts, compute[w]) for w, _, hosts in measured}
-    report = {"inputs": [str(p) for p in results], "compute_s": compute, "local_path": LOCAL.model_dump(),
+    report = {"inputs": [str(p) for p in results], "compute_s": compute, "compute_source": compute_source,
+              "local_path": LOCAL.model_dump(),
               "groups": check(measured, profiles, model_profiles, repeatability)}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
@@ -248,7 +252,8 @@ def render(report: dict, out: Path) -> str:
              f"data in `{out.name}`.", "",
              "Kendall's tau (tau-b) between predicted and measured examples/s across the adrun builders of "
              "each group, and the mean relative error of the predicted step time. Compute time per step "
-             "used: " + ", ".join(f"{w} {s * 1000:.1f} ms" for w, s in report["compute_s"].items())
+             "used: " + ", ".join(f"{w} {s * 1000:.1f} ms ({report.get('compute_source', {}).get(w, 'given')})"
+                                  for w, s in report["compute_s"].items())
              + f"; loopback assumed {report['local_path']['bytes_per_s'] / 1e9:.0f} GB/s.", "",
              "The last column is the tau between two repetitions of the measurement itself (mean over "
              "pairs of repetitions): how far the measured order holds from one repetition to the next.", "",

@@ -44,7 +44,7 @@ from .wire_bound import task_hosts, variable_transfers
 # sparse workload on 2 hosts at 100 Mbit/s (bench/results/cluster-quick.json), and rounded;
 # docs/cost-model.md says how they were checked on the later runs.
 PS_VARIABLE_OVERHEAD_S = 3e-4
-REVERSE_TRAFFIC_SHARE = 0.1
+REVERSE_TRAFFIC_SHARE = 0.07
 
 
 class Coefficients(BaseModel):
