@@ -11,7 +11,7 @@ step, the rows its sparse variables touch), a ClusterSpec, NetworkFacts and a fe
   side and the pair's path; a transfer inside one host loads that host's local path. A host's
   outgoing (incoming) capacity is the fastest path measured from (to) it. A group of transfers that
   runs at the same time takes as long as its busiest resource needs: (bytes + share × the bytes
-  going the other way on that link) / (capacity × factor).
+  going the other way on that link − what its token bucket passes at once) / (capacity × factor).
 - Critical path of a synchronous step, nothing overlapped: pull (synchronous PS variables are read
   before the step computes) + compute + after-compute (gradients pushed to PSs and all-reduced,
   concurrently, sharing the links) + latencies + per-variable overheads (every piece, and more
@@ -39,10 +39,10 @@ from .facts import Link, ModelProfile, NetworkFacts, NodeBytes, Prediction, Rows
 from .wire_bound import task_hosts, variable_transfers
 
 
-# The analytical values of the two terms that bytes and latencies alone do not give: fitted once
-# (`fit`, analytical prior otherwise) on the earliest recorded benchmark run, seven builders of the
-# sparse workload on 2 hosts at 100 Mbit/s (bench/results/cluster-quick.json), and rounded;
-# docs/cost-model.md says how they were checked on the later runs.
+# The analytical values of the two terms no textbook figure gives: fitted once by `fit`, from
+# priors of 0, on the earliest recorded benchmark run (seven builders of the sparse workload on 2
+# hosts at 100 Mbit/s, bench/results/cluster-quick.json) and rounded to one digit; docs/cost-model.md
+# says how the model does with them on the later, larger run.
 PS_VARIABLE_OVERHEAD_S = 3e-4
 REVERSE_TRAFFIC_SHARE = 0.07
 
@@ -80,7 +80,8 @@ class Coefficients(BaseModel):
 
 @dataclass(frozen=True)
 class Paths:
-    """The resources a step's transfers load, with their measured capacity (bytes/s).
+    """The resources a step's transfers load, with their measured capacity (bytes/s) and token
+    bucket (bytes, 0 for a path that is not shaped or not known to be).
 
     Resource i is named `names[i]`: `A -> B` (the path from host A to host B), `A sent` / `A
     received` (everything host A sends to / receives from other hosts), `A local` (transfers
