@@ -16,13 +16,14 @@ The model's inputs are built the way `adrun profile` builds them, from the bench
 - compute time per step: `--compute-s workload=seconds`, else a 1-host run in the results, else a
   short plain run of the script measured here (the machine's load makes it noisy; a constant added
   to every builder's synchronous step does not change their order);
-- network: the profile's shaped rate and added delay between hosts; inside a host (loopback) an
-  assumed 1 GB/s and 50 us, since the benchmark does not measure it.
+- network: the profile's shaped rate, added delay and token bucket (`burst_bytes`) between hosts;
+  inside a host (loopback) an assumed 1 GB/s and 50 us, since the benchmark does not measure it.
 Writes JSON (`--out`) and a short markdown (`--markdown`).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 import subprocess
@@ -45,6 +46,7 @@ from adrun.strategies.cost_model import Coefficients, predict
 from adrun.strategies.document import AllReduceSync, Partition, Strategy
 from adrun.strategies.facts import HostLink, Link, ModelProfile, NetworkFacts, RowsTouched, TrialRecord
 from adrun.strategies.fit import fit
+from tests.cluster.netns import bucket_bytes
 
 from .cluster.analysis import summarize
 from .cluster.results import BenchResults, Profile, RunConfig
@@ -66,10 +68,12 @@ def cluster_spec(hosts: int) -> ClusterSpec:
 
 
 def network_facts(profile: Profile, spec: ClusterSpec) -> NetworkFacts:
+    """The profile's shaping as the links' facts: its rate, added delay and token bucket."""
     hosts = [node.address for node in spec.nodes]
     rate = profile.rate_mbit * 1e6 / 8
     return NetworkFacts(local=LOCAL, links=[
-        HostLink(src=a, dst=b, bytes_per_s=rate, latency_s=profile.delay_ms / 1000, source="spec")
+        HostLink(src=a, dst=b, bytes_per_s=rate, latency_s=profile.delay_ms / 1000,
+                 burst_bytes=bucket_bytes(profile.rate_mbit), source="spec")
         for a in hosts for b in hosts if a != b])
 
 
@@ -127,7 +131,9 @@ def mean_error(predicted_step: list[float], measured_step: list[float]) -> float
               show_default=True)
 def main(results: tuple[Path, ...], compute_given: tuple[str, ...], out: Path, markdown: Path) -> None:
     measured, profiles = measured_rates(results)
+    repeatability = repetition_tau(results)
     compute = {w: float(s) for w, s in (item.split("=", 1) for item in compute_given)}
+    compute_source = dict.fromkeys(compute, "given")
     one_host = {c.workload: rate for (_, _, hosts), configs in measured.items() if hosts == 1
                 for c, rate in configs.items() if c.system == "AllReduce" and not c.options}
     items: dict[str, GraphItem] = {}
@@ -139,12 +145,15 @@ def main(results: tuple[Path, ...], compute_given: tuple[str, ...], out: Path, m
             continue
         if workload in one_host:  # one worker: nothing is synchronized, the step is the compute
             compute[workload] = items[workload].batch_size / one_host[workload]
+            compute_source[workload] = "a 1-host run"
         else:
             click.echo(f"cost-model-check: measuring {workload}'s compute time ({MEASURE_STEPS} plain steps)")
             compute[workload] = measured_compute_s(workload)
+            compute_source[workload] = "measured here"
     model_profiles = {(w, hosts): model_profile(w, items[w], hosts, compute[w]) for w, _, hosts in measured}
-    report = {"inputs": [str(p) for p in results], "compute_s": compute, "local_path": LOCAL.model_dump(),
-              "groups": check(measured, profiles, model_profiles)}
+    report = {"inputs": [str(p) for p in results], "compute_s": compute, "compute_source": compute_source,
+              "local_path": LOCAL.model_dump(),
+              "groups": check(measured, profiles, model_profiles, repeatability)}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
     markdown.write_text(render(report, out))
@@ -165,11 +174,33 @@ def measured_rates(results: Sequence[Path]) -> tuple[dict[Group, dict[RunConfig,
     return measured, profiles
 
 
+def repetition_tau(results: Sequence[Path]) -> dict[Group, float]:
+    """Per group, the mean Kendall tau between the adrun configurations' examples/s in two
+    repetitions, over every pair of repetitions in which all of them ran: how well the measurement
+    ranks the builders against itself, the most any model can be expected to agree with it."""
+    rates: dict[Group, dict[RunConfig, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
+    for path in results:
+        for run in BenchResults.model_validate_json(path.read_text()).runs:
+            c = run.config
+            if c.kind == "adrun" and run.examples_per_s is not None:
+                rates[c.workload, c.profile, c.hosts][c][run.repetition] = run.examples_per_s
+    out = {}
+    for group, by_config in rates.items():
+        reps = sorted(set.intersection(*(set(r) for r in by_config.values())))
+        taus = [tau([r[a] for r in by_config.values()], [r[b] for r in by_config.values()])
+                for a, b in itertools.combinations(reps, 2)]
+        if taus and None not in taus:
+            out[group] = float(np.mean(taus))
+    return out
+
+
 def check(measured: dict[Group, dict[RunConfig, float]], profiles: dict[str, Profile],
-          model_profiles: dict[tuple[str, int], ModelProfile]) -> list[dict]:
+          model_profiles: dict[tuple[str, int], ModelProfile],
+          repeatability: dict[Group, float] | None = None) -> list[dict]:
     """Per group: the predictions of every configuration with the analytical coefficients and, when
     the cluster (profile, hosts) has records of other workloads, fitted without this workload's
-    (leave one workload out) and with all (in-sample); Kendall tau and mean relative error of each."""
+    (leave one workload out) and with all (in-sample); Kendall tau and mean relative error of each,
+    beside the tau between repetitions of the measurement (`repetition_tau`) when given."""
     records: dict[tuple[str, int], list[TrialRecord]] = defaultdict(list)
     rows: dict[Group, list[tuple[str, Strategy, float, float]]] = {}  # label, plan, examples/s, step s
     for (workload, profile, hosts), configs in sorted(measured.items()):
@@ -210,6 +241,7 @@ def check(measured: dict[Group, dict[RunConfig, float]], profiles: dict[str, Pro
                             for (label, _, rate, step), p in zip(group_rows, preds, strict=True)],
             }
         groups.append({"workload": workload, "profile": profile, "hosts": hosts, "compute_s": prof.compute_s,
+                       "repetition_tau": (repeatability or {}).get((workload, profile, hosts)),
                        "rows_touched": {k: v.model_dump() for k, v in prof.rows_touched.items()}, "models": models})
     return groups
 
@@ -220,15 +252,20 @@ def render(report: dict, out: Path) -> str:
              f"data in `{out.name}`.", "",
              "Kendall's tau (tau-b) between predicted and measured examples/s across the adrun builders of "
              "each group, and the mean relative error of the predicted step time. Compute time per step "
-             "used: " + ", ".join(f"{w} {s * 1000:.1f} ms" for w, s in report["compute_s"].items())
+             "used: " + ", ".join(f"{w} {s * 1000:.1f} ms ({report.get('compute_source', {}).get(w, 'given')})"
+                                  for w, s in report["compute_s"].items())
              + f"; loopback assumed {report['local_path']['bytes_per_s'] / 1e9:.0f} GB/s.", "",
-             "| workload | profile | hosts | builders | coefficients | records | Kendall tau | mean rel. error |",
-             "|---|---|---|---|---|---|---|---|"]
+             "The last column is the tau between two repetitions of the measurement itself (mean over "
+             "pairs of repetitions): how far the measured order holds from one repetition to the next.", "",
+             "| workload | profile | hosts | builders | coefficients | records | Kendall tau | mean rel. error "
+             "| tau between repetitions |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for g in report["groups"]:
         for name, m in g["models"].items():
-            t = "-" if m["kendall_tau"] is None else f"{m['kendall_tau']:.2f}"
             lines.append(f"| {g['workload']} | {g['profile']} | {g['hosts']} | {len(m['systems'])} | {name} | "
-                         f"{m['records']} | {t} | {m['mean_relative_error']:.0%} |")
+                         f"{m['records']} | {_two(m['kendall_tau'])} | {m['mean_relative_error']:.0%} "
+                         f"| {_two(g.get('repetition_tau'))} |")
+    lines += _means(report["groups"])
     for g in report["groups"]:
         auto = g["models"]["analytical"]["auto"]
         same = f"the same plan as {', '.join(auto['same_plan_as'])}" if auto["same_plan_as"] else "a plan no builder made"
@@ -240,6 +277,29 @@ def render(report: dict, out: Path) -> str:
             lines.append(f"| {s['system']} | {s['measured_examples_per_s']:,.0f} | {s['predicted_examples_per_s']:,.0f} | "
                          f"{s['measured_step_s'] * 1000:.0f} / {s['predicted_step_s'] * 1000:.0f} | {s['bound']} |")
     return "\n".join(lines) + "\n"
+
+
+def _two(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _means(groups: list[dict]) -> list[str]:
+    """Means over the groups that have every kind of coefficients (those of clusters with several
+    workloads): the figures the goals are stated in."""
+    kinds = ("analytical", "leave-one-workload-out", "in-sample")
+    full = [g for g in groups if all(k in g["models"] for k in kinds)]
+    if not full:
+        return []
+    names = ", ".join(f"{g['workload']} {g['profile']} {g['hosts']}h" for g in full)
+    lines = ["", f"Means over {len(full)} groups ({names}):", "",
+             "| coefficients | mean Kendall tau | mean rel. error | mean tau between repetitions |", "|---|---|---|---|"]
+    reps = [g["repetition_tau"] for g in full if g.get("repetition_tau") is not None]
+    for k in kinds:
+        taus = [g["models"][k]["kendall_tau"] for g in full if g["models"][k]["kendall_tau"] is not None]
+        lines.append(f"| {k} | {_two(float(np.mean(taus)) if taus else None)} | "
+                     f"{np.mean([g['models'][k]['mean_relative_error'] for g in full]):.0%} | "
+                     f"{_two(float(np.mean(reps)) if reps else None)} |")
+    return lines
 
 
 if __name__ == "__main__":

@@ -10,10 +10,12 @@ step, the rows its sparse variables touch), a ClusterSpec, NetworkFacts and a fe
 - Links: every transfer between two hosts loads the sender's outgoing side, the receiver's incoming
   side and the pair's path; a transfer inside one host loads that host's local path. A host's
   outgoing (incoming) capacity is the fastest path measured from (to) it. A group of transfers that
-  runs at the same time takes as long as its busiest resource needs: bytes / (capacity × factor).
+  runs at the same time takes as long as its busiest resource needs: (bytes + share × the bytes
+  going the other way on that link − what its token bucket passes at once) / (capacity × factor).
 - Critical path of a synchronous step, nothing overlapped: pull (synchronous PS variables are read
   before the step computes) + compute + after-compute (gradients pushed to PSs and all-reduced,
-  concurrently, sharing the links) + latencies + per-variable overhead. Communication of PS
+  concurrently, sharing the links) + latencies + per-variable overheads (every piece, and more
+  for each synchronous PS piece: its own RPCs and apply). Communication of PS
   variables with staleness or asynchronous updates overlaps the rest, so the step is at least the
   time the links need for all of its bytes.
 """
@@ -37,6 +39,14 @@ from .facts import Link, ModelProfile, NetworkFacts, NodeBytes, Prediction, Rows
 from .wire_bound import task_hosts, variable_transfers
 
 
+# The analytical values of the two terms no textbook figure gives: fitted once by `fit`, from
+# priors of 0, on the earliest recorded benchmark run (seven builders of the sparse workload on 2
+# hosts at 100 Mbit/s, bench/results/cluster-quick.json) and rounded to one digit; docs/cost-model.md
+# says how the model does with them on the later, larger run.
+PS_VARIABLE_OVERHEAD_S = 3e-4
+REVERSE_TRAFFIC_SHARE = 0.07
+
+
 class Coefficients(BaseModel):
     """The model's free coefficients. `analytical()` are the values taken before any trial run; the
     fit (strategies/fit.py) moves them towards what a cluster's recorded runs measured."""
@@ -50,6 +60,12 @@ class Coefficients(BaseModel):
     message_latency_s: float = Field(default=1e-4, ge=0, allow_inf_nan=False)
     # per synchronized variable or shard and step: the worker's send/receive/apply ops
     variable_overhead_s: float = Field(default=5e-5, ge=0, allow_inf_nan=False)
+    # per synchronous PS variable or shard and step, on top of the above: its own read and push RPCs
+    # and the PS's accumulate/apply ops (a collective packs a group's variables into one buffer)
+    ps_variable_overhead_s: float = Field(default=PS_VARIABLE_OVERHEAD_S, ge=0, allow_inf_nan=False)
+    # share of the opposite direction's bytes that also load a path (acknowledgements, flow-control
+    # and RPC requests queued behind the other direction's data on a busy full-duplex link)
+    reverse_traffic_share: float = Field(default=REVERSE_TRAFFIC_SHARE, ge=0, le=1, allow_inf_nan=False)
     # measured compute time per step -> compute time in the distributed run
     compute_factor: float = Field(default=1.0, gt=0, allow_inf_nan=False)
 
@@ -64,7 +80,8 @@ class Coefficients(BaseModel):
 
 @dataclass(frozen=True)
 class Paths:
-    """The resources a step's transfers load, with their measured capacity (bytes/s).
+    """The resources a step's transfers load, with their measured capacity (bytes/s) and token
+    bucket (bytes, 0 for a path that is not shaped or not known to be).
 
     Resource i is named `names[i]`: `A -> B` (the path from host A to host B), `A sent` / `A
     received` (everything host A sends to / receives from other hosts), `A local` (transfers
@@ -75,8 +92,10 @@ class Paths:
     task_host: dict[str, str]
     names: list[str]
     capacity: np.ndarray
+    burst: np.ndarray  # bytes the resource passes at once at the start of a phase (a token bucket)
     is_local: np.ndarray
     index: dict[tuple[str, str, str], int]  # (kind, host, other host or "") -> resource
+    opposite: np.ndarray  # resource -> the other direction of the same link (`B -> A`, `A received`); itself if local
     ps_latency: dict[int, float]  # PS task -> worst one-way latency to any worker's host
     ring_latency: float  # worst one-way latency between ring neighbours (workers in task order)
     num_workers: int
@@ -87,36 +106,44 @@ class Paths:
         hosts = list(dict.fromkeys(node.address for node in spec.nodes))
         names: list[str] = []
         capacity: list[float] = []
+        burst: list[float] = []
         is_local: list[bool] = []
         index: dict[tuple[str, str, str], int] = {}
 
-        def add(key: tuple[str, str, str], name: str, bytes_per_s: float, local: bool) -> None:
+        def add(key: tuple[str, str, str], name: str, bytes_per_s: float, burst_bytes: float, local: bool) -> None:
             index[key] = len(names)
             names.append(name)
             capacity.append(bytes_per_s)
+            burst.append(burst_bytes)
             is_local.append(local)
 
         link = _link_lookup(network)
         for src in hosts:
             for dst in hosts:
                 if src != dst:
-                    add(("pair", src, dst), f"{src} -> {dst}", link(src, dst).bytes_per_s, False)
+                    path = link(src, dst)
+                    add(("pair", src, dst), f"{src} -> {dst}", path.bytes_per_s, path.burst_bytes, False)
         for host in hosts:
             others = [h for h in hosts if h != host]
-            out = max((link(host, h).bytes_per_s for h in others), default=math.inf)
-            into = max((link(h, host).bytes_per_s for h in others), default=math.inf)
-            add(("sent", host, ""), f"{host} sent", out, False)
-            add(("received", host, ""), f"{host} received", into, False)
-            add(("local", host, ""), f"{host} local", network.local.bytes_per_s, True)
+            out = max((link(host, h) for h in others), key=lambda p: p.bytes_per_s, default=None)
+            into = max((link(h, host) for h in others), key=lambda p: p.bytes_per_s, default=None)
+            add(("sent", host, ""), f"{host} sent", out.bytes_per_s if out else math.inf,
+                out.burst_bytes if out else 0.0, False)
+            add(("received", host, ""), f"{host} received", into.bytes_per_s if into else math.inf,
+                into.burst_bytes if into else 0.0, False)
+            add(("local", host, ""), f"{host} local", network.local.bytes_per_s, network.local.burst_bytes, True)
 
+        reverse = {"pair": "pair", "sent": "received", "received": "sent", "local": "local"}
+        opposite = np.array([index[reverse[kind], b, a] if kind == "pair" else index[reverse[kind], a, b]
+                             for kind, a, b in index])
         workers = [task_host[f"worker:{w}"] for w in range(spec.num_workers)]
         ps_latency = {
             p: max(link(task_host[f"ps:{p}"], w).latency_s for w in set(workers)) for p in range(spec.num_ps)
         }
         n = len(workers)
         ring = max((link(workers[w], workers[(w + 1) % n]).latency_s for w in range(n)), default=0.0)
-        return cls(hosts, task_host, names, np.array(capacity, dtype=float), np.array(is_local),
-                   index, ps_latency, ring, spec.num_workers)
+        return cls(hosts, task_host, names, np.array(capacity, dtype=float), np.array(burst, dtype=float),
+                   np.array(is_local), index, opposite, ps_latency, ring, spec.num_workers)
 
     def zeros(self) -> np.ndarray:
         return np.zeros(len(self.names))
@@ -133,6 +160,26 @@ class Paths:
 
     def effective(self, c: Coefficients) -> np.ndarray:
         return self.capacity * np.where(self.is_local, c.local_bandwidth_factor, c.remote_bandwidth_factor)
+
+    def seconds(self, bytes_by_resource: np.ndarray, c: Coefficients) -> np.ndarray:
+        """Seconds each resource spends on some bytes at its rate: the bytes, plus the
+        reverse-traffic share of the bytes going the other way on the same link (between hosts),
+        over its effective capacity."""
+        return self._load(bytes_by_resource, c) / self.effective(c)
+
+    def phase_seconds(self, bytes_by_resource: np.ndarray, c: Coefficients, burst: np.ndarray) -> np.ndarray:
+        """Seconds each resource needs for a set of transfers that run at the same time: as
+        `seconds`, less the `burst` bytes its token bucket passes at once at the phase's start."""
+        return np.maximum(0.0, self._load(bytes_by_resource, c) - burst) / self.effective(c)
+
+    def refilled(self, idle_s: float | np.ndarray) -> np.ndarray:
+        """The bytes each resource's token bucket holds after `idle_s` seconds without traffic
+        (it refills at the path's rate, up to its size)."""
+        return np.minimum(self.burst, self.capacity * idle_s)
+
+    def _load(self, bytes_by_resource: np.ndarray, c: Coefficients) -> np.ndarray:
+        return bytes_by_resource + np.where(self.is_local, 0.0,
+                                            c.reverse_traffic_share * bytes_by_resource[self.opposite])
 
 
 def _link_lookup(network: NetworkFacts) -> Callable[[str, str], Link]:
@@ -266,7 +313,7 @@ class StepTime:
     pull: float  # bandwidth part of the synchronous reads
     after: float  # bandwidth part of pushes and collectives
     latency: float  # message latencies on the critical path
-    overhead: float  # per-variable overhead
+    overhead: float  # per-variable overheads
     overlapped: float  # what the links need for all of the step's bytes, with overlapped latencies
     pull_resource: int
     after_resource: int
@@ -277,8 +324,8 @@ class StepTime:
         return self.pull + self.compute + self.after + self.latency + self.overhead
 
 
-def _busiest(bytes_by_resource: np.ndarray, effective: np.ndarray) -> tuple[float, int]:
-    seconds = bytes_by_resource / effective
+def _busiest(bytes_by_resource: np.ndarray, paths: Paths, c: Coefficients, burst: np.ndarray) -> tuple[float, int]:
+    seconds = paths.phase_seconds(bytes_by_resource, c, burst)
     i = int(np.argmax(seconds))
     return float(seconds[i]), i
 
@@ -294,11 +341,16 @@ class StepCost:
 
     def time(self, c: Coefficients) -> StepTime:
         paths, load = self.paths, self.load
-        effective = paths.effective(c)
-        pull, pull_at = _busiest(load.pull, effective)
-        after, after_at = _busiest(load.after, effective)
+        compute = self.compute_s * c.compute_factor
+        # token buckets: a resource idle after compute (no pushes or collectives on it) starts the
+        # next step's reads full; one busy then has only the short gap of the latencies: none. The
+        # pushes and collectives find what the compute (and the reads, if the resource had none)
+        # let refill; the overlapped traffic of the whole step, one bucket.
+        pull, pull_at = _busiest(load.pull, paths, c, np.where(load.after > 0, 0.0, paths.burst))
+        after_idle = compute + np.where(load.pull > 0, 0.0, pull)
+        after, after_at = _busiest(load.after, paths, c, paths.refilled(after_idle))
         every = load.pull + load.after + load.overlapped
-        overlapped, all_at = _busiest(every, effective)
+        overlapped, all_at = _busiest(every, paths, c, paths.burst)
         read_ps = release_ps = 0.0
         if load.sync_ps:
             one_way = max(paths.ps_latency[p] for p in load.sync_ps) + c.message_latency_s
@@ -313,8 +365,7 @@ class StepCost:
         if load.stale_ps:
             worst = max(paths.ps_latency[p] for p in load.stale_ps)
             overlapped += 4 * (worst + c.message_latency_s)
-        compute = self.compute_s * c.compute_factor
-        overhead = load.pieces * c.variable_overhead_s
+        overhead = load.pieces * c.variable_overhead_s + sum(load.sync_ps.values()) * c.ps_variable_overhead_s
         critical = pull + compute + after + latency + overhead
         return StepTime(max(critical, overlapped), compute, pull, after, latency, overhead, overlapped,
                         pull_at, after_at, all_at)
@@ -420,19 +471,19 @@ def _bound(t: StepTime, paths: Paths, load: Load) -> str:
 def variable_shares(
     variables: Sequence[VariablePlan], profile: ModelProfile, paths: Paths, t: StepTime, c: Coefficients
 ) -> dict[str, float]:
-    """Each variable's share of the step's synchronization time: its bytes on the busiest resource
-    of each transfer part over that resource's effective capacity, its per-variable overhead, and
+    """Each variable's share of the step's synchronization time: its seconds on the busiest resource
+    of each transfer part (its bytes there and its reverse-traffic share of that link's other
+    direction, over the effective capacity), its per-variable overheads, and
     the latencies split evenly over the synchronous pieces (variables or shards); normalized to sum
     to 1 (all 0 when nothing is synchronized)."""
-    effective = paths.effective(c)
     loads = [variable_load(v, profile, paths) for v in variables]
     synchronous = [ld.pieces - sum(ld.stale_ps.values()) for ld in loads]
     latency_per_piece = t.latency / sum(synchronous) if sum(synchronous) else 0.0
     raw = [
-        float(ld.pull[t.pull_resource] / effective[t.pull_resource]
-              + ld.after[t.after_resource] / effective[t.after_resource]
-              + ld.overlapped[t.all_resource] / effective[t.all_resource]
-              + ld.pieces * c.variable_overhead_s + pieces * latency_per_piece)
+        float(paths.seconds(ld.pull, c)[t.pull_resource] + paths.seconds(ld.after, c)[t.after_resource]
+              + paths.seconds(ld.overlapped, c)[t.all_resource]
+              + ld.pieces * c.variable_overhead_s + sum(ld.sync_ps.values()) * c.ps_variable_overhead_s
+              + pieces * latency_per_piece)
         for ld, pieces in zip(loads, synchronous, strict=True)
     ]
     total = sum(raw)

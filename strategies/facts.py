@@ -65,6 +65,9 @@ class Link(BaseModel):
     bytes_per_s: float = Field(gt=0, allow_inf_nan=False)
     latency_s: float = Field(ge=0, allow_inf_nan=False)  # one way, for a small message
     source: FactSource
+    # bytes a token-bucket-shaped path passes at once after an idle moment (tc tbf's `burst`, a
+    # virtual machine's burst allowance) before it falls to `bytes_per_s`; 0: not shaped, or unknown
+    burst_bytes: float = Field(default=0.0, ge=0, allow_inf_nan=False)
 
 
 class HostLink(Link):

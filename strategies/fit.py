@@ -4,7 +4,7 @@ Least squares (scipy) on the relative error of the predicted step time, one resi
 record, plus one residual per coefficient pulling it towards the prior (the analytical values
 unless given): with few records the prior dominates, and predictions improve as records accumulate.
 The factors (bandwidth, compute) are fitted in log space and the additive terms (latency,
-overhead) in seconds; the prior's weights are in docs/cost-model.md.
+overheads, the reverse-traffic share) as they are; the prior's weights are in docs/cost-model.md.
 """
 
 from __future__ import annotations
@@ -22,15 +22,18 @@ from .cost_model import Coefficients, StepCost, step_cost
 from .facts import TrialRecord
 
 # The prior's pull, as the relative step-time error one record would have to show to move a
-# coefficient this far: a factor of 2 for the factors, 10 ms of message latency or of
-# per-variable overhead each weigh as much as a 10% error on one record.
+# coefficient this far: a factor of 2 for the factors, 10 ms of message latency or of either
+# per-variable overhead, or 0.25 of reverse-traffic share each weigh as much as a 10% error on one
+# record.
 PRIOR_ERROR = 0.1
 FACTOR_SCALE = math.log(2)
-LATENCY_SCALE_S = 1e-2
-OVERHEAD_SCALE_S = 1e-2
+SECONDS_SCALE = 1e-2
+SHARE_SCALE = 0.25
 
-_FACTORS = ("remote_bandwidth_factor", "local_bandwidth_factor", "compute_factor")
-_ADDITIVE = (("message_latency_s", LATENCY_SCALE_S), ("variable_overhead_s", OVERHEAD_SCALE_S))
+_FACTORS = ("remote_bandwidth_factor", "local_bandwidth_factor", "compute_factor")  # fitted as logarithms
+_ADDITIVE = (("message_latency_s", SECONDS_SCALE), ("variable_overhead_s", SECONDS_SCALE),
+             ("ps_variable_overhead_s", SECONDS_SCALE), ("reverse_traffic_share", SHARE_SCALE))
+_UPPER = {"reverse_traffic_share": 1.0}
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,8 @@ def fit(
         return np.concatenate([errors(_from_vector(x)), _prior_residuals(x, x0)])
 
     lower = [-np.inf] * len(_FACTORS) + [0.0] * len(_ADDITIVE)
-    solution = least_squares(residuals, x0, bounds=(lower, np.inf), x_scale=_scales(), method="trf")
+    upper = [np.inf] * len(_FACTORS) + [_UPPER.get(a, np.inf) for a, _ in _ADDITIVE]
+    solution = least_squares(residuals, x0, bounds=(lower, upper), x_scale=_scales(), method="trf")
     fitted = _from_vector(solution.x)
     return FitResult(
         coefficients=fitted,
@@ -113,7 +117,8 @@ def _to_vector(c: Coefficients) -> np.ndarray:
 
 def _from_vector(x: np.ndarray) -> Coefficients:
     values = {f: math.exp(v) for f, v in zip(_FACTORS, x[: len(_FACTORS)], strict=True)}
-    values |= {a: max(0.0, float(v)) for (a, _), v in zip(_ADDITIVE, x[len(_FACTORS):], strict=True)}
+    values |= {a: min(max(0.0, float(v)), _UPPER.get(a, math.inf))
+               for (a, _), v in zip(_ADDITIVE, x[len(_FACTORS):], strict=True)}
     return Coefficients(**values)
 
 

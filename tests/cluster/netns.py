@@ -44,6 +44,12 @@ COMMAND_TIMEOUT = 30.0
 BURST_S = 0.002  # token bucket size of shape(), in seconds of the rate
 
 
+def bucket_bytes(rate_mbit: float) -> int:
+    """The token bucket `NetnsCluster.shape` gives a link of `rate_mbit`: 2 ms of the rate, at least
+    64 KiB (tc's `kb` is KiB)."""
+    return 1024 * max(64, math.ceil(rate_mbit * 1e6 / 8 * BURST_S / 1024))
+
+
 def missing_requirements() -> str | None:
     """Why a namespace cluster cannot be built here, or None when it can."""
     if os.geteuid() != 0:
@@ -266,8 +272,8 @@ class NetnsCluster:
 
         The bucket holds 2 ms of the rate (at least 64 KiB): a fixed 64 KiB bucket let a
         1 Gbit/s link carry only ~520 Mbit/s here, as the kernel refills it too seldom."""
-        burst_kib = max(64, math.ceil(rate_mbit * 1e6 / 8 * BURST_S / 1024))
-        qdisc = ["root", "tbf", "rate", f"{rate_mbit}mbit", "burst", f"{burst_kib}kb", "latency", "50ms"]
+        qdisc = ["root", "tbf", "rate", f"{rate_mbit}mbit", "burst", f"{bucket_bytes(rate_mbit) // 1024}kb",
+                 "latency", "50ms"]
         _run("tc", "qdisc", "replace", "dev", host.veth, *qdisc)
         _run(*host.exec_argv("tc", "qdisc", "replace", "dev", "eth0", *qdisc))
 

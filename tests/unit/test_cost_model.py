@@ -40,12 +40,15 @@ def test_one_ps_pulls_before_and_pushes_after_compute():
 
 def test_synchronous_ps_pays_three_round_trips():
     """Read (request, reply), then push, the chief's apply and the release: 6 one-way latencies of
-    the path plus the per-message latency each, and the per-variable overhead once."""
+    the path plus the per-message latency each, and the per-variable and PS-variable overheads once.
+    The read and the push cross the link in opposite directions but one after the other: no
+    reverse traffic is charged."""
     spec = hosts_spec(2, ps=[1, 0])
     strategy = plan(DENSE, spec, [planned(W, sync=PSSync(ps_task=0))])
-    c = Coefficients(message_latency_s=0.0005, variable_overhead_s=0.002)
+    c = Coefficients(message_latency_s=0.0005, variable_overhead_s=0.002, ps_variable_overhead_s=0.003,
+                     reverse_traffic_share=0.5)
     assert step(strategy, profile(DENSE, 0.01), spec, network(spec, B, latency_s=0.001), c) == pytest.approx(
-        2 * M / B + 0.01 + 6 * (0.001 + 0.0005) + 0.002)
+        2 * M / B + 0.01 + 6 * (0.001 + 0.0005) + 0.002 + 0.003)
 
 
 @pytest.mark.parametrize("k", [1, 2, 4, 8])
@@ -83,6 +86,73 @@ def test_ring_all_reduce(n):
     assert prediction.step_s == pytest.approx(0.01 + sent / B)
     assert all(b == NodeBytes(sent=sent, received=sent) for b in prediction.node_bytes.values())
     assert prediction.bound == "network: 10.0.0.1 -> 10.0.0.2 (all-reduce ring)"
+
+
+@pytest.mark.parametrize("share", [0.0, 0.1, 0.5])
+def test_a_link_used_both_ways_at_once_carries_the_reverse_share(share):
+    """The ring on two hosts sends M each way at once: each direction also carries `share` of the
+    other's bytes (acknowledgements, flow control, RPC requests). A PS plan's read and push cross
+    the link one after the other, each alone in its direction: unchanged."""
+    spec = hosts_spec(2, ps=[1, 0])
+    ring = plan(DENSE, spec, [planned(W, sync=AllReduceSync(group=0))])
+    ps = plan(DENSE, spec, [planned(W, sync=PSSync(ps_task=0))])
+    c = BANDWIDTH_ONLY.model_copy(update={"reverse_traffic_share": share})
+    prof, net = profile(DENSE, 0.01), network(spec, B)
+    assert step(ring, prof, spec, net, c) == pytest.approx(0.01 + (1 + share) * M / B)
+    assert step(ps, prof, spec, net, c) == pytest.approx(0.01 + 2 * M / B)
+
+
+def test_reverse_share_counts_on_the_hosts_sides_too():
+    """Three hosts, the ring 1 -> 2 -> 3 -> 1: each pair carries one direction only, but each host
+    sends M and receives M at once, on its one network interface: its sent side carries the
+    share of what it receives."""
+    spec = hosts_spec(3, ps=0)
+    ring = plan(DENSE, spec, [planned(W, sync=AllReduceSync(group=0))])
+    sent = -(-2 * 2 * M // 3)
+    c = BANDWIDTH_ONLY.model_copy(update={"reverse_traffic_share": 0.2})
+    assert step(ring, profile(DENSE, 0.01), spec, network(spec, B), c) == pytest.approx(0.01 + 1.2 * sent / B)
+
+
+@pytest.mark.parametrize("shards", [2, 4])
+def test_each_synchronous_ps_piece_pays_its_overhead(shards):
+    """A variable split into k PS shards pays k PS-variable overheads (and k per-variable ones); in
+    an all-reduce group or with a staleness bound it pays none."""
+    spec = hosts_spec(4)
+    c = BANDWIDTH_ONLY.model_copy(update={"ps_variable_overhead_s": 0.003, "variable_overhead_s": 0.001})
+    prof, net = profile(DENSE, 0.01), network(spec, 1e15)
+    split = plan(DENSE, spec, [planned(W, partition=Partition(axis=0, shards=[PSSync(ps_task=p) for p in range(shards)]))])
+    ring = plan(DENSE, spec, [planned(W, sync=AllReduceSync(group=0))])
+    stale = plan(DENSE, spec, [planned(W, partition=Partition(axis=0, shards=[PSSync(ps_task=p, staleness=1)
+                                                                             for p in range(shards)]))])
+    assert step(split, prof, spec, net, c) == pytest.approx(0.01 + shards * (0.003 + 0.001))
+    assert step(ring, prof, spec, net, c) == pytest.approx(0.01 + 0.001)
+    assert step(stale, prof, spec, net, c) == pytest.approx(0.01 + shards * 0.001)
+
+
+BUCKET = 1_000_000  # bytes a token-bucket-shaped path passes at once
+
+
+@pytest.mark.parametrize("compute_s", [0.1, 0.004])
+def test_a_shaped_path_passes_its_bucket_once_per_direction_and_step(compute_s):
+    """The PS reads cross 1 -> 2, the pushes 2 -> 1: each direction idles for the rest of the step
+    and starts its phase with a full bucket. The ring loads both directions after compute only:
+    what the compute let refill (rate × compute, at most the bucket)."""
+    spec = hosts_spec(2, ps=[1, 0])
+    prof, net = profile(DENSE, compute_s), network(spec, B, burst_bytes=BUCKET)
+    ps = plan(DENSE, spec, [planned(W, sync=PSSync(ps_task=0))])
+    ring = plan(DENSE, spec, [planned(W, sync=AllReduceSync(group=0))])
+    assert step(ps, prof, spec, net) == pytest.approx((M - BUCKET) / B + compute_s + (M - BUCKET) / B)
+    assert step(ring, prof, spec, net) == pytest.approx(compute_s + (M - min(BUCKET, B * compute_s)) / B)
+
+
+def test_a_path_busy_after_compute_has_no_bucket_left_for_the_next_reads():
+    """Two shards on the two hosts' PSs: both directions carry reads and pushes. The pushes find the
+    bucket the compute refilled; the reads follow the previous step's pushes at once: none."""
+    spec = hosts_spec(2)
+    split = plan(DENSE, spec, [planned(W, partition=Partition(axis=0, shards=[PSSync(ps_task=0), PSSync(ps_task=1)]))])
+    half = M // 2
+    assert step(split, profile(DENSE, 0.1), spec, network(spec, B, burst_bytes=BUCKET)) == pytest.approx(
+        half / B + 0.1 + (half - BUCKET) / B)
 
 
 def test_every_all_reduce_group_pays_its_ring_latency():

@@ -8,14 +8,15 @@ import pytest
 from adrun.graph_item import GraphItem
 from adrun.strategies import build_strategy
 from adrun.strategies.cost_model import Coefficients, predict
-from bench.cluster.results import Profile, RunConfig
-from bench.cost_model_check import check, cluster_spec, network_facts
+from bench.cluster.results import BenchResults, Profile, RunConfig, RunResult, WorkerResult
+from bench.cost_model_check import check, cluster_spec, network_facts, repetition_tau
 from tests.cost_facts import profile, var
 
 COMMODITY = Profile(name="commodity", rate_mbit=100)
 BUILDERS = ("AllReduce", "PartitionedAR", "Parallax", "PartitionedPS", "PSLoadBalancing", "PS")
 # the cluster as it "really" is: slower links, a loaded CPU, costly messages
-TRUE = Coefficients(remote_bandwidth_factor=0.5, compute_factor=2.0, message_latency_s=3e-3, variable_overhead_s=1e-3)
+TRUE = Coefficients(remote_bandwidth_factor=0.5, compute_factor=2.0, message_latency_s=3e-3, variable_overhead_s=1e-3,
+                    ps_variable_overhead_s=1e-3)
 SPARSE = profile(GraphItem(batch_size=128, variables=[var("emb", [200_000, 64], "sparse"), var("out/kernel", [64, 500])]),
                  0.02, {"emb": 1000})
 DENSE = profile(GraphItem(batch_size=32, variables=[var("fc/kernel", [1024, 512]), var("fc/bias", [512])]), 0.05)
@@ -63,3 +64,22 @@ def test_coefficients_fitted_on_the_other_workloads_carry_over():
         assert models["analytical"]["mean_relative_error"] > 0.3
         assert models["leave-one-workload-out"]["mean_relative_error"] < 0.05
         assert models["leave-one-workload-out"]["kendall_tau"] == pytest.approx(1.0)
+
+
+def test_repetition_tau_ranks_the_measurement_against_itself(tmp_path):
+    """Three builders, three repetitions: repetitions 0 and 1 agree (tau 1), repetition 2 swaps the
+    first two (tau 1/3 against each); a configuration missing a repetition drops that repetition."""
+    def run(system, rep, rate):
+        config = RunConfig(workload="sparse", profile="commodity", hosts=1, kind="adrun", system=system)
+        return RunResult(config=config, repetition=rep, steps=10, warmup=2, exit_code=0, wall_s=1.0,
+                         workers=[WorkerResult(workload="sparse", worker=0, steps=8, seconds=1.0, batch_size=1,
+                                               examples_per_s=rate, steps_per_s=rate)])
+    rates = {"AllReduce": (300, 310, 200), "Parallax": (200, 210, 300), "PS": (100, 110, 100)}
+    runs = [run(system, rep, rate) for system, per_rep in rates.items() for rep, rate in enumerate(per_rep)]
+    path = tmp_path / "results.json"
+    path.write_text(BenchResults(started="now", command="test", machine={}, versions={}, profiles=[COMMODITY],
+                                 runs=runs).model_dump_json())
+    assert repetition_tau([path]) == {("sparse", "commodity", 1): pytest.approx((1 + 1 / 3 + 1 / 3) / 3)}
+    path.write_text(BenchResults(started="now", command="test", machine={}, versions={}, profiles=[COMMODITY],
+                                 runs=runs[:-1]).model_dump_json())  # PS has no repetition 2
+    assert repetition_tau([path]) == {("sparse", "commodity", 1): pytest.approx(1.0)}

@@ -20,7 +20,7 @@ SPEC = ClusterSpec(version=1, nodes=[
 ])
 NETWORK = network(SPEC, 1e8, latency_s=2e-4, local_bytes_per_s=1.5e8, local_latency_s=5e-5)
 TRUE = Coefficients(remote_bandwidth_factor=0.6, local_bandwidth_factor=0.8, message_latency_s=2e-3,
-                    variable_overhead_s=4e-4, compute_factor=1.4)
+                    variable_overhead_s=4e-4, ps_variable_overhead_s=1e-3, compute_factor=1.4)
 
 MODELS = [
     (GraphItem(batch_size=32, variables=[var("fc/kernel", [1024, 512]), var("fc/bias", [512])]), {}),
@@ -50,8 +50,34 @@ def test_fit_recovers_known_coefficients_and_removes_the_error():
     assert result.records_used == 48 and result.records_skipped == 0
     assert result.error_before > 0.2
     assert result.error_after < 0.01
-    for name in Coefficients.model_fields:
+    # every remote path these builders load carries the ring, in both directions at once: the
+    # reverse-traffic share is told from the bandwidth factor in the test below
+    for name in set(Coefficients.model_fields) - {"reverse_traffic_share"}:
         assert getattr(result.coefficients, name) == pytest.approx(getattr(TRUE, name), rel=0.05), name
+
+
+def test_fit_tells_the_reverse_traffic_share_from_the_bandwidth_and_recovers_the_ps_variable_overhead():
+    """Two hosts, the PS on the first: a PS plan loads the path in one direction at a time (its
+    reads, then its pushes), the ring in both at once; 40 small variables make the per-PS-variable
+    overhead count. Records made with known values give them back."""
+    spec = ClusterSpec(version=1, nodes=[Node(address="10.0.0.1", chief=True, ps=1), Node(address="10.0.0.2")])
+    net = network(spec, 1e8, latency_s=2e-4)
+    true = Coefficients(remote_bandwidth_factor=0.7, reverse_traffic_share=0.25, ps_variable_overhead_s=1e-3)
+    out = []
+    for graph, rows in MODELS:
+        for compute_s in (0.002, 0.005, 0.01, 0.02, 0.05, 0.1):
+            prof = profile(graph, compute_s, rows)
+            for builder in ("PS", "AllReduce"):
+                strategy = BUILDERS[builder]().build(graph, spec)
+                out.append(TrialRecord(recorded_at="2026-11-23T02:00:00", cluster_key="two-hosts", workload="w",
+                                       spec=spec, strategy=strategy, profile=prof, network=net,
+                                       steps_per_s=1 / predict(strategy, prof, spec, net, true).step_s))
+    result = fit(out)
+    assert result.error_after < 0.01 < result.error_before
+    assert result.coefficients.remote_bandwidth_factor == pytest.approx(0.7, rel=0.02)
+    assert result.coefficients.ps_variable_overhead_s == pytest.approx(1e-3, rel=0.02)
+    # from its prior (0.1) most of the way to 0.25: the prior still pulls a little at 36 records
+    assert result.coefficients.reverse_traffic_share == pytest.approx(0.25, rel=0.1)
 
 
 def test_records_that_match_the_prior_leave_it_alone():
