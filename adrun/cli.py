@@ -21,11 +21,11 @@ from typing import Any
 import click
 
 from adrun import __version__
+from adrun.defaults import RESTART_BACKOFF_S, STALL_TIMEOUT_S
 from adrun.errors import UserError
+from adrun.exit_codes import BROKEN_PIPE_EXIT_CODE, INTERRUPTED_EXIT_CODE
 
 DEFAULT_STRATEGY = "PSLoadBalancing"
-INTERRUPTED_EXIT_CODE = 130  # as the supervisor's, for an interrupt before the job started
-BROKEN_PIPE_EXIT_CODE = 141  # what a shell reports for a tool ended by SIGPIPE (128 + 13)
 RUNS_DIR = Path("/tmp/adrun-runs")  # not /tmp/adrun: that would shadow the package when cwd is /tmp
 MAX_RESTARTS = 1000  # a bound that catches a typo (--max-restarts 10000000) rather than a real need
 MAX_BACKOFF_S = 86400.0
@@ -202,15 +202,15 @@ def main() -> None:
 @click.option("--job-id", help="Name of this run (default: time-stamped); every process carries it as ADRUN_JOB_ID.")
 @click.option("--sync-code", is_flag=True,
               help="Copy the script's directory to every remote node first (no .git, __pycache__, .venv, *.pyc; max 50 MB).")
-@click.option("--stall-timeout", type=click.FloatRange(min=0), default=300, show_default=True, metavar="SECONDS",
+@click.option("--stall-timeout", type=click.FloatRange(min=0), default=STALL_TIMEOUT_S, show_default=True, metavar="SECONDS",
               help="Warn when a worker makes no training step for this long (0: never).")
 @click.option("--on-stall", type=click.Choice(["warn", "fail"]), default="warn", show_default=True,
               help="What a stall does: a warning, or the job's failure (restarted when restarts are allowed).")
 @click.option("--max-restarts", type=click.IntRange(min=0, max=MAX_RESTARTS), default=0, show_default=True, metavar="N",
               help="Start the job again after a failure a restart can cure (a killed task, a lost node, a dead "
                    "peer, a stall), at most N times.")
-@click.option("--restart-backoff", type=click.FloatRange(min=0, max=MAX_BACKOFF_S), default=5, show_default=True,
-              metavar="SECONDS", help="Wait this long before each restart.")
+@click.option("--restart-backoff", type=click.FloatRange(min=0, max=MAX_BACKOFF_S), default=RESTART_BACKOFF_S,
+              show_default=True, metavar="SECONDS", help="Wait this long before each restart.")
 @click.option("--result-json", type=click.Path(dir_okay=False), metavar="PATH",
               help="Write the job's result (per task exit, steps, rates, bytes per node) here as JSON.")
 @click.option("--max-steps", type=click.IntRange(min=1), metavar="N",

@@ -18,6 +18,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from adrun.exit_codes import ERROR_PREFIX
+
 if TYPE_CHECKING:
     from adrun.launch.job.metrics import Throughput
     from adrun.launch.job.supervisor import Attempt, Failure, JobResult, Stream, TaskOutcome
@@ -37,7 +39,7 @@ def print_status(message: str) -> None:
 
 def print_user_error(message: str) -> None:
     """The whole report of a user mistake: one `adrun: error:` line, never a traceback."""
-    console.print(Text(f"adrun: error: {message}", style="red"), soft_wrap=True)
+    console.print(Text(f"{ERROR_PREFIX}{message}", style="red"), soft_wrap=True)
 
 
 def print_warning(message: str) -> None:

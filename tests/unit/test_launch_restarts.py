@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 from adrun.errors import UserError
+from adrun.exit_codes import PLAN_MISMATCH_EXIT_CODE, STALL_EXIT_CODE
 from adrun.launch.env import task_env
 from adrun.launch.job.plan import TaskLaunch
 from adrun.launch.job.report import job_report
-from adrun.launch.job.restarts import PLAN_MISMATCH_EXIT_CODE, judge, run_attempts
-from adrun.launch.job.supervisor import STALL_EXIT_CODE, Failure, supervise
+from adrun.launch.job.restarts import judge, run_attempts
+from adrun.launch.job.supervisor import Failure, supervise
 from adrun.launch.job.tasks import Task
 from adrun.launch.job.teardown import kill_leftovers, leftover_processes
 
@@ -73,12 +74,6 @@ def test_the_same_failure_at_the_same_step_twice_in_a_row_is_not_restarted():
     assert judge(Failure(W0, 1, [], exception=TF_ERROR.format("AbortedError"), step=7), first).restart
     assert judge(Failure(W1, -9, [], step=7), first).restart
     assert not judge(Failure(PS0, -9, []), Failure(PS0, -9, [])).restart
-
-
-def test_the_plan_mismatch_code_is_the_runtimes():
-    from adrun.runtime.patches import PLAN_MISMATCH_EXIT_CODE as runtime_code
-
-    assert PLAN_MISMATCH_EXIT_CODE == runtime_code
 
 
 # --- the loop, around real jobs -------------------------------------------------------------------
