@@ -6,5 +6,5 @@ Imports nothing, so `adrun --help` stays fast and launch/ can use it.
 
 from __future__ import annotations
 
-STALL_TIMEOUT_S = 300.0  # --stall-timeout: no training step for this long is a stall
-RESTART_BACKOFF_S = 5.0  # --restart-backoff: the wait before each restart
+STALL_TIMEOUT_S: float = 300  # --stall-timeout: no training step for this long is a stall
+RESTART_BACKOFF_S: float = 5  # --restart-backoff: the wait before each restart

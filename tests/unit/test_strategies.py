@@ -74,7 +74,8 @@ def test_registry_names() -> None:
 
 @pytest.mark.parametrize("name", ALL_BUILDERS)
 def test_every_option_is_documented(name: str) -> None:
-    # The README is generated from the docstrings: each must name every option and its default.
+    # Each builder's docstring (its reference in the code) names every option; the descriptions are what an
+    # unknown option's error lists. README's table is checked against the Options in tests/unit/test_readme.py.
     builder = BUILDERS[name]
     for option, field in builder.Options.model_fields.items():
         assert field.description, f"{name}.{option} has no description"
