@@ -1,4 +1,8 @@
-"""Everything adrun shows in the terminal.
+"""What `adrun run` and `adrun strategy` show in the terminal, and adrun's one-line messages.
+
+Every command's messages (`adrun: error: ...`, warnings, status lines) go through here. The other
+commands' tables are rendered next to their data: `adrun profile`'s in adrun/profile/view.py,
+`adrun jobs`' in adrun/jobs/view.py, `adrun cluster check`'s in launch/check/report.py.
 
 adrun's own messages go to stderr; the tasks' output goes to stdout with a `[tag]` prefix, so
 `adrun train.py > out.txt` keeps the script's output and nothing else. This module only renders:
