@@ -321,9 +321,25 @@ STEPS_AFTER = """
 
 
 def test_start_up_longer_than_the_stall_timeout_is_no_stall(job_id, tmp_path):
-    # both workers take 2.5 s to start, longer than the 1.5 s timeout; then w1 stops stepping
-    w0 = STEPS_AFTER.format(startup=2.5, steps=12, then=0)
-    w1 = STEPS_AFTER.format(startup=2.5, steps=1, then=600)
+    # both workers take 2.5 s to start, longer than the 1.5 s timeout; w1 takes its one step once w0
+    # stepped (its start-up is no stall either), then stops; w0 steps on until the job is stopped
+    stepping = tmp_path / "w0-stepping"
+    w0 = f"""
+        import json, pathlib, sys, time
+        time.sleep(2.5)
+        for step in range(1, 100000):
+            print("@@ADRUN " + json.dumps({{"event": "step", "step": step, "time": time.time()}}), file=sys.stderr, flush=True)
+            pathlib.Path({str(stepping)!r}).touch()
+            time.sleep(0.1)
+    """
+    w1 = f"""
+        import json, pathlib, sys, time
+        time.sleep(2.5)
+        while not pathlib.Path({str(stepping)!r}).exists():
+            time.sleep(0.05)
+        print("@@ADRUN " + json.dumps({{"event": "step", "step": 1, "time": time.time()}}), file=sys.stderr, flush=True)
+        time.sleep(600)
+    """
     listener = Recorder()
 
     result = supervise(_workers(job_id, tmp_path, w0, w1), job_id, listener, stall_timeout_s=1.5, on_stall="fail",
