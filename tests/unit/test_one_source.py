@@ -92,10 +92,21 @@ def test_the_cli_shows_the_launchers_defaults():
 
     options = {p.name: p.default for p in main.commands["run"].params}
     assert (options["stall_timeout"], options["restart_backoff"]) == (STALL_TIMEOUT_S, RESTART_BACKOFF_S)
-    literals = [f"{path.relative_to(ROOT)}:{node.lineno}"
-                for path in _modules() if path.name != "defaults.py"
-                for node in ast.walk(ast.parse(path.read_text()))
-                if isinstance(node, ast.keyword) and node.arg in ("stall_timeout_s", "restart_backoff_s", "default")
-                and isinstance(node.value, ast.Constant) and node.value.value in (STALL_TIMEOUT_S, RESTART_BACKOFF_S)
-                and path.name in ("cli.py", "supervisor.py", "restarts.py")]
+    # ... and no field, parameter or argument of those names falls back to a number of its own
+    names = {"stall_timeout_s", "restart_backoff_s"}
+    literals = []
+    for path in _modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.keyword) and node.arg in names:
+                pairs = [(node.arg, node.value)]
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id in names:
+                pairs = [(node.target.id, node.value)]
+            elif isinstance(node, ast.arguments):
+                args = [*node.posonlyargs, *node.args]
+                pairs = list(zip([a.arg for a in args[len(args) - len(node.defaults):]], node.defaults))
+                pairs += [(a.arg, d) for a, d in zip(node.kwonlyargs, node.kw_defaults) if d is not None]
+            else:
+                continue
+            literals += [f"{path.relative_to(ROOT)}:{node.lineno} {name}" for name, value in pairs
+                         if name in names and isinstance(value, ast.Constant) and value.value is not None]
     assert literals == []
