@@ -80,6 +80,11 @@ def test_every_option_is_documented(name: str) -> None:
     for option, field in builder.Options.model_fields.items():
         assert field.description, f"{name}.{option} has no description"
         assert f"`{option}`" in (builder.__doc__ or ""), f"{name} docstring does not mention `{option}`"
+        # a default the docstring repeats is the field's (the field is the one source)
+        if field.default is not None:
+            default = str(field.default).lower() if isinstance(field.default, bool) else str(field.default)
+            for said in re.findall(rf"`{option}` \(default:? ([^;,)]*)", builder.__doc__ or ""):
+                assert said == default, f"{name} docstring: `{option}` (default {said}), the field says {default}"
 
 
 def test_only_variables_with_gradients_are_planned() -> None:
