@@ -81,3 +81,39 @@ def test_the_strategies_table_gives_every_option_and_its_default(name: str):
         default = _default_text(field.default)
         if named[option] is not None and default is not None:
             assert named[option] == default, f"README's {name} row: `{option}`"
+
+
+def _spec_rows() -> dict[str, str]:
+    """field path (`nodes[].ssh.port`) -> the default cell of README's cluster spec table; a row
+    naming several fields (`nodes[].ssh.user` / `port` / `identity_file`) gives each the cell."""
+    text = README.read_text().split("## Cluster spec", 1)[1]
+    rows = {}
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`"):
+            first, *siblings = re.findall(r"`([^`]+)`", cells[0])
+            prefix = first.rsplit(".", 1)[0] + "." if "." in first else ""
+            for path in (first, *(prefix + name for name in siblings)):
+                rows[path] = cells[2]
+        elif rows and not line.startswith("|"):
+            break
+    return rows
+
+
+def test_the_cluster_spec_table_gives_every_field_and_its_default():
+    from pydantic_core import PydanticUndefined
+
+    from adrun.spec import ClusterSpec, Node, SSHConfig
+
+    rows = _spec_rows()
+    fields = {**{name: f for name, f in ClusterSpec.model_fields.items() if name != "nodes"},
+              **{f"nodes[].{name}": f for name, f in Node.model_fields.items() if name != "ssh"},
+              **{f"nodes[].ssh.{name}": f for name, f in SSHConfig.model_fields.items()}}
+    assert sorted(rows) == sorted(fields)
+    for path, field in fields.items():
+        if field.default is PydanticUndefined:
+            assert rows[path] == "required", path
+        elif field.default is not None and not isinstance(field.default, bool):
+            # the table's first word (or code span) is the default; words may follow ("ssh defaults, 22")
+            shown = re.split(r"[,;]\s*", rows[path].replace("`", ""))
+            assert str(field.default).replace("'", "") in shown, f"README's {path}: {rows[path]!r}, the field: {field.default!r}"
