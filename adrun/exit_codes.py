@@ -4,6 +4,9 @@ The launcher (launch/, the CLI) and the runtime inside every task agree on them:
 hook refused exits with PLAN_MISMATCH_EXIT_CODE and the restart rule reads it back. This module
 imports nothing, so launch/ (which never imports TensorFlow or the runtime) and the hook can
 both use it. README.md ("Reading the output", "Long jobs") lists what each code means to a user.
+The two standard-library programs adrun sends to other nodes (launch/nodes/probe.py,
+launch/job/remote_agent.py) cannot import adrun there; their few codes are their own, each
+defined once in that program.
 """
 
 from __future__ import annotations
