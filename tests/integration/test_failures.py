@@ -257,7 +257,7 @@ def test_ctrl_c_stops_the_job_with_130(spec_file, live):
 def test_ctrl_c_during_capture_exits_130(tmp_path, live):
     marker = tmp_path / "capturing"
     job = live(str(SCRIPTS / "touch_and_sleep.py"), str(marker), "3600")
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + GUARD_S
     while not marker.exists():
         assert time.monotonic() < deadline and job.proc.poll() is None, job.output
         time.sleep(0.1)
