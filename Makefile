@@ -1,6 +1,6 @@
 # Two commands do everything on a fresh machine:
 #   make demo   set up .venv, install adrun, run an example on this machine as a local cluster
-#   make test   set up .venv with the test extras and run the test suite (~24 min on 2 cores)
+#   make test   set up .venv with the test extras and run the test suite (time: README.md, "Quick start")
 # make test-full runs the long matrix as well; make bench measures strategies (bench/RESULTS.md);
 # make bench-cluster(-quick) runs adrun against TF peers on namespace hosts, as root (bench/RESULTS-cluster.md):
 # bench-cluster is 132 runs, about 2 hours on the shared 2-core machine (it prints its estimate first);

@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import TypeVar
 
 from adrun.errors import UserError
+from adrun.exit_codes import ERROR_PREFIX, HOOK_DONE_EXIT_CODE, PLAN_MISMATCH_EXIT_CODE
 from adrun.graph_item import GraphItem, load_graph_item
 from adrun.launch.env import task_env
 from adrun.launch.job.plan import HOOK_DIR
 from adrun.launch.job.local import LocalProcess, worker_argv
 from adrun.launch.job.tasks import Task
 from adrun.launch.job.tf_noise import NoiseFilter
-from adrun.runtime.patches import ERROR_PREFIX, PLAN_MISMATCH_EXIT_CODE
 
 CAPTURE_TIMEOUT_S = 600
 _TAIL_LINES = 15
@@ -83,11 +83,11 @@ def run_in_hook_mode(
             process.kill_group()
         code = process.poll()
         refusal = _hook_refusal(stderr) if code == PLAN_MISMATCH_EXIT_CODE else None
-        if code == 0 and out.exists():
+        if code == HOOK_DONE_EXIT_CODE and out.exists():
             return read(out)
         if refusal:
             raise UserError(f"{script}: {refusal}")
-        if code != 0:
+        if code != HOOK_DONE_EXIT_CODE:
             raise UserError(
                 f"{script}: {failed} (exit code {code}); last lines of its stderr:\n{_tail(stderr)}"
             )

@@ -22,11 +22,11 @@ import click
 
 from adrun import __version__
 from adrun.env_vars import Settings
+from adrun.defaults import RESTART_BACKOFF_S, STALL_TIMEOUT_S
 from adrun.errors import UserError
+from adrun.exit_codes import BROKEN_PIPE_EXIT_CODE, INTERRUPTED_EXIT_CODE
 
 DEFAULT_STRATEGY = "PSLoadBalancing"
-INTERRUPTED_EXIT_CODE = 130  # as the supervisor's, for an interrupt before the job started
-BROKEN_PIPE_EXIT_CODE = 141  # what a shell reports for a tool ended by SIGPIPE (128 + 13)
 RUNS_DIR = Path("/tmp/adrun-runs")  # not /tmp/adrun: that would shadow the package when cwd is /tmp
 MAX_RESTARTS = 1000  # a bound that catches a typo (--max-restarts 10000000) rather than a real need
 MAX_BACKOFF_S = 86400.0
@@ -192,26 +192,28 @@ def main() -> None:
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--spec", "spec_path", type=click.Path(dir_okay=False), help="Cluster spec YAML (default: this machine, 2 workers + 1 PS).")
-@click.option("--strategy", default=DEFAULT_STRATEGY, show_default=True, help="Builder name (Auto: chosen per variable by the cost model) or a strategy document (.yml).")
+@click.option("--strategy", default=DEFAULT_STRATEGY, show_default=True, metavar="NAME|FILE", help="Builder name (Auto: chosen per variable by the cost model) or a strategy document (.yml).")
 @click.option("--strategy-opt", "strategy_opts", multiple=True, metavar="KEY=VALUE", help="Builder option; repeatable.")
 @click.option("--quiet", is_flag=True, help="Do not print the processes' output (summary and errors only).")
 @click.option("--verbose", is_flag=True,
               help="Show every line the processes print, TensorFlow's start-up messages too (folded by default).")
-@click.option("--log-dir", type=click.Path(file_okay=False), help="Also write one log file per process here.")
+@click.option("--log-dir", type=click.Path(file_okay=False), metavar="DIR",
+              help="Also write one log file per process here (w0.log, ps0.log, ...).")
 @click.option("--dry-run", is_flag=True, help="Capture and plan, print the plan and the processes, start nothing.")
 @click.option("--shard-data", is_flag=True, help="Give each worker a disjoint shard of the script's tf.data input (same as ADRUN_SHARD_DATA=1).")
-@click.option("--job-id", help="Name of this run (default: time-stamped); every process carries it as ADRUN_JOB_ID.")
+@click.option("--job-id", metavar="ID", help="Name of this run: letters, digits, . _ - (default: time-stamped); every "
+              "process carries it as ADRUN_JOB_ID.")
 @click.option("--sync-code", is_flag=True,
               help="Copy the script's directory to every remote node first (no .git, __pycache__, .venv, *.pyc; max 50 MB).")
-@click.option("--stall-timeout", type=click.FloatRange(min=0), default=300, show_default=True, metavar="SECONDS",
+@click.option("--stall-timeout", type=click.FloatRange(min=0), default=STALL_TIMEOUT_S, show_default=True, metavar="SECONDS",
               help="Warn when a worker makes no training step for this long (0: never).")
 @click.option("--on-stall", type=click.Choice(["warn", "fail"]), default="warn", show_default=True,
               help="What a stall does: a warning, or the job's failure (restarted when restarts are allowed).")
 @click.option("--max-restarts", type=click.IntRange(min=0, max=MAX_RESTARTS), default=0, show_default=True, metavar="N",
               help="Start the job again after a failure a restart can cure (a killed task, a lost node, a dead "
                    "peer, a stall), at most N times.")
-@click.option("--restart-backoff", type=click.FloatRange(min=0, max=MAX_BACKOFF_S), default=5, show_default=True,
-              metavar="SECONDS", help="Wait this long before each restart.")
+@click.option("--restart-backoff", type=click.FloatRange(min=0, max=MAX_BACKOFF_S), default=RESTART_BACKOFF_S,
+              show_default=True, metavar="SECONDS", help="Wait this long before each restart.")
 @click.option("--result-json", type=click.Path(dir_okay=False), metavar="PATH",
               help="Write the job's result (per task exit, steps, rates, bytes per node) here as JSON.")
 @click.option("--max-steps", type=click.IntRange(min=1), metavar="N",
@@ -383,8 +385,8 @@ class _OptionalValue(click.Option):
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
 )
 @click.argument("name")
-@click.option("--spec", "spec_path", type=click.Path(dir_okay=False))
-@click.option("--strategy-opt", "strategy_opts", multiple=True, metavar="KEY=VALUE")
+@click.option("--spec", "spec_path", type=click.Path(dir_okay=False), help="Cluster spec YAML (default: this machine, 2 workers + 1 PS).")
+@click.option("--strategy-opt", "strategy_opts", multiple=True, metavar="KEY=VALUE", help="Builder option; repeatable.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="Where to write the document.")
 @_records_options
 @click.argument("script")
@@ -455,7 +457,7 @@ def _reads_as_trial_count(text: str) -> bool:
 @click.option("--sync-code", is_flag=True,
               help="Copy the script's directory to every remote node first (as for a run).")
 @_records_options
-@click.option("--job-id", help="Name of the profiling run; trial N runs as ID-tN-<builder> (default: time-stamped).")
+@click.option("--job-id", metavar="ID", help="Name of the profiling run; trial N runs as ID-tN-<builder> (default: time-stamped).")
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @_user_errors

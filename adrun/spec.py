@@ -414,7 +414,10 @@ def load_spec(path: str | Path) -> ClusterSpec:
 
 
 def spec_to_yaml(spec: ClusterSpec) -> str:
-    """The spec as YAML that `load_spec` reads back to an equal spec."""
+    """The spec as YAML that `load_spec` reads back to an equal spec.
+
+    adrun itself never writes a spec; the tests use this to write the specs they build, which
+    checks the round trip of every field they use."""
     return dump_yaml(spec.model_dump(mode="json", exclude_none=True))
 
 

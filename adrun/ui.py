@@ -1,4 +1,8 @@
-"""Everything adrun shows in the terminal.
+"""What `adrun run` and `adrun strategy` show in the terminal, and adrun's one-line messages.
+
+Every command's messages (`adrun: error: ...`, warnings, status lines) go through here. The other
+commands' tables are rendered next to their data: `adrun profile`'s in adrun/profile/view.py,
+`adrun jobs`' in adrun/jobs/view.py, `adrun cluster check`'s in launch/check/report.py.
 
 adrun's own messages go to stderr; the tasks' output goes to stdout with a `[tag]` prefix, so
 `adrun train.py > out.txt` keeps the script's output and nothing else. This module only renders:
@@ -17,6 +21,8 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
+
+from adrun.exit_codes import ERROR_PREFIX
 
 if TYPE_CHECKING:
     from adrun.launch.job.metrics import Throughput
@@ -37,7 +43,7 @@ def print_status(message: str) -> None:
 
 def print_user_error(message: str) -> None:
     """The whole report of a user mistake: one `adrun: error:` line, never a traceback."""
-    console.print(Text(f"adrun: error: {message}", style="red"), soft_wrap=True)
+    console.print(Text(f"{ERROR_PREFIX}{message}", style="red"), soft_wrap=True)
 
 
 def print_warning(message: str) -> None:

@@ -27,7 +27,7 @@ from adrun.graph_item import GraphItem, VariableInfo
 from adrun.spec import ClusterSpec
 
 from . import BUILDERS
-from .base import BuilderOptions
+from .base import BuilderOptions, axis0_rows
 from .cost_model import Coefficients, Load, Paths, StepCost, compute_seconds, predict, variable_load
 from .document import AllReduceSync, Partition, PSSync, Strategy, VariablePlan
 from .facts import ModelProfile, NetworkFacts, Prediction
@@ -242,9 +242,9 @@ def _plan(var: VariableInfo, choice: Choice) -> VariablePlan:
 
 
 def _partitionable(var: VariableInfo) -> bool:
-    """Whether the runtime can split `var` on axis 0, as the partitioning builders check."""
-    return (var.partition_blocker is None and len(var.shape) >= 1 and -1 not in var.shape
-            and var.shape[0] >= 2)
+    """Whether the runtime can split `var` on axis 0, as the partitioning builders decide it
+    (and no other axis has an unknown size, which the document refuses in a partition)."""
+    return axis0_rows(var)[0] >= 2 and -1 not in var.shape
 
 
 def _renumber_groups(plans: Sequence[VariablePlan]) -> list[VariablePlan]:

@@ -35,6 +35,25 @@ class Decision:
     note: str | None = None
 
 
+def blocker_note(var: VariableInfo) -> str | None:
+    """The plan's note for a variable the runtime cannot split (capture's `partition_blocker`)."""
+    return f"kept whole: {var.partition_blocker}" if var.partition_blocker is not None else None
+
+
+def axis0_rows(var: VariableInfo) -> tuple[int, str | None]:
+    """What a builder may cut `var` into on axis 0, as every partitioning builder and Auto decide
+    it: (its rows, None) when the runtime can split it; otherwise (1, the plan's note on why it
+    stays whole), with no note for a variable of fewer than two rows (nothing to cut)."""
+    rows = var.shape[0] if var.shape else 1
+    if rows == -1:
+        return 1, "kept whole: the size of axis 0 is unknown"
+    if rows < 2:
+        return 1, None
+    if var.partition_blocker is not None:
+        return 1, blocker_note(var)
+    return rows, None
+
+
 def join_notes(*notes: str | None) -> str | None:
     """The given notes that are set, joined by "; ", or None."""
     return "; ".join(n for n in notes if n) or None

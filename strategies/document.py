@@ -40,12 +40,17 @@ class PSSync(BaseModel):
 
     @model_validator(mode="after")
     def _staleness_needs_sync(self) -> PSSync:
-        if self.staleness > 0 and not self.sync:
-            raise Problems(
-                [(("staleness",), f"a bound of {self.staleness} step(s) needs `sync: true`; "
-                  "asynchronous updates have no bound")]
-            )
+        check_staleness_needs_sync(self.staleness, self.sync, "`sync: true`")
         return self
+
+
+def check_staleness_needs_sync(staleness: int, sync: bool, sync_true: str) -> None:
+    """The rule between a PS synchronizer's `staleness` and `sync`, for this document and for the
+    builders' options (strategies/ps.py) alike: a bound needs synchronous updates. `sync_true` is
+    how the reader writes it: `sync: true` in YAML, `sync=true` on the command line."""
+    if staleness > 0 and not sync:
+        raise Problems([(("staleness",), f"a bound of {staleness} step(s) needs {sync_true}; "
+                         "asynchronous updates have no bound")])
 
 
 Compressor = Literal["none", "fp16", "fp16-ef", "powersgd"]

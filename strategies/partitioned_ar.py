@@ -10,11 +10,7 @@ from adrun.graph_item import VariableInfo
 from adrun.spec import ClusterSpec
 
 from .allreduce import AllReduceOptions, AxisChoice, plan_allreduce
-from .base import BuilderOptions, Decision, StrategyBuilder
-
-
-def _blocked(var: VariableInfo) -> str | None:
-    return f"kept whole: {var.partition_blocker}" if var.partition_blocker is not None else None
+from .base import BuilderOptions, Decision, StrategyBuilder, axis0_rows, blocker_note
 
 
 class PartitionedAROptions(AllReduceOptions):
@@ -46,14 +42,8 @@ class PartitionedAR(StrategyBuilder):
         return plan_allreduce(variables, o.chunk_size, o.compressor, o.powersgd_rank, self._choose)
 
     def _choose(self, var: VariableInfo) -> AxisChoice:
-        rows = var.shape[0] if var.shape else 1
-        if rows == -1:
-            return None, 1, "kept whole: the size of axis 0 is unknown"
-        if rows < 2:
-            return None, 1, None
-        if var.partition_blocker is not None:
-            return None, 1, _blocked(var)
-        return 0, min(self.options.shards, rows), None
+        rows, whole = axis0_rows(var)
+        return (None, 1, whole) if rows == 1 else (0, min(self.options.shards, rows), None)
 
 
 class RandomAxisPartitionAROptions(BuilderOptions):
@@ -96,7 +86,7 @@ a variable the runtime cannot split, so the other variables' axes do not depend 
             # depend on it (it is not part of the fingerprint).
             axis = axes[0] if len(axes) == 1 else rng.choice(axes)
             if var.partition_blocker is not None:
-                return None, 1, _blocked(var)
+                return None, 1, blocker_note(var)
             return axis, min(self.options.shards, var.shape[axis]), None
 
         return plan_allreduce(variables, self.options.chunk_size, choose=choose)

@@ -8,7 +8,7 @@ from pydantic import Field
 from adrun.graph_item import VariableInfo
 from adrun.spec import ClusterSpec
 
-from .base import Decision, StrategyBuilder
+from .base import Decision, StrategyBuilder, axis0_rows
 from .document import Partition, shard_sizes
 from .ps import PSOptions, least_loaded_assignment, ps_sync, require_ps
 
@@ -80,17 +80,11 @@ class PartitionedPS(StrategyBuilder):
         return decisions
 
     def _shard_count(self, var: VariableInfo, max_shards: int) -> tuple[int, str | None]:
-        rows = var.shape[0] if var.shape else 1
-        if rows == -1:
-            return 1, "kept whole: the size of axis 0 is unknown" if max_shards >= 2 else None
-        if rows < 2:
-            return 1, None
+        rows, whole = axis0_rows(var)
+        if rows == 1:
+            return 1, whole if max_shards >= 2 else None  # asked for one shard: nothing to explain
         count, note = self.choose_shards(rows, max_shards)
-        if count < 2:
-            return 1, None
-        if var.partition_blocker is not None:
-            return 1, f"kept whole: {var.partition_blocker}"
-        return count, note
+        return (count, note) if count >= 2 else (1, None)
 
 
 class UnevenPartitionedPSOptions(PartitionedPSOptions):

@@ -8,11 +8,10 @@ from pydantic import Field, model_validator
 
 from adrun.errors import UserError
 from adrun.graph_item import VariableInfo
-from adrun.model_io import Problems
 from adrun.spec import ClusterSpec
 
 from .base import BuilderOptions, StrategyBuilder
-from .document import PSSync
+from .document import PSSync, check_staleness_needs_sync
 
 
 class SyncOptions(BuilderOptions):
@@ -23,8 +22,7 @@ class SyncOptions(BuilderOptions):
 
     @model_validator(mode="after")
     def _staleness_needs_sync(self) -> SyncOptions:
-        if self.staleness > 0 and not self.sync:
-            raise Problems([(("staleness",), f"a bound of {self.staleness} step(s) needs sync=true; asynchronous updates have no bound")])
+        check_staleness_needs_sync(self.staleness, self.sync, "sync=true")
         return self
 
 

@@ -52,19 +52,26 @@ def train_and_compare(tmp_path: Path, spec_file: Callable[..., Path], strategy: 
     result = run_adrun("--spec", str(spec), "--strategy", strategy, *opts, *script, "--out", str(out))
     assert result.returncode == 0, result.output
     assert leftover_processes(result.job_id) == []
+    assert_matches_reference(out, script, workers, STEPS, f"{strategy}, {model}, {data}")
+    return result
+
+
+def assert_matches_reference(out: Path, script: list[str], workers: int, steps: int, label: str) -> None:
+    """Every worker's final variables in `out` (written by `script`, an oracle_model.py command line
+    without --out) equal the plain reference process's, which starts from the chief's initial values,
+    and global_step is `steps` everywhere."""
     subprocess.run([sys.executable, *script, "--out", str(out), "--reference", str(workers),
                     "--init-from", str(out / "w0.npz")], check=True, capture_output=True, cwd=REPO)
     reference = np.load(out / "reference.npz")
     chief = np.load(out / "w0.npz")
     for w in range(workers):
         got = np.load(out / f"w{w}.npz")
-        assert int(got["global_step"]) == STEPS, f"w{w}: global_step"
+        assert int(got["global_step"]) == steps, f"w{w}: global_step"
         for key in reference.files:
             if key.startswith("final/"):
                 name = key[len("final/"):]
                 np.testing.assert_allclose(got[key], reference[key], rtol=1e-5, atol=1e-6,
-                                           err_msg=f"w{w}: {name} after {STEPS} steps ({strategy}, {model}, {data})")
+                                           err_msg=f"w{w}: {name} after {steps} steps ({label})")
     # the oracle must be able to fail: training moved the variables
     assert any(not np.allclose(chief[k.replace("final/", "init/")], reference[k])
                for k in reference.files if k.startswith("final/"))
-    return result

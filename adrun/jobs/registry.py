@@ -32,14 +32,13 @@ from pydantic import BaseModel
 
 from adrun import ui
 from adrun.errors import UserError
-from adrun.home import adrun_home
+from adrun.exit_codes import INTERRUPTED_EXIT_CODE
+from adrun.home import adrun_home, connect_database
 
 JobState = Literal["running", "succeeded", "failed", "stopped", "interrupted", "lost"]
 
 SCHEMA_VERSION = 1
 KEPT_ENDED_JOBS = 100  # older ended jobs are forgotten, so the file and `adrun jobs --all` stay small
-BUSY_TIMEOUT_S = 30.0
-INTERRUPTED_EXIT_CODE = 130  # as the supervisor's: Ctrl-C (or `adrun stop`) before the job started
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _SAME_START_S = 0.005  # psutil's start times of one process agree exactly; a reused pid starts later
 
@@ -244,7 +243,7 @@ def open_jobs(home: Path | None = None) -> Iterator[JobStore]:
     path = (home or adrun_home()) / "jobs.sqlite"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        db = connect_database(path)
     except (OSError, sqlite3.Error) as e:
         raise UserError(f"cannot open the job record {path}: {getattr(e, 'strerror', None) or e}") from None
     try:

@@ -10,7 +10,7 @@ another) keeps
 
 Records are stored as their JSON documents, so the table layout does not follow every field of
 facts.py; `meta` names the file as adrun's and carries the schema version. Several adrun runs may
-write at once: every write is one transaction, and a writer waits up to `BUSY_TIMEOUT_S` for
+write at once: every write is one transaction, and a writer waits up to `adrun.home.BUSY_TIMEOUT_S` for
 another's lock instead of failing.
 """
 
@@ -25,7 +25,7 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 
 from adrun.errors import UserError
-from adrun.home import adrun_home
+from adrun.home import adrun_home, connect_database
 from adrun.spec import ClusterSpec
 from adrun.strategies.facts import ModelProfile, NetworkFacts, TrialRecord
 
@@ -33,7 +33,6 @@ RECORDS_ENV = "ADRUN_RECORDS"
 RECORDS_FILE = "records.sqlite"  # in adrun's home directory (adrun/home.py)
 SCHEMA_NAME = "adrun-records"
 SCHEMA_VERSION = 1
-BUSY_TIMEOUT_S = 30.0
 _NO_BATCH = -1  # the batch-size key of a profile whose batch size capture could not read
 
 _SCHEMA = (
@@ -176,7 +175,7 @@ def open_records(path: Path) -> Records:
     except OSError as e:
         raise _unopenable(path, f"cannot create its directory ({e.strerror or e})") from None
     try:
-        db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        db = connect_database(path)
     except sqlite3.Error as e:
         raise _unopenable(path, str(e)) from None
     try:

@@ -14,11 +14,11 @@ import sys
 
 import tensorflow as tf
 
+from adrun.exit_codes import HOOK_DONE_EXIT_CODE
 from adrun.graph_item import GraphItem, VariableInfo, save_graph_item
 from adrun.runtime.grads import is_sparse, records_for, variable_name
 from adrun.runtime.kernels.partitioning import partition_blockers
 
-CAPTURED_EXIT_CODE = 0
 _graph_at_exit: tf.Graph | None = None
 
 
@@ -85,7 +85,7 @@ def capture_and_exit(graph: tf.Graph, out_path: str) -> None:
     save_graph_item(describe_graph(graph), out_path)
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(CAPTURED_EXIT_CODE)
+    os._exit(HOOK_DONE_EXIT_CODE)
 
 
 def capture_at_exit(graph: tf.Graph, out_path: str) -> None:

@@ -4,7 +4,6 @@ and the step bound (`ADRUN_MAX_STEPS`) that ends a worker after its Nth training
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import sys
 import threading
@@ -13,10 +12,10 @@ from typing import Any
 
 import tensorflow as tf
 
+from adrun.launch.job.metrics import format_metric_line
 from adrun.runtime.capture import static_batch_size
 from adrun.runtime.grads import records_for
 
-METRIC_PREFIX = "@@ADRUN "
 _EMIT_INTERVAL_S = 0.5
 WAITING_AFTER_S = 2.0  # a step running this long is reported as waiting (a normal step is far shorter)
 
@@ -161,7 +160,7 @@ class StepReporter:
 
     def _write(self, event: dict[str, Any]) -> None:
         with self._lock:
-            sys.__stderr__.write(METRIC_PREFIX + json.dumps(event) + "\n")
+            sys.__stderr__.write(format_metric_line(event))
             sys.__stderr__.flush()
 
     def emit(self, now: float | None = None) -> None:

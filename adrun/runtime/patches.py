@@ -20,12 +20,11 @@ import os
 import sys
 import threading
 
+from adrun.exit_codes import ERROR_PREFIX, PLAN_MISMATCH_EXIT_CODE
 from adrun.runtime.context import current
 
 _installed = False
 _local = threading.local()
-PLAN_MISMATCH_EXIT_CODE = 65  # the hook refused the script (a worker's exit code; also during capture)
-ERROR_PREFIX = "adrun: error: "
 
 
 def _fail(message: str) -> None:

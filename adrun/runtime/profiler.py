@@ -36,13 +36,12 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from adrun.exit_codes import HOOK_DONE_EXIT_CODE
 from adrun.profile.samples import ProfileSamples, save_samples
 from adrun.runtime.capture import describe_graph
 from adrun.runtime.grads import GradientRecord, is_sparse, variable_name
 from adrun.runtime.metrics import controls_a_step, fetched_names
 from adrun.strategies.document import shard_sizes
-
-PROFILED_EXIT_CODE = 0
 
 
 # Slices of a sparse variable's rows whose touched rows are counted apart (RowsTouched.by_range):
@@ -140,7 +139,7 @@ class Profiler:
             self._write()
             sys.stdout.flush()
             sys.stderr.flush()
-            os._exit(PROFILED_EXIT_CODE)
+            os._exit(HOOK_DONE_EXIT_CODE)
         index = self.steps_run
         self.steps_run += 1
         self._graph = graph

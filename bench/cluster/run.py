@@ -32,6 +32,7 @@ from pathlib import Path
 import click
 
 from adrun.errors import UserError
+from adrun.exit_codes import INTERRUPTED_EXIT_CODE
 from adrun.spec import load_spec
 from adrun.strategies.document import load_strategy
 from tests.cluster.netns import NetnsCluster, missing_requirements
@@ -272,7 +273,7 @@ def main(quick: bool, workloads: str | None, profiles: str | None, host_counts: 
     except KeyboardInterrupt:
         click.echo("bench-cluster: interrupted: hosts torn down; partial results kept", err=True)
         save_results(results, out)
-        sys.exit(130)
+        sys.exit(INTERRUPTED_EXIT_CODE)
     except RuntimeError as e:  # building or tearing down the namespace hosts failed; it says what
         save_results(results, out)
         click.echo(f"bench-cluster: error: {e}; partial results in {out}", err=True)

@@ -1,7 +1,7 @@
 """Results of `adrun cluster check`: the data, its JSON form, and the terminal table.
 
-Kept apart from the probing so the CLI, tests and a future `--dry-run` can show results
-without touching any node.
+Kept apart from the probing so the CLI and the tests render results without touching any node.
+This table is `cluster check`'s own; adrun/ui.py draws the run's view.
 """
 
 from __future__ import annotations

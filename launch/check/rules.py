@@ -1,8 +1,9 @@
 """Pure judgements of `cluster check`: facts a node reported → ✓/✗ with a one-line remedy.
 
 No I/O here, so every threshold and every message is unit-tested without a cluster.
-"`here`" is always the launching machine: every node must match what the launcher will hand out
-(the same strategy, the same pickled/serialized graph pieces, the same adrun runtime).
+"`here`" is always the launching machine: every node must run what it runs (the same Python, TF
+and adrun versions, the same script), because every worker rebuilds the graph from the script and
+rewrites it by the strategy document the launcher planned here.
 """
 
 from __future__ import annotations

@@ -1,4 +1,10 @@
-"""Throughput from the workers' `@@ADRUN {json}` metric lines (protocol: docs/architecture.md)."""
+"""The workers' `@@ADRUN {json}` metric lines (protocol: docs/architecture.md) and the throughput
+read from them.
+
+The line format is defined here, once: the runtime writes its lines with `format_metric_line`
+(this module imports nothing of adrun, so every task can import it) and the supervisor reads them
+with `parse_metric_line`.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 METRIC_PREFIX = "@@ADRUN "
+
+
+def format_metric_line(event: dict[str, Any]) -> str:
+    """The line (with its newline) that carries `event` from a worker to the launcher."""
+    return METRIC_PREFIX + json.dumps(event) + "\n"
 
 
 def parse_metric_line(line: str) -> dict[str, Any] | None:

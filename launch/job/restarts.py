@@ -32,11 +32,11 @@ from typing import Any, Protocol
 
 from adrun import ui
 from adrun.errors import UserError
+from adrun.exit_codes import PLAN_MISMATCH_EXIT_CODE
 
 from .provision import RemoteNodes
 from .supervisor import Attempt, Failure, JobConfig, JobListener, JobResult, run_attempt
 
-PLAN_MISMATCH_EXIT_CODE = 65  # adrun.runtime.patches.PLAN_MISMATCH_EXIT_CODE (launch/ never imports the runtime)
 RESTARTABLE_ERRORS = frozenset({"UnavailableError", "AbortedError", "DeadlineExceededError"})
 
 

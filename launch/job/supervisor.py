@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import IO, Any, Literal, Protocol, TextIO
 
 from adrun.env_vars import Settings
+from adrun.defaults import RESTART_BACKOFF_S, STALL_TIMEOUT_S
 from adrun.errors import UserError
+from adrun.exit_codes import INTERRUPTED_EXIT_CODE, SIGNAL_EXIT_BASE, STALL_EXIT_CODE
 
 from .plan import TaskLaunch, plan_job
 from .local import LocalProcess
@@ -40,9 +42,6 @@ Stream = Literal["stdout", "stderr"]
 
 TAIL_LINES = 20
 OUTPUT_TAIL_LINES = 5
-INTERRUPTED_EXIT_CODE = 130
-STALL_TIMEOUT_S = 300.0
-STALL_EXIT_CODE = 124  # a job ended because a worker stalled, as timeout(1) reports a timeout
 _PROGRESS_INTERVAL_S = 1.0
 _TICK_S = 0.1
 _EOF_WAIT_S = 2.0
@@ -129,7 +128,7 @@ class Failure:
         if self.returncode is None:
             return STALL_EXIT_CODE
         if self.returncode < 0:
-            return 128 - self.returncode
+            return SIGNAL_EXIT_BASE - self.returncode
         return self.returncode or 1
 
 
@@ -544,7 +543,7 @@ class JobConfig:
     show_tf_noise: bool = False
     on_stall: Literal["warn", "fail"] = "warn"
     max_restarts: int = 0
-    restart_backoff_s: float = 5.0
+    restart_backoff_s: float = RESTART_BACKOFF_S
     on_attempt: Callable[[int], None] | None = None  # told the number of each attempt as it starts
     settings: Settings | None = None  # what every task is told (None: the launcher environment's ADRUN_* settings)
 

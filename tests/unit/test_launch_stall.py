@@ -19,8 +19,11 @@ pytestmark = pytest.mark.timeout(60)
 
 
 class Listener:
-    def __init__(self) -> None:
+    """Records the warnings, and touches `warned` at the first: the workers end on that event."""
+
+    def __init__(self, warned) -> None:
         self.warnings: list[str] = []
+        self.warned = warned
 
     def job_started(self, job_id, tasks): pass
     def task_output(self, task, stream, line): pass
@@ -29,6 +32,7 @@ class Listener:
 
     def warning(self, message):
         self.warnings.append(message)
+        self.warned.touch()
 
 
 def _worker(job_id: str, tmp_path, index: int, code: str) -> TaskLaunch:
@@ -39,19 +43,31 @@ def _worker(job_id: str, tmp_path, index: int, code: str) -> TaskLaunch:
 
 
 def test_a_stalled_worker_is_named_once_and_the_stepping_one_never(tmp_path):
+    """w1 takes one step once w0 steps (so neither is waited for at start-up), then stands still until
+    the warning came; w0 steps every 0.1 s until then, and a few steps more."""
     job_id = f"test-{uuid.uuid4().hex[:12]}"
-    stepping = """
-        import json, sys, time
-        for step in range(1, 9):
-            print("@@ADRUN " + json.dumps({"event": "step", "step": step, "time": time.time()}), file=sys.stderr, flush=True)
-            time.sleep(0.5)
+    stepping_file, warned = tmp_path / "w0-stepping", tmp_path / "warned"
+    stepping = f"""
+        import json, pathlib, sys, time
+        def step(n):
+            print("@@ADRUN " + json.dumps({{"event": "step", "step": n, "time": time.time()}}), file=sys.stderr, flush=True)
+        step(1)
+        pathlib.Path({str(stepping_file)!r}).touch()
+        n = 1
+        while not pathlib.Path({str(warned)!r}).exists() or n < 5:
+            time.sleep(0.1)
+            n += 1
+            step(n)
     """
-    stalled = """
-        import json, sys, time
-        print("@@ADRUN " + json.dumps({"event": "step", "step": 1, "time": time.time()}), file=sys.stderr, flush=True)
-        time.sleep(4.5)
+    stalled = f"""
+        import json, pathlib, sys, time
+        while not pathlib.Path({str(stepping_file)!r}).exists():
+            time.sleep(0.05)
+        print("@@ADRUN " + json.dumps({{"event": "step", "step": 1, "time": time.time()}}), file=sys.stderr, flush=True)
+        while not pathlib.Path({str(warned)!r}).exists():
+            time.sleep(0.05)
     """
-    listener = Listener()
+    listener = Listener(warned)
     try:
         result = supervise([_worker(job_id, tmp_path, 0, stepping), _worker(job_id, tmp_path, 1, stalled)],
                            job_id, listener, stall_timeout_s=2.0)
