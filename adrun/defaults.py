@@ -8,3 +8,4 @@ from __future__ import annotations
 
 STALL_TIMEOUT_S: float = 300  # --stall-timeout: no training step for this long is a stall
 RESTART_BACKOFF_S: float = 5  # --restart-backoff: the wait before each restart
+TASK_TIMEOUT_S: float = 600  # ADRUN_INIT_TIMEOUT and ADRUN_OP_TIMEOUT unless set

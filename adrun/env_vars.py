@@ -15,6 +15,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from adrun.defaults import TASK_TIMEOUT_S
 from adrun.errors import UserError
 
 # The contract: who a process is. Written by the launcher alone (never taken from its environment).
@@ -44,7 +45,6 @@ MAX_STEPS_VAR = "ADRUN_MAX_STEPS"
 INIT_TIMEOUT_VAR = "ADRUN_INIT_TIMEOUT"
 OP_TIMEOUT_VAR = "ADRUN_OP_TIMEOUT"
 SETTING_VARS = (SHARD_DATA_VAR, MAX_STEPS_VAR, INIT_TIMEOUT_VAR, OP_TIMEOUT_VAR)
-DEFAULT_TIMEOUT_S = 600.0
 
 
 def whole_number(env: Mapping[str, str], name: str, default: int, minimum: int, meaning: str) -> int:
@@ -71,7 +71,7 @@ def choice(env: Mapping[str, str], name: str, default: str, allowed: tuple[str, 
 def _seconds(env: Mapping[str, str], name: str) -> float:
     text = env.get(name, "").strip()
     if not text:
-        return DEFAULT_TIMEOUT_S
+        return TASK_TIMEOUT_S
     try:
         value = float(text)
     except ValueError:
@@ -88,8 +88,8 @@ class Settings:
 
     shard_data: bool = False  # each worker reads a disjoint shard of the script's tf.data input
     max_steps: int | None = None  # every worker ends cleanly after this many training steps
-    init_timeout_s: float = DEFAULT_TIMEOUT_S  # how long a non-chief waits for the chief's init
-    op_timeout_s: float = DEFAULT_TIMEOUT_S  # bound of one session.run of a cluster worker (0: none)
+    init_timeout_s: float = TASK_TIMEOUT_S  # how long a non-chief waits for the chief's init
+    op_timeout_s: float = TASK_TIMEOUT_S  # bound of one session.run of a cluster worker (0: none)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -111,6 +111,6 @@ class Settings:
         if self.max_steps is not None:
             env[MAX_STEPS_VAR] = str(self.max_steps)
         for name, seconds in ((INIT_TIMEOUT_VAR, self.init_timeout_s), (OP_TIMEOUT_VAR, self.op_timeout_s)):
-            if seconds != DEFAULT_TIMEOUT_S:
+            if seconds != TASK_TIMEOUT_S:
                 env[name] = str(int(seconds)) if seconds.is_integer() else repr(seconds)
         return env

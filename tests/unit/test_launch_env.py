@@ -9,7 +9,8 @@ import re
 import pytest
 
 from adrun.errors import UserError
-from adrun.env_vars import DEFAULT_TIMEOUT_S, SETTING_VARS, Settings
+from adrun.defaults import TASK_TIMEOUT_S
+from adrun.env_vars import SETTING_VARS, Settings
 from adrun.launch.env import gpu_visibility, job_settings, remote_task_env, task_env
 from adrun.launch.job.tasks import Task
 
@@ -112,7 +113,7 @@ def test_a_setting_that_means_nothing_is_refused_by_name(name, value, expected):
 def test_a_jobs_settings_are_the_environments_with_the_command_lines_options_winning():
     launcher = {"ADRUN_MAX_STEPS": "9", "ADRUN_OP_TIMEOUT": "30"}
     assert job_settings(launcher) == Settings(max_steps=9, op_timeout_s=30.0)
-    assert job_settings(launcher, shard_data=True, max_steps=3) == Settings(True, 3, DEFAULT_TIMEOUT_S, 30.0)
+    assert job_settings(launcher, shard_data=True, max_steps=3) == Settings(True, 3, TASK_TIMEOUT_S, 30.0)
     assert job_settings({"ADRUN_SHARD_DATA": "1"}, shard_data=False) == Settings(shard_data=True)
     with pytest.raises(UserError, match="ADRUN_MAX_STEPS='ten'"):
         job_settings({"ADRUN_MAX_STEPS": "ten"}, max_steps=3)  # refused even when the option would win
