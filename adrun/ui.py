@@ -120,6 +120,13 @@ def print_summary(result: JobResult) -> None:
         console.print(_traffic_table(result.traffic))
 
 
+def print_result(result: JobResult) -> None:
+    """How a job ended: the summary, then the root cause when it failed."""
+    print_summary(result)
+    if result.failed:
+        print_failure(result.failed)
+
+
 def _attempts_table(attempts: Sequence[Attempt]) -> Table:
     """One row per attempt: how it ended and the steps it ran. adrun cannot know which of them
     the next attempt redid (that depends on the script's last checkpoint), so it says how many

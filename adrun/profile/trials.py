@@ -15,9 +15,9 @@ from pathlib import Path
 from adrun.errors import UserError
 from adrun.launch.env import MAX_STEPS_VAR
 from adrun.launch.job.report import JobReport, job_report
-from adrun.launch.job.restarts import run_job
 from adrun.launch.job.supervisor import JobConfig
 from adrun.profile.report import TrialResult
+from adrun.shown_job import run_shown
 from adrun.strategies.document import Strategy, dump_strategy
 
 
@@ -33,7 +33,7 @@ def run_trial(spec, remote, script: Path, script_args: list[str], plan: Strategy
                        quiet=True)
     try:
         with _step_bound(steps):
-            result = run_job(config, remote)
+            result = run_shown(config, remote)
     except UserError as e:
         return TrialResult(job_id=job_id, succeeded=False, steps=0, root_cause=str(e)), None
     if result.interrupted:
