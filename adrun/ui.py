@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -19,9 +19,12 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
+    from adrun.graph_item import GraphItem
     from adrun.launch.job.metrics import Throughput
     from adrun.launch.job.supervisor import Attempt, Failure, JobResult, Stream, TaskOutcome
     from adrun.launch.job.tasks import Task
+    from adrun.spec import ClusterSpec
+    from adrun.strategies.document import AllReduceSync, PSSync, Strategy, VariablePlan
 
 console = Console(stderr=True, highlight=False)
 task_console = Console(highlight=False, markup=False, emoji=False, soft_wrap=True)
@@ -155,7 +158,7 @@ def _traffic_table(traffic: dict[str, tuple[int, int]]) -> Table:
     return table
 
 
-def print_plan(plan: Any, item: Any, spec: Any) -> None:
+def print_plan(plan: Strategy, item: GraphItem | None, spec: ClusterSpec | None) -> None:
     """A strategy document as a table: one row per variable with its synchronization.
 
     A partitioned variable's row also names its shards (`emb → emb/part_0..part_2`): TF's names,
@@ -333,7 +336,7 @@ def _bytes(n: int) -> str:
     return f"{size:.1f} {unit}"
 
 
-def _name_text(var: Any) -> str:
+def _name_text(var: VariablePlan) -> str:
     """A variable's name, and for a partitioned one the names of its shards (TF's `<name>/part_<i>`)."""
     if var.partition is None:
         return var.name
@@ -341,26 +344,24 @@ def _name_text(var: Any) -> str:
     return f"{var.name} → {first}..{last.rsplit('/', 1)[1]}"
 
 
-def _plan_text(var: Any) -> str:
+def _plan_text(var: VariablePlan) -> str:
     """The synchronization of one variable: its synchronizer, or its shards', plus the builder's note."""
-    if var.partition is None:
+    if var.sync is not None:  # the whole variable; else its partition's shards
         text = _sync_text(var.sync)
     else:
+        assert var.partition is not None  # a VariablePlan has exactly one of them
         shards = "; ".join(_sync_text(s) for s in var.partition.shards)
         text = f"{len(var.partition.shards)} shards on axis {var.partition.axis}: {shards}"
     return f"{text}\n[dim]{var.note}[/dim]" if var.note else text
 
 
-def _sync_text(sync: Any) -> str:
-    kind = sync.kind
-    if kind == "ps":
+def _sync_text(sync: PSSync | AllReduceSync) -> str:
+    if sync.kind == "ps":
         if not sync.sync:
             mode = "async"
         else:
             mode = f"sync, staleness {sync.staleness}" if sync.staleness else "sync"
         proxy = ", local proxy" if sync.local_proxy else ""
         return f"ps{sync.ps_task} ({mode}{proxy})"
-    if kind == "allreduce":
-        compressor = f", {sync.compressor}" if sync.compressor and sync.compressor != "none" else ""
-        return f"allreduce group {sync.group}{compressor}"
-    return str(kind)
+    compressor = f", {sync.compressor}" if sync.compressor and sync.compressor != "none" else ""
+    return f"allreduce group {sync.group}{compressor}"

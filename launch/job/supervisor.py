@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO, Any, Literal, Protocol, TextIO
 
 from adrun.errors import UserError
+from adrun.spec import ClusterSpec
 
 from .plan import TaskLaunch, plan_job
 from .local import LocalProcess
@@ -533,7 +534,7 @@ def _activity(run: _Running, now: float, still: str = "") -> str:
 @dataclass(frozen=True)
 class JobConfig:
     job_id: str
-    spec: Any  # adrun.spec.ClusterSpec
+    spec: ClusterSpec
     script: Path
     script_args: list[str]
     strategy_file: Path
