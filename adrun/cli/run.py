@@ -180,9 +180,9 @@ def run_planned(spec: ClusterSpec, remote: RemoteNodes, options: RunOptions, rec
             on_stall=options.on_stall,
             max_restarts=options.max_restarts,
             restart_backoff_s=options.restart_backoff_s,
-            on_attempt=on_attempt,
         ),
         remote,
+        on_attempt,
     )
     report = job_report(result, options.job_id, plan.builder, strategy_file)
     for path in (options.result_json, options.log_dir / "result.json" if options.log_dir else None):

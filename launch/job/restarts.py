@@ -183,8 +183,6 @@ def run_job(config: JobConfig, remote: RemoteNodes, listener: AttemptListener) -
     is told to `listener`; what the user sees of it, during and after, is the caller's choice."""
 
     def start(number: int) -> JobResult:
-        if config.on_attempt is not None:
-            config.on_attempt(number)
         return run_attempt(config, remote, listener, number)
 
     return run_attempts(start, config.max_restarts, config.restart_backoff_s, listener,

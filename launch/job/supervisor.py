@@ -545,7 +545,6 @@ class JobConfig:
     on_stall: Literal["warn", "fail"] = "warn"
     max_restarts: int = 0
     restart_backoff_s: float = 5.0
-    on_attempt: Callable[[int], None] | None = None  # told the number of each attempt as it starts
 
 
 def run_attempt(config: JobConfig, remote: RemoteNodes, listener: JobListener, attempt: int = 0) -> JobResult:
