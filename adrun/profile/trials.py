@@ -14,15 +14,17 @@ from pathlib import Path
 
 from adrun.errors import UserError
 from adrun.launch.env import MAX_STEPS_VAR
+from adrun.launch.job.provision import RemoteNodes
 from adrun.launch.job.report import JobReport, job_report
 from adrun.launch.job.supervisor import JobConfig
 from adrun.profile.report import TrialResult
 from adrun.shown_job import run_shown
+from adrun.spec import ClusterSpec
 from adrun.strategies.document import Strategy, dump_strategy
 
 
-def run_trial(spec, remote, script: Path, script_args: list[str], plan: Strategy, steps: int, job_id: str,
-              job_dir: Path) -> tuple[TrialResult, JobReport | None]:
+def run_trial(spec: ClusterSpec, remote: RemoteNodes, script: Path, script_args: list[str], plan: Strategy, steps: int,
+              job_id: str, job_dir: Path) -> tuple[TrialResult, JobReport | None]:
     """Run `plan` for `steps` training steps per worker as job `job_id`; its strategy document is
     written to `job_dir`. Returns the trial's measurement and the job's report (None when the job
     could not start, e.g. a fixed port is taken: the trial's root cause then says why)."""
