@@ -136,8 +136,7 @@ def run(spec_path: str | None, strategy: str, strategy_opts: tuple[str, ...], qu
         result = run_planned(spec, remote, options, records,
                              on_attempt=recorded.attempt_started if recorded is not None else None)
         if result is not None and recorded is not None:
-            state = "interrupted" if result.interrupted else "succeeded" if result.exit_code == 0 else "failed"
-            recorded.ended(state, result.exit_code)
+            recorded.ended(result.state, result.exit_code)
     if result is not None:
         sys.exit(result.exit_code)
 

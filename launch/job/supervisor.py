@@ -160,14 +160,23 @@ class Attempt:
 
 @dataclass(frozen=True)
 class JobResult:
+    """How a job ended, as data: what launching and supervising return, what ui shows and what
+    `report.job_report` writes out as JSON."""
+
     exit_code: int
-    failed: Failure | None
+    failed: Failure | None  # the root cause; None when no task failed the job
     interrupted: bool
-    metrics: Throughput
-    outcomes: list[TaskOutcome]
+    metrics: Throughput  # per-worker steps and rates
+    outcomes: list[TaskOutcome]  # per task: exit or signal, and whether adrun stopped it
     elapsed_s: float
     traffic: dict[str, tuple[int, int]] = field(default_factory=dict)  # node: (bytes sent, received)
     attempts: list[Attempt] = field(default_factory=list)  # every attempt, this one last (restarts.py)
+
+    @property
+    def state(self) -> Literal["succeeded", "failed", "interrupted"]:
+        if self.interrupted:
+            return "interrupted"
+        return "succeeded" if self.exit_code == 0 else "failed"
 
 
 def supervise(
