@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Protocol
 
 from adrun.errors import UserError
 
@@ -79,7 +79,7 @@ def _curable_cause(failure: Failure) -> str | None:
     return None
 
 
-def _kind(failure: Failure) -> tuple[Any, ...]:
+def _kind(failure: Failure) -> tuple[bool, str | None, int | None, str | None]:
     """How a failure ended, without what changes from attempt to attempt (ports in messages)."""
     return (bool(failure.stall), failure.lost, failure.returncode, failure.exception_name)
 

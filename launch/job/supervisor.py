@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import IO, Any, Literal, Protocol, TextIO
 
 from adrun.errors import UserError
@@ -492,7 +493,7 @@ class _Job:
             previous[sig] = handler if handler is not None else signal.SIG_DFL
         return previous
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.interrupted = True
 
 
