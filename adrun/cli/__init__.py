@@ -8,7 +8,7 @@ plan that run and strategy build both make. User mistakes end as one `adrun: err
 non-zero exit.
 """
 
-from adrun.cli import cluster, jobs, profile, run, strategy  # noqa: F401  (each adds its commands to `main`)
 from adrun.cli.app import main
+from adrun.cli import cluster, jobs, profile, run, strategy  # noqa: F401  (each adds its commands to `main`)
 
 __all__ = ["main"]
