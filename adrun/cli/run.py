@@ -60,7 +60,6 @@ class RunOptions:
     log_dir: Path | None = None
     dry_run: bool = False
     shard_data: bool = False
-    max_steps: int | None = None
     stall_timeout_s: float | None = None  # None: no stall is ever reported
     on_stall: Literal["warn", "fail"] = "warn"
     max_restarts: int = 0
@@ -117,7 +116,7 @@ def run(spec_path: str | None, strategy: str, strategy_opts: tuple[str, ...], qu
         strategy=strategy, strategy_options=strategy_options, script=script_path, script_args=list(script_args),
         job_id=check_job_id(job_id) if job_id is not None else new_job_id(),
         quiet=quiet, verbose=verbose, log_dir=Path(log_dir) if log_dir else None, dry_run=dry_run,
-        shard_data=shard_data, max_steps=max_steps, stall_timeout_s=stall_timeout or None, on_stall=on_stall,
+        shard_data=shard_data, stall_timeout_s=stall_timeout or None, on_stall=on_stall,
         max_restarts=max_restarts, restart_backoff_s=restart_backoff,
         result_json=Path(result_json) if result_json else None, measure_network=measure_network,
     )
