@@ -206,8 +206,9 @@ def _replicas_text(replica_devices: list[list[str]]) -> str:
 class JobView:
     """Shows a running job: task lines on stdout, a live throughput line on a stderr terminal.
 
-    Implements `adrun.launch.job.supervisor.JobListener`. Use as a context manager around
-    `supervise()` so the live line is cleared before the summary is printed. With `quiet`, only
+    Implements `adrun.launch.job.restarts.AttemptListener` (a `JobListener` that also hears of
+    attempts). Use as a context manager around `run_job()` (as `adrun.shown_job` does) so the live
+    line is cleared before the summary is printed. With `quiet`, only
     adrun's own messages are shown. When stderr is not a terminal, the status is a plain line
     at most every 10 s.
     """
