@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -25,9 +25,12 @@ from rich.text import Text
 from adrun.exit_codes import ERROR_PREFIX
 
 if TYPE_CHECKING:
+    from adrun.graph_item import GraphItem
     from adrun.launch.job.metrics import Throughput
     from adrun.launch.job.supervisor import Attempt, Failure, JobResult, Stream, TaskOutcome
     from adrun.launch.job.tasks import Task
+    from adrun.spec import ClusterSpec
+    from adrun.strategies.document import AllReduceSync, PSSync, Strategy, VariablePlan
 
 console = Console(stderr=True, highlight=False)
 task_console = Console(highlight=False, markup=False, emoji=False, soft_wrap=True)
@@ -126,6 +129,13 @@ def print_summary(result: JobResult) -> None:
         console.print(_traffic_table(result.traffic))
 
 
+def print_result(result: JobResult) -> None:
+    """How a job ended: the summary, then the root cause when it failed."""
+    print_summary(result)
+    if result.failed:
+        print_failure(result.failed)
+
+
 def _attempts_table(attempts: Sequence[Attempt]) -> Table:
     """One row per attempt: how it ended and the steps it ran. adrun cannot know which of them
     the next attempt redid (that depends on the script's last checkpoint), so it says how many
@@ -154,7 +164,7 @@ def _traffic_table(traffic: dict[str, tuple[int, int]]) -> Table:
     return table
 
 
-def print_plan(plan: Any, item: Any, spec: Any) -> None:
+def print_plan(plan: Strategy, item: GraphItem | None, spec: ClusterSpec | None) -> None:
     """A strategy document as a table: one row per variable with its synchronization.
 
     A partitioned variable's row also names its shards (`emb → emb/part_0..part_2`): TF's names,
@@ -202,8 +212,9 @@ def _replicas_text(replica_devices: list[list[str]]) -> str:
 class JobView:
     """Shows a running job: task lines on stdout, a live throughput line on a stderr terminal.
 
-    Implements `adrun.launch.job.supervisor.JobListener`. Use as a context manager around
-    `supervise()` so the live line is cleared before the summary is printed. With `quiet`, only
+    Implements `adrun.launch.job.restarts.AttemptListener` (a `JobListener` that also hears of
+    attempts). Use as a context manager around `run_job()` (as `adrun.shown_job` does) so the live
+    line is cleared before the summary is printed. With `quiet`, only
     adrun's own messages are shown. When stderr is not a terminal, the status is a plain line
     at most every 10 s.
     """
@@ -332,7 +343,7 @@ def _bytes(n: int) -> str:
     return f"{size:.1f} {unit}"
 
 
-def _name_text(var: Any) -> str:
+def _name_text(var: VariablePlan) -> str:
     """A variable's name, and for a partitioned one the names of its shards (TF's `<name>/part_<i>`)."""
     if var.partition is None:
         return var.name
@@ -340,26 +351,24 @@ def _name_text(var: Any) -> str:
     return f"{var.name} → {first}..{last.rsplit('/', 1)[1]}"
 
 
-def _plan_text(var: Any) -> str:
+def _plan_text(var: VariablePlan) -> str:
     """The synchronization of one variable: its synchronizer, or its shards', plus the builder's note."""
-    if var.partition is None:
+    if var.sync is not None:  # the whole variable; else its partition's shards
         text = _sync_text(var.sync)
     else:
+        assert var.partition is not None  # a VariablePlan has exactly one of them
         shards = "; ".join(_sync_text(s) for s in var.partition.shards)
         text = f"{len(var.partition.shards)} shards on axis {var.partition.axis}: {shards}"
     return f"{text}\n[dim]{var.note}[/dim]" if var.note else text
 
 
-def _sync_text(sync: Any) -> str:
-    kind = sync.kind
-    if kind == "ps":
+def _sync_text(sync: PSSync | AllReduceSync) -> str:
+    if sync.kind == "ps":
         if not sync.sync:
             mode = "async"
         else:
             mode = f"sync, staleness {sync.staleness}" if sync.staleness else "sync"
         proxy = ", local proxy" if sync.local_proxy else ""
         return f"ps{sync.ps_task} ({mode}{proxy})"
-    if kind == "allreduce":
-        compressor = f", {sync.compressor}" if sync.compressor and sync.compressor != "none" else ""
-        return f"allreduce group {sync.group}{compressor}"
-    return str(kind)
+    compressor = f", {sync.compressor}" if sync.compressor and sync.compressor != "none" else ""
+    return f"allreduce group {sync.group}{compressor}"

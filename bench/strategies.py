@@ -1,8 +1,8 @@
 """Throughput of adrun's strategies on the bundled examples, on this machine as a local cluster.
 
-Runs `adrun --quiet` for each (example, strategy, options, workers × in-graph replicas) and reads
-the summary: cluster steps/s, examples/s and the all-reduce payload per step. Writes a markdown table (default
-bench/RESULTS.md). Numbers from a shared 2-core machine are indicative only: compare rows of one
+Runs `adrun --quiet --result-json` for each (example, strategy, options, workers × in-graph replicas)
+and reads the job's result (the JobReport, not the terminal table): cluster steps/s, examples/s and
+the all-reduce payload per step. Writes a markdown table (default bench/RESULTS.md). Numbers from a shared 2-core machine are indicative only: compare rows of one
 run, not runs of different days.
 
     .venv/bin/python bench/strategies.py [--steps 300] [--out bench/RESULTS.md]
@@ -13,13 +13,14 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import re
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from adrun.launch.job.report import JobReport
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -56,30 +57,33 @@ CASES = [
 ]
 
 
-def _number(pattern: str, text: str) -> str:
-    match = re.search(pattern, text)
-    return match.group(1) if match else "-"
+def _rate(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
 
 
 def run_case(case: Case, spec: Path, steps: int) -> dict[str, str]:
     spec.write_text(case.spec())
+    result = spec.parent / "result.json"
+    result.unlink(missing_ok=True)
     opts = [a for o in case.options for a in ("--strategy-opt", o)]
     started = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "adrun", "--spec", str(spec), "--strategy", case.strategy, *opts, "--quiet",
-         str(REPO / "examples" / case.script), "--steps", str(steps)],
-        capture_output=True, text=True, cwd=REPO, env={**os.environ, "COLUMNS": "200"}, timeout=900,
+         "--result-json", str(result), str(REPO / "examples" / case.script), "--steps", str(steps)],
+        capture_output=True, text=True, cwd=REPO, timeout=900,
     )
-    out = proc.stdout + proc.stderr
-    cluster = re.search(r"cluster\s*│[^│]*│\s*(\d+)\s*│\s*(\d+)\s*│\s*([\d.,]+)\s*│\s*([\d.,-]+)", out)
+    report = JobReport.model_validate_json(result.read_text()) if result.exists() else None
+    payload = max((t.allreduce_bytes_per_step or 0 for t in report.tasks), default=0) if report else 0
     return {
         "example": case.script,
         "strategy": case.strategy + (f" ({', '.join(case.options)})" if case.options else ""),
         "workers × replicas": f"{case.workers} × {case.replicas}",
         "exit": str(proc.returncode),
-        "steps/s": cluster.group(3) if cluster else "-",
-        "examples/s": cluster.group(4) if cluster else "-",
-        "payload B/step": _number(r"all-reduce payload ([\d,]+) B/step", out),
+        "steps/s": _rate(report.steps_per_s) if report else "-",
+        "examples/s": _rate(report.examples_per_s) if report else "-",
+        "payload B/step": f"{payload:,}" if payload else "-",
         "wall s": f"{time.monotonic() - started:.1f}",
     }
 

@@ -16,6 +16,7 @@ from typing import Literal
 from adrun import ui
 from adrun.auto_plan import AutoPlan, plan_automatically
 from adrun.errors import UserError
+from adrun.launch.job.provision import RemoteNodes
 from adrun.profile.report import (
     Candidate,
     FitSection,
@@ -28,6 +29,7 @@ from adrun.profile.report import (
 )
 from adrun.records.recording import trial_from_report, workload_name
 from adrun.records.store import Records
+from adrun.spec import ClusterSpec
 from adrun.strategies import BUILDERS, build_strategy
 from adrun.strategies.auto import AutoOptions
 from adrun.strategies.document import Strategy
@@ -46,7 +48,7 @@ class ProfileOptions:
     measure_network: bool = False  # measure even when the records hold this cluster's network facts
 
 
-def profile(spec, remote, script: Path, script_args: list[str], job_id: str, options: ProfileOptions,
+def profile(spec: ClusterSpec, remote: RemoteNodes, script: Path, script_args: list[str], job_id: str, options: ProfileOptions,
             records: Records | None) -> tuple[ProfileReport, Strategy]:
     """Profile `script` on `spec` (remote nodes through `remote`, connected and checked) and return
     the report with the recommended plan. `records` (None: --no-record) gives the fit its data and
@@ -89,8 +91,9 @@ def _candidates(ranked: list[tuple[Strategy, Prediction]]) -> list[Candidate]:
     return candidates
 
 
-def _run_trials(candidates: list[Candidate], plans: dict[str, Strategy], auto: AutoPlan, spec, remote, script: Path,
-                script_args: list[str], job_id: str, options: ProfileOptions, records: Records | None) -> None:
+def _run_trials(candidates: list[Candidate], plans: dict[str, Strategy], auto: AutoPlan, spec: ClusterSpec,
+                remote: RemoteNodes, script: Path, script_args: list[str], job_id: str, options: ProfileOptions,
+                records: Records | None) -> None:
     """Try the best-predicted distinct plans one after another, setting each candidate's `trial`,
     and record those that measured a rate."""
     distinct = [c for c in candidates if c.same_plan_as is None]

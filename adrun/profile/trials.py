@@ -12,15 +12,17 @@ from pathlib import Path
 
 from adrun.errors import UserError
 from adrun.launch.env import job_settings
+from adrun.launch.job.provision import RemoteNodes
 from adrun.launch.job.report import JobReport, job_report
-from adrun.launch.job.restarts import run_job
 from adrun.launch.job.supervisor import JobConfig
 from adrun.profile.report import TrialResult
+from adrun.shown_job import run_shown
+from adrun.spec import ClusterSpec
 from adrun.strategies.document import Strategy, dump_strategy
 
 
-def run_trial(spec, remote, script: Path, script_args: list[str], plan: Strategy, steps: int, job_id: str,
-              job_dir: Path) -> tuple[TrialResult, JobReport | None]:
+def run_trial(spec: ClusterSpec, remote: RemoteNodes, script: Path, script_args: list[str], plan: Strategy, steps: int,
+              job_id: str, job_dir: Path) -> tuple[TrialResult, JobReport | None]:
     """Run `plan` for `steps` training steps per worker as job `job_id`; its strategy document is
     written to `job_dir`. Returns the trial's measurement and the job's report (None when the job
     could not start, e.g. a fixed port is taken: the trial's root cause then says why)."""
@@ -31,7 +33,7 @@ def run_trial(spec, remote, script: Path, script_args: list[str], plan: Strategy
     config = JobConfig(job_id=job_id, spec=spec, script=script, script_args=script_args, strategy_file=strategy_file,
                        quiet=True, settings=settings)
     try:
-        result = run_job(config, remote)
+        result = run_shown(config, remote)
     except UserError as e:
         return TrialResult(job_id=job_id, succeeded=False, steps=0, root_cause=str(e)), None
     if result.interrupted:

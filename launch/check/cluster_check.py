@@ -24,6 +24,7 @@ from typing import Any
 import paramiko
 
 from adrun.errors import UserError
+from adrun.spec import ClusterSpec, Node
 
 from .report import CHECKS, CheckReport, CheckResult, NodeReport, PairBandwidth
 from .rules import (
@@ -55,14 +56,14 @@ MAX_PARALLEL = 32  # nodes probed at once; each holds one SSH connection
 class _Probed:
     """One node after the parallel phase: its shell (None when unreachable), results, facts."""
 
-    node: Any
+    node: Node
     local: bool
     shell: NodeShell | None = None
     results: dict[str, CheckResult] = field(default_factory=dict)
     facts: dict[str, Any] | None = None
 
 
-def run_checks(spec: Any, script: str | Path | None = None, *,
+def run_checks(spec: ClusterSpec, script: str | Path | None = None, *,
                known_hosts: str | Path | None = None) -> CheckReport:
     """Check every node of `spec` (a ClusterSpec); `script` is the training script path as
     given to `adrun` (relative to the working directory). `known_hosts` adds a known_hosts file
@@ -95,7 +96,7 @@ def _node_report(item: _Probed) -> NodeReport:
     return NodeReport(item.node.address, item.local, results)
 
 
-def _workdir(node: Any, local: bool) -> str:
+def _workdir(node: Node, local: bool) -> str:
     """Where the node's tasks will run: ssh.workdir, else the same path as here."""
     if not local and node.ssh is not None and node.ssh.workdir:
         return node.ssh.workdir
@@ -113,7 +114,7 @@ def _reference_facts(script: str | None) -> dict[str, Any]:
     return facts
 
 
-def _probe_node(node: Any, script: str | None, known_hosts: str | Path | None) -> _Probed:
+def _probe_node(node: Node, script: str | None, known_hosts: str | Path | None) -> _Probed:
     """Connect, read the clock, run the facts probe; never raises (failures become results)."""
     local = is_local_host(node.address)
     item = _Probed(node, local)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .report import CheckResult
+from adrun.spec import Node
+
+from .report import CheckResult, PairBandwidth
 
 MEMORY_PER_PROCESS = 512 << 20  # a TF 2.x process with a small graph; less usually means OOM kills
 MIN_DISK_FREE = 1 << 30  # logs, checkpoints and the strategy file
@@ -69,7 +71,7 @@ def judge_versions(here: dict[str, Any], there: dict[str, Any], address: str) ->
     return failed("; ".join(diff), f"on {address}: " + "; ".join(fixes))
 
 
-def judge_python(node: Any, python: str, returncode: int | None, stderr: str, address: str) -> CheckResult:
+def judge_python(node: Node, python: str, returncode: int | None, stderr: str, address: str) -> CheckResult:
     """The probe could not report: say whether the interpreter is missing, broken or too slow."""
     last = stderr.strip().splitlines()[-1] if stderr.strip() else "no output"
     activate = node.ssh.activate if node.ssh is not None else None
@@ -97,7 +99,7 @@ def judge_script(here: dict[str, Any] | None, there: dict[str, Any] | None, addr
     return passed(there["path"])
 
 
-def judge_ports(node: Any, ports: list[int], taken: list[int], address: str) -> CheckResult:
+def judge_ports(node: Node, ports: list[int], taken: list[int], address: str) -> CheckResult:
     if node.base_port is None:
         return skipped("chosen at launch")
     if not ports:
@@ -109,7 +111,7 @@ def judge_ports(node: Any, ports: list[int], taken: list[int], address: str) -> 
     return passed(f"{ports[0]}-{ports[-1]} free")
 
 
-def judge_cpus(node: Any, cpus: int | None, address: str) -> CheckResult:
+def judge_cpus(node: Node, cpus: int | None, address: str) -> CheckResult:
     if cpus is None:
         return failed(f"cannot count the CPUs of {address}", "check /proc on the node")
     if node.cpus is not None and node.cpus > cpus:
@@ -118,7 +120,7 @@ def judge_cpus(node: Any, cpus: int | None, address: str) -> CheckResult:
     return passed(str(cpus))
 
 
-def judge_memory(node: Any, total: int | None, available: int | None, address: str) -> CheckResult:
+def judge_memory(node: Node, total: int | None, available: int | None, address: str) -> CheckResult:
     if total is None or available is None:
         return skipped("unknown (no /proc/meminfo)")
     processes = node.workers + node.ps
@@ -130,7 +132,7 @@ def judge_memory(node: Any, total: int | None, available: int | None, address: s
     return passed(detail)
 
 
-def judge_gpus(node: Any, gpus: list[str] | None, address: str) -> CheckResult:
+def judge_gpus(node: Node, gpus: list[str] | None, address: str) -> CheckResult:
     found = len(gpus or [])
     detail = "none" if not found else f"{found}× {gpus[0]}"  # type: ignore[index]
     if node.gpus > found:
@@ -161,7 +163,7 @@ def judge_clock(skew: float | None, uncertainty: float, address: str) -> CheckRe
     return passed(detail)
 
 
-def judge_bandwidth(address: str, pairs: list[Any], reachable: bool, nodes: int) -> CheckResult:
+def judge_bandwidth(address: str, pairs: list[PairBandwidth], reachable: bool, nodes: int) -> CheckResult:
     """The slowest measured link touching `address`; any failed transfer fails the check."""
     if nodes < 2:
         return skipped("single node")

@@ -11,11 +11,11 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import adrun
 from adrun.env_vars import Settings
 from adrun.errors import UserError
+from adrun.spec import ClusterSpec, Node
 
 from ..env import gpu_visibility, remote_task_env, task_env
 from .local import is_local_host, ps_argv, worker_argv
@@ -36,7 +36,7 @@ class TaskLaunch:
     cwd: Path
 
 
-def remote_workdir(node: Any, cwd: str | Path | None = None) -> str:
+def remote_workdir(node: Node, cwd: str | Path | None = None) -> str:
     """Where a remote node's tasks run: `ssh.workdir`, else the launcher's own directory."""
     ssh = getattr(node, "ssh", None)
     if ssh is not None and ssh.workdir:
@@ -45,7 +45,7 @@ def remote_workdir(node: Any, cwd: str | Path | None = None) -> str:
 
 
 def plan_job(
-    spec: Any,
+    spec: ClusterSpec,
     script: str | Path,
     script_args: Sequence[str],
     *,

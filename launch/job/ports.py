@@ -11,14 +11,14 @@ from __future__ import annotations
 import socket
 from collections.abc import Sequence
 from contextlib import ExitStack
-from typing import Any
 
 import psutil
 
 from adrun.errors import UserError
+from adrun.spec import ClusterSpec
 
 
-def allocate_ports(spec: Any, here: Sequence[bool] | None = None) -> list[list[int]]:
+def allocate_ports(spec: ClusterSpec, here: Sequence[bool] | None = None) -> list[list[int]]:
     """Ports for every node of `spec`, in node order: `node.workers + node.ps` ports each.
 
     A node with `base_port` gets `base_port, base_port+1, ...`, each checked to be free; other

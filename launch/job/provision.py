@@ -20,11 +20,12 @@ import sys
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import psutil
 
 from adrun.errors import UserError
+from adrun.spec import ClusterSpec, Node
 
 from .plan import TaskLaunch, remote_workdir
 from .local import is_local_host
@@ -71,7 +72,7 @@ def sync_files(script: Path) -> list[Path]:
 class RemoteNodes:
     """The SSH connections of one job, by node address (empty for a job on this machine only)."""
 
-    def __init__(self, spec: Any) -> None:
+    def __init__(self, spec: ClusterSpec) -> None:
         self.nodes = [node for node in spec.nodes if not is_local_host(node.address)]
         self.links: dict[str, NodeLink] = {}
         self.ports: dict[str, list[int]] = {}
@@ -203,13 +204,13 @@ class RemoteNodes:
         return posixpath.join(remote_workdir(link.node), *script.parts)
 
 
-def _taken_message(node: Any, taken: list[int]) -> str:
+def _taken_message(node: Node, taken: list[int]) -> str:
     ports = ", ".join(map(str, taken))
     return (f"port {ports} on {node.address} is already in use: choose another base_port in the spec "
             f"or stop that process (`ss -ltnp` on {node.address})")
 
 
-def _open_or_error(node: Any) -> NodeLink | UserError:
+def _open_or_error(node: Node) -> NodeLink | UserError:
     try:
         return NodeLink.open(node, node.python or sys.executable)
     except UserError as e:

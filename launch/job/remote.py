@@ -28,6 +28,7 @@ import paramiko
 from fabric import Connection
 
 from adrun.errors import UserError
+from adrun.spec import Node
 
 from . import remote_agent
 from ..nodes.shell import SSHShell
@@ -42,7 +43,7 @@ _CHUNK = 1 << 16
 LOST_CONNECTION = 255  # returncode of a task whose keeper never reported (as ssh(1) exits then)
 
 
-def agent_command(node: Any, python: str, mode: str, args: Mapping[str, Any] | None = None, *,
+def agent_command(node: Node, python: str, mode: str, args: Mapping[str, Any] | None = None, *,
                   workdir: str | None = None, job_id: str | None = None) -> str:
     """The shell command running the agent in `mode` on `node`: every value shell-quoted.
 
@@ -64,7 +65,7 @@ def agent_command(node: Any, python: str, mode: str, args: Mapping[str, Any] | N
 class NodeLink:
     """The open connection to one remote node, and what the job does through it."""
 
-    def __init__(self, node: Any, python: str, conn: Connection) -> None:
+    def __init__(self, node: Node, python: str, conn: Connection) -> None:
         self.node = node
         self.python = python
         self.conn = conn
@@ -75,7 +76,7 @@ class NodeLink:
         self._pinger.start()
 
     @classmethod
-    def open(cls, node: Any, python: str) -> NodeLink:
+    def open(cls, node: Node, python: str) -> NodeLink:
         """Connect as the spec says; UserError with the reason and remedy when that fails."""
         try:
             conn = open_connection(node)

@@ -88,7 +88,7 @@ def job_report(result: JobResult, job_id: str, builder: str, strategy_file: Path
         ))
     return JobReport(
         job_id=job_id, builder=builder, strategy_file=str(strategy_file), exit_code=result.exit_code,
-        succeeded=result.exit_code == 0 and not result.interrupted, interrupted=result.interrupted,
+        succeeded=result.state == "succeeded", interrupted=result.interrupted,
         root_cause=result.failed.summary if result.failed else None,
         root_cause_stderr=list(result.failed.stderr_tail) if result.failed else [],
         root_cause_stdout=list(result.failed.stdout_tail) if result.failed else [],

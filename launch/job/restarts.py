@@ -28,9 +28,8 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Protocol
 
-from adrun import ui
 from adrun.errors import UserError
 from adrun.exit_codes import PLAN_MISMATCH_EXIT_CODE
 
@@ -80,7 +79,7 @@ def _curable_cause(failure: Failure) -> str | None:
     return None
 
 
-def _kind(failure: Failure) -> tuple[Any, ...]:
+def _kind(failure: Failure) -> tuple[bool, str | None, int | None, str | None]:
     """How a failure ended, without what changes from attempt to attempt (ports in messages)."""
     return (bool(failure.stall), failure.lost, failure.returncode, failure.exception_name)
 
@@ -178,19 +177,13 @@ def _interruptible_sleep(seconds: float) -> bool:
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
-def run_job(config: JobConfig, remote: RemoteNodes) -> JobResult:
-    """Run `config`'s job in the terminal (remote nodes through `remote`, already connected and
-    checked), restarting it as `config` allows, then print the summary and the root cause."""
-    with ui.JobView(quiet=config.quiet) as view:
+def run_job(config: JobConfig, remote: RemoteNodes, listener: AttemptListener) -> JobResult:
+    """Run `config`'s job (remote nodes through `remote`, already connected and checked),
+    restarting it as `config` allows, and return how it ended. Everything that happens meanwhile
+    is told to `listener`; what the user sees of it, during and after, is the caller's choice."""
 
-        def start(number: int) -> JobResult:
-            if config.on_attempt is not None:
-                config.on_attempt(number)
-            return run_attempt(config, remote, view, number)
+    def start(number: int) -> JobResult:
+        return run_attempt(config, remote, listener, number)
 
-        result = run_attempts(start, config.max_restarts, config.restart_backoff_s, view,
-                              unreachable=remote.unreachable)
-    ui.print_summary(result)
-    if result.failed:
-        ui.print_failure(result.failed)
-    return result
+    return run_attempts(start, config.max_restarts, config.restart_backoff_s, listener,
+                        unreachable=remote.unreachable)

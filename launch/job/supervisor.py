@@ -22,12 +22,14 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import IO, Any, Literal, Protocol, TextIO
 
 from adrun.env_vars import Settings
 from adrun.defaults import RESTART_BACKOFF_S, STALL_TIMEOUT_S
 from adrun.errors import UserError
 from adrun.exit_codes import INTERRUPTED_EXIT_CODE, SIGNAL_EXIT_BASE, STALL_EXIT_CODE
+from adrun.spec import ClusterSpec
 
 from .plan import TaskLaunch, plan_job
 from .local import LocalProcess
@@ -159,14 +161,23 @@ class Attempt:
 
 @dataclass(frozen=True)
 class JobResult:
+    """How a job ended, as data: what launching and supervising return, what ui shows and what
+    `report.job_report` writes out as JSON."""
+
     exit_code: int
-    failed: Failure | None
+    failed: Failure | None  # the root cause; None when no task failed the job
     interrupted: bool
-    metrics: Throughput
-    outcomes: list[TaskOutcome]
+    metrics: Throughput  # per-worker steps and rates
+    outcomes: list[TaskOutcome]  # per task: exit or signal, and whether adrun stopped it
     elapsed_s: float
     traffic: dict[str, tuple[int, int]] = field(default_factory=dict)  # node: (bytes sent, received)
     attempts: list[Attempt] = field(default_factory=list)  # every attempt, this one last (restarts.py)
+
+    @property
+    def state(self) -> Literal["succeeded", "failed", "interrupted"]:
+        if self.interrupted:
+            return "interrupted"
+        return "succeeded" if self.exit_code == 0 else "failed"
 
 
 def supervise(
@@ -482,7 +493,7 @@ class _Job:
             previous[sig] = handler if handler is not None else signal.SIG_DFL
         return previous
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.interrupted = True
 
 
@@ -533,7 +544,7 @@ def _activity(run: _Running, now: float, still: str = "") -> str:
 @dataclass(frozen=True)
 class JobConfig:
     job_id: str
-    spec: Any  # adrun.spec.ClusterSpec
+    spec: ClusterSpec
     script: Path
     script_args: list[str]
     strategy_file: Path
@@ -544,7 +555,6 @@ class JobConfig:
     on_stall: Literal["warn", "fail"] = "warn"
     max_restarts: int = 0
     restart_backoff_s: float = RESTART_BACKOFF_S
-    on_attempt: Callable[[int], None] | None = None  # told the number of each attempt as it starts
     settings: Settings | None = None  # what every task is told (None: the launcher environment's ADRUN_* settings)
 
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
+
+from adrun.spec import ClusterSpec, Node
 
 Role = Literal["ps", "worker"]
 
@@ -41,7 +43,7 @@ class Task:
         return f"{host}:{self.port}"
 
 
-def placements(spec: Any, ports: Sequence[Sequence[int]]) -> list[tuple[Task, Any]]:
+def placements(spec: ClusterSpec, ports: Sequence[Sequence[int]]) -> list[tuple[Task, Node]]:
     """Every task of `spec` with the node it runs on: workers (chief node first), then PS tasks.
 
     `ports[i]` holds the ports of `spec.nodes[i]`: its workers' ports first, then its PS ports
@@ -49,20 +51,20 @@ def placements(spec: Any, ports: Sequence[Sequence[int]]) -> list[tuple[Task, An
     per-node settings (python, env) even when two nodes share an address.
     """
     nodes = list(spec.nodes)
-    workers: list[tuple[Task, Any]] = []
+    workers: list[tuple[Task, Node]] = []
     for pos in spec.worker_node_order():
         node = nodes[pos]
         for k in range(node.workers):
             workers.append((Task("worker", len(workers), node.address, ports[pos][k]), node))
 
-    ps: list[tuple[Task, Any]] = []
+    ps: list[tuple[Task, Node]] = []
     for pos, node in enumerate(nodes):
         for k in range(node.ps):
             ps.append((Task("ps", len(ps), node.address, ports[pos][node.workers + k]), node))
     return workers + ps
 
 
-def plan_tasks(spec: Any, ports: Sequence[Sequence[int]]) -> list[Task]:
+def plan_tasks(spec: ClusterSpec, ports: Sequence[Sequence[int]]) -> list[Task]:
     """The tasks of `spec` in the order of `placements`."""
     return [task for task, _ in placements(spec, ports)]
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from adrun.spec import Node
+
 from . import probe
 from .shell import NodeShell
 
@@ -26,12 +28,12 @@ CONNECT_TIMEOUT = 5.0  # the receiver starts in a fresh Python: ~0.1 s, more on 
 _BIND_ATTEMPTS = 3
 
 
-def node_python(node: Any) -> str:
+def node_python(node: Node) -> str:
     """The interpreter the launcher starts tasks with (the same default as launch/job/plan.py)."""
     return node.python or sys.executable
 
 
-def probe_command(node: Any, python: str, mode: str, args: dict[str, Any], *, local: bool) -> str:
+def probe_command(node: Node, python: str, mode: str, args: dict[str, Any], *, local: bool) -> str:
     env = "" if not node.env else "env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in node.env.items()) + " "
     activate = node.ssh.activate if (not local and node.ssh is not None and node.ssh.activate) else None
     command = f"{env}{shlex.quote(python)} -c {shlex.quote(PROBE_SOURCE)} {mode} {shlex.quote(json.dumps(args))}"
@@ -51,7 +53,7 @@ class Endpoint:
     """A node as a transfer's sender or receiver: its spec entry, a shell on it, and whether it
     is this machine."""
 
-    node: Any
+    node: Node
     shell: NodeShell
     local: bool
     python: str

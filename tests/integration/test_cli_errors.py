@@ -177,7 +177,7 @@ def test_script_failing_during_capture_shows_its_last_stderr_lines():
     # The only traceback shown is the script's, quoted; adrun itself did not crash.
     assert all(line.startswith("    ") for line in quoted)
     assert [line for line in lines if "Traceback" in line] == ["    Traceback (most recent call last):"]
-    assert "adrun/cli.py" not in result.output and "click" not in result.output
+    assert "adrun/cli/" not in result.output and "click" not in result.output
 
 
 # --- 7. port conflict -----------------------------------------------------------------------------

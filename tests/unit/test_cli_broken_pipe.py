@@ -7,9 +7,9 @@ import sys
 
 # a command wrapped as every adrun command is, writing more than a pipe buffer holds
 WRITER = """
-from adrun import cli
+from adrun.cli.options import user_errors
 
-@cli._user_errors
+@user_errors
 def command():
     for _ in range(100_000):
         print("x" * 80)

@@ -26,7 +26,7 @@ def test_shard_data_and_max_steps_become_the_jobs_settings_and_leave_the_environ
     before = dict(os.environ)
     seen = {}
 
-    def run_job(config, remote):
+    def run_job(config, remote, listener=None):
         """Where the job would start: what it was given, and what its tasks would be told."""
         seen["environ"] = dict(os.environ)
         seen["settings"] = config.settings

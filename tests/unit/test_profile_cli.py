@@ -7,7 +7,9 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from adrun.cli import main, profile, strategy_build
+from adrun.cli import main
+from adrun.cli.profile import profile
+from adrun.cli.strategy import strategy_build
 
 
 def parsed(command: click.Command, *args: str) -> dict:

@@ -95,7 +95,7 @@ def test_workload_name_quotes_arguments_as_a_shell_would() -> None:
 
 def test_a_record_that_cannot_be_written_is_one_warning_not_a_failure(tmp_path: Path, capsys) -> None:
     """The job has finished: the CLI says the run was not recorded and carries on to its exit code."""
-    from adrun.cli import _record
+    from adrun.cli.run import _record
 
     path = tmp_path / "r.sqlite"
     plan = build_strategy("PS", item(), TWO_HOSTS)
