@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import adrun.launch.job.restarts
+import adrun.shown_job
 from adrun.cli import main
 from adrun.env_vars import Settings
 from adrun.errors import UserError
@@ -35,7 +35,7 @@ def test_shard_data_and_max_steps_become_the_jobs_settings_and_leave_the_environ
             strategy_file=config.strategy_file, settings=config.settings)]
         raise UserError(STOP)
 
-    monkeypatch.setattr(adrun.launch.job.restarts, "run_job", run_job)
+    monkeypatch.setattr(adrun.shown_job, "run_job", run_job)
     result = CliRunner().invoke(main, ["--spec", str(spec_file()), "--no-record", "--shard-data", "--max-steps", "3",
                                        str(TINY), "--steps", "1"])
 
