@@ -1,8 +1,9 @@
 """The program adrun runs on a remote node for a job: a task's keeper, and small job-time probes.
 
 Why a separate file with only the standard library: like `probe.py`, its source is sent over
-SSH and run as `python -c SOURCE MODE ARGS_JSON` with the node's interpreter, so it depends on
-nothing but Python. Modes print one line `@@ADRUN-AGENT {json}`, except `run`.
+SSH and run as `python -c SOURCE MODE ARGS_JSON` with the node's interpreter
+(`adrun.launch.nodes.command`, with `node_tools.py` carried along), so it depends on nothing but
+Python. Modes print one line `@@ADRUN-AGENT {json}`, except `run`.
 
 Modes:
   run                     keep one task (its spec arrives as the first stdin line, see `run`)
@@ -30,7 +31,6 @@ exactly as written.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
@@ -41,6 +41,8 @@ import sys
 import threading
 import time
 
+from ..nodes import node_tools
+
 MARKER = "@@ADRUN-AGENT "
 STARTED_MARKER = "@@ADRUN-STARTED "
 EXIT_MARKER = "@@ADRUN-EXIT "
@@ -48,7 +50,6 @@ HEARTBEAT = b"\x1e@@ADRUN-ALIVE\x1e"  # 0x1e (record separator): bytes no text o
 NO_ADRUN = 127  # `run`: adrun is not importable with this interpreter, so the hook cannot load
 _POLL_S = 0.05
 _GRACE_S = 2.0  # keeper on its own (launcher gone): SIGTERM, then SIGKILL after this
-_CHUNK = 1 << 16
 
 
 # --- run -------------------------------------------------------------------------------------
@@ -212,46 +213,16 @@ def netio(args: dict) -> dict:
 
 
 def _ports(base: int | None, count: int) -> dict:
-    """Free ports: `count` kernel-chosen ones held together (so distinct), or the taken ones of
-    base..base+count-1, bound as TF's gRPC server binds (all interfaces, SO_REUSEADDR)."""
-    held = []
-    try:
-        if base is None:
-            for _ in range(count):
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                held.append(sock)
-                sock.bind(("", 0))
-                sock.listen()
-            return {"ports": [s.getsockname()[1] for s in held]}
-        taken = []
-        for port in range(base, base + count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            held.append(sock)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind(("", port))
-                sock.listen()
-            except OSError:
-                taken.append(port)
-        return {"ports": list(range(base, base + count)), "taken": taken}
-    finally:
-        for sock in held:
-            sock.close()
-
-
-def _sha256(path: str) -> str | None:
-    if not os.path.isfile(path):
-        return None
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(_CHUNK), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    """`count` free ports (kernel-chosen, distinct), or which of base..base+count-1 are taken."""
+    if base is None:
+        return {"ports": node_tools.free_ports(count)}
+    ports = list(range(base, base + count))
+    return {"ports": ports, "taken": node_tools.taken_ports(ports)}
 
 
 def prepare(args: dict) -> dict:
     ports = args["ports"]
-    return {**_ports(ports["base"], ports["count"]), "hashes": {p: _sha256(p) for p in args["files"]},
+    return {**_ports(ports["base"], ports["count"]), "hashes": {p: node_tools.file_sha256(p) for p in args["files"]},
             "net": netio({})}
 
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import psutil
 
-from .local import LocalProcess
+from .process import TaskProcess
 from .remote_agent import job_pids
 
 GRACE_S = 5.0
@@ -20,7 +20,7 @@ _KILL_WAIT_S = 2.0
 _POLL_S = 0.05
 
 
-def stop_processes(procs: Sequence[LocalProcess], grace_s: float = GRACE_S) -> None:
+def stop_processes(procs: Sequence[TaskProcess], grace_s: float = GRACE_S) -> None:
     """SIGTERM every group, give them `grace_s` to exit, then SIGKILL what is left.
 
     Returns within `grace_s` + ~2 s. Groups whose leader already exited are signalled too: a
@@ -35,7 +35,7 @@ def stop_processes(procs: Sequence[LocalProcess], grace_s: float = GRACE_S) -> N
         _wait_gone(procs, _KILL_WAIT_S)
 
 
-def _wait_gone(procs: Sequence[LocalProcess], timeout_s: float) -> bool:
+def _wait_gone(procs: Sequence[TaskProcess], timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while any(p.group_alive() for p in procs):
         if time.monotonic() >= deadline:

@@ -20,15 +20,18 @@ from __future__ import annotations
 
 import itertools
 import statistics
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adrun.errors import UserError
-from adrun.spec import ClusterSpec
+from adrun.spec import ClusterSpec, Node
 from adrun.strategies.facts import HostLink, Link, NetworkFacts
 
-from ..job.local import is_local_host
+from .hosts import is_local_host
 from .shell import LocalShell, SSHShell
-from .transfer import Endpoint, Transfer, TransferError, measure_transfer, node_python
+from .transfer import Endpoint, Transfer, TransferError, measure_transfer
+
+if TYPE_CHECKING:  # the job's connections, when there are; nodes/ does not depend on job/ at run time
+    from ..job.provision import RemoteNodes
 
 PINGS = 20
 TRANSFER_BYTES = 64 << 20  # a loopback moves this in tens of ms; a 100 Mbit/s link stops at STREAM_S
@@ -36,10 +39,10 @@ STREAM_S = 2.0
 MAX_ALL_PAIRS = 8  # 56 transfers, about a minute; beyond, the chief's pairs only
 
 
-def network_facts(spec: ClusterSpec, remote: Any = None) -> NetworkFacts:
-    """The network of `spec`: its `network` field, else measured. `remote` (launch.provision.
-    RemoteNodes, connected) reaches the nodes that are not this machine; None for a cluster on
-    this machine only. Raises UserError when a transfer fails."""
+def network_facts(spec: ClusterSpec, remote: RemoteNodes | None = None) -> NetworkFacts:
+    """The network of `spec`: its `network` field, else measured. `remote` (connected) reaches
+    the nodes that are not this machine; None for a cluster on this machine only. Raises
+    UserError when a transfer fails."""
     if spec.network is not None:
         return _given(spec)
     endpoints = {node.address: _endpoint(node, remote) for node in spec.nodes}
@@ -72,13 +75,13 @@ def _given(spec: ClusterSpec) -> NetworkFacts:
     )
 
 
-def _endpoint(node: Any, remote: Any) -> Endpoint:
+def _endpoint(node: Node, remote: RemoteNodes | None) -> Endpoint:
     if is_local_host(node.address):
-        return Endpoint(node, LocalShell(), True, node_python(node))
+        return Endpoint(node, LocalShell(), True)
     link = remote.links.get(node.address) if remote is not None else None
     if link is None:
         raise UserError(f"cannot measure the network: {node.address} is not connected (an adrun bug)")
-    return Endpoint(node, SSHShell(link.conn), False, link.python)
+    return Endpoint(node, SSHShell(link.conn), False)
 
 
 def _measure(sender: Endpoint, receiver: Endpoint, host: str) -> Transfer:

@@ -9,7 +9,6 @@ import shlex
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -20,27 +19,19 @@ from adrun.launch.job import provision, remote, remote_agent
 from adrun.launch.env import forwarded_env, remote_task_env
 from adrun.launch.job.remote import AGENT_SOURCE, Hearing, RemoteProcess, agent_command
 from adrun.launch.job.tasks import Task
+from adrun.spec import Node
 
 pytestmark = pytest.mark.timeout(60)
 
 
-@dataclass
-class SSH:
-    activate: str | None = None
-
-
-@dataclass
-class Node:
-    ssh: SSH | None = None
-
-
 def test_agent_command_quotes_every_value():
-    command = agent_command(Node(SSH("source '/my venv/bin/activate'")), "/opt/my python/bin/python", "run",
-                            workdir="/srv/it's here", job_id="job 1")
+    node = Node(address="10.0.0.2", python="/opt/my python/bin/python", env={"OMP_NUM_THREADS": "4 4"},
+                ssh={"activate": "source '/my venv/bin/activate'"})
+    command = agent_command(node, "run", workdir="/srv/it's here", job_id="job 1")
     words = shlex.split(command)
-    assert words[:3] == ["cd", "/srv/it's here", "&&"]
-    assert "exec" in words and words[words.index("exec") + 1:words.index("exec") + 4] == [
-        "env", "ADRUN_JOB_ID=job 1", "/opt/my python/bin/python"]
+    assert words[:6] == ["cd", "/srv/it's here", "&&", "source", "/my venv/bin/activate", "&&"]
+    assert "exec" in words and words[words.index("exec") + 1:words.index("exec") + 5] == [
+        "env", "OMP_NUM_THREADS=4 4", "ADRUN_JOB_ID=job 1", "/opt/my python/bin/python"]
     assert words[-1] == "run" and AGENT_SOURCE in words
 
 
