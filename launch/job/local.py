@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+from ..nodes.node_tools import group_alive, signal_group
 from .process import TaskProcess
 
 _PR_SET_PDEATHSIG = 1
@@ -87,24 +88,12 @@ class LocalProcess(TaskProcess):
         return self._popen.poll()
 
     def terminate_group(self) -> None:
-        self._signal_group(signal.SIGTERM)
+        signal_group(self.pid, signal.SIGTERM)
 
     def kill_group(self) -> None:
-        self._signal_group(signal.SIGKILL)
+        signal_group(self.pid, signal.SIGKILL)
 
     def group_alive(self) -> bool:
         """Whether any process of the task's group still exists (reaps the task itself first)."""
         self.poll()
-        try:
-            os.killpg(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:  # a member we may not signal (e.g. setuid) still exists
-            return True
-        return True
-
-    def _signal_group(self, sig: int) -> None:
-        try:
-            os.killpg(self.pid, sig)
-        except ProcessLookupError:
-            pass
+        return group_alive(self.pid)

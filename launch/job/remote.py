@@ -1,9 +1,9 @@
 """Tasks on other nodes, started over SSH and kept by `remote_agent.py` on the node.
 
 One SSH connection per node carries every task of that node (one channel each) and the
-helper commands (ports, file hashes, byte counters, the final sweep). A `RemoteProcess` has the
-interface the supervisor and teardown use for a `LocalProcess`; signals travel as words on the
-channel's stdin to the keeper, which owns the task's process group on the node.
+helper commands (ports, file hashes, byte counters, the final sweep). A `RemoteProcess` is a
+`TaskProcess`, as a `LocalProcess` is; signals travel as words on the channel's stdin to the
+keeper, which owns the task's process group on the node.
 
 A silent network cut (no FIN, no RST: a link or a switch port down, packets dropped) is noticed
 by neither TCP stack for many minutes, so both ends listen for each other instead: a thread here
@@ -119,7 +119,8 @@ class NodeLink:
         sftp.posix_rename(temporary, remote)
 
     def start(self, argv: Sequence[str], env: Mapping[str, str], workdir: str, job_id: str) -> RemoteProcess:
-        """Start a task under its keeper on a new channel; the env travels on stdin, off `ps`."""
+        """Start a task under its keeper on a new channel; the task's env travels on stdin, off
+        `ps` (the command line holds only what `node_command` puts there)."""
         try:
             channel = self.conn.client.get_transport().open_session(timeout=HELPER_TIMEOUT)
             channel.exec_command(agent_command(self.node, "run", workdir=workdir, job_id=job_id))

@@ -74,21 +74,6 @@ class _Keeper:
             sys.exit(NO_ADRUN)
         _say(STARTED_MARKER, {"pid": self.child.pid})
 
-    def signal_group(self, sig: int) -> None:
-        try:
-            os.killpg(self.child.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-    def group_alive(self) -> bool:
-        try:
-            os.killpg(self.child.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-
     def read_commands(self) -> None:
         """Thread: obey the launcher; EOF means it (or its connection) is gone."""
         for line in sys.stdin:
@@ -96,9 +81,9 @@ class _Keeper:
             if word == "PING":
                 self.last_ping = time.monotonic()
             elif word == "TERM":
-                self.signal_group(signal.SIGTERM)
+                node_tools.signal_group(self.child.pid, signal.SIGTERM)
             elif word == "KILL":
-                self.signal_group(signal.SIGKILL)
+                node_tools.signal_group(self.child.pid, signal.SIGKILL)
         self.lost = self.lost or "stdin closed"
 
     def beat(self) -> None:
@@ -118,7 +103,7 @@ class _Keeper:
             if code is not None and not reported:
                 _say(EXIT_MARKER, {"returncode": code})
                 reported = True
-            if code is not None and not self.group_alive():
+            if code is not None and not node_tools.group_alive(self.child.pid):
                 return 0
             if self.lost is None and os.getppid() != self.parent:
                 self.lost = "parent died"
@@ -127,9 +112,9 @@ class _Keeper:
             if self.lost is not None:
                 if lost_at is None:
                     lost_at = time.monotonic()
-                    self.signal_group(signal.SIGTERM)
+                    node_tools.signal_group(self.child.pid, signal.SIGTERM)
                 elif time.monotonic() - lost_at > _GRACE_S:
-                    self.signal_group(signal.SIGKILL)
+                    node_tools.signal_group(self.child.pid, signal.SIGKILL)
             time.sleep(_POLL_S)
 
 
@@ -160,42 +145,18 @@ def run() -> int:
 # --- probes ----------------------------------------------------------------------------------
 
 
-def job_pids(job_id: str) -> list[int]:
-    """Live (non-zombie) processes whose environment holds ADRUN_JOB_ID=job_id, except this one.
-
-    Also used on the launching machine (`adrun.launch.job.teardown`), so both sides find a job's
-    processes the same way: by environment, never by name.
-    """
-    needle = b"ADRUN_JOB_ID=" + job_id.encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if needle not in f.read().split(b"\0"):
-                    continue
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0]
-        except OSError:  # gone, or not ours to read
-            continue
-        if state != b"Z":
-            found.append(int(entry))
-    return found
-
-
 def sweep(args: dict) -> dict:
     """SIGKILL the job's leftovers and wait (bounded) until they are gone."""
-    pids = job_pids(args["job_id"])
+    pids = node_tools.job_pids(args["job_id"])
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
     deadline = time.monotonic() + 2.0
-    while job_pids(args["job_id"]) and time.monotonic() < deadline:
+    while node_tools.job_pids(args["job_id"]) and time.monotonic() < deadline:
         time.sleep(_POLL_S)
-    return {"killed": pids, "left": job_pids(args["job_id"])}
+    return {"killed": pids, "left": node_tools.job_pids(args["job_id"])}
 
 
 def netio(args: dict) -> dict:

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 import psutil
 
+from ..nodes.node_tools import job_pids
 from .process import TaskProcess
-from .remote_agent import job_pids
 
 GRACE_S = 5.0
 _KILL_WAIT_S = 2.0
@@ -48,7 +48,7 @@ def leftover_processes(job_id: str) -> list[psutil.Process]:
     """Live processes (not zombies) whose environment says they belong to job `job_id`.
 
     Processes whose environment we may not read are skipped; so is the calling process. The
-    scan is `remote_agent.job_pids`, the same one the final sweep runs on remote nodes.
+    scan is `node_tools.job_pids`, the same one the final sweep runs on remote nodes.
     """
     pids = set(job_pids(job_id))
     return [proc for proc in psutil.process_iter(["environ", "status"]) if proc.pid in pids]

@@ -1,10 +1,11 @@
-"""Ports and file hashes as a node sees them: the one implementation the launcher and the node
-programs share.
+"""Ports, file hashes and a job's processes as a node sees them: the one implementation the
+launcher and the node programs share.
 
 Why standard library only: `probe.py` and `remote_agent.py` run on nodes with nothing but the
 node's Python, and carry this module's source with them (`command.shipped_source`); the launcher
-imports it as a plain module for this machine (`adrun.launch.job.ports`, `provision`). So a port
-counts as free by the same test here and on every node, and a file has one digest everywhere.
+imports it as a plain module for this machine (`adrun.launch.job`: ports, provision, local,
+teardown). So a port counts as free by the same test here and on every node, a file has one
+digest everywhere, and a job's processes are found and signalled the same way on every host.
 """
 
 from __future__ import annotations
@@ -68,3 +69,46 @@ def file_sha256(path: str) -> str | None:
         for block in iter(lambda: f.read(CHUNK), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    """Send `sig` to process group `pgid`, if it still exists and may be signalled."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of group `pgid` still exists (one we may not signal counts)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def job_pids(job_id: str) -> list[int]:
+    """Live (non-zombie) processes whose environment holds ADRUN_JOB_ID=job_id, except this one.
+
+    By environment, never by name: every process of a job inherits ADRUN_JOB_ID, even one that
+    left its task's process group.
+    """
+    needle = b"ADRUN_JOB_ID=" + job_id.encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if needle not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:  # gone, or not ours to read
+            continue
+        if state != b"Z":
+            found.append(int(entry))
+    return found

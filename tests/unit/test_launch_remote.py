@@ -16,6 +16,7 @@ import pytest
 
 from adrun.errors import UserError
 from adrun.launch.job import provision, remote, remote_agent
+from adrun.launch.nodes import node_tools
 from adrun.launch.env import forwarded_env, remote_task_env
 from adrun.launch.job.remote import AGENT_SOURCE, Hearing, RemoteProcess, agent_command
 from adrun.launch.job.tasks import Task
@@ -75,14 +76,14 @@ def test_keeper_kills_the_task_group_when_its_channel_closes(tmp_path):
     code = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
     proc = _keeper(tmp_path, [sys.executable, "-c", code], job_id)
     deadline = time.monotonic() + 20
-    while len(remote_agent.job_pids(job_id)) < 2:  # task and grandchild (this keeper is untagged)
+    while len(node_tools.job_pids(job_id)) < 2:  # task and grandchild (this keeper is untagged)
         assert time.monotonic() < deadline
         time.sleep(0.05)
     proc.stdin.close()  # what a dead launcher or a cut connection looks like from the node
     closed = time.monotonic()
     proc.wait(timeout=10)
-    while remote_agent.job_pids(job_id):
-        assert time.monotonic() - closed < 5, [psutil.Process(p).cmdline() for p in remote_agent.job_pids(job_id)]
+    while node_tools.job_pids(job_id):
+        assert time.monotonic() - closed < 5, [psutil.Process(p).cmdline() for p in node_tools.job_pids(job_id)]
         time.sleep(0.05)
 
 
@@ -99,9 +100,9 @@ def test_keeper_beats_and_ends_its_task_when_the_pings_stop(tmp_path):
         proc.stdin.write(b"PING\n")
         proc.stdin.flush()
         time.sleep(0.2)
-    assert len(remote_agent.job_pids(job_id)) == 1
+    assert len(node_tools.job_pids(job_id)) == 1
     assert proc.wait(timeout=20) == 0  # no more pings: the lease runs out and the group ends
-    assert remote_agent.job_pids(job_id) == []
+    assert node_tools.job_pids(job_id) == []
     rest = proc.stderr.read()
     assert rest.count(remote_agent.HEARTBEAT) >= 5  # every 0.2 s, inside the task's unfinished line
     task_part, marker, status = rest.replace(remote_agent.HEARTBEAT, b"").partition(remote_agent.EXIT_MARKER.encode())
