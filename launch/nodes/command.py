@@ -54,10 +54,9 @@ def node_python(node: Node) -> str:
 def node_workdir(node: Node, *, local: bool, cwd: str | Path | None = None) -> str:
     """Where the node's tasks run: on this machine the launcher's directory (`cwd`, default the
     current one); on another node `ssh.workdir`, else the same path as here."""
-    here = str(Path(cwd) if cwd is not None else Path.cwd())
     if not local and node.ssh is not None and node.ssh.workdir:
         return node.ssh.workdir
-    return here
+    return str(Path(cwd) if cwd is not None else Path.cwd())
 
 
 def shipped_source(program: ModuleType) -> str:
@@ -79,8 +78,8 @@ def node_command(node: Node, source: str, mode: str, args: Mapping[str, Any] | N
         steps.append(f"cd {shlex.quote(workdir)}")
     if not local and node.ssh is not None and node.ssh.activate:
         steps.append(node.ssh.activate)
-    variables = {**node.env, **(env or {})}
-    prefix = "env " + " ".join(f"{key}={shlex.quote(value)}" for key, value in variables.items()) + " " if variables else ""
+    variables = " ".join(f"{key}={shlex.quote(value)}" for key, value in {**node.env, **(env or {})}.items())
+    prefix = f"env {variables} " if variables else ""
     payload = f" {shlex.quote(json.dumps(dict(args)))}" if args is not None else ""
     steps.append(f"exec {prefix}{shlex.quote(node_python(node))} -u -c {shlex.quote(source)} {mode}{payload}")
     return " && ".join(steps)
