@@ -21,6 +21,8 @@ from typing import Any
 import paramiko
 from fabric import Connection
 
+from adrun.spec import Node
+
 CONNECT_TIMEOUT = 10.0
 
 _POLICIES: dict[str, type[paramiko.MissingHostKeyPolicy]] = {
@@ -30,9 +32,9 @@ _POLICIES: dict[str, type[paramiko.MissingHostKeyPolicy]] = {
 }
 
 
-def open_connection(node: Any, *, known_hosts: str | Path | None = None,
+def open_connection(node: Node, *, known_hosts: str | Path | None = None,
                     timeout: float = CONNECT_TIMEOUT) -> Connection:
-    """A connected fabric Connection to `node` (a spec Node); raises paramiko/socket errors.
+    """A connected fabric Connection to `node`; raises paramiko/socket errors.
 
     With `identity_file` set, only that key is offered: falling back to other keys or an agent
     would hide a wrong `identity_file` until the day those keys are gone. Host keys are read
@@ -74,7 +76,7 @@ class SSHFailure:
     remedy: str
 
 
-def explain_failure(error: BaseException, node: Any, *, known_hosts: str | Path | None = None) -> SSHFailure:
+def explain_failure(error: BaseException, node: Node, *, known_hosts: str | Path | None = None) -> SSHFailure:
     """Turn an exception of `open_connection` into a message and a one-line remedy."""
     ssh = node.ssh
     port = ssh.port if ssh is not None else 22
