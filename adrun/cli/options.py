@@ -88,7 +88,7 @@ def check_fixed_ports(spec: ClusterSpec) -> None:
     The ports are released again at once and claimed for real when the job starts. Other nodes'
     fixed ports are checked over SSH (`RemoteNodes.preflight`).
     """
-    from adrun.launch.job.local import is_local_host
+    from adrun.launch.nodes.hosts import is_local_host
     from adrun.launch.job.ports import allocate_ports
 
     here = [is_local_host(n.address) for n in spec.nodes]

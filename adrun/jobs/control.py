@@ -17,7 +17,7 @@ import psutil
 
 from adrun.errors import UserError
 from adrun.jobs.registry import JobRecord, JobStore
-from adrun.launch.job.local import is_local_host
+from adrun.launch.nodes.hosts import is_local_host
 from adrun.launch.job.teardown import kill_leftovers
 
 STOP_WAIT_S = 60.0  # teardown takes the tasks' grace (5 s), SIGKILL (2 s) and each node's sweep (<= 20 s)

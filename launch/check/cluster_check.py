@@ -12,9 +12,6 @@ skipped, never a hang.
 from __future__ import annotations
 
 import itertools
-import json
-import os
-import shlex
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -41,10 +38,11 @@ from .rules import (
     passed,
     skipped,
 )
-from ..job.local import is_local_host
+from ..nodes.command import node_python, node_workdir
+from ..nodes.hosts import is_local_host
 from ..nodes.shell import LocalShell, NodeShell, SSHShell
 from ..nodes.ssh import explain_failure, open_connection
-from ..nodes.transfer import PROBE_SOURCE, Endpoint, TransferError, measure_transfer, node_python, parse_probe, probe_command
+from ..nodes.transfer import Endpoint, TransferError, measure_transfer, parse_probe, probe_command
 
 FACTS_TIMEOUT = 120.0  # importing TensorFlow on a busy node takes a while
 CLOCK_TIMEOUT = 10.0
@@ -96,18 +94,11 @@ def _node_report(item: _Probed) -> NodeReport:
     return NodeReport(item.node.address, item.local, results)
 
 
-def _workdir(node: Node, local: bool) -> str:
-    """Where the node's tasks will run: ssh.workdir, else the same path as here."""
-    if not local and node.ssh is not None and node.ssh.workdir:
-        return node.ssh.workdir
-    return os.getcwd()
-
-
 def _reference_facts(script: str | None) -> dict[str, Any]:
     """This machine's facts from the launcher's interpreter, in a subprocess: launch/ never imports TF."""
-    args = {"workdir": os.getcwd(), "script": script, "ports": []}
-    command = f"{shlex.quote(sys.executable)} -c {shlex.quote(PROBE_SOURCE)} facts {shlex.quote(json.dumps(args))}"
-    done = LocalShell().run(command, FACTS_TIMEOUT)
+    here = Node(address="localhost")  # no python, env or workdir of its own: the launcher's
+    args = {"workdir": node_workdir(here, local=True), "script": script, "ports": []}
+    done = LocalShell().run(probe_command(here, "facts", args, local=True), FACTS_TIMEOUT)
     facts = parse_probe(done.stdout)
     if facts is None or "error" in facts:
         raise UserError(f"cannot probe this machine with {sys.executable}: {done.stderr.strip()[-500:]}")
@@ -167,8 +158,8 @@ def _run_facts(item: _Probed, script: str | None) -> None:
     node = item.node
     python = node_python(node)
     ports = list(range(node.base_port, node.base_port + node.workers + node.ps)) if node.base_port else []
-    args = {"workdir": _workdir(node, item.local), "script": script, "ports": ports}
-    done = item.shell.run(probe_command(node, python, "facts", args, local=item.local), FACTS_TIMEOUT)  # type: ignore[union-attr]
+    args = {"workdir": node_workdir(node, local=item.local), "script": script, "ports": ports}
+    done = item.shell.run(probe_command(node, "facts", args, local=item.local), FACTS_TIMEOUT)  # type: ignore[union-attr]
     facts = parse_probe(done.stdout)
     if done.returncode != 0 or facts is None or "error" in facts:
         stderr = done.stderr if facts is None else f"{done.stderr}\n{facts.get('error', '')}"
@@ -202,4 +193,4 @@ def _measure_pair(sender: _Probed, receiver: _Probed) -> PairBandwidth:
 
 
 def _endpoint(item: _Probed) -> Endpoint:
-    return Endpoint(item.node, item.shell, item.local, node_python(item.node))  # type: ignore[arg-type]
+    return Endpoint(item.node, item.shell, item.local)  # type: ignore[arg-type]

@@ -10,13 +10,13 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
-import socket
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
-import psutil
+from ..nodes.node_tools import group_alive, signal_group
+from .process import TaskProcess
 
 _PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None)
@@ -32,18 +32,6 @@ def ps_argv(python: str) -> list[str]:
     return [python, "-m", "adrun.runtime.ps_server"]
 
 
-def is_local_host(address: str) -> bool:
-    """Whether `address` names this machine (loopback, hostname, or one of its interface IPs)."""
-    if address in ("localhost", socket.gethostname()):
-        return True
-    try:
-        ip = socket.gethostbyname(address)
-    except OSError:
-        return False
-    own = {a.address for addrs in psutil.net_if_addrs().values() for a in addrs}
-    return ip.startswith("127.") or ip in own
-
-
 def _die_with_parent(parent_pid: int) -> None:
     """Runs in the child between fork and exec: ask the kernel for SIGKILL when the parent dies.
 
@@ -56,8 +44,8 @@ def _die_with_parent(parent_pid: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-class LocalProcess:
-    """A started task: its pipes, exit status, and signals to its whole process group."""
+class LocalProcess(TaskProcess):
+    """A task started here: its pipes, exit status, and signals to its whole process group."""
 
     def __init__(self, argv: Sequence[str], *, cwd: str | Path, env: Mapping[str, str]) -> None:
         parent_pid = os.getpid()
@@ -87,35 +75,25 @@ class LocalProcess:
         assert self._popen.stderr is not None
         return self._popen.stderr
 
+    @property
+    def lost(self) -> None:
+        """Never: a child of the launcher always has a known state."""
+        return None
+
     def communicate(self, timeout: float) -> tuple[bytes, bytes]:
         """Wait for the task to end and return everything it wrote (TimeoutExpired after `timeout`)."""
         return self._popen.communicate(timeout=timeout)
 
     def poll(self) -> int | None:
-        """The exit status once the task has ended (negative: killed by that signal), else None."""
         return self._popen.poll()
 
     def terminate_group(self) -> None:
-        """Ask the task and everything it started to stop (SIGTERM)."""
-        self._signal_group(signal.SIGTERM)
+        signal_group(self.pid, signal.SIGTERM)
 
     def kill_group(self) -> None:
-        """Stop the task and everything it started, no questions asked (SIGKILL)."""
-        self._signal_group(signal.SIGKILL)
+        signal_group(self.pid, signal.SIGKILL)
 
     def group_alive(self) -> bool:
         """Whether any process of the task's group still exists (reaps the task itself first)."""
         self.poll()
-        try:
-            os.killpg(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:  # a member we may not signal (e.g. setuid) still exists
-            return True
-        return True
-
-    def _signal_group(self, sig: int) -> None:
-        try:
-            os.killpg(self.pid, sig)
-        except ProcessLookupError:
-            pass
+        return group_alive(self.pid)

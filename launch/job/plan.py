@@ -7,7 +7,6 @@ Kept apart from supervision so the supervisor can run any list of commands (test
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -15,10 +14,12 @@ from pathlib import Path
 import adrun
 from adrun.env_vars import Settings
 from adrun.errors import UserError
-from adrun.spec import ClusterSpec, Node
+from adrun.spec import ClusterSpec
 
 from ..env import gpu_visibility, remote_task_env, task_env
-from .local import is_local_host, ps_argv, worker_argv
+from ..nodes.command import node_python, node_workdir
+from ..nodes.hosts import is_local_host
+from .local import ps_argv, worker_argv
 from .ports import allocate_ports
 from .tasks import Task, cluster_def, placements
 
@@ -34,14 +35,6 @@ class TaskLaunch:
     argv: list[str]
     env: dict[str, str]
     cwd: Path
-
-
-def remote_workdir(node: Node, cwd: str | Path | None = None) -> str:
-    """Where a remote node's tasks run: `ssh.workdir`, else the launcher's own directory."""
-    ssh = getattr(node, "ssh", None)
-    if ssh is not None and ssh.workdir:
-        return ssh.workdir
-    return str(Path(cwd) if cwd is not None else Path.cwd())
 
 
 def plan_job(
@@ -77,7 +70,6 @@ def plan_job(
     tasks = [task for task, _ in placed]
     cluster = cluster_def(tasks)
     num_workers = sum(t.role == "worker" for t in tasks)
-    workdir = Path(cwd) if cwd is not None else Path.cwd()
     launcher_env = os.environ if base_env is None else base_env
     launches = []
     on_node: dict[tuple[int, str], int] = {}  # (node, role) -> tasks of that role placed so far
@@ -86,13 +78,14 @@ def plan_job(
         on_node[(id(node), task.role)] = index_on_node + 1
         # the node's own env wins, e.g. a CUDA_VISIBLE_DEVICES the user chose
         node_env = {**gpu_visibility(task.role, index_on_node, node.gpus, node.replicas_per_worker), **node.env}
-        python = node.python or sys.executable
+        python = node_python(node)
         argv = worker_argv(python, script, script_args) if task.role == "worker" else ps_argv(python)
+        workdir = Path(node_workdir(node, local=not task.remote, cwd=cwd))
         if task.remote:
             env = remote_task_env(task, job_id, num_workers, cluster, str(strategy_file), launcher_env,
                                   node.ssh.forward_env if node.ssh is not None else [], node_env, restart_count,
                                   settings=settings)
-            launches.append(TaskLaunch(task, argv, env, Path(remote_workdir(node, workdir))))
+            launches.append(TaskLaunch(task, argv, env, workdir))
             continue
         env = task_env(
             task,

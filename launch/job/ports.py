@@ -1,9 +1,9 @@
 """TCP ports for the tasks of a job on this machine (other nodes: `provision.py`).
 
-Ports are tested by binding them on the wildcard address, because TF's gRPC servers listen on all
-interfaces: a port taken on any address would make the server fail at start-up, long after the
-launcher could have said why. All probe sockets stay open until every port is chosen, so the
-ports handed out are distinct from each other.
+Ports are tested as every node tests them (`node_tools.bind_as_grpc`: the wildcard address, as
+TF's gRPC servers listen): a port taken on any address would make the server fail at start-up,
+long after the launcher could have said why. All probe sockets stay open until every port is
+chosen, so the ports handed out are distinct from each other.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import psutil
 
 from adrun.errors import UserError
 from adrun.spec import ClusterSpec
+
+from ..nodes.node_tools import bind_as_grpc
 
 
 def allocate_ports(spec: ClusterSpec, here: Sequence[bool] | None = None) -> list[list[int]]:
@@ -53,23 +55,13 @@ def allocate_ports(spec: ClusterSpec, here: Sequence[bool] | None = None) -> lis
 
 
 def _claim(host: str, port: int) -> socket.socket:
-    """A listening socket on `port` (0 = any free port); UserError naming the holder if taken.
-
-    SO_REUSEADDR matches what gRPC sets, so a port left in TIME_WAIT by an earlier job still
-    counts as free; listening makes the claim exclusive even against other SO_REUSEADDR sockets.
-    """
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    """A listening socket on `port` (0 = any free port); UserError naming the holder if taken."""
     try:
-        if port:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("", port))
-        sock.listen()
+        return bind_as_grpc(port)
     except OSError as e:
-        sock.close()
         if not port:
             raise UserError(f"no free TCP port on {host}: {e.strerror}") from e
         raise UserError(_in_use_message(host, port)) from e
-    return sock
 
 
 def _in_use_message(host: str, port: int) -> str:

@@ -13,10 +13,8 @@ files already identical there (sha256) are not sent again.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import posixpath
-import sys
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -27,9 +25,11 @@ import psutil
 from adrun.errors import UserError
 from adrun.spec import ClusterSpec, Node
 
-from .plan import TaskLaunch, remote_workdir
-from .local import is_local_host
+from .plan import TaskLaunch
 from .remote import NodeLink, RemoteProcess
+from ..nodes.command import node_workdir
+from ..nodes.hosts import is_local_host
+from ..nodes.node_tools import file_sha256
 
 SYNC_LIMIT = 50 << 20
 SYNC_EXCLUDED_DIRS = frozenset({".git", "__pycache__", ".venv"})
@@ -106,7 +106,7 @@ class RemoteNodes:
             if found.get("taken"):
                 return _taken_message(node, found["taken"])
             hashes = found["hashes"]
-            stale = {remote: local for remote, local in targets.items() if hashes[remote] != _sha256(local)}
+            stale = {remote: local for remote, local in targets.items() if hashes[remote] != file_sha256(str(local))}
             if not stale:
                 return None
             if sync:
@@ -130,7 +130,7 @@ class RemoteNodes:
             remote = str(strategy_file.resolve())
             count = node.workers + node.ps
             found = link.helper("prepare", {"ports": {"base": node.base_port, "count": count}, "files": [remote]})
-            if found["hashes"][remote] != _sha256(strategy_file):
+            if found["hashes"][remote] != file_sha256(str(strategy_file)):
                 link.put(strategy_file, remote)
             if found.get("taken"):
                 raise UserError(_taken_message(node, found["taken"]))
@@ -163,7 +163,7 @@ class RemoteNodes:
             try:
                 if not link.alive:
                     link.close()
-                    link = NodeLink.open(link.node, link.python)
+                    link = NodeLink.open(link.node)
                     self.links[link.address] = link
                 left = link.helper("sweep", {"job_id": job_id}, timeout=20)["left"]
                 return f"{link.address}: processes {left} survived SIGKILL" if left else None
@@ -187,7 +187,7 @@ class RemoteNodes:
                     pass
             link.close()
             try:
-                self.links[link.address] = NodeLink.open(link.node, link.python)
+                self.links[link.address] = NodeLink.open(link.node)
             except UserError as e:
                 return f"node {link.address} cannot be reached: {e}"
             return None
@@ -201,7 +201,7 @@ class RemoteNodes:
     def _remote_path(self, link: NodeLink, script: Path) -> str:
         if script.is_absolute():
             return str(script)
-        return posixpath.join(remote_workdir(link.node), *script.parts)
+        return posixpath.join(node_workdir(link.node, local=False), *script.parts)
 
 
 def _taken_message(node: Node, taken: list[int]) -> str:
@@ -212,7 +212,7 @@ def _taken_message(node: Node, taken: list[int]) -> str:
 
 def _open_or_error(node: Node) -> NodeLink | UserError:
     try:
-        return NodeLink.open(node, node.python or sys.executable)
+        return NodeLink.open(node)
     except UserError as e:
         return e
 
@@ -232,8 +232,3 @@ def local_traffic() -> tuple[int, int]:
     counters = psutil.net_io_counters(pernic=True)
     return (sum(c.bytes_sent for name, c in counters.items() if name != "lo"),
             sum(c.bytes_recv for name, c in counters.items() if name != "lo"))
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-

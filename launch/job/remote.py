@@ -1,9 +1,9 @@
 """Tasks on other nodes, started over SSH and kept by `remote_agent.py` on the node.
 
 One SSH connection per node carries every task of that node (one channel each) and the
-helper commands (ports, file hashes, byte counters, the final sweep). A `RemoteProcess` has the
-interface the supervisor and teardown use for a `LocalProcess`; signals travel as words on the
-channel's stdin to the keeper, which owns the task's process group on the node.
+helper commands (ports, file hashes, byte counters, the final sweep). A `RemoteProcess` is a
+`TaskProcess`, as a `LocalProcess` is; signals travel as words on the channel's stdin to the
+keeper, which owns the task's process group on the node.
 
 A silent network cut (no FIN, no RST: a link or a switch port down, packets dropped) is noticed
 by neither TCP stack for many minutes, so both ends listen for each other instead: a thread here
@@ -17,12 +17,11 @@ naming the node. The numbers come from heartbeat gaps measured on a loaded 2-cor
 from __future__ import annotations
 
 import json
-import shlex
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import paramiko
 from fabric import Connection
@@ -31,10 +30,12 @@ from adrun.errors import UserError
 from adrun.spec import Node
 
 from . import remote_agent
+from .process import OutputLines, TaskProcess
+from ..nodes.command import node_command, node_python, shipped_source
 from ..nodes.shell import SSHShell
 from ..nodes.ssh import explain_failure, open_connection
 
-AGENT_SOURCE = Path(remote_agent.__file__).read_text()
+AGENT_SOURCE = shipped_source(remote_agent)
 HELPER_TIMEOUT = 60.0
 PING_INTERVAL_S = 1.0  # also the keepers' heartbeat interval
 SILENCE_S = 6.0  # either end that hears nothing from the other for this long gives it up
@@ -43,31 +44,19 @@ _CHUNK = 1 << 16
 LOST_CONNECTION = 255  # returncode of a task whose keeper never reported (as ssh(1) exits then)
 
 
-def agent_command(node: Node, python: str, mode: str, args: Mapping[str, Any] | None = None, *,
+def agent_command(node: Node, mode: str, args: Mapping[str, Any] | None = None, *,
                   workdir: str | None = None, job_id: str | None = None) -> str:
-    """The shell command running the agent in `mode` on `node`: every value shell-quoted.
-
-    `cd` comes first (a missing workdir fails right there, by name), then `ssh.activate`, then
-    the agent with `exec`, so the agent is the sshd session's own child. `job_id` tags the
-    agent's environment, so the job's sweep finds it too.
-    """
-    steps = []
-    if workdir is not None:
-        steps.append(f"cd {shlex.quote(workdir)}")
-    if node.ssh is not None and node.ssh.activate:
-        steps.append(node.ssh.activate)
-    tag = f"env ADRUN_JOB_ID={shlex.quote(job_id)} " if job_id is not None else ""
-    payload = f" {shlex.quote(json.dumps(dict(args)))}" if args is not None else ""
-    steps.append(f"exec {tag}{shlex.quote(python)} -u -c {shlex.quote(AGENT_SOURCE)} {mode}{payload}")
-    return " && ".join(steps)
+    """The shell command running the agent in `mode` on `node` (`node_command`); `job_id` tags
+    the agent's environment, so the job's sweep finds it too."""
+    return node_command(node, AGENT_SOURCE, mode, args, local=False, workdir=workdir,
+                        env={"ADRUN_JOB_ID": job_id} if job_id is not None else None)
 
 
 class NodeLink:
     """The open connection to one remote node, and what the job does through it."""
 
-    def __init__(self, node: Node, python: str, conn: Connection) -> None:
+    def __init__(self, node: Node, conn: Connection) -> None:
         self.node = node
-        self.python = python
         self.conn = conn
         self.processes: list[RemoteProcess] = []
         self.hearing = Hearing()
@@ -76,7 +65,7 @@ class NodeLink:
         self._pinger.start()
 
     @classmethod
-    def open(cls, node: Node, python: str) -> NodeLink:
+    def open(cls, node: Node) -> NodeLink:
         """Connect as the spec says; UserError with the reason and remedy when that fails."""
         try:
             conn = open_connection(node)
@@ -84,11 +73,15 @@ class NodeLink:
             why = explain_failure(e, node)
             raise UserError(f"{why.message}: {why.remedy}") from e
         conn.client.get_transport().set_keepalive(int(PING_INTERVAL_S * 5))
-        return cls(node, python, conn)
+        return cls(node, conn)
 
     @property
     def address(self) -> str:
         return self.node.address
+
+    @property
+    def python(self) -> str:
+        return node_python(self.node)
 
     @property
     def alive(self) -> bool:
@@ -99,7 +92,7 @@ class NodeLink:
 
     def helper(self, mode: str, args: Mapping[str, Any], timeout: float = HELPER_TIMEOUT) -> dict[str, Any]:
         """Run an agent probe (`prepare`, `netio`, `sweep`) and return its result; UserError if it fails."""
-        done = SSHShell(self.conn).run(agent_command(self.node, self.python, mode, args), timeout)
+        done = SSHShell(self.conn).run(agent_command(self.node, mode, args), timeout)
         for line in reversed(done.stdout.splitlines()):
             if line.startswith(remote_agent.MARKER):
                 result = json.loads(line[len(remote_agent.MARKER):])
@@ -127,10 +120,11 @@ class NodeLink:
         sftp.posix_rename(temporary, remote)
 
     def start(self, argv: Sequence[str], env: Mapping[str, str], workdir: str, job_id: str) -> RemoteProcess:
-        """Start a task under its keeper on a new channel; the env travels on stdin, off `ps`."""
+        """Start a task under its keeper on a new channel; the task's env travels on stdin, off
+        `ps` (the command line holds only what `node_command` puts there)."""
         try:
             channel = self.conn.client.get_transport().open_session(timeout=HELPER_TIMEOUT)
-            channel.exec_command(agent_command(self.node, self.python, "run", workdir=workdir, job_id=job_id))
+            channel.exec_command(agent_command(self.node, "run", workdir=workdir, job_id=job_id))
             channel.sendall((json.dumps({"argv": list(argv), "env": dict(env), "lease_s": SILENCE_S,
                                          "beat_s": PING_INTERVAL_S}) + "\n").encode())
         except (paramiko.SSHException, OSError) as e:
@@ -179,10 +173,10 @@ class Hearing:
         return self._silent_s
 
 
-class RemoteProcess:
-    """A task on a remote node, as the supervisor sees a LocalProcess."""
+class RemoteProcess(TaskProcess):
+    """A task on a remote node, signalled through its keeper."""
 
-    def __init__(self, host: str, channel: Any, hearing: Hearing) -> None:
+    def __init__(self, host: str, channel: paramiko.Channel, hearing: Hearing) -> None:
         self.host = host
         self._channel = channel
         self._hearing = hearing
@@ -198,12 +192,12 @@ class RemoteProcess:
         return self._remote_pid
 
     @property
-    def stdout(self) -> IO[bytes]:
+    def stdout(self) -> OutputLines:
         return self._stdout
 
     @property
-    def stderr(self) -> IO[bytes]:
-        return self._stderr  # type: ignore[return-value]
+    def stderr(self) -> OutputLines:
+        return self._stderr
 
     @property
     def lost(self) -> str | None:
@@ -273,7 +267,7 @@ class _Markers:
     and heartbeats (which only say the node is there). Read in chunks, not lines: a
     heartbeat may sit in a line the task has not finished yet, and must count at once."""
 
-    def __init__(self, channel: Any, proc: RemoteProcess) -> None:
+    def __init__(self, channel: paramiko.Channel, proc: RemoteProcess) -> None:
         self._channel = channel
         self._proc = proc
 

@@ -1,8 +1,9 @@
 """The program adrun runs on a remote node for a job: a task's keeper, and small job-time probes.
 
 Why a separate file with only the standard library: like `probe.py`, its source is sent over
-SSH and run as `python -c SOURCE MODE ARGS_JSON` with the node's interpreter, so it depends on
-nothing but Python. Modes print one line `@@ADRUN-AGENT {json}`, except `run`.
+SSH and run as `python -c SOURCE MODE ARGS_JSON` with the node's interpreter
+(`adrun.launch.nodes.command`, with `node_tools.py` carried along), so it depends on nothing but
+Python. Modes print one line `@@ADRUN-AGENT {json}`, except `run`.
 
 Modes:
   run                     keep one task (its spec arrives as the first stdin line, see `run`)
@@ -30,7 +31,6 @@ exactly as written.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
@@ -41,6 +41,8 @@ import sys
 import threading
 import time
 
+from ..nodes import node_tools
+
 MARKER = "@@ADRUN-AGENT "
 STARTED_MARKER = "@@ADRUN-STARTED "
 EXIT_MARKER = "@@ADRUN-EXIT "
@@ -48,7 +50,6 @@ HEARTBEAT = b"\x1e@@ADRUN-ALIVE\x1e"  # 0x1e (record separator): bytes no text o
 NO_ADRUN = 127  # `run`: adrun is not importable with this interpreter, so the hook cannot load
 _POLL_S = 0.05
 _GRACE_S = 2.0  # keeper on its own (launcher gone): SIGTERM, then SIGKILL after this
-_CHUNK = 1 << 16
 
 
 # --- run -------------------------------------------------------------------------------------
@@ -73,21 +74,6 @@ class _Keeper:
             sys.exit(NO_ADRUN)
         _say(STARTED_MARKER, {"pid": self.child.pid})
 
-    def signal_group(self, sig: int) -> None:
-        try:
-            os.killpg(self.child.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-    def group_alive(self) -> bool:
-        try:
-            os.killpg(self.child.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-
     def read_commands(self) -> None:
         """Thread: obey the launcher; EOF means it (or its connection) is gone."""
         for line in sys.stdin:
@@ -95,9 +81,9 @@ class _Keeper:
             if word == "PING":
                 self.last_ping = time.monotonic()
             elif word == "TERM":
-                self.signal_group(signal.SIGTERM)
+                node_tools.signal_group(self.child.pid, signal.SIGTERM)
             elif word == "KILL":
-                self.signal_group(signal.SIGKILL)
+                node_tools.signal_group(self.child.pid, signal.SIGKILL)
         self.lost = self.lost or "stdin closed"
 
     def beat(self) -> None:
@@ -117,7 +103,7 @@ class _Keeper:
             if code is not None and not reported:
                 _say(EXIT_MARKER, {"returncode": code})
                 reported = True
-            if code is not None and not self.group_alive():
+            if code is not None and not node_tools.group_alive(self.child.pid):
                 return 0
             if self.lost is None and os.getppid() != self.parent:
                 self.lost = "parent died"
@@ -126,9 +112,9 @@ class _Keeper:
             if self.lost is not None:
                 if lost_at is None:
                     lost_at = time.monotonic()
-                    self.signal_group(signal.SIGTERM)
+                    node_tools.signal_group(self.child.pid, signal.SIGTERM)
                 elif time.monotonic() - lost_at > _GRACE_S:
-                    self.signal_group(signal.SIGKILL)
+                    node_tools.signal_group(self.child.pid, signal.SIGKILL)
             time.sleep(_POLL_S)
 
 
@@ -159,42 +145,18 @@ def run() -> int:
 # --- probes ----------------------------------------------------------------------------------
 
 
-def job_pids(job_id: str) -> list[int]:
-    """Live (non-zombie) processes whose environment holds ADRUN_JOB_ID=job_id, except this one.
-
-    Also used on the launching machine (`adrun.launch.job.teardown`), so both sides find a job's
-    processes the same way: by environment, never by name.
-    """
-    needle = b"ADRUN_JOB_ID=" + job_id.encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if needle not in f.read().split(b"\0"):
-                    continue
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0]
-        except OSError:  # gone, or not ours to read
-            continue
-        if state != b"Z":
-            found.append(int(entry))
-    return found
-
-
 def sweep(args: dict) -> dict:
     """SIGKILL the job's leftovers and wait (bounded) until they are gone."""
-    pids = job_pids(args["job_id"])
+    pids = node_tools.job_pids(args["job_id"])
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
     deadline = time.monotonic() + 2.0
-    while job_pids(args["job_id"]) and time.monotonic() < deadline:
+    while node_tools.job_pids(args["job_id"]) and time.monotonic() < deadline:
         time.sleep(_POLL_S)
-    return {"killed": pids, "left": job_pids(args["job_id"])}
+    return {"killed": pids, "left": node_tools.job_pids(args["job_id"])}
 
 
 def netio(args: dict) -> dict:
@@ -212,46 +174,16 @@ def netio(args: dict) -> dict:
 
 
 def _ports(base: int | None, count: int) -> dict:
-    """Free ports: `count` kernel-chosen ones held together (so distinct), or the taken ones of
-    base..base+count-1, bound as TF's gRPC server binds (all interfaces, SO_REUSEADDR)."""
-    held = []
-    try:
-        if base is None:
-            for _ in range(count):
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                held.append(sock)
-                sock.bind(("", 0))
-                sock.listen()
-            return {"ports": [s.getsockname()[1] for s in held]}
-        taken = []
-        for port in range(base, base + count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            held.append(sock)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind(("", port))
-                sock.listen()
-            except OSError:
-                taken.append(port)
-        return {"ports": list(range(base, base + count)), "taken": taken}
-    finally:
-        for sock in held:
-            sock.close()
-
-
-def _sha256(path: str) -> str | None:
-    if not os.path.isfile(path):
-        return None
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(_CHUNK), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    """`count` free ports (kernel-chosen, distinct), or which of base..base+count-1 are taken."""
+    if base is None:
+        return {"ports": node_tools.free_ports(count)}
+    ports = list(range(base, base + count))
+    return {"ports": ports, "taken": node_tools.taken_ports(ports)}
 
 
 def prepare(args: dict) -> dict:
     ports = args["ports"]
-    return {**_ports(ports["base"], ports["count"]), "hashes": {p: _sha256(p) for p in args["files"]},
+    return {**_ports(ports["base"], ports["count"]), "hashes": {p: node_tools.file_sha256(p) for p in args["files"]},
             "net": netio({})}
 
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any, Literal, Protocol, TextIO
+from typing import Any, Literal, Protocol, TextIO
 
 from adrun.env_vars import Settings
 from adrun.defaults import RESTART_BACKOFF_S, STALL_TIMEOUT_S
@@ -34,8 +34,8 @@ from adrun.spec import ClusterSpec
 from .plan import TaskLaunch, plan_job
 from .local import LocalProcess
 from .metrics import Throughput, parse_metric_line
+from .process import OutputLines, TaskProcess
 from .provision import RemoteNodes, local_traffic
-from .remote import RemoteProcess
 from .tasks import Task
 from .teardown import GRACE_S, kill_leftovers, stop_processes
 from .tf_noise import NoiseFilter
@@ -215,7 +215,7 @@ def supervise(
 @dataclass
 class _Running:
     launch: TaskLaunch
-    proc: LocalProcess | RemoteProcess
+    proc: TaskProcess
     log: TextIO | None
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))  # stderr, noise left out
     stdout_tail: deque[str] = field(default_factory=lambda: deque(maxlen=OUTPUT_TAIL_LINES))
@@ -296,7 +296,7 @@ class _Job:
         try:
             if launch.task.remote:
                 assert self.remote is not None, "a remote task needs the job's SSH connections"
-                proc: LocalProcess | RemoteProcess = self.remote.start(launch, self.job_id)
+                proc: TaskProcess = self.remote.start(launch, self.job_id)
             else:
                 proc = LocalProcess(launch.argv, cwd=launch.cwd, env=launch.env)
         except OSError as e:
@@ -307,7 +307,7 @@ class _Job:
             ) from e
         return _Running(launch, proc, log)
 
-    def _pump(self, run: _Running, stream: Stream, pipe: IO[bytes]) -> None:
+    def _pump(self, run: _Running, stream: Stream, pipe: OutputLines) -> None:
         """Reader thread: queue each line of one stream, then None at end of stream."""
         with pipe:
             for raw in pipe:
@@ -364,7 +364,7 @@ class _Job:
         return False
 
     def _fail(self, run: _Running) -> None:
-        lost = run.proc.lost if isinstance(run.proc, RemoteProcess) else None
+        lost = run.proc.lost
         if lost is None:  # a lost task's streams have ended, or never will (its node is silent)
             self._drain_until(lambda: run.open_streams == 0, _EOF_WAIT_S)
         assert run.returncode is not None

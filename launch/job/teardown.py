@@ -12,15 +12,15 @@ from collections.abc import Sequence
 
 import psutil
 
-from .local import LocalProcess
-from .remote_agent import job_pids
+from ..nodes.node_tools import job_pids
+from .process import TaskProcess
 
 GRACE_S = 5.0
 _KILL_WAIT_S = 2.0
 _POLL_S = 0.05
 
 
-def stop_processes(procs: Sequence[LocalProcess], grace_s: float = GRACE_S) -> None:
+def stop_processes(procs: Sequence[TaskProcess], grace_s: float = GRACE_S) -> None:
     """SIGTERM every group, give them `grace_s` to exit, then SIGKILL what is left.
 
     Returns within `grace_s` + ~2 s. Groups whose leader already exited are signalled too: a
@@ -35,7 +35,7 @@ def stop_processes(procs: Sequence[LocalProcess], grace_s: float = GRACE_S) -> N
         _wait_gone(procs, _KILL_WAIT_S)
 
 
-def _wait_gone(procs: Sequence[LocalProcess], timeout_s: float) -> bool:
+def _wait_gone(procs: Sequence[TaskProcess], timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while any(p.group_alive() for p in procs):
         if time.monotonic() >= deadline:
@@ -48,7 +48,7 @@ def leftover_processes(job_id: str) -> list[psutil.Process]:
     """Live processes (not zombies) whose environment says they belong to job `job_id`.
 
     Processes whose environment we may not read are skipped; so is the calling process. The
-    scan is `remote_agent.job_pids`, the same one the final sweep runs on remote nodes.
+    scan is `node_tools.job_pids`, the same one the final sweep runs on remote nodes.
     """
     pids = set(job_pids(job_id))
     return [proc for proc in psutil.process_iter(["environ", "status"]) if proc.pid in pids]

@@ -26,9 +26,12 @@ from adrun.errors import UserError
 from adrun.spec import ClusterSpec, Node
 from adrun.strategies.facts import HostLink, Link, NetworkFacts
 
-from ..job.local import is_local_host
+from .hosts import is_local_host
 from .shell import LocalShell, SSHShell
-from .transfer import Endpoint, Transfer, TransferError, measure_transfer, node_python
+from .transfer import Endpoint, Transfer, TransferError, measure_transfer
+
+if TYPE_CHECKING:  # the job's connections, when there are; nodes/ does not depend on job/ at run time
+    from ..job.provision import RemoteNodes
 
 if TYPE_CHECKING:
     from ..job.provision import RemoteNodes
@@ -40,8 +43,9 @@ MAX_ALL_PAIRS = 8  # 56 transfers, about a minute; beyond, the chief's pairs onl
 
 
 def network_facts(spec: ClusterSpec, remote: RemoteNodes | None = None) -> NetworkFacts:
-    """The network of `spec`: its `network` field, else measured. `remote` (connected) reaches the
-    nodes that are not this machine; None for a cluster on this machine only. Raises UserError when a transfer fails."""
+    """The network of `spec`: its `network` field, else measured. `remote` (connected) reaches
+    the nodes that are not this machine; None for a cluster on this machine only. Raises
+    UserError when a transfer fails."""
     if spec.network is not None:
         return _given(spec)
     endpoints = {node.address: _endpoint(node, remote) for node in spec.nodes}
@@ -76,11 +80,11 @@ def _given(spec: ClusterSpec) -> NetworkFacts:
 
 def _endpoint(node: Node, remote: RemoteNodes | None) -> Endpoint:
     if is_local_host(node.address):
-        return Endpoint(node, LocalShell(), True, node_python(node))
+        return Endpoint(node, LocalShell(), True)
     link = remote.links.get(node.address) if remote is not None else None
     if link is None:
         raise UserError(f"cannot measure the network: {node.address} is not connected (an adrun bug)")
-    return Endpoint(node, SSHShell(link.conn), False, link.python)
+    return Endpoint(node, SSHShell(link.conn), False)
 
 
 def _measure(sender: Endpoint, receiver: Endpoint, host: str) -> Transfer:

@@ -1,8 +1,9 @@
 """The program `cluster check` runs on every node with the node's own Python.
 
 Why a separate file with only the standard library: its source is sent over SSH and run as
-`python -c SOURCE MODE ARGS_JSON`, so it must work before anything is known about the node's
-packages; running it with the interpreter the tasks will use is itself the "python found" check.
+`python -c SOURCE MODE ARGS_JSON` (`command.node_command`, with `node_tools.py` carried along),
+so it must work before anything is known about the node's packages; running it with the
+interpreter the tasks will use is itself the "python found" check.
 It prints one line `@@ADRUN-PROBE {json}` (other output, e.g. from an activate script, is
 ignored) and bounds every wait by itself, so it ends even if the SSH channel is gone.
 
@@ -18,7 +19,6 @@ Modes:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -28,9 +28,10 @@ import subprocess
 import sys
 import time
 
+from . import node_tools
+
 MARKER = "@@ADRUN-PROBE "
 BIND_FAILED = 3  # exit code of `recv` when its port is taken, so the caller retries another
-_CHUNK = 1 << 16
 
 
 def facts(args: dict) -> dict:
@@ -45,7 +46,7 @@ def facts(args: dict) -> dict:
         "workdir_exists": os.path.isdir(workdir),
         "disk_free": shutil.disk_usage(workdir).free if os.path.isdir(workdir) else None,
         "script": _script(workdir, args.get("script")),
-        "ports_taken": [p for p in args.get("ports", []) if not _port_free(p)],
+        "ports_taken": node_tools.taken_ports(args.get("ports", [])),
     }
     out.update(_module_version("adrun", "adrun"))
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -81,27 +82,7 @@ def _script(workdir: str, script: str | None) -> dict | None:
     if script is None:
         return None
     path = os.path.join(workdir, script)
-    if not os.path.isfile(path):
-        return {"path": path, "sha256": None}
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(_CHUNK), b""):
-            digest.update(block)
-    return {"path": path, "sha256": digest.hexdigest()}
-
-
-def _port_free(port: int) -> bool:
-    """Bound the way TF's gRPC server binds (all interfaces, SO_REUSEADDR)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("", port))
-        sock.listen()
-        return True
-    except OSError:
-        return False
-    finally:
-        sock.close()
+    return {"path": path, "sha256": node_tools.file_sha256(path)}
 
 
 def _module_version(key: str, module: str) -> dict:
@@ -114,14 +95,11 @@ def _module_version(key: str, module: str) -> dict:
 
 def recv(args: dict) -> dict:
     deadline = time.monotonic() + args["timeout"]
-    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        server.bind(("", args["port"]))
+        server = node_tools.bind_as_grpc(args["port"])
     except OSError as e:
         _emit({"error": f"bind {args['port']}: {e.strerror}"})
         sys.exit(BIND_FAILED)
-    server.listen(1)
     server.settimeout(args["timeout"])
     conn, _ = server.accept()
     total = 0
@@ -134,7 +112,7 @@ def recv(args: dict) -> dict:
             conn.sendall(b"p")
         while True:
             conn.settimeout(max(0.1, deadline - time.monotonic()))
-            data = conn.recv(_CHUNK)
+            data = conn.recv(node_tools.CHUNK)
             if not data:
                 break
             total += len(data)
@@ -154,7 +132,7 @@ def send(args: dict) -> dict:
                 raise
             time.sleep(0.05)
     deadline = time.monotonic() + args["timeout"]
-    block = b"\0" * _CHUNK
+    block = b"\0" * node_tools.CHUNK
     left = args["nbytes"]
     with sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -170,7 +148,7 @@ def send(args: dict) -> dict:
         stop_by = start + args["max_s"] if args.get("max_s") else deadline
         while left > 0 and time.monotonic() < stop_by:
             sock.settimeout(max(0.1, deadline - time.monotonic()))
-            left -= sock.send(block[: min(left, _CHUNK)])
+            left -= sock.send(block[: min(left, node_tools.CHUNK)])
         sock.shutdown(socket.SHUT_WR)
         sock.settimeout(max(0.1, deadline - time.monotonic()))
         ack = sock.recv(1)

@@ -34,7 +34,7 @@ _POLICIES: dict[str, type[paramiko.MissingHostKeyPolicy]] = {
 
 def open_connection(node: Node, *, known_hosts: str | Path | None = None,
                     timeout: float = CONNECT_TIMEOUT) -> Connection:
-    """A connected fabric Connection to `node` (a spec Node); raises paramiko/socket errors.
+    """A connected fabric Connection to `node`; raises paramiko/socket errors.
 
     With `identity_file` set, only that key is offered: falling back to other keys or an agent
     would hide a wrong `identity_file` until the day those keys are gone. Host keys are read

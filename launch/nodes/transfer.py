@@ -1,43 +1,35 @@
 """Running `probe.py` on a node, and one bounded TCP transfer between two nodes with it.
 
 `cluster check` measures each node pair's bandwidth this way and the network facts
-(`network_facts.py`) measure every path's bandwidth and latency; both run the probe with the
-interpreter the node's tasks will use (its env and `ssh.activate` applied), through a NodeShell.
+(`network_facts.py`) measure every path's bandwidth and latency; both run the probe as the node's
+tasks would run (`command.node_command`: its interpreter, env and `ssh.activate`), through a NodeShell.
 """
 
 from __future__ import annotations
 
 import json
 import random
-import shlex
 import statistics
-import sys
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from adrun.spec import Node
 
 from . import probe
+from .command import node_command, shipped_source
 from .shell import NodeShell
 
-PROBE_SOURCE = Path(probe.__file__).read_text()
+PROBE_SOURCE = shipped_source(probe)
 TRANSFER_TIMEOUT = 20.0
 CONNECT_TIMEOUT = 5.0  # the receiver starts in a fresh Python: ~0.1 s, more on a busy node
 _BIND_ATTEMPTS = 3
 
 
-def node_python(node: Node) -> str:
-    """The interpreter the launcher starts tasks with (the same default as launch/job/plan.py)."""
-    return node.python or sys.executable
-
-
-def probe_command(node: Node, python: str, mode: str, args: dict[str, Any], *, local: bool) -> str:
-    env = "" if not node.env else "env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in node.env.items()) + " "
-    activate = node.ssh.activate if (not local and node.ssh is not None and node.ssh.activate) else None
-    command = f"{env}{shlex.quote(python)} -c {shlex.quote(PROBE_SOURCE)} {mode} {shlex.quote(json.dumps(args))}"
-    return f"{activate} && {command}" if activate else command
+def probe_command(node: Node, mode: str, args: Mapping[str, Any], *, local: bool) -> str:
+    """The shell command running the probe in `mode` on `node` (this machine when `local`)."""
+    return node_command(node, PROBE_SOURCE, mode, args, local=local)
 
 
 def parse_probe(stdout: str) -> dict[str, Any] | None:
@@ -56,7 +48,6 @@ class Endpoint:
     node: Node
     shell: NodeShell
     local: bool
-    python: str
 
 
 @dataclass(frozen=True)
@@ -88,11 +79,11 @@ def measure_transfer(sender: Endpoint, receiver: Endpoint, host: str, nbytes: in
     with ThreadPoolExecutor(max_workers=1) as pool:
         for _ in range(_BIND_ATTEMPTS):
             port = random.randint(40000, 59999)
-            recv_cmd = probe_command(receiver.node, receiver.python, "recv",
+            recv_cmd = probe_command(receiver.node, "recv",
                                      {"port": port, "timeout": TRANSFER_TIMEOUT, "pings": pings}, local=receiver.local)
             send_args = {"host": host, "port": port, "nbytes": nbytes, "connect_timeout": CONNECT_TIMEOUT,
                          "timeout": TRANSFER_TIMEOUT, "pings": pings, "max_s": max_s}
-            send_cmd = probe_command(sender.node, sender.python, "send", send_args, local=sender.local)
+            send_cmd = probe_command(sender.node, "send", send_args, local=sender.local)
             received = pool.submit(receiver.shell.run, recv_cmd, TRANSFER_TIMEOUT + 10)
             sent = sender.shell.run(send_cmd, TRANSFER_TIMEOUT + 10)
             got = received.result()

@@ -7,7 +7,7 @@ import pytest
 
 from bench.cluster.estimate import UNKNOWN_HOOK_OVERHEAD_S, UNKNOWN_RUN_S, estimate
 from bench.cluster.results import BenchResults, HookOverhead, RunConfig, RunResult
-from bench.cluster.run import BUILDERS, FULL, QUICK, Block, chosen_blocks, matrix, run_lengths, schedule
+from bench.cluster.run import BUILDERS, QUICK, Block, chosen_blocks, matrix, run_lengths, schedule
 
 
 def block(workloads=("sparse",), profiles=("commodity",), hosts=(2,), builders=(), peers=()) -> Block:

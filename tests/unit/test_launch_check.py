@@ -12,7 +12,7 @@ import paramiko
 import pytest
 from rich.console import Console
 
-from adrun.launch.nodes import probe
+from adrun.launch.nodes import node_tools, probe
 from adrun.launch.nodes.transfer import probe_command
 from adrun.launch.check.report import CHECKS, CheckReport, CheckResult, NodeReport, PairBandwidth, render
 from adrun.launch.check.rules import (MAX_CLOCK_SKEW, judge_bandwidth, judge_clock, judge_cpus, judge_disk,
@@ -192,8 +192,8 @@ def test_probe_script_hash_and_port_test(tmp_path: Path) -> None:
         held.bind(("", 0))
         held.listen()
         taken = held.getsockname()[1]
-        assert not probe._port_free(taken)
-    assert probe._port_free(taken)  # released again (and the probe's own bind left nothing behind)
+        assert node_tools.taken_ports([taken]) == [taken]
+    assert node_tools.taken_ports([taken]) == []  # released again (and the probe's own bind left nothing behind)
 
 
 def test_probe_send_recv_counts_every_byte() -> None:
@@ -210,9 +210,11 @@ def test_probe_send_recv_counts_every_byte() -> None:
 
 
 def test_probe_command_applies_node_env_and_remote_activate() -> None:
-    n = node(env={"LD_LIBRARY_PATH": "/opt/cuda lib"}, ssh={"activate": "source /venv/bin/activate"})
-    remote = probe_command(n, "/venv/bin/python", "facts", {"ports": []}, local=False)
-    assert remote.startswith("source /venv/bin/activate && env LD_LIBRARY_PATH='/opt/cuda lib' /venv/bin/python -c ")
+    n = node(python="/venv/bin/python", env={"LD_LIBRARY_PATH": "/opt/cuda lib"},
+             ssh={"activate": "source /venv/bin/activate"})
+    remote = probe_command(n, "facts", {"ports": []}, local=False)
+    assert remote.startswith(
+        "source /venv/bin/activate && exec env LD_LIBRARY_PATH='/opt/cuda lib' /venv/bin/python -u -c ")
     assert remote.endswith(" facts '{\"ports\": []}'")
-    local = probe_command(n, "/venv/bin/python", "facts", {}, local=True)
-    assert local.startswith("env LD_LIBRARY_PATH=")  # activate belongs to SSH logins only
+    local = probe_command(n, "facts", {}, local=True)
+    assert local.startswith("exec env LD_LIBRARY_PATH=")  # activate belongs to SSH logins only

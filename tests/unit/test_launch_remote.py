@@ -9,7 +9,6 @@ import shlex
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -17,30 +16,23 @@ import pytest
 
 from adrun.errors import UserError
 from adrun.launch.job import provision, remote, remote_agent
+from adrun.launch.nodes import node_tools
 from adrun.launch.env import forwarded_env, remote_task_env
 from adrun.launch.job.remote import AGENT_SOURCE, Hearing, RemoteProcess, agent_command
 from adrun.launch.job.tasks import Task
+from adrun.spec import Node
 
 pytestmark = pytest.mark.timeout(60)
 
 
-@dataclass
-class SSH:
-    activate: str | None = None
-
-
-@dataclass
-class Node:
-    ssh: SSH | None = None
-
-
 def test_agent_command_quotes_every_value():
-    command = agent_command(Node(SSH("source '/my venv/bin/activate'")), "/opt/my python/bin/python", "run",
-                            workdir="/srv/it's here", job_id="job 1")
+    node = Node(address="10.0.0.2", python="/opt/my python/bin/python", env={"OMP_NUM_THREADS": "4 4"},
+                ssh={"activate": "source '/my venv/bin/activate'"})
+    command = agent_command(node, "run", workdir="/srv/it's here", job_id="job 1")
     words = shlex.split(command)
-    assert words[:3] == ["cd", "/srv/it's here", "&&"]
-    assert "exec" in words and words[words.index("exec") + 1:words.index("exec") + 4] == [
-        "env", "ADRUN_JOB_ID=job 1", "/opt/my python/bin/python"]
+    assert words[:6] == ["cd", "/srv/it's here", "&&", "source", "/my venv/bin/activate", "&&"]
+    assert "exec" in words and words[words.index("exec") + 1:words.index("exec") + 5] == [
+        "env", "OMP_NUM_THREADS=4 4", "ADRUN_JOB_ID=job 1", "/opt/my python/bin/python"]
     assert words[-1] == "run" and AGENT_SOURCE in words
 
 
@@ -85,14 +77,14 @@ def test_keeper_kills_the_task_group_when_its_channel_closes(tmp_path):
     code = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); time.sleep(600)"
     proc = _keeper(tmp_path, [sys.executable, "-c", code], job_id)
     deadline = time.monotonic() + 20
-    while len(remote_agent.job_pids(job_id)) < 2:  # task and grandchild (this keeper is untagged)
+    while len(node_tools.job_pids(job_id)) < 2:  # task and grandchild (this keeper is untagged)
         assert time.monotonic() < deadline
         time.sleep(0.05)
     proc.stdin.close()  # what a dead launcher or a cut connection looks like from the node
     closed = time.monotonic()
     proc.wait(timeout=20)
-    while remote_agent.job_pids(job_id):
-        assert time.monotonic() - closed < 30, [psutil.Process(p).cmdline() for p in remote_agent.job_pids(job_id)]
+    while node_tools.job_pids(job_id):
+        assert time.monotonic() - closed < 30, [psutil.Process(p).cmdline() for p in node_tools.job_pids(job_id)]
         time.sleep(0.05)
 
 
@@ -110,9 +102,9 @@ def test_keeper_beats_and_ends_its_task_when_the_pings_stop(tmp_path):
         proc.stdin.write(b"PING\n")
         proc.stdin.flush()
         time.sleep(0.2)
-    assert len(remote_agent.job_pids(job_id)) == 1
+    assert len(node_tools.job_pids(job_id)) == 1
     assert proc.wait(timeout=20) == 0  # no more pings: the lease runs out and the group ends
-    assert remote_agent.job_pids(job_id) == []
+    assert node_tools.job_pids(job_id) == []
     rest = proc.stderr.read()
     assert rest.count(remote_agent.HEARTBEAT) >= 5  # every 0.2 s, inside the task's unfinished line
     task_part, marker, status = rest.replace(remote_agent.HEARTBEAT, b"").partition(remote_agent.EXIT_MARKER.encode())

@@ -111,7 +111,7 @@ class FakeRemote:
     """Connected nodes as network_facts reaches them (RemoteNodes.links: address -> NodeLink)."""
 
     def __init__(self, addresses):
-        self.links = {a: type("Link", (), {"conn": None, "python": "/remote/python3"})() for a in addresses}
+        self.links = {a: type("Link", (), {"conn": None})() for a in addresses}
 
 
 def measured_spec(n: int) -> ClusterSpec:
