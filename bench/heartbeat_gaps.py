@@ -1,7 +1,7 @@
 """How late heartbeats arrive on this machine under load: the numbers behind the keeper's lease.
 
 A remote task's keeper and the launcher each declare the other gone after hearing nothing for
-`launch.remote.SILENCE_S` (docs/multi-node.md, "Teardown guarantees"). That timeout must exceed
+`SILENCE_S` in launch/job/remote.py (docs/multi-node.md, "Teardown guarantees"). That timeout must exceed
 the longest gap a busy machine puts between two heartbeats, or a slow moment ends a healthy job.
 This measures those gaps over the same path: network-namespace hosts (tests/cluster/netns.py,
 needs root), one SSH connection per host (paramiko, as the launcher's), several channels each,

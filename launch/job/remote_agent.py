@@ -23,7 +23,7 @@ for longer than the lease (a network cut that neither side's TCP notices). Comma
 
 The other direction: every `beat_s` the keeper writes HEARTBEAT on stderr, so the launcher hears
 from the node even while the task is silent, and ends the job when it hears nothing for its lease
-(`launch.remote.SILENCE_S`). HEARTBEAT has no newline and is written with one `write` (shorter
+(`SILENCE_S` in launch/job/remote.py). HEARTBEAT has no newline and is written with one `write` (shorter
 than PIPE_BUF, so never split by the task's own writes to the same pipe): wherever it lands, even
 inside a line the task has half written, the launcher takes it out and the task's bytes are
 exactly as written.

@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-from adrun.launch.teardown import leftover_processes
+from adrun.launch.job.teardown import leftover_processes
 from tests.conftest import REPO, SCRIPTS, run_adrun
 
 pytestmark = pytest.mark.integration
