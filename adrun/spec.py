@@ -34,6 +34,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from adrun.env_vars import CONTRACT_VARS, SETTING_VARS
 from adrun.model_io import Loc, Problems, Version1, dump_yaml, load_yaml_model
 
 MAX_PORT = 65535
@@ -173,6 +174,17 @@ class Node(BaseModel):
     @property
     def replica_device_type(self) -> str:
         return "GPU" if self.gpus else "CPU"
+
+    @model_validator(mode="after")
+    def _env_leaves_adruns_own_alone(self) -> Node:
+        """adrun writes its contract and the job's settings into every task itself (one value per job):
+        a node's copy would be dropped, so it is refused rather than silently ignored."""
+        owned = [name for name in self.env if name in CONTRACT_VARS or name in SETTING_VARS]
+        if owned:
+            raise Problems([(("env", name), f"{name} is adrun's own variable, written into every task by adrun; "
+                             + ("set it in the launcher's environment instead (one value for the whole job)"
+                                if name in SETTING_VARS else "a node cannot set it")) for name in owned])
+        return self
 
     @model_validator(mode="after")
     def _processes_fit(self) -> Node:

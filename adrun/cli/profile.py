@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -69,6 +70,7 @@ def profile(spec_path: str | None, trials: int | str | None, strategy_opts: tupl
     from adrun import ui
     from adrun.auto_plan import auto_options
     from adrun.jobs.registry import check_job_id
+    from adrun.launch.env import job_settings
     from adrun.launch.job.provision import RemoteNodes
     from adrun.profile.command import ProfileOptions
     from adrun.profile.command import profile as profile_script
@@ -76,6 +78,7 @@ def profile(spec_path: str | None, trials: int | str | None, strategy_opts: tupl
     from adrun.strategies.document import dump_strategy
 
     job_id = check_job_id(job_id) if job_id is not None else new_job_id()
+    job_settings(os.environ)  # a bad ADRUN_* setting is refused before anything starts, as by a run
     auto = auto_options(parse_strategy_options(strategy_opts))
     spec = load_cluster(spec_path)
     script_path = existing_script(script)

@@ -62,7 +62,7 @@ class RunOptions:
     log_dir: Path | None = None
     dry_run: bool = False
     settings: Settings = field(default_factory=Settings)  # what every task is told (ADRUN_* settings)
-    stall_timeout_s: float | None = None  # None: no stall is ever reported
+    stall_timeout_s: float | None = STALL_TIMEOUT_S  # None: no stall is ever reported
     on_stall: Literal["warn", "fail"] = "warn"
     max_restarts: int = 0
     restart_backoff_s: float = RESTART_BACKOFF_S

@@ -45,3 +45,55 @@ def test_shard_data_and_max_steps_become_the_jobs_settings_and_leave_the_environ
     assert len(seen["envs"]) == 3  # 2 workers and a PS, every one told the same settings
     for env in seen["envs"]:
         assert (env["ADRUN_SHARD_DATA"], env["ADRUN_MAX_STEPS"], env["ADRUN_OP_TIMEOUT"]) == ("1", "3", "30")
+
+
+def test_an_attempt_tells_every_task_the_jobs_settings(monkeypatch, spec_file, tmp_path):
+    """The hand-off the CLI test above replaces: JobConfig.settings reaches every launch that
+    run_attempt gives the supervisor, with the attempt's number."""
+    from adrun.launch.job import supervisor
+    from adrun.launch.job.metrics import Throughput
+    from adrun.launch.job.provision import RemoteNodes
+    from adrun.spec import load_spec
+
+    launched = []
+
+    def supervise(launches, job_id, listener, **kwargs):
+        launched.extend(launches)
+        return supervisor.JobResult(0, None, False, Throughput(), [], 0.0)
+
+    monkeypatch.setattr(supervisor, "supervise", supervise)
+    spec = load_spec(spec_file(workers=2, ps=1))
+    config = supervisor.JobConfig(job_id="settings-test", spec=spec, script=TINY, script_args=[],
+                                  strategy_file=tmp_path / "strategy.yml",
+                                  settings=Settings(shard_data=True, max_steps=4))
+    with RemoteNodes(spec) as remote:
+        supervisor.run_attempt(config, remote, listener=None, attempt=2)
+    assert len(launched) == 3
+    for launch in launched:
+        assert (launch.env["ADRUN_SHARD_DATA"], launch.env["ADRUN_MAX_STEPS"], launch.env["ADRUN_RESTART_COUNT"]) \
+            == ("1", "4", "2"), launch.task
+
+
+def test_a_profile_trial_is_bounded_by_its_own_settings(monkeypatch, spec_file, tmp_path):
+    """`adrun profile --trials`: each trial's job carries max_steps = the trial length, through its
+    JobConfig and not the launcher's environment."""
+    from adrun.profile import trials
+    from adrun.launch.job.provision import RemoteNodes
+    from adrun.spec import load_spec
+    from adrun.strategies.document import Strategy
+
+    seen = {}
+
+    def run_shown(config, remote):
+        seen["settings"] = config.settings
+        raise UserError(STOP)
+
+    monkeypatch.setattr(trials, "run_shown", run_shown)
+    before = dict(os.environ)
+    spec = load_spec(spec_file(workers=2, ps=1))
+    plan = Strategy.model_validate({"version": 1, "builder": "PS", "fingerprint": "f", "num_workers": 2, "num_ps": 1,
+                                    "variables": []})
+    with RemoteNodes(spec) as remote:
+        result, report = trials.run_trial(spec, remote, TINY, [], plan, 7, "trial-test", tmp_path / "t1")
+    assert seen["settings"].max_steps == 7 and not result.succeeded and report is None
+    assert dict(os.environ) == before

@@ -71,3 +71,10 @@ def test_autos_options_are_checked_before_anything_runs() -> None:
     assert params["strategy_opts"] == ("allow_lossy=true",)
     result = CliRunner().invoke(main, ["profile", "--strategy-opt", "allow_lossy=maybe", "missing.py"])
     assert result.exit_code == 2 and "adrun: error: Auto options" in result.output and "allow_lossy" in result.output
+
+
+def test_a_bad_setting_in_the_environment_is_refused_before_anything_runs(monkeypatch) -> None:
+    monkeypatch.setenv("ADRUN_MAX_STEPS", "ten")
+    result = CliRunner().invoke(main, ["profile", "missing.py"])  # refused before the script is looked for
+    assert result.exit_code == 2
+    assert "adrun: error: ADRUN_MAX_STEPS='ten'" in result.output and "missing.py" not in result.output

@@ -170,6 +170,17 @@ def test_env_names_checked(tmp_path: Path) -> None:
     assert "nodes[0].env.1BAD: '1BAD' is not a valid environment variable name" in message
 
 
+def test_env_cannot_set_adruns_own_variables(tmp_path: Path) -> None:
+    """A node's copy of a setting or contract variable would be dropped (launch/env.py): refused instead."""
+    message = load_error(tmp_path, "version: 1\nnodes:\n  - address: h\n"
+                                   "    env: {ADRUN_OP_TIMEOUT: '5', ADRUN_ROLE: ps, ADRUN_OWN_FLAG: '1', OMP_NUM_THREADS: 2}\n")
+    assert "nodes[0].env.ADRUN_OP_TIMEOUT: ADRUN_OP_TIMEOUT is adrun's own variable" in message
+    assert "set it in the launcher's environment instead" in message
+    assert "nodes[0].env.ADRUN_ROLE: ADRUN_ROLE is adrun's own variable, written into every task by adrun; " \
+           "a node cannot set it" in message
+    assert "ADRUN_OWN_FLAG" not in message and "OMP_NUM_THREADS" not in message  # not adrun's: the node's to set
+
+
 def test_unquoted_off_host_key_policy(tmp_path: Path) -> None:
     spec = load_spec(write(tmp_path, "version: 1\nnodes:\n  - address: h\n    ssh: {host_key_policy: off}\n"))
     assert spec.nodes[0].ssh is not None and spec.nodes[0].ssh.host_key_policy == "off"
