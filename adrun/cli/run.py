@@ -78,7 +78,7 @@ class RunOptions:
 @click.option("--verbose", is_flag=True,
               help="Show every line the processes print, TensorFlow's start-up messages too (folded by default).")
 @click.option("--log-dir", type=click.Path(file_okay=False), metavar="DIR",
-              help="Also write one log file per process here (w0.log, ps0.log, ...).")
+              help="Also write one log file per process here (w0.log, ps0.log, w1@host.log, ...).")
 @click.option("--dry-run", is_flag=True, help="Capture and plan, print the plan and the processes, start nothing.")
 @click.option("--shard-data", is_flag=True, help="Give each worker a disjoint shard of the script's tf.data input (same as ADRUN_SHARD_DATA=1).")
 @click.option("--job-id", metavar="ID", help="Name of this run: letters, digits, . _ - (default: time-stamped); every "

@@ -1,7 +1,8 @@
 """`adrun logs`: a recorded job's per-task log files (`--log-dir`), printed as the live view prints them.
 
-Each task's file (`w0.log`, `ps0.log`: both streams, written line by line while the job runs) is
-shown whole with its `[tag] ` prefix, workers first; `follow` then prints lines as they are
+Each task's file (named by the task's label: `w0.log`, `ps0.log`, `w1@10.0.0.2.log` for a task on
+another node; both streams, written line by line while the job runs) is shown whole with the
+label as its `[w1@10.0.0.2] ` prefix, as the live view shows it, workers first; `follow` then prints lines as they are
 written, from every file as it appears, until the job's record says it ended. Files are read only,
 and only those written since the job started (a log dir used again by a later job holds that
 job's files).
@@ -17,11 +18,11 @@ from pathlib import Path
 from adrun.errors import UserError
 from adrun.jobs.registry import JobRecord
 
-_TASK_LOG = re.compile(r"(w|ps)(\d+)\.log")
+_TASK_LOG = re.compile(r"(w|ps)(\d+)(?:@[^/]+)?\.log")  # the task's label: tag, and @host when remote
 _FOLLOW_POLL_S = 0.25
 _CLOCK_SLACK_S = 1.0  # file times and the recorded start come from different clocks' roundings
 
-Emit = Callable[[str, str], None]  # (task tag, line)
+Emit = Callable[[str, str], None]  # (task label, line)
 
 
 def log_dir_of(record: JobRecord) -> Path:

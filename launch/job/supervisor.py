@@ -289,7 +289,7 @@ class _Job:
         log = None
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
-            log = open(self.log_dir / f"{launch.task.tag}.log", "a" if self.attempt else "w", encoding="utf-8",
+            log = open(self.log_dir / f"{launch.task.label}.log", "a" if self.attempt else "w", encoding="utf-8",
                        buffering=1)
             if self.attempt:
                 log.write(f"--- adrun: attempt {self.attempt} (ADRUN_RESTART_COUNT={self.attempt}) ---\n")

@@ -166,7 +166,7 @@ def test_the_launcher_block_records_how_it_exits(tmp_path):
 def test_logs_show_each_task_file_prefixed_workers_first(tmp_path):
     logs = tmp_path / "logs"
     logs.mkdir()
-    (logs / "w1.log").write_text("w1 one\nw1 two\n")
+    (logs / "w1@10.0.0.2.log").write_text("w1 one\nw1 two\n")  # a task on another node: its label
     (logs / "ps0.log").write_text("serving\n")
     (logs / "w0.log").write_text("w0 one\nno newline at the end")
     (logs / "result.json").write_text("{}")
@@ -174,7 +174,8 @@ def test_logs_show_each_task_file_prefixed_workers_first(tmp_path):
     os.utime(logs / "w2.log", (0, 0))
     lines: list[str] = []
     show_logs(record("j", log_dir=logs), lambda tag, line: lines.append(f"[{tag}] {line}"))
-    assert lines == ["[w0] w0 one", "[w0] no newline at the end", "[w1] w1 one", "[w1] w1 two", "[ps0] serving"]
+    assert lines == ["[w0] w0 one", "[w0] no newline at the end", "[w1@10.0.0.2] w1 one", "[w1@10.0.0.2] w1 two",
+                     "[ps0] serving"]
 
 
 def test_logs_follow_until_the_job_ends(tmp_path):
