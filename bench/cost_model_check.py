@@ -6,7 +6,7 @@ For every (workload, link profile, host count) of the given result files, each a
 that ran is planned again (same builder and options on the same cluster shape: hosts of 1 worker +
 1 PS) and predicted by strategies/cost_model.py. A plan made from the link (Auto's, by the cost
 model of its day) is not planned again but read from `--plans` (the document the run used), so the
-check judges the plan that was measured. Reported per group: Kendall's tau (tau-b) between
+check judges the plan that was measured. Two result files may not measure the same group. Reported per group: Kendall's tau (tau-b) between
 predicted and measured examples/s, and the mean relative error of the predicted step time, with the
 analytical coefficients; when the same cluster (profile, hosts) has other workloads, with
 coefficients fitted on those (leave one workload out) and fitted on all of them (in-sample); when
@@ -132,8 +132,8 @@ def mean_error(predicted_step: list[float], measured_step: list[float]) -> float
 @click.option("--compute-s", "compute_given", multiple=True, metavar="WORKLOAD=SECONDS",
               help="compute time per step of a workload on one process (else from a 1-host run, else measured)")
 @click.option("--plans", "plans_dir", type=click.Path(file_okay=False, path_type=Path), default=PLANS, show_default=True,
-              help="the strategy documents the runs of link-planned builders (Auto) used, "
-                   "named WORKLOAD-HOSTS-PROFILE-Auto.yml as bench/cluster/launch.py names them")
+              help="the strategy documents the runs of link-planned builders (Auto) used: "
+                   "PLANS/<results file's stem>/WORKLOAD-HOSTS-PROFILE-Auto.yml, as bench/cluster/launch.py names them")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=REPO / "bench/results/cost-model-check.json",
               show_default=True)
 @click.option("--markdown", type=click.Path(dir_okay=False, path_type=Path), default=REPO / "bench/COST-MODEL-CHECK.md",
@@ -141,7 +141,7 @@ def mean_error(predicted_step: list[float], measured_step: list[float]) -> float
 def main(results: tuple[Path, ...], compute_given: tuple[str, ...], plans_dir: Path, out: Path,
          markdown: Path) -> None:
     measured, profiles = measured_rates(results)
-    plans = link_planned(measured, plans_dir)
+    plans = link_planned(results, plans_dir)
     repeatability = repetition_tau(results)
     compute = {w: float(s) for w, s in (item.split("=", 1) for item in compute_given)}
     compute_source = dict.fromkeys(compute, "given")
@@ -175,29 +175,38 @@ def measured_rates(results: Sequence[Path]) -> tuple[dict[Group, dict[RunConfig,
     """The median examples/s of every adrun configuration that ran, by group; the link profiles."""
     measured: dict[Group, dict[RunConfig, float]] = defaultdict(dict)
     profiles: dict[str, Profile] = {}
+    source: dict[Group, Path] = {}
     for path in results:
         bench = BenchResults.model_validate_json(path.read_text())
         profiles |= {p.name: p for p in bench.profiles}
         for summary in summarize(bench):
             c = summary.config
             if c.kind == "adrun" and summary.median:
-                measured[c.workload, c.profile, c.hosts][c] = summary.median
+                group = (c.workload, c.profile, c.hosts)
+                if source.setdefault(group, path) != path:  # medians of two runs would be mixed
+                    raise click.UsageError(f"{path} and {source[group]} both measured {c.workload}, {c.profile}, "
+                                           f"{c.hosts} hosts: check them one at a time")
+                measured[group][c] = summary.median
     return measured, profiles
 
 
-def link_planned(measured: dict[Group, dict[RunConfig, float]], plans_dir: Path) -> dict[tuple[Group, str], Strategy]:
-    """The strategy document each run of a link-planned builder used, by (group, builder). Such a
-    plan was made by the cost model of the day of the run: planning it again with today's model
-    would judge a plan nobody measured. A missing document is a UsageError naming it."""
+def link_planned(results: Sequence[Path], plans_dir: Path) -> dict[tuple[Group, str], Strategy]:
+    """The strategy document each run of a link-planned builder used, by (group, builder), from
+    `plans_dir/<results file's stem>/WORKLOAD-HOSTS-PROFILE-BUILDER.yml`. Such a plan was made by
+    the cost model of the day of the run: planning it again with today's model would judge a plan
+    nobody measured. A missing document is a UsageError naming it."""
     plans = {}
-    for (workload, profile, hosts), configs in measured.items():
-        for config in configs:
-            if config.system in LINK_PLANNED:
-                path = plans_dir / f"{workload}-{hosts}-{profile}-{config.system}.yml"
-                if not path.is_file():
-                    raise click.UsageError(f"{path}: no strategy document for the {config.system} runs of {workload}, "
-                                           f"{profile}, {hosts} hosts (copy the one the benchmark ran into --plans)")
-                plans[(workload, profile, hosts), config.system] = load_strategy(path)
+    for results_path in results:
+        for run in BenchResults.model_validate_json(results_path.read_text()).runs:
+            c = run.config
+            if c.kind != "adrun" or c.system not in LINK_PLANNED:
+                continue
+            path = plans_dir / results_path.stem / f"{c.workload}-{c.hosts}-{c.profile}-{c.system}.yml"
+            if not path.is_file():
+                raise click.UsageError(f"{path}: no strategy document for the {c.system} runs of {c.workload}, "
+                                       f"{c.profile}, {c.hosts} hosts in {results_path} (copy the one the "
+                                       "benchmark ran there)")
+            plans[(c.workload, c.profile, c.hosts), c.system] = load_strategy(path)
     return plans
 
 

@@ -11,7 +11,7 @@ from adrun.strategies import build_strategy
 from adrun.strategies.cost_model import Coefficients, predict
 from adrun.strategies.document import dump_strategy
 from bench.cluster.results import BenchResults, Profile, RunConfig, RunResult, WorkerResult
-from bench.cost_model_check import check, cluster_spec, link_planned, network_facts, repetition_tau
+from bench.cost_model_check import check, cluster_spec, link_planned, measured_rates, network_facts, repetition_tau
 from tests.cost_facts import profile, var
 
 COMMODITY = Profile(name="commodity", rate_mbit=100)
@@ -68,14 +68,19 @@ def test_coefficients_fitted_on_the_other_workloads_carry_over():
         assert models["leave-one-workload-out"]["kendall_tau"] == pytest.approx(1.0)
 
 
+def one_run(config: RunConfig, rep: int, rate: float) -> RunResult:
+    """A successful run of one worker at `rate` examples/s."""
+    return RunResult(config=config, repetition=rep, steps=10, warmup=2, exit_code=0, wall_s=1.0,
+                     workers=[WorkerResult(workload=config.workload, worker=0, steps=8, seconds=1.0, batch_size=1,
+                                           examples_per_s=rate, steps_per_s=rate)])
+
+
 def test_repetition_tau_ranks_the_measurement_against_itself(tmp_path):
     """Three builders, three repetitions: repetitions 0 and 1 agree (tau 1), repetition 2 swaps the
     first two (tau 1/3 against each); a configuration missing a repetition drops that repetition."""
     def run(system, rep, rate):
-        config = RunConfig(workload="sparse", profile="commodity", hosts=1, kind="adrun", system=system)
-        return RunResult(config=config, repetition=rep, steps=10, warmup=2, exit_code=0, wall_s=1.0,
-                         workers=[WorkerResult(workload="sparse", worker=0, steps=8, seconds=1.0, batch_size=1,
-                                               examples_per_s=rate, steps_per_s=rate)])
+        return one_run(RunConfig(workload="sparse", profile="commodity", hosts=1, kind="adrun", system=system),
+                       rep, rate)
     rates = {"AllReduce": (300, 310, 200), "Parallax": (200, 210, 300), "PS": (100, 110, 100)}
     runs = [run(system, rep, rate) for system, per_rep in rates.items() for rep, rate in enumerate(per_rep)]
     path = tmp_path / "results.json"
@@ -101,10 +106,25 @@ def test_a_link_planned_builder_is_judged_on_the_plan_it_ran(tmp_path):
     (group,) = check(measured, {"commodity": COMMODITY}, {("mixed", HOSTS): MIXED},
                      plans={(("mixed", "commodity", HOSTS), "Auto"): ran})
     assert group["models"]["analytical"]["mean_relative_error"] == pytest.approx(0.0, abs=1e-12)
-    dump_strategy(ran, tmp_path / f"mixed-{HOSTS}-commodity-Auto.yml")
-    assert link_planned(measured, tmp_path) == {(("mixed", "commodity", HOSTS), "Auto"): ran}
-    with pytest.raises(click.UsageError, match=f"{tmp_path / 'none'}/mixed-{HOSTS}-commodity-Auto.yml"):
-        link_planned(measured, tmp_path / "none")
+
+    results = tmp_path / "run-a.json"
+    results.write_text(BenchResults(started="now", command="test", machine={}, versions={}, profiles=[COMMODITY],
+                                    runs=[one_run(auto, 0, 100.0), one_run(ring, 0, 200.0)]).model_dump_json())
+    (tmp_path / "plans" / "run-a").mkdir(parents=True)
+    dump_strategy(ran, tmp_path / "plans" / "run-a" / f"mixed-{HOSTS}-commodity-Auto.yml")
+    assert link_planned([results], tmp_path / "plans") == {(("mixed", "commodity", HOSTS), "Auto"): ran}
+    with pytest.raises(click.UsageError, match=f"{tmp_path}/none/run-a/mixed-{HOSTS}-commodity-Auto.yml"):
+        link_planned([results], tmp_path / "none")
+
+
+def test_two_result_files_of_the_same_group_are_refused(tmp_path):
+    config = RunConfig(workload="sparse", profile="commodity", hosts=1, kind="adrun", system="AllReduce")
+    paths = [tmp_path / "a.json", tmp_path / "b.json"]
+    for path in paths:
+        path.write_text(BenchResults(started="now", command="test", machine={}, versions={}, profiles=[COMMODITY],
+                                     runs=[one_run(config, 0, 100.0)]).model_dump_json())
+    with pytest.raises(click.UsageError, match="both measured sparse, commodity, 1 hosts"):
+        measured_rates(paths)
 
 
 def test_coefficients_fitted_at_other_host_counts_carry_over():
