@@ -6,12 +6,12 @@ For every (workload, link profile, host count) of the given result files, each a
 that ran is planned again (same builder and options on the same cluster shape: hosts of 1 worker +
 1 PS) and predicted by strategies/cost_model.py. A plan made from the link (Auto's, by the cost
 model of its day) is not planned again but read from `--plans` (the document the run used), so the
-check judges the plan that was measured. Two result files may not measure the same group. Reported per group: Kendall's tau (tau-b) between
-predicted and measured examples/s, and the mean relative error of the predicted step time, with the
-analytical coefficients; when the same cluster (profile, hosts) has other workloads, with
-coefficients fitted on those (leave one workload out) and fitted on all of them (in-sample); when
-the same link profile was measured at other host counts, with coefficients fitted on those (leave
-one host count out).
+check judges the plan that was measured. Two result files may not measure the same group.
+Reported per group: Kendall's tau (tau-b) between predicted and measured examples/s, and the mean
+relative error of the predicted step time, with the analytical coefficients; when the same cluster
+(profile, hosts) has other workloads, with coefficients fitted on those (leave one workload out)
+and fitted on all of them (in-sample); when the same link profile was measured at other host
+counts, with coefficients fitted on those (leave one host count out).
 
 The model's inputs are built the way `adrun profile` builds them, from the benchmark's own facts:
 - the graph: captured from the workload script (adrun's capture, one process);

@@ -364,10 +364,11 @@ class StepCost:
         overlapped, all_at = _busiest(every, paths, c, paths.burst)
         n = paths.num_workers
         collectives = len(load.dense_groups) + load.sparse_collectives
-        # a step mixing PS variables and collectives is ordered by collective barriers, not by the
-        # PS token queues (runtime/kernels/step_order.py): one after every worker's own updates
-        # (after the all-reduces), one that ends the step after the chief's PS updates
-        mixed = bool(load.sync_ps or load.stale_ps) and collectives > 0
+        # a step of several workers mixing PS variables and collectives is ordered by collective
+        # barriers, not by the PS token queues (runtime/kernels/step_order.py): one after every
+        # worker's own updates (after the all-reduces), one that ends the step after the chief's PS
+        # updates
+        mixed = n > 1 and bool(load.sync_ps or load.stale_ps) and collectives > 0
         one_collective = 2 * (n - 1) * (paths.ring_latency + c.message_latency_s) if n > 1 else 0.0
         read_ps = ps_after = 0.0
         if load.sync_ps:

@@ -168,6 +168,19 @@ def test_a_hybrid_step_pays_the_ps_updates_then_the_barrier_that_ends_it():
                                                              + collective)
 
 
+def test_one_worker_with_a_ps_and_an_all_reduced_variable_has_no_barrier():
+    """One worker: the runtime orders nothing (no tokens, no barrier, an all-reduce of one is
+    free); the model keeps the PS round trips, 6 one-way latencies, as for any PS variable."""
+    u, v = var("u", [1000]), var("v", [1000])
+    graph = GraphItem(variables=[u, v])
+    spec = ClusterSpec(version=1, nodes=[Node(address="10.0.0.1", chief=True, workers=1, ps=0),
+                                         Node(address="10.0.0.2", workers=0, ps=1)])
+    net = network(spec, 1e15, latency_s=0.001)
+    c = BANDWIDTH_ONLY.model_copy(update={"message_latency_s": 0.0005})
+    hybrid = plan(graph, spec, [planned(u, sync=PSSync(ps_task=0)), planned(v, sync=AllReduceSync(group=0))])
+    assert step(hybrid, profile(graph, 0.01), spec, net, c) == pytest.approx(0.01 + 6 * 0.0015)
+
+
 def test_a_hybrid_with_stale_ps_variables_ends_with_the_barrier_only():
     """Stale PS variables leave the critical path, but the step still ends with a barrier."""
     u, v = var("u", [1000]), var("v", [1000])
