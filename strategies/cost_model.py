@@ -48,8 +48,8 @@ from .wire_bound import task_hosts, variable_transfers
 PS_VARIABLE_OVERHEAD_S = 3e-4
 REVERSE_TRAFFIC_SHARE = 0.07
 # The analytical value of the per-PS-task term: fitted by `fit`, from a prior of 0 (the other
-# coefficients at their analytical values), on the 2-host runs of the benchmark's 100 Mbit/s link
-# (bench/results/cluster.json: 3 workloads x 4 builders, 0.37 ms) and rounded to one digit; the
+# coefficients from their analytical values), on the 2-host runs of the benchmark's 100 Mbit/s link
+# (bench/results/cluster.json: 3 workloads x 4 builders, 0.397 ms) and rounded to one digit; the
 # 4-host runs it is checked against (bench/results/cluster-ncf-4h.json) did not set it.
 PS_TASK_OVERHEAD_S = 4e-4
 
