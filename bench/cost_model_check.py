@@ -1,13 +1,17 @@
 """How well the cost model ranks and times the builders, against the benchmark cluster's measurements.
 
-    .venv/bin/python -m bench.cost_model_check bench/results/cluster-quick.json bench/results/cluster-sparse-4h.json
+    .venv/bin/python -m bench.cost_model_check bench/results/cluster.json bench/results/cluster-ncf-4h.json
 
 For every (workload, link profile, host count) of the given result files, each adrun configuration
 that ran is planned again (same builder and options on the same cluster shape: hosts of 1 worker +
-1 PS) and predicted by strategies/cost_model.py. Reported per group: Kendall's tau (tau-b) between
-predicted and measured examples/s, and the mean relative error of the predicted step time, with the
-analytical coefficients and, when the same cluster (profile, hosts) has other workloads, with
-coefficients fitted on those (leave one workload out) and fitted on all of them (in-sample).
+1 PS) and predicted by strategies/cost_model.py. A plan made from the link (Auto's, by the cost
+model of its day) is not planned again but read from `--plans` (the document the run used), so the
+check judges the plan that was measured. Two result files may not measure the same group.
+Reported per group: Kendall's tau (tau-b) between predicted and measured examples/s, and the mean
+relative error of the predicted step time, with the analytical coefficients; when the same cluster
+(profile, hosts) has other workloads, with coefficients fitted on those (leave one workload out)
+and fitted on all of them (in-sample); when the same link profile was measured at other host
+counts, with coefficients fitted on those (leave one host count out).
 
 The model's inputs are built the way `adrun profile` builds them, from the benchmark's own facts:
 - the graph: captured from the workload script (adrun's capture, one process);
@@ -43,7 +47,7 @@ from adrun.spec import ClusterSpec, Node
 from adrun.strategies import build_strategy
 from adrun.strategies.auto import plan_auto
 from adrun.strategies.cost_model import Coefficients, predict
-from adrun.strategies.document import AllReduceSync, Partition, Strategy
+from adrun.strategies.document import AllReduceSync, Partition, Strategy, load_strategy
 from adrun.strategies.facts import HostLink, Link, ModelProfile, NetworkFacts, RowsTouched, TrialRecord
 from adrun.strategies.fit import fit
 from tests.cluster.netns import bucket_bytes
@@ -59,6 +63,8 @@ MEASURE_STEPS, MEASURE_WARMUP = 40, 10
 SLICES = 16  # slices of a sparse variable's rows whose touched rows are counted (RowsTouched.by_range)
 
 Group = tuple[str, str, int]  # (workload, profile, hosts)
+PLANS = REPO / "bench" / "results" / "plans"
+LINK_PLANNED = ("Auto",)  # builders whose plan depends on the link: read from --plans, not replanned
 
 
 def cluster_spec(hosts: int) -> ClusterSpec:
@@ -125,12 +131,17 @@ def mean_error(predicted_step: list[float], measured_step: list[float]) -> float
 @click.argument("results", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--compute-s", "compute_given", multiple=True, metavar="WORKLOAD=SECONDS",
               help="compute time per step of a workload on one process (else from a 1-host run, else measured)")
+@click.option("--plans", "plans_dir", type=click.Path(file_okay=False, path_type=Path), default=PLANS, show_default=True,
+              help="the strategy documents the runs of link-planned builders (Auto) used: "
+                   "PLANS/<results file's stem>/WORKLOAD-HOSTS-PROFILE-Auto.yml, as bench/cluster/launch.py names them")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=REPO / "bench/results/cost-model-check.json",
               show_default=True)
 @click.option("--markdown", type=click.Path(dir_okay=False, path_type=Path), default=REPO / "bench/COST-MODEL-CHECK.md",
               show_default=True)
-def main(results: tuple[Path, ...], compute_given: tuple[str, ...], out: Path, markdown: Path) -> None:
+def main(results: tuple[Path, ...], compute_given: tuple[str, ...], plans_dir: Path, out: Path,
+         markdown: Path) -> None:
     measured, profiles = measured_rates(results)
+    plans = link_planned(results, plans_dir)
     repeatability = repetition_tau(results)
     compute = {w: float(s) for w, s in (item.split("=", 1) for item in compute_given)}
     compute_source = dict.fromkeys(compute, "given")
@@ -153,7 +164,7 @@ def main(results: tuple[Path, ...], compute_given: tuple[str, ...], out: Path, m
     model_profiles = {(w, hosts): model_profile(w, items[w], hosts, compute[w]) for w, _, hosts in measured}
     report = {"inputs": [str(p) for p in results], "compute_s": compute, "compute_source": compute_source,
               "local_path": LOCAL.model_dump(),
-              "groups": check(measured, profiles, model_profiles, repeatability)}
+              "groups": check(measured, profiles, model_profiles, repeatability, plans)}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
     markdown.write_text(render(report, out))
@@ -164,14 +175,39 @@ def measured_rates(results: Sequence[Path]) -> tuple[dict[Group, dict[RunConfig,
     """The median examples/s of every adrun configuration that ran, by group; the link profiles."""
     measured: dict[Group, dict[RunConfig, float]] = defaultdict(dict)
     profiles: dict[str, Profile] = {}
+    source: dict[Group, Path] = {}
     for path in results:
         bench = BenchResults.model_validate_json(path.read_text())
         profiles |= {p.name: p for p in bench.profiles}
         for summary in summarize(bench):
             c = summary.config
             if c.kind == "adrun" and summary.median:
-                measured[c.workload, c.profile, c.hosts][c] = summary.median
+                group = (c.workload, c.profile, c.hosts)
+                if source.setdefault(group, path) != path:  # medians of two runs would be mixed
+                    raise click.UsageError(f"{path} and {source[group]} both measured {c.workload}, {c.profile}, "
+                                           f"{c.hosts} hosts: check them one at a time")
+                measured[group][c] = summary.median
     return measured, profiles
+
+
+def link_planned(results: Sequence[Path], plans_dir: Path) -> dict[tuple[Group, str], Strategy]:
+    """The strategy document each run of a link-planned builder used, by (group, builder), from
+    `plans_dir/<results file's stem>/WORKLOAD-HOSTS-PROFILE-BUILDER.yml`. Such a plan was made by
+    the cost model of the day of the run: planning it again with today's model would judge a plan
+    nobody measured. A missing document is a UsageError naming it."""
+    plans = {}
+    for results_path in results:
+        for run in BenchResults.model_validate_json(results_path.read_text()).runs:
+            c = run.config
+            if c.kind != "adrun" or c.system not in LINK_PLANNED:
+                continue
+            path = plans_dir / results_path.stem / f"{c.workload}-{c.hosts}-{c.profile}-{c.system}.yml"
+            if not path.is_file():
+                raise click.UsageError(f"{path}: no strategy document for the {c.system} runs of {c.workload}, "
+                                       f"{c.profile}, {c.hosts} hosts in {results_path} (copy the one the "
+                                       "benchmark ran there)")
+            plans[(c.workload, c.profile, c.hosts), c.system] = load_strategy(path)
+    return plans
 
 
 def repetition_tau(results: Sequence[Path]) -> dict[Group, float]:
@@ -196,18 +232,24 @@ def repetition_tau(results: Sequence[Path]) -> dict[Group, float]:
 
 def check(measured: dict[Group, dict[RunConfig, float]], profiles: dict[str, Profile],
           model_profiles: dict[tuple[str, int], ModelProfile],
-          repeatability: dict[Group, float] | None = None) -> list[dict]:
-    """Per group: the predictions of every configuration with the analytical coefficients and, when
-    the cluster (profile, hosts) has records of other workloads, fitted without this workload's
-    (leave one workload out) and with all (in-sample); Kendall tau and mean relative error of each,
-    beside the tau between repetitions of the measurement (`repetition_tau`) when given."""
+          repeatability: dict[Group, float] | None = None,
+          plans: dict[tuple[Group, str], Strategy] | None = None) -> list[dict]:
+    """Per group: the predictions of every configuration with the analytical coefficients; when the
+    cluster (profile, hosts) has records of other workloads, fitted without this workload's (leave
+    one workload out) and with all (in-sample); when the profile has records at other host counts,
+    fitted on those (leave one host count out, the records taken as one cluster). Kendall tau and
+    mean relative error of each, beside the tau between repetitions of the measurement
+    (`repetition_tau`) when given. A configuration of a link-planned builder (Auto) is predicted for
+    the plan it ran, from `plans`."""
     records: dict[tuple[str, int], list[TrialRecord]] = defaultdict(list)
     rows: dict[Group, list[tuple[str, Strategy, float, float]]] = {}  # label, plan, examples/s, step s
     for (workload, profile, hosts), configs in sorted(measured.items()):
         spec, prof = cluster_spec(hosts), model_profiles[workload, hosts]
         rows[workload, profile, hosts] = []
         for config, rate in sorted(configs.items(), key=lambda kv: -kv[1]):
-            strategy = build_strategy(config.system, prof.graph, spec, dict(config.options))
+            group = (workload, profile, hosts)
+            strategy = (plans or {}).get((group, config.system)) or build_strategy(
+                config.system, prof.graph, spec, dict(config.options))
             steps_per_s = rate / (prof.graph.batch_size * spec.num_workers)
             records[profile, hosts].append(TrialRecord(
                 recorded_at="bench", cluster_key=f"{profile}-{hosts}h", workload=workload, spec=spec,
@@ -223,6 +265,11 @@ def check(measured: dict[Group, dict[RunConfig, float]], profiles: dict[str, Pro
         if others:
             for name, fitted in (("leave-one-workload-out", fit(others)), ("in-sample", fit(records[profile, hosts]))):
                 variants[name] = (fitted.coefficients, fitted.records_used)
+        other_hosts = [r.model_copy(update={"cluster_key": profile})
+                       for (p, h), rs in records.items() if p == profile and h != hosts for r in rs]
+        if other_hosts:
+            fitted = fit(other_hosts)
+            variants["leave-one-host-count-out"] = (fitted.coefficients, fitted.records_used)
         measured_step = [step for _, _, _, step in group_rows]
         models = {}
         for name, (coefficients, used) in variants.items():
@@ -266,6 +313,7 @@ def render(report: dict, out: Path) -> str:
                          f"{m['records']} | {_two(m['kendall_tau'])} | {m['mean_relative_error']:.0%} "
                          f"| {_two(g.get('repetition_tau'))} |")
     lines += _means(report["groups"])
+    lines += _host_count_means(report["groups"])
     for g in report["groups"]:
         auto = g["models"]["analytical"]["auto"]
         same = f"the same plan as {', '.join(auto['same_plan_as'])}" if auto["same_plan_as"] else "a plan no builder made"
@@ -285,20 +333,39 @@ def _two(value: float | None) -> str:
 
 def _means(groups: list[dict]) -> list[str]:
     """Means over the groups that have every kind of coefficients (those of clusters with several
-    workloads): the figures the goals are stated in."""
+    workloads), one table per host count: the figures the goals are stated in."""
     kinds = ("analytical", "leave-one-workload-out", "in-sample")
     full = [g for g in groups if all(k in g["models"] for k in kinds)]
-    if not full:
+    lines = []
+    for hosts in sorted({g["hosts"] for g in full}):
+        some = [g for g in full if g["hosts"] == hosts]
+        names = ", ".join(f"{g['workload']} {g['profile']}" for g in some)
+        lines += ["", f"Means over the {len(some)} groups of {hosts} hosts ({names}):", "",
+                  "| coefficients | mean Kendall tau | mean rel. error | mean tau between repetitions |",
+                  "|---|---|---|---|"]
+        reps = [g["repetition_tau"] for g in some if g.get("repetition_tau") is not None]
+        for k in kinds:
+            taus = [g["models"][k]["kendall_tau"] for g in some if g["models"][k]["kendall_tau"] is not None]
+            lines.append(f"| {k} | {_two(float(np.mean(taus)) if taus else None)} | "
+                         f"{np.mean([g['models'][k]['mean_relative_error'] for g in some]):.0%} | "
+                         f"{_two(float(np.mean(reps)) if reps else None)} |")
+    return lines
+
+
+def _host_count_means(groups: list[dict]) -> list[str]:
+    """Means over the groups whose link profile was also measured at other host counts: the
+    analytical model against coefficients fitted on the other host counts only."""
+    kinds = ("analytical", "leave-one-host-count-out")
+    some = [g for g in groups if kinds[1] in g["models"]]
+    if not some:
         return []
-    names = ", ".join(f"{g['workload']} {g['profile']} {g['hosts']}h" for g in full)
-    lines = ["", f"Means over {len(full)} groups ({names}):", "",
-             "| coefficients | mean Kendall tau | mean rel. error | mean tau between repetitions |", "|---|---|---|---|"]
-    reps = [g["repetition_tau"] for g in full if g.get("repetition_tau") is not None]
+    names = ", ".join(f"{g['workload']} {g['profile']} {g['hosts']}h" for g in some)
+    lines = ["", f"Fitted on the other host counts of the same link, means over {len(some)} groups ({names}):", "",
+             "| coefficients | mean Kendall tau | mean rel. error |", "|---|---|---|"]
     for k in kinds:
-        taus = [g["models"][k]["kendall_tau"] for g in full if g["models"][k]["kendall_tau"] is not None]
+        taus = [g["models"][k]["kendall_tau"] for g in some if g["models"][k]["kendall_tau"] is not None]
         lines.append(f"| {k} | {_two(float(np.mean(taus)) if taus else None)} | "
-                     f"{np.mean([g['models'][k]['mean_relative_error'] for g in full]):.0%} | "
-                     f"{_two(float(np.mean(reps)) if reps else None)} |")
+                     f"{np.mean([g['models'][k]['mean_relative_error'] for g in some]):.0%} |")
     return lines
 
 

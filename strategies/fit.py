@@ -22,9 +22,9 @@ from .cost_model import Coefficients, StepCost, step_cost
 from .facts import TrialRecord
 
 # The prior's pull, as the relative step-time error one record would have to show to move a
-# coefficient this far: a factor of 2 for the factors, 10 ms of message latency or of either
-# per-variable overhead, or 0.25 of reverse-traffic share each weigh as much as a 10% error on one
-# record.
+# coefficient this far: a factor of 2 for the factors, 10 ms of message latency, of either
+# per-variable overhead or of the per-PS-task overhead, or 0.25 of reverse-traffic share each weigh
+# as much as a 10% error on one record.
 PRIOR_ERROR = 0.1
 FACTOR_SCALE = math.log(2)
 SECONDS_SCALE = 1e-2
@@ -32,7 +32,8 @@ SHARE_SCALE = 0.25
 
 _FACTORS = ("remote_bandwidth_factor", "local_bandwidth_factor", "compute_factor")  # fitted as logarithms
 _ADDITIVE = (("message_latency_s", SECONDS_SCALE), ("variable_overhead_s", SECONDS_SCALE),
-             ("ps_variable_overhead_s", SECONDS_SCALE), ("reverse_traffic_share", SHARE_SCALE))
+             ("ps_variable_overhead_s", SECONDS_SCALE), ("ps_task_overhead_s", SECONDS_SCALE),
+             ("reverse_traffic_share", SHARE_SCALE))
 _UPPER = {"reverse_traffic_share": 1.0}
 
 

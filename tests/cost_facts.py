@@ -10,10 +10,10 @@ from adrun.strategies.cost_model import Coefficients
 from adrun.strategies.document import Strategy, VariablePlan
 from adrun.strategies.facts import HostLink, Link, ModelProfile, NetworkFacts, RowsTouched
 
-# no software latency, per-variable overheads nor reverse traffic: only bytes over bandwidth and
-# compute remain
+# no software latency, per-variable or per-PS-task overheads nor reverse traffic: only bytes over
+# bandwidth and compute remain
 BANDWIDTH_ONLY = Coefficients(message_latency_s=0.0, variable_overhead_s=0.0, ps_variable_overhead_s=0.0,
-                              reverse_traffic_share=0.0)
+                              ps_task_overhead_s=0.0, reverse_traffic_share=0.0)
 
 
 def var(name: str, shape: Sequence[int], grad: str = "dense", blocker: str | None = None) -> VariableInfo:

@@ -40,15 +40,15 @@ def test_one_ps_pulls_before_and_pushes_after_compute():
 
 def test_synchronous_ps_pays_three_round_trips():
     """Read (request, reply), then push, the chief's apply and the release: 6 one-way latencies of
-    the path plus the per-message latency each, and the per-variable and PS-variable overheads once.
-    The read and the push cross the link in opposite directions but one after the other: no
-    reverse traffic is charged."""
+    the path plus the per-message latency each, the per-variable and PS-variable overheads once and
+    the PS task's overhead once per worker (2). The read and the push cross the link in opposite
+    directions but one after the other: no reverse traffic is charged."""
     spec = hosts_spec(2, ps=[1, 0])
     strategy = plan(DENSE, spec, [planned(W, sync=PSSync(ps_task=0))])
     c = Coefficients(message_latency_s=0.0005, variable_overhead_s=0.002, ps_variable_overhead_s=0.003,
-                     reverse_traffic_share=0.5)
+                     ps_task_overhead_s=0.004, reverse_traffic_share=0.5)
     assert step(strategy, profile(DENSE, 0.01), spec, network(spec, B, latency_s=0.001), c) == pytest.approx(
-        2 * M / B + 0.01 + 6 * (0.001 + 0.0005) + 0.002 + 0.003)
+        2 * M / B + 0.01 + 6 * (0.001 + 0.0005) + 0.002 + 0.003 + 2 * 0.004)
 
 
 @pytest.mark.parametrize("k", [1, 2, 4, 8])
@@ -127,6 +127,69 @@ def test_each_synchronous_ps_piece_pays_its_overhead(shards):
     assert step(split, prof, spec, net, c) == pytest.approx(0.01 + shards * (0.003 + 0.001))
     assert step(ring, prof, spec, net, c) == pytest.approx(0.01 + 0.001)
     assert step(stale, prof, spec, net, c) == pytest.approx(0.01 + shards * 0.001)
+
+
+@pytest.mark.parametrize("workers", [2, 4])
+def test_each_synchronous_ps_task_in_use_pays_its_overhead_once_per_worker(workers):
+    """w split into 4 shards: on 4 PS tasks the step pays 4 task overheads per worker, with all 4
+    shards on one task 1 per worker (the per-piece overheads are the same in both); an all-reduced
+    or stale variable pays none."""
+    spec = hosts_spec(workers, ps=4 // workers)
+    c = BANDWIDTH_ONLY.model_copy(update={"ps_task_overhead_s": 0.002})
+    prof, net = profile(DENSE, 0.01), network(spec, 1e18, local_bytes_per_s=1e18)
+    spread = plan(DENSE, spec, [planned(W, partition=Partition(axis=0, shards=[PSSync(ps_task=p) for p in range(4)]))])
+    one_task = plan(DENSE, spec, [planned(W, partition=Partition(axis=0, shards=[PSSync(ps_task=0)] * 4))])
+    ring = plan(DENSE, spec, [planned(W, sync=AllReduceSync(group=0))])
+    stale = plan(DENSE, spec, [planned(W, sync=PSSync(ps_task=0, staleness=1))])
+    assert step(spread, prof, spec, net, c) == pytest.approx(0.01 + workers * 4 * 0.002)
+    assert step(one_task, prof, spec, net, c) == pytest.approx(0.01 + workers * 1 * 0.002)
+    assert step(ring, prof, spec, net, c) == pytest.approx(0.01)
+    assert step(stale, prof, spec, net, c) == pytest.approx(0.01)
+
+
+def test_a_hybrid_step_pays_the_ps_updates_then_the_barrier_that_ends_it():
+    """3 hosts, u on PS 0 and v all-reduced. One way = path latency + per-message latency (1.5 ms),
+    a collective = 2(N-1) = 4 of them (6 ms). PS alone: read (2) + push, apply, release by the
+    token queues (4). Ring alone: one collective. Both: read (2); then, side by side, the push and
+    the chief's apply (2) and the all-reduce followed by the own-updates barrier (2 collectives);
+    then the barrier that ends the step, after both (runtime/kernels/step_order.py)."""
+    u, v = var("u", [1000]), var("v", [1000])
+    graph = GraphItem(variables=[u, v])
+    spec = hosts_spec(3)
+    prof, net = profile(graph, 0.01), network(spec, 1e15, latency_s=0.001)
+    c = BANDWIDTH_ONLY.model_copy(update={"message_latency_s": 0.0005})
+    one_way, collective = 0.0015, 4 * 0.0015
+    ps = plan(graph, spec, [planned(u, sync=PSSync(ps_task=0)), planned(v, sync=PSSync(ps_task=0))])
+    ring = plan(graph, spec, [planned(u, sync=AllReduceSync(group=0)), planned(v, sync=AllReduceSync(group=0))])
+    hybrid = plan(graph, spec, [planned(u, sync=PSSync(ps_task=0)), planned(v, sync=AllReduceSync(group=0))])
+    assert step(ps, prof, spec, net, c) == pytest.approx(0.01 + 6 * one_way)
+    assert step(ring, prof, spec, net, c) == pytest.approx(0.01 + collective)
+    assert step(hybrid, prof, spec, net, c) == pytest.approx(0.01 + 2 * one_way + max(2 * one_way, 2 * collective)
+                                                             + collective)
+
+
+def test_one_worker_with_a_ps_and_an_all_reduced_variable_has_no_barrier():
+    """One worker: the runtime orders nothing (no tokens, no barrier, an all-reduce of one is
+    free); the model keeps the PS round trips, 6 one-way latencies, as for any PS variable."""
+    u, v = var("u", [1000]), var("v", [1000])
+    graph = GraphItem(variables=[u, v])
+    spec = ClusterSpec(version=1, nodes=[Node(address="10.0.0.1", chief=True, workers=1, ps=0),
+                                         Node(address="10.0.0.2", workers=0, ps=1)])
+    net = network(spec, 1e15, latency_s=0.001)
+    c = BANDWIDTH_ONLY.model_copy(update={"message_latency_s": 0.0005})
+    hybrid = plan(graph, spec, [planned(u, sync=PSSync(ps_task=0)), planned(v, sync=AllReduceSync(group=0))])
+    assert step(hybrid, profile(graph, 0.01), spec, net, c) == pytest.approx(0.01 + 6 * 0.0015)
+
+
+def test_a_hybrid_with_stale_ps_variables_ends_with_the_barrier_only():
+    """Stale PS variables leave the critical path, but the step still ends with a barrier."""
+    u, v = var("u", [1000]), var("v", [1000])
+    graph = GraphItem(variables=[u, v])
+    spec = hosts_spec(3)
+    prof, net = profile(graph, 0.01), network(spec, 1e15, latency_s=0.001)
+    c = BANDWIDTH_ONLY.model_copy(update={"message_latency_s": 0.0005})
+    hybrid = plan(graph, spec, [planned(u, sync=PSSync(ps_task=0, staleness=1)), planned(v, sync=AllReduceSync(group=0))])
+    assert step(hybrid, prof, spec, net, c) == pytest.approx(0.01 + 2 * 4 * 0.0015)
 
 
 BUCKET = 1_000_000  # bytes a token-bucket-shaped path passes at once
@@ -269,6 +332,19 @@ def test_variable_shares_follow_the_bytes():
     shares = predict(strategy, profile(graph, 0.01), spec, network(spec, B), BANDWIDTH_ONLY).variable_share
     assert sum(shares.values()) == pytest.approx(1.0)
     assert shares["w"] == pytest.approx(M / (M + 4000))
+
+
+def test_a_ps_tasks_overhead_is_shared_by_the_pieces_on_it():
+    """Only the per-PS-task overhead counts (no bytes, no latency): a and b share PS 0's, c has PS 1's
+    to itself."""
+    a, b, c_var = var("a", [10]), var("b", [10]), var("c", [10])
+    graph = GraphItem(variables=[a, b, c_var])
+    spec = hosts_spec(2)
+    strategy = plan(graph, spec, [planned(a, sync=PSSync(ps_task=0)), planned(b, sync=PSSync(ps_task=0)),
+                                  planned(c_var, sync=PSSync(ps_task=1))])
+    c = BANDWIDTH_ONLY.model_copy(update={"ps_task_overhead_s": 0.001})
+    shares = predict(strategy, profile(graph, 0.01), spec, network(spec, 1e15), c).variable_share
+    assert shares == pytest.approx({"a": 0.25, "b": 0.25, "c": 0.5})
 
 
 def test_a_missing_path_is_named():

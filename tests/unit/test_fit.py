@@ -20,7 +20,8 @@ SPEC = ClusterSpec(version=1, nodes=[
 ])
 NETWORK = network(SPEC, 1e8, latency_s=2e-4, local_bytes_per_s=1.5e8, local_latency_s=5e-5)
 TRUE = Coefficients(remote_bandwidth_factor=0.6, local_bandwidth_factor=0.8, message_latency_s=2e-3,
-                    variable_overhead_s=4e-4, ps_variable_overhead_s=1e-3, compute_factor=1.4)
+                    variable_overhead_s=4e-4, ps_variable_overhead_s=1e-3, ps_task_overhead_s=1.5e-3,
+                    compute_factor=1.4)
 
 MODELS = [
     (GraphItem(batch_size=32, variables=[var("fc/kernel", [1024, 512]), var("fc/bias", [512])]), {}),
@@ -78,6 +79,28 @@ def test_fit_tells_the_reverse_traffic_share_from_the_bandwidth_and_recovers_the
     assert result.coefficients.ps_variable_overhead_s == pytest.approx(1e-3, rel=0.02)
     # from its prior (0.1) most of the way to 0.25: the prior still pulls a little at 36 records
     assert result.coefficients.reverse_traffic_share == pytest.approx(0.25, rel=0.1)
+
+
+def test_fit_tells_the_per_ps_task_overhead_from_the_per_ps_variable_one():
+    """Four hosts of one worker and one PS: the PS builder puts every variable on one PS task,
+    PSLoadBalancing spreads the same pieces over four; 40 small variables make the overheads count.
+    Records made with known values of both overheads give both back."""
+    spec = ClusterSpec(version=1, nodes=[Node(address=f"10.0.0.{i + 1}", chief=i == 0, ps=1) for i in range(4)])
+    net = network(spec, 1e8, latency_s=2e-4)
+    true = Coefficients(ps_task_overhead_s=2e-3, ps_variable_overhead_s=5e-4)
+    out = []
+    for graph, rows in MODELS:
+        for compute_s in (0.005, 0.02, 0.05):
+            prof = profile(graph, compute_s, rows)
+            for builder in ("PS", "PSLoadBalancing", "PartitionedPS", "AllReduce", "Parallax"):
+                strategy = BUILDERS[builder]().build(graph, spec)
+                out.append(TrialRecord(recorded_at="2026-11-23T03:00:00", cluster_key="four-hosts", workload="w",
+                                       spec=spec, strategy=strategy, profile=prof, network=net,
+                                       steps_per_s=1 / predict(strategy, prof, spec, net, true).step_s))
+    result = fit(out)
+    assert result.error_after < 0.01 < result.error_before
+    assert result.coefficients.ps_task_overhead_s == pytest.approx(2e-3, rel=0.05)
+    assert result.coefficients.ps_variable_overhead_s == pytest.approx(5e-4, rel=0.05)
 
 
 def test_records_that_match_the_prior_leave_it_alone():
