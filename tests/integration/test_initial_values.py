@@ -24,7 +24,7 @@ pytestmark = pytest.mark.integration
 SCRIPT = str(SCRIPTS / "seeded_init_model.py")
 
 
-@pytest.mark.parametrize("strategy", ["PartitionedPS", "RandomAxisPartitionAR"])
+@pytest.mark.parametrize("strategy", ["PartitionedPS", pytest.param("RandomAxisPartitionAR", marks=pytest.mark.full)])
 def test_partitioned_variables_start_from_the_plain_runs_values(tmp_path, spec_file, strategy):
     subprocess.run([sys.executable, SCRIPT, "--out", str(tmp_path)], check=True, capture_output=True, cwd=REPO)
     result = run_adrun("--spec", str(spec_file(workers=2, ps=2)), "--strategy", strategy,

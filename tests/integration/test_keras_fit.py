@@ -17,7 +17,7 @@ STEPS = 4
 
 
 @pytest.mark.parametrize("strategy,optimizer,replicas", [
-    ("PS", "sgd", 1),
+    pytest.param("PS", "sgd", 1, marks=pytest.mark.full),  # Keras on a PS: the batch-norm case below
     ("AllReduce", "adam", 1),
     ("AllReduce", "adam", 3),  # in-graph replicas: each batch of 8 split 3+3+2, the same result
 ])
@@ -38,7 +38,7 @@ def test_model_fit_equals_single_process_fit_on_the_combined_batches(tmp_path, s
             np.testing.assert_allclose(got[key], reference[key], rtol=1e-5, atol=1e-6, err_msg=f"w{w} weight {key}")
 
 
-@pytest.mark.parametrize("strategy", ["PS", "AllReduce"])
+@pytest.mark.parametrize("strategy", ["PS", pytest.param("AllReduce", marks=pytest.mark.full)])
 def test_batchnorm_statistics_are_per_worker_and_match_single_process(tmp_path, spec_file, strategy):
     """Moving statistics (TF marks them ON_READ) stay on each worker: updated once per step from its
     own batch, never N times over on a shared copy. With identical data every worker's statistics

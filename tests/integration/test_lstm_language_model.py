@@ -44,7 +44,7 @@ def plain_run(optimizer: str, tmp_path_factory) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.parametrize("workers, strategy, optimizer, exact", [
-    (1, "PSLoadBalancing", "sgd", True),
+    pytest.param(1, "PSLoadBalancing", "sgd", True, marks=pytest.mark.full),
     (2, "AllReduce", "momentum", True),
     pytest.param(2, "PSLoadBalancing", "sgd", False, marks=pytest.mark.full),
     pytest.param(2, "PS", "momentum", True, marks=pytest.mark.full),

@@ -15,7 +15,8 @@ from tests.oracle import ORACLE_BUILDERS, train_and_compare
 
 pytestmark = pytest.mark.integration
 
-@pytest.mark.parametrize("strategy", ["PS", "PSLoadBalancing", "AllReduce"])
+# PS with the one PS of spec_file places every variable as PSLoadBalancing does: its cases run in -m full
+@pytest.mark.parametrize("strategy", [pytest.param("PS", marks=pytest.mark.full), "PSLoadBalancing", "AllReduce"])
 @pytest.mark.parametrize("model", ["dense", "sparse"])
 def test_averaging_per_worker_data(tmp_path, spec_file, strategy, model):
     train_and_compare(tmp_path, spec_file, strategy, model, "per-worker")
@@ -23,7 +24,7 @@ def test_averaging_per_worker_data(tmp_path, spec_file, strategy, model):
 
 @pytest.mark.parametrize("strategy,model,options", [
     ("PartitionedPS", "sparse", ()),
-    ("UnevenPartitionedPS", "dense", ()),
+    pytest.param("UnevenPartitionedPS", "dense", (), marks=pytest.mark.full),  # PartitionedPS's kernel, other sizes
     ("Parallax", "sparse", ()),
     ("PartitionedAR", "sparse", ()),
     ("RandomAxisPartitionAR", "dense", ()),  # w [4, 3] is cut on axis 1 with seed 0
@@ -58,7 +59,8 @@ def test_control_flow_matrix(tmp_path, spec_file, strategy, model):
     train_and_compare(tmp_path, spec_file, strategy, model, "per-worker", optimizer="adam")
 
 
-@pytest.mark.parametrize("strategy,model", [("PS", "keras"), ("AllReduce", "mts"), ("PSLoadBalancing", "mts"), ("AllReduce", "keras")])
+@pytest.mark.parametrize("strategy,model", [pytest.param("PS", "keras", marks=pytest.mark.full),  # keras on PS: test_keras_fit
+                                            ("AllReduce", "mts"), ("PSLoadBalancing", "mts"), ("AllReduce", "keras")])
 def test_equivalence_same_data(tmp_path, spec_file, strategy, model):
     train_and_compare(tmp_path, spec_file, strategy, model, "same")
 
