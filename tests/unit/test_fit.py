@@ -64,16 +64,7 @@ def test_fit_tells_the_reverse_traffic_share_from_the_bandwidth_and_recovers_the
     spec = ClusterSpec(version=1, nodes=[Node(address="10.0.0.1", chief=True, ps=1), Node(address="10.0.0.2")])
     net = network(spec, 1e8, latency_s=2e-4)
     true = Coefficients(remote_bandwidth_factor=0.7, reverse_traffic_share=0.25, ps_variable_overhead_s=1e-3)
-    out = []
-    for graph, rows in MODELS:
-        for compute_s in (0.002, 0.005, 0.01, 0.02, 0.05, 0.1):
-            prof = profile(graph, compute_s, rows)
-            for builder in ("PS", "AllReduce"):
-                strategy = BUILDERS[builder]().build(graph, spec)
-                out.append(TrialRecord(recorded_at="2026-11-23T02:00:00", cluster_key="two-hosts", workload="w",
-                                       spec=spec, strategy=strategy, profile=prof, network=net,
-                                       steps_per_s=1 / predict(strategy, prof, spec, net, true).step_s))
-    result = fit(out)
+    result = fit(_records_made_with(true, spec, net, (0.002, 0.005, 0.01, 0.02, 0.05, 0.1), ("PS", "AllReduce")))
     assert result.error_after < 0.01 < result.error_before
     assert result.coefficients.remote_bandwidth_factor == pytest.approx(0.7, rel=0.02)
     assert result.coefficients.ps_variable_overhead_s == pytest.approx(1e-3, rel=0.02)
@@ -88,16 +79,8 @@ def test_fit_tells_the_per_ps_task_overhead_from_the_per_ps_variable_one():
     spec = ClusterSpec(version=1, nodes=[Node(address=f"10.0.0.{i + 1}", chief=i == 0, ps=1) for i in range(4)])
     net = network(spec, 1e8, latency_s=2e-4)
     true = Coefficients(ps_task_overhead_s=2e-3, ps_variable_overhead_s=5e-4)
-    out = []
-    for graph, rows in MODELS:
-        for compute_s in (0.005, 0.02, 0.05):
-            prof = profile(graph, compute_s, rows)
-            for builder in ("PS", "PSLoadBalancing", "PartitionedPS", "AllReduce", "Parallax"):
-                strategy = BUILDERS[builder]().build(graph, spec)
-                out.append(TrialRecord(recorded_at="2026-11-23T03:00:00", cluster_key="four-hosts", workload="w",
-                                       spec=spec, strategy=strategy, profile=prof, network=net,
-                                       steps_per_s=1 / predict(strategy, prof, spec, net, true).step_s))
-    result = fit(out)
+    result = fit(_records_made_with(true, spec, net, (0.005, 0.02, 0.05),
+                                    ("PS", "PSLoadBalancing", "PartitionedPS", "AllReduce", "Parallax")))
     assert result.error_after < 0.01 < result.error_before
     assert result.coefficients.ps_task_overhead_s == pytest.approx(2e-3, rel=0.05)
     assert result.coefficients.ps_variable_overhead_s == pytest.approx(5e-4, rel=0.05)
@@ -141,3 +124,17 @@ def test_one_cluster_at_a_time():
     with pytest.raises(ValueError, match="records of 2 clusters"):
         fit(mixed)
     assert fit(mixed, cluster_key="other").records_used == 3
+
+
+def _records_made_with(true: Coefficients, spec: ClusterSpec, net, compute_times, builders) -> list[TrialRecord]:
+    """A trial record per model, compute time and builder, its rate what `true` predicts."""
+    records = []
+    for graph, rows in MODELS:
+        for compute_s in compute_times:
+            prof = profile(graph, compute_s, rows)
+            for builder in builders:
+                strategy = BUILDERS[builder]().build(graph, spec)
+                records.append(TrialRecord(recorded_at="2026-11-23T03:00:00", cluster_key=f"{len(spec.nodes)}-hosts",
+                                           workload="w", spec=spec, strategy=strategy, profile=prof, network=net,
+                                           steps_per_s=1 / predict(strategy, prof, spec, net, true).step_s))
+    return records
