@@ -96,6 +96,11 @@ def check_fixed_ports(spec: ClusterSpec) -> None:
         allocate_ports(spec, here)
 
 
+spec_option = click.option("--spec", "spec_path", type=click.Path(dir_okay=False),
+                           help="Cluster spec YAML (default: this machine, 2 workers + 1 PS).")
+"""The cluster a command plans for: `run`, `strategy build` and `profile` take it alike."""
+
+
 def records_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """`--records PATH`, `--no-record` and `--measure-network`, shared by the commands that read or add records."""
     command = click.option("--measure-network", is_flag=True,

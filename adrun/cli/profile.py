@@ -19,6 +19,7 @@ from adrun.cli.options import (
     opened_records,
     parse_strategy_options,
     records_options,
+    spec_option,
     user_errors,
 )
 from adrun.errors import UserError
@@ -46,7 +47,7 @@ def _reads_as_trial_count(text: str) -> bool:
     "profile", cls=OptionsUpToScript,
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
 )
-@click.option("--spec", "spec_path", type=click.Path(dir_okay=False), help="Cluster spec YAML (default: this machine, 2 workers + 1 PS).")
+@spec_option
 @click.option("--trials", cls=OptionalValue, when_bare="all", is_value=_reads_as_trial_count, type=_TrialCount(),
               help="Also run the K best-predicted distinct plans (all when K is left out) for --trial-steps steps each.")
 @click.option("--strategy-opt", "strategy_opts", multiple=True, metavar="KEY=VALUE",

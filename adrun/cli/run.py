@@ -28,6 +28,7 @@ from adrun.cli.options import (
     opened_records,
     parse_strategy_options,
     records_options,
+    spec_option,
     user_errors,
 )
 from adrun.cli.planning import plan_script
@@ -71,7 +72,7 @@ class RunOptions:
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--spec", "spec_path", type=click.Path(dir_okay=False), help="Cluster spec YAML (default: this machine, 2 workers + 1 PS).")
+@spec_option
 @click.option("--strategy", default=DEFAULT_STRATEGY, show_default=True, metavar="NAME|FILE", help="Builder name (Auto: chosen per variable by the cost model) or a strategy document (.yml).")
 @click.option("--strategy-opt", "strategy_opts", multiple=True, metavar="KEY=VALUE", help="Builder option; repeatable.")
 @click.option("--quiet", is_flag=True, help="Do not print the processes' output (summary and errors only).")

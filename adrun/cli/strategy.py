@@ -15,6 +15,7 @@ from adrun.cli.options import (
     opened_records,
     parse_strategy_options,
     records_options,
+    spec_option,
     user_errors,
 )
 from adrun.cli.planning import plan_script
@@ -30,7 +31,7 @@ def strategy() -> None:
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
 )
 @click.argument("name")
-@click.option("--spec", "spec_path", type=click.Path(dir_okay=False), help="Cluster spec YAML (default: this machine, 2 workers + 1 PS).")
+@spec_option
 @click.option("--strategy-opt", "strategy_opts", multiple=True, metavar="KEY=VALUE", help="Builder option; repeatable.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="Where to write the document.")
 @records_options
