@@ -17,12 +17,13 @@ from typing import TypeVar
 
 from adrun.errors import UserError
 from adrun.exit_codes import ERROR_PREFIX, HOOK_DONE_EXIT_CODE, PLAN_MISMATCH_EXIT_CODE
+from adrun.env_vars import Settings
 from adrun.graph_item import GraphItem, load_graph_item
 from adrun.launch.env import task_env
 from adrun.launch.job.plan import HOOK_DIR
 from adrun.launch.job.local import LocalProcess, worker_argv
-from adrun.launch.job.tasks import Task
 from adrun.launch.job.tf_noise import NoiseFilter
+from adrun.task_context import Mode, Role, TaskContext
 
 CAPTURE_TIMEOUT_S = 600
 _TAIL_LINES = 15
@@ -47,7 +48,7 @@ def run_in_hook_mode(
     script_args: list[str],
     num_workers: int,
     job_id: str,
-    mode: str,
+    mode: Mode,
     read: Callable[[Path], Found],
     *,
     failed: str,
@@ -70,10 +71,12 @@ def run_in_hook_mode(
         scratch = Path(tmp) / "scratch"
         scratch.mkdir()
         warmup, steps = profile_steps
-        env = task_env(
-            Task("worker", 0, "localhost", 0), job_id, num_workers, {}, mode, None, str(HOOK_DIR), os.environ,
+        context = TaskContext(
+            mode=mode, role=Role.WORKER, task_index=0, num_workers=num_workers, job_id=job_id, cluster={},
             capture_out=str(out), scratch_dir=str(scratch), profile_warmup=warmup, profile_steps=steps,
+            settings=Settings.from_env(os.environ),
         )
+        env = task_env(context, os.environ, hook_dir=str(HOOK_DIR))
         process = LocalProcess(worker_argv(python, script, script_args), cwd=Path.cwd(), env=env)
         try:
             _, stderr = process.communicate(timeout=timeout_s)
@@ -118,7 +121,7 @@ def capture_graph(
     (not graph mode), or has nothing to train.
     """
     item = run_in_hook_mode(
-        script, script_args, num_workers, job_id, "capture", load_graph_item,
+        script, script_args, num_workers, job_id, Mode.CAPTURE, load_graph_item,
         failed="failed before adrun captured its graph",
         too_slow=f"did not create a tf.compat.v1.Session within {CAPTURE_TIMEOUT_S} s while adrun captured its graph",
         python=python,

@@ -33,6 +33,7 @@ from adrun.capture_run import CAPTURE_TIMEOUT_S, require_training_op, run_in_hoo
 from adrun.errors import UserError
 from adrun.profile.samples import ProfileSamples, load_samples
 from adrun.strategies.facts import ModelProfile, RowsTouched
+from adrun.task_context import Mode
 
 DEFAULT_STEPS = 20
 DEFAULT_WARMUP = 4
@@ -60,7 +61,7 @@ def profile_model(
     if not 0 <= warmup <= MAX_STEPS:
         raise UserError(f"profiling warm-up steps: {warmup}; give 0 to {MAX_STEPS}")
     samples = run_in_hook_mode(
-        script, script_args, num_workers, job_id, "profile", load_samples,
+        script, script_args, num_workers, job_id, Mode.PROFILE, load_samples,
         failed="failed while adrun profiled it",
         too_slow=f"did not run {warmup + steps} training steps within {PROFILE_TIMEOUT_S} s while adrun profiled it",
         timeout_s=PROFILE_TIMEOUT_S,

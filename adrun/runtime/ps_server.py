@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from adrun.runtime.context import TaskContext
+from adrun.task_context import TaskContext
 from adrun.runtime.session_setup import server_config
 
 

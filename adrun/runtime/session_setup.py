@@ -23,7 +23,7 @@ from tensorflow.python.eager import context as eager_context
 
 from adrun.env_vars import INIT_TIMEOUT_VAR
 from adrun.runtime.capture import describe_graph
-from adrun.runtime.context import TaskContext
+from adrun.task_context import TaskContext
 from adrun.runtime.graph_edit import unfinalized
 from adrun.runtime.grads import records_for
 from adrun.runtime.kernels.devices import COLLECTIVE_GROUP_LEADER, own_device

@@ -16,7 +16,7 @@ from adrun.env_vars import Settings
 from adrun.errors import UserError
 from adrun.spec import ClusterSpec
 
-from ..env import gpu_visibility, remote_task_env, task_env
+from ..env import gpu_visibility, remote_task_env, run_context, task_env
 from ..nodes.command import node_python, node_workdir
 from ..nodes.hosts import is_local_host
 from .local import ps_argv, worker_argv
@@ -71,6 +71,8 @@ def plan_job(
     cluster = cluster_def(tasks)
     num_workers = sum(t.role == "worker" for t in tasks)
     launcher_env = os.environ if base_env is None else base_env
+    if settings is None:
+        settings = Settings.from_env(launcher_env)
     launches = []
     on_node: dict[tuple[int, str], int] = {}  # (node, role) -> tasks of that role placed so far
     for task, node in placed:
@@ -81,24 +83,12 @@ def plan_job(
         python = node_python(node)
         argv = worker_argv(python, script, script_args) if task.role == "worker" else ps_argv(python)
         workdir = Path(node_workdir(node, local=not task.remote, cwd=cwd))
+        context = run_context(task, job_id, num_workers, cluster, strategy_file=strategy_file,
+                              restart_count=restart_count, settings=settings)
         if task.remote:
-            env = remote_task_env(task, job_id, num_workers, cluster, str(strategy_file), launcher_env,
-                                  node.ssh.forward_env if node.ssh is not None else [], node_env, restart_count,
-                                  settings=settings)
-            launches.append(TaskLaunch(task, argv, env, workdir))
-            continue
-        env = task_env(
-            task,
-            job_id=job_id,
-            num_workers=num_workers,
-            cluster_def=cluster,
-            mode="run",
-            strategy_file=str(strategy_file),
-            hook_dir=str(hook_dir),
-            base_env=launcher_env,
-            node_env=node_env,
-            restart_count=restart_count,
-            settings=settings,
-        )
+            env = remote_task_env(context, launcher_env, node.ssh.forward_env if node.ssh is not None else [],
+                                  node_env)
+        else:
+            env = task_env(context, launcher_env, hook_dir=str(hook_dir), node_env=node_env)
         launches.append(TaskLaunch(task, argv, env, workdir))
     return launches

@@ -11,16 +11,23 @@ import pytest
 from adrun.errors import UserError
 from adrun.defaults import TASK_TIMEOUT_S
 from adrun.env_vars import SETTING_VARS, Settings
-from adrun.launch.env import gpu_visibility, job_settings, remote_task_env, task_env
+from adrun.launch.env import gpu_visibility, job_settings, remote_task_env, run_context, task_env
+from adrun.launch.job.plan import plan_job
 from adrun.launch.job.tasks import Task
+from adrun.spec import ClusterSpec
+from adrun.task_context import Mode, Role, TaskContext
 
 pytestmark = pytest.mark.timeout(10)
 
 CLUSTER = {"ps": ["localhost:2002"], "worker": ["localhost:2000", "localhost:2001"]}
 
 
+def _context(task: Task, strategy_file: str | None = "/runs/job-7/strategy.yml", **facts: object) -> TaskContext:
+    return run_context(task, "job-7", 2, CLUSTER, strategy_file=strategy_file, **facts)
+
+
 def _env(task: Task, base_env: dict[str, str], node_env: dict[str, str] | None = None) -> dict[str, str]:
-    return task_env(task, "job-7", 2, CLUSTER, "run", "/runs/job-7/strategy.yml", "/adrun/hook", base_env, node_env)
+    return task_env(_context(task), base_env, hook_dir="/adrun/hook", node_env=node_env)
 
 
 def test_worker_gets_the_contract():
@@ -46,7 +53,8 @@ def test_ps_has_no_worker_index_even_if_the_launcher_had_one():
     assert env["ADRUN_ROLE"] == "ps"
     assert env["ADRUN_TASK_INDEX"] == "0"
     assert env["ADRUN_JOB_ID"] == "job-7"
-    assert env["ADRUN_INIT_TIMEOUT"] == "30"  # a setting, not part of the contract: passes through
+    # a setting is the job's, in the context (plan_job reads the launcher's), never copied from base_env
+    assert "ADRUN_INIT_TIMEOUT" not in env
 
 
 def test_hook_dir_comes_first_on_pythonpath():
@@ -66,7 +74,8 @@ def test_node_env_is_merged_but_cannot_override_the_contract():
 
 def test_no_strategy_file_variable_when_none_is_given():
     base_env = {"ADRUN_STRATEGY_FILE": "/old"}
-    env = task_env(Task("worker", 0, "h", 1), "j", 1, {"worker": ["h:1"]}, "run", None, "/hook", base_env)
+    env = task_env(run_context(Task("worker", 0, "h", 1), "j", 1, {"worker": ["h:1"]}, strategy_file=None), base_env,
+                   hook_dir="/hook")
     assert "ADRUN_STRATEGY_FILE" not in env
 
 
@@ -123,31 +132,34 @@ def test_every_task_is_told_the_jobs_settings_and_neither_the_launchers_nor_the_
     launcher = {"ADRUN_MAX_STEPS": "9", "ADRUN_SHARD_DATA": "1", "ADRUN_OWN_SCRIPT_FLAG": "x"}
     node_env = {"ADRUN_OP_TIMEOUT": "1"}
     settings = Settings(max_steps=3, init_timeout_s=20.0)
-    local = task_env(Task("worker", 0, "localhost", 2000), "job-7", 2, CLUSTER, "run", None, "/hook", launcher,
-                     node_env, settings=settings)
-    remote = remote_task_env(Task("worker", 1, "10.0.0.2", 2001, remote=True), "job-7", 2, CLUSTER, "/s.yml",
-                             launcher, [], node_env, settings=settings)
+    local = task_env(_context(Task("worker", 0, "localhost", 2000), settings=settings), launcher, hook_dir="/hook",
+                     node_env=node_env)
+    remote = remote_task_env(_context(Task("worker", 1, "10.0.0.2", 2001, remote=True), settings=settings),
+                             launcher, [], node_env)
     for env in (local, remote):
         assert {k: env.get(k) for k in SETTING_VARS} == {
             "ADRUN_SHARD_DATA": None, "ADRUN_MAX_STEPS": "3", "ADRUN_INIT_TIMEOUT": "20", "ADRUN_OP_TIMEOUT": None}
         assert env["ADRUN_OWN_SCRIPT_FLAG"] == "x"  # an ADRUN_* name adrun does not know passes through
 
 
-def test_without_settings_a_task_is_told_those_of_the_launchers_environment():
+def test_without_settings_a_job_is_told_those_of_the_launchers_environment(tmp_path):
     launcher = {"ADRUN_MAX_STEPS": "9", "ADRUN_SHARD_DATA": "1"}
-    for env in (_env(Task("worker", 0, "localhost", 2000), launcher),
-                remote_task_env(Task("worker", 1, "10.0.0.2", 2001, remote=True), "job-7", 2, CLUSTER, "/s.yml",
-                                launcher, [])):
-        assert Settings.from_env(env) == Settings(shard_data=True, max_steps=9)
+    spec = ClusterSpec.model_validate({"version": 1, "nodes": [{"address": "localhost", "workers": 1, "ps": 1}]})
+    launches = plan_job(spec, "train.py", [], job_id="j", strategy_file=tmp_path / "s.yml", base_env=launcher)
+    assert len(launches) == 2
+    for launch in launches:
+        assert Settings.from_env(launch.env) == Settings(shard_data=True, max_steps=9)
 
 
 def test_the_hooks_instructions_in_capture_and_profile_mode():
-    capture = task_env(Task("worker", 0, "localhost", 0), "j", 2, {}, "capture", None, "/hook",
-                       {"ADRUN_CAPTURE_OUT": "/stale", "ADRUN_PROFILE_STEPS": "9"}, capture_out="/tmp/found.json")
+    capture = task_env(TaskContext(mode=Mode.CAPTURE, role=Role.WORKER, task_index=0, num_workers=2, job_id="j",
+                                   cluster={}, capture_out="/tmp/found.json"),
+                       {"ADRUN_CAPTURE_OUT": "/stale", "ADRUN_PROFILE_STEPS": "9"}, hook_dir="/hook")
     assert capture["ADRUN_CAPTURE_OUT"] == "/tmp/found.json"
     assert "ADRUN_PROFILE_STEPS" not in capture and "ADRUN_SCRATCH_DIR" not in capture
-    profile = task_env(Task("worker", 0, "localhost", 0), "j", 1, {}, "profile", None, "/hook", {},
-                       capture_out="/o.json", scratch_dir="/scratch", profile_warmup=1, profile_steps=20)
+    profile = task_env(TaskContext(mode=Mode.PROFILE, role=Role.WORKER, task_index=0, num_workers=1, job_id="j",
+                                   cluster={}, capture_out="/o.json", scratch_dir="/scratch", profile_warmup=1,
+                                   profile_steps=20), {}, hook_dir="/hook")
     assert {k: profile[k] for k in ("ADRUN_MODE", "ADRUN_CAPTURE_OUT", "ADRUN_SCRATCH_DIR", "ADRUN_PROFILE_WARMUP",
                                     "ADRUN_PROFILE_STEPS")} == {
         "ADRUN_MODE": "profile", "ADRUN_CAPTURE_OUT": "/o.json", "ADRUN_SCRATCH_DIR": "/scratch",
@@ -157,9 +169,8 @@ def test_the_hooks_instructions_in_capture_and_profile_mode():
 def test_the_attempt_number_is_in_the_contract_and_never_inherited():
     base_env = {"ADRUN_RESTART_COUNT": "7"}  # a launcher started from inside another job's attempt 7
     assert _env(Task("worker", 0, "localhost", 2000), base_env)["ADRUN_RESTART_COUNT"] == "0"
-    env = task_env(Task("ps", 0, "localhost", 2002), "job-7", 2, CLUSTER, "run", None, "/hook", base_env,
-                   restart_count=2)
+    env = task_env(_context(Task("ps", 0, "localhost", 2002), None, restart_count=2), base_env, hook_dir="/hook")
     assert env["ADRUN_RESTART_COUNT"] == "2"
-    remote = remote_task_env(Task("worker", 1, "10.0.0.2", 2001, remote=True), "job-7", 2, CLUSTER, "/s.yml",
-                             base_env, [], restart_count=3)
+    remote = remote_task_env(_context(Task("worker", 1, "10.0.0.2", 2001, remote=True), restart_count=3),
+                             base_env, [])
     assert remote["ADRUN_RESTART_COUNT"] == "3"

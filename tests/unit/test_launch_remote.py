@@ -17,7 +17,7 @@ import pytest
 from adrun.errors import UserError
 from adrun.launch.job import provision, remote, remote_agent
 from adrun.launch.nodes import node_tools
-from adrun.launch.env import forwarded_env, remote_task_env
+from adrun.launch.env import forwarded_env, remote_task_env, run_context
 from adrun.launch.job.remote import AGENT_SOURCE, Hearing, RemoteProcess, agent_command
 from adrun.launch.job.tasks import Task
 from adrun.spec import Node
@@ -39,8 +39,9 @@ def test_agent_command_quotes_every_value():
 def test_only_named_variables_and_adrun_settings_are_forwarded():
     launcher = {"WANDB_API_KEY": "k", "HOME": "/root", "PATH": "/bin", "ADRUN_SHARD_DATA": "1", "ADRUN_JOB_ID": "old"}
     assert forwarded_env(launcher, ["WANDB_API_KEY", "UNSET"]) == {"WANDB_API_KEY": "k", "ADRUN_SHARD_DATA": "1"}
-    env = remote_task_env(Task("worker", 1, "10.0.0.2", 2001, remote=True), "job-7", 2, {"worker": ["a:1", "b:2"]},
-                          "/tmp/s.yml", launcher, ["WANDB_API_KEY"], {"OMP_NUM_THREADS": "4"})
+    context = run_context(Task("worker", 1, "10.0.0.2", 2001, remote=True), "job-7", 2, {"worker": ["a:1", "b:2"]},
+                          strategy_file="/tmp/s.yml")
+    env = remote_task_env(context, launcher, ["WANDB_API_KEY"], {"OMP_NUM_THREADS": "4"})
     assert env["ADRUN_JOB_ID"] == "job-7" and env["ADRUN_WORKER_INDEX"] == "1"
     assert env["WANDB_API_KEY"] == "k" and env["OMP_NUM_THREADS"] == "4"
     assert "HOME" not in env and "PATH" not in env and "PYTHONPATH" not in env  # the node's own stay

@@ -15,7 +15,7 @@ import pytest
 
 from adrun.errors import UserError
 from adrun.exit_codes import PLAN_MISMATCH_EXIT_CODE, STALL_EXIT_CODE
-from adrun.launch.env import task_env
+from adrun.launch.env import run_context, task_env
 from adrun.launch.job.plan import TaskLaunch
 from adrun.launch.job.report import job_report
 from adrun.launch.job.restarts import judge, run_attempts
@@ -136,7 +136,8 @@ def _launches(job_id: str, tmp_path: Path, attempt: int, plan: dict[str, dict[st
     launches = []
     for index in (0, 1):
         task = Task("worker", index, "localhost", index + 1)
-        env = task_env(task, job_id, 2, cluster, "run", None, str(tmp_path), os.environ, restart_count=attempt)
+        context = run_context(task, job_id, 2, cluster, strategy_file=None, restart_count=attempt)
+        env = task_env(context, os.environ, hook_dir=str(tmp_path))
         env.pop("ADRUN_MODE")
         code = textwrap.dedent(WORKER.format(plan=plan, steps=steps))
         launches.append(TaskLaunch(task, [sys.executable, "-c", code], env, tmp_path))
@@ -260,7 +261,7 @@ def test_on_stall_fail_names_the_worker_outside_a_step_that_the_others_wait_for(
     launches = []
     for index, code in ((0, waiting), (1, stuck)):
         task = Task("worker", index, "localhost", index + 1)
-        env = task_env(task, job_id, 2, cluster, "run", None, str(tmp_path), os.environ)
+        env = task_env(run_context(task, job_id, 2, cluster, strategy_file=None), os.environ, hook_dir=str(tmp_path))
         env.pop("ADRUN_MODE")
         launches.append(TaskLaunch(task, [sys.executable, "-c", textwrap.dedent(code)], env, tmp_path))
     listener = Recorder()
@@ -287,7 +288,8 @@ def test_the_exception_is_kept_when_its_message_outruns_the_stderr_tail(job_id, 
         raise UnavailableError("Socket closed\\n" + "\\n".join(f"  detail line {i}" for i in range(60)))
     """
     task = Task("worker", 0, "localhost", 1)
-    env = task_env(task, job_id, 1, {"worker": ["localhost:1"]}, "run", None, str(tmp_path), os.environ)
+    context = run_context(task, job_id, 1, {"worker": ["localhost:1"]}, strategy_file=None)
+    env = task_env(context, os.environ, hook_dir=str(tmp_path))
     env.pop("ADRUN_MODE")
     launch = TaskLaunch(task, [sys.executable, "-c", textwrap.dedent(code)], env, tmp_path)
 
@@ -304,7 +306,8 @@ def _workers(job_id: str, tmp_path: Path, *codes: str) -> list[TaskLaunch]:
     launches = []
     for index, code in enumerate(codes):
         task = Task("worker", index, "localhost", index + 1)
-        env = task_env(task, job_id, len(codes), cluster, "run", None, str(tmp_path), os.environ)
+        context = run_context(task, job_id, len(codes), cluster, strategy_file=None)
+        env = task_env(context, os.environ, hook_dir=str(tmp_path))
         env.pop("ADRUN_MODE")
         launches.append(TaskLaunch(task, [sys.executable, "-c", textwrap.dedent(code)], env, tmp_path))
     return launches

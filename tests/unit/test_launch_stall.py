@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from adrun.launch.env import task_env
+from adrun.launch.env import run_context, task_env
 from adrun.launch.job.plan import TaskLaunch
 from adrun.launch.job.supervisor import supervise
 from adrun.launch.job.tasks import Task
@@ -37,7 +37,8 @@ class Listener:
 
 def _worker(job_id: str, tmp_path, index: int, code: str) -> TaskLaunch:
     task = Task("worker", index, "localhost", 0)
-    env = task_env(task, job_id, 2, {"worker": ["localhost:1", "localhost:2"]}, "run", None, str(tmp_path), os.environ)
+    context = run_context(task, job_id, 2, {"worker": ["localhost:1", "localhost:2"]}, strategy_file=None)
+    env = task_env(context, os.environ, hook_dir=str(tmp_path))
     env.pop("ADRUN_MODE")
     return TaskLaunch(task, [sys.executable, "-c", textwrap.dedent(code)], env, tmp_path)
 

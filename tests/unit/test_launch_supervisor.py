@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from adrun.errors import UserError
-from adrun.launch.env import task_env
+from adrun.launch.env import run_context, task_env
 from adrun.launch.job.plan import TaskLaunch
 from adrun.launch.job.supervisor import supervise
 from adrun.launch.job.tasks import Task
@@ -65,7 +65,7 @@ def make(job_id, tmp_path):
 
     def _make(role: str, index: int, code: str) -> TaskLaunch:
         task = Task(role, index, "localhost", 0)
-        env = task_env(task, job_id, 2, cluster, "run", None, str(tmp_path), os.environ)
+        env = task_env(run_context(task, job_id, 2, cluster, strategy_file=None), os.environ, hook_dir=str(tmp_path))
         env.pop("ADRUN_MODE")  # keep the real sitecustomize inert, should one be on the path
         return TaskLaunch(task, [sys.executable, "-c", textwrap.dedent(code)], env, tmp_path)
 

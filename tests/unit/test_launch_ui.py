@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from adrun import ui
-from adrun.launch.env import task_env
+from adrun.launch.env import run_context, task_env
 from adrun.launch.job.plan import TaskLaunch
 from adrun.launch.job.metrics import Throughput
 from adrun.launch.job.supervisor import Failure, JobResult, TaskOutcome, supervise
@@ -136,7 +136,8 @@ def test_job_view_prints_tagged_task_lines_and_no_metric_lines(tmp_path, capsys)
         "print('@@ADRUN {\"event\": \"step\", \"step\": 1, \"time\": 1.0}', file=sys.stderr)\n"
         "print('warning: x', file=sys.stderr)\n"
     )
-    env = task_env(W0, job_id, 1, {"worker": [W0.address]}, "run", None, str(tmp_path), os.environ)
+    context = run_context(W0, job_id, 1, {"worker": [W0.address]}, strategy_file=None)
+    env = task_env(context, os.environ, hook_dir=str(tmp_path))
     env.pop("ADRUN_MODE")
     try:
         with ui.JobView() as view:

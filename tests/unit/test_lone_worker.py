@@ -23,7 +23,7 @@ from tensorflow.python.eager import context as eager_context  # noqa: E402
 from adrun.env_vars import Settings  # noqa: E402
 from adrun.runtime import session_setup  # noqa: E402
 from adrun.runtime.capture import describe_graph  # noqa: E402
-from adrun.runtime.context import TaskContext  # noqa: E402
+from adrun.task_context import TaskContext  # noqa: E402
 from adrun.runtime.grads import GradientRecord, records_for  # noqa: E402
 from adrun.runtime.kernels.gradient_sync import synchronized_apply  # noqa: E402
 from adrun.spec import ClusterSpec, Node  # noqa: E402

@@ -19,7 +19,7 @@ from tensorflow.python.ops import embedding_ops, variable_scope  # noqa: E402
 
 from adrun.runtime import patches  # noqa: E402
 from adrun.runtime.capture import describe_graph  # noqa: E402
-from adrun.runtime.context import TaskContext  # noqa: E402
+from adrun.task_context import TaskContext  # noqa: E402
 from adrun.spec import ClusterSpec, Node  # noqa: E402
 from adrun.strategies import build_strategy  # noqa: E402
 from adrun.strategies.document import dump_strategy  # noqa: E402

@@ -15,7 +15,7 @@ tf = pytest.importorskip("tensorflow")
 tf1 = tf.compat.v1
 
 from adrun.graph_item import GraphItem, VariableInfo  # noqa: E402
-from adrun.runtime.context import TaskContext  # noqa: E402
+from adrun.task_context import TaskContext  # noqa: E402
 from adrun.runtime.kernels.devices import ps_device, worker_device  # noqa: E402
 from adrun.runtime.kernels.gradient_sync import synchronized_apply  # noqa: E402
 from adrun.runtime.kernels.start_sync import build_start_op  # noqa: E402

@@ -1,4 +1,4 @@
-"""The runtime's one reading of the env contract (adrun/runtime/context.py): every variable the
+"""The launcher -> task contract as one object (adrun/task_context.py): every variable the
 launcher writes comes back as the same typed fact, and a bad value is refused by its name."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-import adrun.runtime.context
+import adrun.task_context
 from adrun.env_vars import CONTRACT_VARS, MODE_VAR, RESTART_COUNT_VAR, SETTING_VARS, WORKER_INDEX_VAR, Settings
 from adrun.errors import UserError
-from adrun.launch.env import task_env
+from adrun.launch.env import run_context, task_env
 from adrun.launch.job.tasks import Task
-from adrun.runtime.context import TaskContext
+from adrun.task_context import Mode, Role, TaskContext
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -25,7 +25,7 @@ EVERY_VARIABLE = {
     "ADRUN_WORKER_INDEX": "1",
     "ADRUN_NUM_WORKERS": "2",
     "ADRUN_JOB_ID": "job-7",
-    "ADRUN_RESTART_COUNT": "0",
+    "ADRUN_RESTART_COUNT": "3",
     "ADRUN_CLUSTER": '{"ps":["localhost:2002"],"worker":["localhost:2000","localhost:2001"]}',
     "ADRUN_STRATEGY_FILE": "/runs/job-7/strategy.yml",
     "ADRUN_CAPTURE_OUT": "/tmp/found.json",
@@ -44,9 +44,35 @@ def test_every_variable_of_the_contract_and_every_setting_is_read():
     assert TaskContext.from_env(EVERY_VARIABLE) == TaskContext(
         mode="profile", role="worker", task_index=1, num_workers=2, job_id="job-7", cluster=CLUSTER,
         strategy_file="/runs/job-7/strategy.yml", capture_out="/tmp/found.json", profile_warmup=1, profile_steps=20,
-        scratch_dir="/tmp/scratch",
+        scratch_dir="/tmp/scratch", restart_count=3,
         settings=Settings(shard_data=True, max_steps=5, init_timeout_s=30.0, op_timeout_s=2.5),
     )
+
+
+@pytest.mark.parametrize("context", [
+    TaskContext(mode=Mode.RUN, role=Role.WORKER, task_index=0, num_workers=1, job_id="j", cluster={}),
+    TaskContext(mode=Mode.RUN, role=Role.PS, task_index=1, num_workers=3, job_id="job-7", cluster=CLUSTER,
+                strategy_file="/runs/job 7/strategy.yml", restart_count=2,
+                settings=Settings(shard_data=True, max_steps=1, init_timeout_s=0.25, op_timeout_s=0.0)),
+    TaskContext(mode=Mode.CAPTURE, role=Role.WORKER, task_index=0, num_workers=4, job_id="cap", cluster={},
+                capture_out="/tmp/found.json"),
+    TaskContext(mode=Mode.PROFILE, role=Role.WORKER, task_index=0, num_workers=1, job_id="p", cluster={},
+                capture_out="/o.json", profile_warmup=0, profile_steps=20, scratch_dir="/s",
+                settings=Settings(max_steps=40)),
+])
+def test_a_context_written_to_the_environment_reads_back_equal(context):
+    env = context.to_env()
+    assert TaskContext.from_env(env) == context
+    assert set(env) <= set(CONTRACT_VARS + SETTING_VARS)
+    assert all(type(value) is str for value in env.values())  # the enums are written as their text
+    assert env[MODE_VAR] == str(context.mode) and env["ADRUN_ROLE"] == context.role.value
+
+
+def test_text_given_for_an_enum_field_is_held_as_the_enum():
+    context = TaskContext(mode="run", role="ps", task_index=0, num_workers=1, job_id="j", cluster={})
+    assert (context.mode, context.role) == (Mode.RUN, Role.PS)
+    with pytest.raises(ValueError):
+        TaskContext(mode="train", role="ps", task_index=0, num_workers=1, job_id="j", cluster={})
 
 
 @pytest.mark.parametrize("name,value", [
@@ -54,6 +80,7 @@ def test_every_variable_of_the_contract_and_every_setting_is_read():
     ("ADRUN_ROLE", "chief"),
     ("ADRUN_TASK_INDEX", "-1"),
     ("ADRUN_TASK_INDEX", "one"),
+    ("ADRUN_RESTART_COUNT", "-1"),
     ("ADRUN_NUM_WORKERS", "0"),
     ("ADRUN_CLUSTER", "ps=a:1"),
     ("ADRUN_CLUSTER", '{"worker": "localhost:2000"}'),
@@ -79,12 +106,13 @@ def test_what_the_launcher_writes_the_runtime_reads_back(task):
     """Both ends use the names of adrun.env_vars: a task's context is the launch's facts."""
     settings = Settings(shard_data=True, max_steps=7, op_timeout_s=0.0)
     launcher = {"ADRUN_INIT_TIMEOUT": "1", "ADRUN_MODE": "capture", "HOME": "/root"}  # neither reaches the task
-    env = task_env(task, "job-7", 2, CLUSTER, "run", "/s.yml", "/hook", launcher, restart_count=2, settings=settings)
-    assert TaskContext.from_env(env) == TaskContext(
-        mode="run", role=task.role, task_index=task.index, num_workers=2, job_id="job-7", cluster=CLUSTER,
-        strategy_file="/s.yml", capture_out=None, settings=settings,
+    context = run_context(task, "job-7", 2, CLUSTER, strategy_file="/s.yml", restart_count=2, settings=settings)
+    env = task_env(context, launcher, hook_dir="/hook")
+    assert TaskContext.from_env(env) == context == TaskContext(
+        mode=Mode.RUN, role=Role(task.role), task_index=task.index, num_workers=2, job_id="job-7", cluster=CLUSTER,
+        strategy_file="/s.yml", restart_count=2, settings=settings,
     )
-    # The two the runtime leaves to the script: its worker index and which attempt this is.
+    # For the script: its worker index (like a rank) and which attempt this is.
     assert env.get(WORKER_INDEX_VAR) == (str(task.index) if task.role == "worker" else None)
     assert env[RESTART_COUNT_VAR] == "2"
 
@@ -92,5 +120,5 @@ def test_what_the_launcher_writes_the_runtime_reads_back(task):
 def test_the_hook_checks_the_contracts_mode_variable():
     """The hook reads ADRUN_MODE by its literal name (importing the names would load adrun into
     processes where it stays inert); it must be the contract's."""
-    hook = Path(adrun.runtime.context.__file__).parents[1] / "hook" / "sitecustomize.py"
+    hook = Path(adrun.task_context.__file__).parent / "hook" / "sitecustomize.py"
     assert f'os.environ.get("{MODE_VAR}")' in hook.read_text()

@@ -34,7 +34,7 @@ tf1 = tf.compat.v1
 
 from adrun.runtime import session_setup  # noqa: E402
 from adrun.runtime.capture import describe_graph  # noqa: E402
-from adrun.runtime.context import TaskContext  # noqa: E402
+from adrun.task_context import TaskContext  # noqa: E402
 from adrun.runtime.grads import GradientRecord, records_for  # noqa: E402
 from adrun.runtime.kernels.gradient_sync import synchronized_apply  # noqa: E402
 from adrun.runtime.kernels.partitioning import partitioner_for  # noqa: E402

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from adrun.runtime.context import TaskContext
+    from adrun.task_context import TaskContext
 
 LOCAL_SESSION_TASK = "/job:localhost/replica:0/task:0"  # how a plain (non-distributed) session names its devices
 

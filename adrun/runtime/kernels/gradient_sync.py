@@ -27,7 +27,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from adrun.runtime.context import TaskContext
+from adrun.task_context import TaskContext
 from adrun.runtime.grads import is_sparse, records_for, variable_name
 from adrun.runtime.kernels.allreduce_sync import Collectives
 from adrun.runtime.kernels.devices import own_device

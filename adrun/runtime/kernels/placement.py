@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from adrun.runtime.context import TaskContext
+from adrun.task_context import TaskContext
 from adrun.runtime.grads import variable_name
 from adrun.runtime.kernels.devices import own_device, ps_device
 

@@ -1,4 +1,4 @@
-"""Answers the runtime asks of a Strategy: which synchronizer a variable (or shard) has.
+"""Answers the runtime asks of a Strategy (through `TaskContext.plan`): which synchronizer a variable (or shard) has.
 
 Partitioned variables exist in a worker's graph as TF shards named `<variable>/part_<i>`
 (TF's own PartitionedVariable naming); shard i follows `partition.shards[i]`.
