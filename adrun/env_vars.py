@@ -1,8 +1,8 @@
 """The names of adrun's env contract and its typed settings, shared by both ends of it.
 
-The launcher writes a task's environment (`adrun.launch.env`); the runtime inside the unmodified
-script reads it once (`adrun.runtime.context`). Both take the names and the parsing from here, so
-the two ends cannot drift apart. This module imports neither TensorFlow nor `adrun.launch`: the
+A task's context (`adrun.task_context.TaskContext`) is written into its environment by the
+launcher and read back once by the runtime inside the unmodified script; both take the names and
+the parsing of single values from here. This module imports neither TensorFlow nor `adrun.launch`: the
 runtime must not pull in the launcher, and the launcher must not pull in TensorFlow.
 
 A bad value is refused with the variable's name: a setting's by the launcher before anything
@@ -36,8 +36,6 @@ CONTRACT_VARS = (
     WORKER_INDEX_VAR, NUM_WORKERS_VAR, ROLE_VAR, JOB_ID_VAR, RESTART_COUNT_VAR, TASK_INDEX_VAR, MODE_VAR,
     CLUSTER_VAR, STRATEGY_FILE_VAR, CAPTURE_OUT_VAR, PROFILE_WARMUP_VAR, PROFILE_STEPS_VAR, SCRATCH_DIR_VAR,
 )
-MODES = ("run", "capture", "profile")
-ROLES = ("worker", "ps")
 
 # The settings: one value for every task of a job, from the launcher's environment or its options.
 SHARD_DATA_VAR = "ADRUN_SHARD_DATA"
