@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from adrun.errors import UserError
-from adrun.exit_codes import ERROR_PREFIX, HOOK_DONE_EXIT_CODE, PLAN_MISMATCH_EXIT_CODE
+from adrun.exit_codes import HOOK_DONE_EXIT_CODE
 from adrun.env_vars import Settings
 from adrun.graph_item import GraphItem, load_graph_item
 from adrun.launch.env import task_env
@@ -24,22 +24,23 @@ from adrun.launch.job.plan import HOOK_DIR
 from adrun.launch.job.local import LocalProcess, worker_argv
 from adrun.launch.job.tf_noise import NoiseFilter
 from adrun.task_context import Mode, Role, TaskContext
+from adrun.task_events import DoneEvent, RefusalEvent, TaskEvent, decode
 
 CAPTURE_TIMEOUT_S = 600
 _TAIL_LINES = 15
 Found = TypeVar("Found")
 
 
-def _hook_refusal(stderr: bytes) -> str | None:
-    """The message of adrun's hook when it refused the script during capture."""
-    lines = [line for line in stderr.decode(errors="replace").splitlines() if line.startswith(ERROR_PREFIX)]
-    return lines[-1][len(ERROR_PREFIX):] if lines else None
+def _events(stderr: bytes) -> list[TaskEvent]:
+    """What the process reported (adrun/task_events.py), in order."""
+    return [event for line in stderr.decode(errors="replace").splitlines() if (event := decode(line)) is not None]
 
 
 def _tail(text: bytes) -> str:
     """The script's last stderr lines, without TensorFlow's start-up noise, indented to quote."""
     noise = NoiseFilter()
-    lines = [line for line in text.decode(errors="replace").splitlines() if not noise.is_noise(line) and line.strip()]
+    lines = [line for line in text.decode(errors="replace").splitlines()
+             if line.strip() and decode(line) is None and not noise.is_noise(line)]
     return "\n".join("    " + line for line in lines[-_TAIL_LINES:])
 
 
@@ -85,11 +86,12 @@ def run_in_hook_mode(
         finally:
             process.kill_group()
         code = process.poll()
-        refusal = _hook_refusal(stderr) if code == PLAN_MISMATCH_EXIT_CODE else None
-        if code == HOOK_DONE_EXIT_CODE and out.exists():
+        events = _events(stderr)
+        if code == HOOK_DONE_EXIT_CODE and any(isinstance(event, DoneEvent) for event in events):
             return read(out)
-        if refusal:
-            raise UserError(f"{script}: {refusal}")
+        refusals = [event for event in events if isinstance(event, RefusalEvent)]
+        if refusals:
+            raise UserError(f"{script}: {refusals[-1].message}")
         if code != HOOK_DONE_EXIT_CODE:
             raise UserError(
                 f"{script}: {failed} (exit code {code}); last lines of its stderr:\n{_tail(stderr)}"

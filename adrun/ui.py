@@ -23,11 +23,13 @@ from rich.table import Table
 from rich.text import Text
 
 from adrun.exit_codes import ERROR_PREFIX
+from adrun.launch.job.failures import NodeLost, TaskKilled, TaskRaised, TaskRefused, TaskStalled
 
 if TYPE_CHECKING:
     from adrun.graph_item import GraphItem
+    from adrun.launch.job.failures import Failure
     from adrun.launch.job.metrics import Throughput
-    from adrun.launch.job.supervisor import Attempt, Failure, JobResult, Stream, TaskOutcome
+    from adrun.launch.job.supervisor import Attempt, JobResult, Stream, TaskOutcome
     from adrun.launch.job.tasks import Task
     from adrun.spec import ClusterSpec
     from adrun.strategies.document import AllReduceSync, PSSync, Strategy, VariablePlan
@@ -61,17 +63,22 @@ def print_failure(failure: Failure) -> None:
     fields = Table.grid(padding=(0, 2))
     fields.add_row("task", f"{task.tag} ({task.role} {task.index})")
     fields.add_row("host", task.host)
-    if failure.stall:
+    cause = failure.cause
+    if isinstance(cause, TaskStalled):
         fields.add_row("exit", Text("none: it stalled, and adrun stopped the job (--on-stall fail)", style="bold red"))
-        fields.add_row("stall", failure.stall)
-    elif failure.lost:
-        fields.add_row("exit", Text(f"unknown: {failure.lost}", style="bold red"))
-    elif failure.signal_name:
-        fields.add_row("exit", Text(f"killed by {failure.signal_name} (status {failure.returncode})", style="bold red"))
-    elif failure.returncode == 0:
+        fields.add_row("stall", cause.detail)
+    elif isinstance(cause, NodeLost):
+        fields.add_row("exit", Text(f"unknown: {cause.how}", style="bold red"))
+    elif isinstance(cause, TaskKilled):
+        fields.add_row("exit", Text(f"killed by {cause.signal} (status {cause.returncode})", style="bold red"))
+    elif cause.returncode == 0:
         fields.add_row("exit", Text("0, but a parameter server must serve until the workers finish", style="bold red"))
     else:
-        fields.add_row("exit", Text(f"code {failure.returncode}", style="bold red"))
+        fields.add_row("exit", Text(f"code {cause.returncode}", style="bold red"))
+    if isinstance(cause, TaskRaised):
+        fields.add_row("raised", cause.error.exception)
+    elif isinstance(cause, TaskRefused):
+        fields.add_row("refused", cause.message)
     parts = [fields]
     if failure.stdout_tail:
         parts += [Text(""), Text("last output lines:", style="bold"), Text("\n".join(failure.stdout_tail))]

@@ -5,8 +5,9 @@ adrun puts this directory first on PYTHONPATH of every process it starts. Python
 
 1. chains to any other `sitecustomize` further down the path, so a site's own customisation
    keeps working, and
-2. when adrun started the process (ADRUN_MODE is set), arranges for adrun's TensorFlow patches to
-   be installed right after the script imports `tensorflow`. Without ADRUN_MODE it does nothing.
+2. when adrun started the process (ADRUN_MODE is set), reports an exception that ends the script
+   to the launcher (`runtime/reporting.py`) and arranges for adrun's TensorFlow patches to be
+   installed right after the script imports `tensorflow`. Without ADRUN_MODE it does nothing.
 """
 
 import importlib
@@ -45,5 +46,7 @@ _chain_to_next_sitecustomize()
 # imported (`adrun.runtime.context`).
 if os.environ.get("ADRUN_MODE"):
     from adrun.runtime.import_hook import install_after_tensorflow_import
+    from adrun.runtime.reporting import report_uncaught_exceptions
 
+    report_uncaught_exceptions()
     install_after_tensorflow_import()

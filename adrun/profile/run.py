@@ -31,7 +31,7 @@ from pathlib import Path
 
 from adrun.capture_run import CAPTURE_TIMEOUT_S, require_training_op, run_in_hook_mode
 from adrun.errors import UserError
-from adrun.profile.samples import ProfileSamples, load_samples
+from adrun.profile_samples import ProfileSamples, load_samples
 from adrun.strategies.facts import ModelProfile, RowsTouched
 from adrun.task_context import Mode
 

@@ -18,6 +18,8 @@ from adrun.exit_codes import HOOK_DONE_EXIT_CODE
 from adrun.graph_item import GraphItem, VariableInfo, save_graph_item
 from adrun.runtime.grads import is_sparse, records_for, variable_name
 from adrun.runtime.kernels.partitioning import partition_blockers
+from adrun.runtime.reporting import report
+from adrun.task_events import DoneEvent
 
 _graph_at_exit: tf.Graph | None = None
 
@@ -82,7 +84,7 @@ def static_batch_size(graph: tf.Graph) -> int | None:
 
 
 def capture_and_exit(graph: tf.Graph, out_path: str) -> None:
-    save_graph_item(describe_graph(graph), out_path)
+    _write(graph, out_path)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(HOOK_DONE_EXIT_CODE)
@@ -93,5 +95,10 @@ def capture_at_exit(graph: tf.Graph, out_path: str) -> None:
     before the model, and no optimizer step followed), so the launcher can say what is missing."""
     global _graph_at_exit
     if _graph_at_exit is None:
-        atexit.register(lambda: save_graph_item(describe_graph(_graph_at_exit), out_path))
+        atexit.register(lambda: _write(_graph_at_exit, out_path))
     _graph_at_exit = graph
+
+
+def _write(graph: tf.Graph, out_path: str) -> None:
+    save_graph_item(describe_graph(graph), out_path)
+    report(DoneEvent(out_path))

@@ -1,5 +1,5 @@
-"""Per-step metrics of a worker, written as `@@ADRUN {json}` lines on stderr for the launcher,
-and the step bound (`ADRUN_MAX_STEPS`) that ends a worker after its Nth training step."""
+"""Per-step metrics of a worker, reported to the launcher as step and waiting events
+(adrun/task_events.py), and the step bound (`ADRUN_MAX_STEPS`) that ends a worker after its Nth training step."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from typing import Any
 
 import tensorflow as tf
 
-from adrun.launch.job.metrics import format_metric_line
 from adrun.runtime.capture import static_batch_size
 from adrun.runtime.grads import records_for
+from adrun.runtime.reporting import report
+from adrun.task_events import StepEvent, WaitingEvent
 
 _EMIT_INTERVAL_S = 0.5
 WAITING_AFTER_S = 2.0  # a step running this long is reported as waiting (a normal step is far shorter)
@@ -76,7 +77,6 @@ class StepReporter:
         self._emitted = 0  # the step count of the last report
         self._step_began: tuple[float, float] | None = None  # (monotonic, wall) start of a running step
         self._waiting_reported = False
-        self._lock = threading.Lock()
         self._flusher: threading.Thread | None = None
         atexit.register(self.emit)
 
@@ -156,17 +156,11 @@ class StepReporter:
             began = self._step_began
             if began is not None and not self._waiting_reported and time.monotonic() - began[0] >= WAITING_AFTER_S:
                 self._waiting_reported = True
-                self._write({"event": "waiting", "step": self.steps, "time": time.time(), "since": began[1]})
-
-    def _write(self, event: dict[str, Any]) -> None:
-        with self._lock:
-            sys.__stderr__.write(format_metric_line(event))
-            sys.__stderr__.flush()
+                report(WaitingEvent(self.steps, time.time(), since=began[1]))
 
     def emit(self, now: float | None = None) -> None:
         if not self.steps:
             return
         self._last_emit = now or time.monotonic()
         self._emitted = self.steps
-        self._write({"event": "step", "step": self.steps, "time": time.time(), "examples": self.examples,
-                     "wire_bytes": self.wire_bytes})
+        report(StepEvent(self.steps, time.time(), examples=self.examples, wire_bytes=self.wire_bytes))

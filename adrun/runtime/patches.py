@@ -22,15 +22,20 @@ import threading
 
 from adrun.exit_codes import ERROR_PREFIX, PLAN_MISMATCH_EXIT_CODE
 from adrun.runtime.context import current
+from adrun.runtime.reporting import report
+from adrun.task_events import MESSAGE_CHARS, RefusalEvent
 
 _installed = False
 _local = threading.local()
 
 
 def _fail(message: str) -> None:
+    """Refuse the script: the reason for its reader (an `adrun: error:` line) and for the
+    launcher (a refusal event), then exit PLAN_MISMATCH_EXIT_CODE."""
     sys.stdout.flush()
     sys.stderr.write(f"{ERROR_PREFIX}{message}\n")
     sys.stderr.flush()
+    report(RefusalEvent(message[:MESSAGE_CHARS]))
     os._exit(PLAN_MISMATCH_EXIT_CODE)
 
 

@@ -37,11 +37,13 @@ import numpy as np
 import tensorflow as tf
 
 from adrun.exit_codes import HOOK_DONE_EXIT_CODE
-from adrun.profile.samples import ProfileSamples, save_samples
+from adrun.profile_samples import ProfileSamples, save_samples
 from adrun.runtime.capture import describe_graph
 from adrun.runtime.grads import GradientRecord, is_sparse, variable_name
 from adrun.runtime.metrics import controls_a_step, fetched_names
+from adrun.runtime.reporting import report
 from adrun.strategies.document import shard_sizes
+from adrun.task_events import DoneEvent
 
 
 # Slices of a sparse variable's rows whose touched rows are counted apart (RowsTouched.by_range):
@@ -180,3 +182,4 @@ class Profiler:
             step_s=self.step_s, rows=self.rows, rows_by_slice=self.rows_by_slice,
         )
         save_samples(samples, self.out_path)
+        report(DoneEvent(self.out_path))

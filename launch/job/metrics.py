@@ -1,35 +1,10 @@
-"""The workers' `@@ADRUN {json}` metric lines (protocol: docs/architecture.md) and the throughput
-read from them.
-
-The line format is defined here, once: the runtime writes its lines with `format_metric_line`
-(this module imports nothing of adrun, so every task can import it) and the supervisor reads them
-with `parse_metric_line`.
-"""
+"""The throughput of a job, read from its workers' step events (`adrun.task_events.StepEvent`)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from typing import Any
 
-METRIC_PREFIX = "@@ADRUN "
-
-
-def format_metric_line(event: dict[str, Any]) -> str:
-    """The line (with its newline) that carries `event` from a worker to the launcher."""
-    return METRIC_PREFIX + json.dumps(event) + "\n"
-
-
-def parse_metric_line(line: str) -> dict[str, Any] | None:
-    """The event of a metric line; None for any other line (including a malformed metric line,
-    which is then shown like ordinary output rather than silently dropped)."""
-    if not line.startswith(METRIC_PREFIX):
-        return None
-    try:
-        event = json.loads(line[len(METRIC_PREFIX) :])
-    except ValueError:
-        return None
-    return event if isinstance(event, dict) else None
+from adrun.task_events import StepEvent
 
 
 @dataclass
@@ -64,17 +39,12 @@ class Throughput:
 
     workers: dict[int, WorkerRate] = field(default_factory=dict)
 
-    def record(self, worker: int, event: dict[str, Any]) -> None:
-        """Take in one event of `worker`; events other than well-formed `step` ones are ignored."""
-        step, when, examples = event.get("step"), event.get("time"), event.get("examples")
-        if event.get("event") != "step" or not isinstance(step, int) or not isinstance(when, (int, float)):
-            return
-        rate = self.workers.setdefault(worker, WorkerRate(step, float(when), step, float(when)))
-        rate.steps, rate.last_time = step, float(when)
-        if isinstance(examples, int):
-            rate.examples = examples
-        if isinstance(event.get("wire_bytes"), int):
-            rate.wire_bytes = event["wire_bytes"]
+    def record(self, worker: int, event: StepEvent) -> None:
+        """Take in one step report of `worker`."""
+        rate = self.workers.setdefault(worker, WorkerRate(event.step, event.time, event.step, event.time))
+        rate.steps, rate.last_time, rate.wire_bytes = event.step, event.time, event.wire_bytes
+        if event.examples is not None:
+            rate.examples = event.examples
 
     @property
     def steps_per_s(self) -> float | None:

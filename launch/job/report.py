@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from adrun.errors import UserError
 
+from .failures import FailureKind, TaskRaised
 from .supervisor import JobResult
 
 
@@ -39,6 +40,7 @@ class AttemptReport(BaseModel):
     attempt: int  # ADRUN_RESTART_COUNT of its processes, 0 for the first
     exit_code: int
     root_cause: str | None  # the failing task's one-line summary; None when it did not fail
+    root_cause_kind: FailureKind | None = None  # how it failed (added within version 1)
     root_cause_stderr: list[str] = []
     steps: int  # steps its workers ran, summed over the workers (how many a restart redid is the script's)
     elapsed_s: float
@@ -60,6 +62,10 @@ class JobReport(BaseModel):
     succeeded: bool
     interrupted: bool
     root_cause: str | None  # the failing task's one-line summary
+    # how it failed: exited, raised (an exception it did not catch), refused (by adrun's hook),
+    # killed (a signal), stalled, lost (its node); added within version 1
+    root_cause_kind: FailureKind | None = None
+    root_cause_exception: str | None = None  # the class of the exception it raised, when it did
     root_cause_stderr: list[str] = []  # its last stderr lines, TensorFlow's start-up noise left out
     root_cause_stdout: list[str] = []  # its last lines on stdout
     elapsed_s: float  # all attempts, back-off included
@@ -90,6 +96,9 @@ def job_report(result: JobResult, job_id: str, builder: str, strategy_file: Path
         job_id=job_id, builder=builder, strategy_file=str(strategy_file), exit_code=result.exit_code,
         succeeded=result.state == "succeeded", interrupted=result.interrupted,
         root_cause=result.failed.summary if result.failed else None,
+        root_cause_kind=result.failed.cause.kind if result.failed else None,
+        root_cause_exception=result.failed.cause.error.exception
+        if result.failed and isinstance(result.failed.cause, TaskRaised) else None,
         root_cause_stderr=list(result.failed.stderr_tail) if result.failed else [],
         root_cause_stdout=list(result.failed.stdout_tail) if result.failed else [],
         elapsed_s=result.elapsed_s, steps=sum(r.steps for r in rates.values()),
@@ -99,6 +108,7 @@ def job_report(result: JobResult, job_id: str, builder: str, strategy_file: Path
                  for node, (sent, received) in result.traffic.items()},
         attempts=[AttemptReport(
             attempt=a.number, exit_code=a.exit_code, root_cause=a.failed.summary if a.failed else None,
+            root_cause_kind=a.failed.cause.kind if a.failed else None,
             root_cause_stderr=list(a.failed.stderr_tail) if a.failed else [], steps=a.steps,
             elapsed_s=a.elapsed_s, restarted=a.restarted, verdict=a.verdict,
         ) for a in result.attempts],

@@ -6,19 +6,19 @@ ports, with ADRUN_RESTART_COUNT one higher. What the script resumes from is its 
 MonitoredTrainingSession(checkpoint_dir=...) or a Saver restore picks up the last checkpoint.
 
 The rule (`judge`), in order:
-  1. a worker that exited with PLAN_MISMATCH_EXIT_CODE (the hook refused its graph) is not
+  1. a worker the hook refused (`TaskRefused`: its graph is not the planned one) is not
      restarted: the same script builds the same graph again;
   2. a task killed by a signal, a task whose node was lost, a stalled worker (`--on-stall fail`)
      and a parameter server that ended (it runs adrun's server, never the user's code) are
      restarted: machines, networks and the OOM killer cause these;
-  3. a worker whose last traceback ends in one of TF's runtime errors about a peer
-     (RESTARTABLE_ERRORS: a dead or unreachable peer, an aborted step, an operation that timed
-     out) is restarted;
+  3. a worker that raised one of TF's runtime errors about a peer (`TaskRaised` whose error's
+     `tf_error` is in RESTARTABLE_ERRORS: a dead or unreachable peer, an aborted step, an
+     operation that timed out; the task decides the class, from the exception object) is restarted;
   4. any other worker exit is not: an exception of the script's own, or an exit code it chose,
      is an error in the script or its input that a restart would repeat;
   5. a failure restarted by 2 or 3 is not restarted when the attempt before ended the same way:
-     the same task, the same kind (signal, exception class, lost node or stall) and the same
-     step. A deterministic crash would otherwise use up the whole budget.
+     the same task, the same cause (the same signal, exception class, lost node, or a stall)
+     and the same step. A deterministic crash would otherwise use up the whole budget.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from adrun.errors import UserError
-from adrun.exit_codes import PLAN_MISMATCH_EXIT_CODE
 
+from .failures import Cause, Failure, NodeLost, TaskKilled, TaskRaised, TaskRefused, TaskStalled
 from .provision import RemoteNodes
-from .supervisor import Attempt, Failure, JobConfig, JobListener, JobResult, run_attempt
+from .supervisor import Attempt, JobConfig, JobListener, JobResult, run_attempt
 
 RESTARTABLE_ERRORS = frozenset({"UnavailableError", "AbortedError", "DeadlineExceededError"})
 
@@ -48,40 +48,45 @@ class Verdict:
 def judge(failure: Failure, previous: Failure | None = None) -> Verdict:
     """Whether a restart can cure `failure`, given how the attempt before ended (`previous`,
     None for the first attempt or one that did not fail); see the module's rule."""
-    task = failure.task
-    if task.role == "worker" and failure.returncode == PLAN_MISMATCH_EXIT_CODE:
+    task, cause = failure.task, failure.cause
+    if task.role == "worker" and isinstance(cause, TaskRefused):
         return Verdict(False, "the script built a different graph than the one planned; it would again")
-    cause = _curable_cause(failure)
-    if cause is None:
-        name = failure.exception_name
-        what = f"raised {name}" if name else f"exited with code {failure.returncode}"
+    curable = _curable_cause(failure)
+    if curable is None:
+        what = f"raised {cause.error.name}" if isinstance(cause, TaskRaised) else f"exited with code {failure.returncode}"
         return Verdict(False, f"the script {what}: an error in the script or its input, which a restart would repeat")
-    if previous is not None and _kind(previous) == _kind(failure) and previous.task.tag == task.tag \
+    if previous is not None and _same_way(previous.cause, cause) and previous.task.tag == task.tag \
             and previous.step == failure.step:
         at = "before its first step" if failure.step is None else f"at step {failure.step}"
-        return Verdict(False, f"{task.tag} failed the same way {at} in the attempt before ({cause}); "
+        return Verdict(False, f"{task.tag} failed the same way {at} in the attempt before ({curable}); "
                               "a restart would repeat it")
-    return Verdict(True, cause)
+    return Verdict(True, curable)
 
 
 def _curable_cause(failure: Failure) -> str | None:
     """Why a restart may cure `failure`, or None when it cannot."""
-    if failure.stall:
+    cause = failure.cause
+    if isinstance(cause, TaskStalled):
         return "a stalled worker"
-    if failure.lost:
+    if isinstance(cause, NodeLost):
         return f"lost the connection to {failure.task.host}"
-    if failure.signal_name:
-        return f"killed by {failure.signal_name}"
+    if isinstance(cause, TaskKilled):
+        return f"killed by {cause.signal}"
     if failure.task.role == "ps":
         return "a parameter server ended"
-    if failure.exception_name in RESTARTABLE_ERRORS:
-        return f"TensorFlow's {failure.exception_name}: a peer died, did not answer or aborted the step"
+    if isinstance(cause, TaskRaised) and cause.error.tf_error in RESTARTABLE_ERRORS:
+        return f"TensorFlow's {cause.error.tf_error}: a peer died, did not answer or aborted the step"
     return None
 
 
-def _kind(failure: Failure) -> tuple[bool, str | None, int | None, str | None]:
-    """How a failure ended, without what changes from attempt to attempt (ports in messages)."""
-    return (bool(failure.stall), failure.lost, failure.returncode, failure.exception_name)
+def _same_way(before: Cause, now: Cause) -> bool:
+    """Whether two causes are the same, leaving out what changes from attempt to attempt: an
+    exception's message (it names ports) and how long a stall lasted."""
+    if type(before) is not type(now):
+        return False
+    if isinstance(before, TaskRaised) and isinstance(now, TaskRaised):
+        return (before.returncode, before.error.exception) == (now.returncode, now.error.exception)
+    return isinstance(now, TaskStalled) or before == now
 
 
 class AttemptListener(JobListener, Protocol):

@@ -14,7 +14,6 @@ through a `JobListener`, which `adrun.ui` implements, all calls made from the su
 from __future__ import annotations
 
 import queue
-import re
 import signal
 import threading
 import time
@@ -28,12 +27,14 @@ from typing import Any, Literal, Protocol, TextIO
 from adrun.env_vars import Settings
 from adrun.defaults import RESTART_BACKOFF_S, STALL_TIMEOUT_S
 from adrun.errors import UserError
-from adrun.exit_codes import INTERRUPTED_EXIT_CODE, SIGNAL_EXIT_BASE, STALL_EXIT_CODE
+from adrun.exit_codes import INTERRUPTED_EXIT_CODE
 from adrun.spec import ClusterSpec
+from adrun.task_events import ErrorEvent, RefusalEvent, StepEvent, TaskEvent, WaitingEvent, decode
 
 from .plan import TaskLaunch, plan_job
+from .failures import Failure, TaskStalled, cause_of, signal_name
 from .local import LocalProcess
-from .metrics import Throughput, parse_metric_line
+from .metrics import Throughput
 from .process import OutputLines, TaskProcess
 from .provision import RemoteNodes, local_traffic
 from .tasks import Task
@@ -47,9 +48,6 @@ OUTPUT_TAIL_LINES = 5
 _PROGRESS_INTERVAL_S = 1.0
 _TICK_S = 0.1
 _EOF_WAIT_S = 2.0
-_TRACEBACK = "Traceback (most recent call last):"
-# The line ending a Python traceback: `ValueError: text`, `pkg.mod.UnavailableError: text`, `KeyboardInterrupt`.
-_EXCEPTION_LINE = re.compile(r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt))(?::\s|$)")
 
 
 class JobListener(Protocol):
@@ -58,7 +56,7 @@ class JobListener(Protocol):
     def job_started(self, job_id: str, tasks: Sequence[Task]) -> None: ...
 
     def task_output(self, task: Task, stream: Stream, line: str) -> None:
-        """One line of a task's output (metric lines excluded), as it arrives."""
+        """One line of a task's output (its event lines excluded), as it arrives."""
 
     def noise_folded(self, task: Task, count: int) -> None:
         """`count` lines of TensorFlow start-up noise (`tf_noise`) of `task` were not shown; said
@@ -72,66 +70,6 @@ class JobListener(Protocol):
 
     def warning(self, message: str) -> None:
         """Something looks wrong but the job goes on (e.g. a worker stalls)."""
-
-
-def signal_name(returncode: int | None) -> str | None:
-    """`SIGKILL` for an exit status of -9; None for a normal exit (or no status)."""
-    if returncode is None or returncode >= 0:
-        return None
-    try:
-        return signal.Signals(-returncode).name
-    except ValueError:
-        return f"signal {-returncode}"
-
-
-@dataclass(frozen=True)
-class Failure:
-    """The task whose end (or stall) failed the job, with its last words: its last stderr lines
-    without TensorFlow's start-up noise (a traceback, typically) and its last lines on stdout."""
-
-    task: Task
-    returncode: int | None  # negative: killed by that signal; None: still running (a stall)
-    stderr_tail: list[str]
-    lost: str | None = None  # how a remote task was lost (connection died, node silent): status unknown
-    stdout_tail: list[str] = field(default_factory=list)
-    exception: str | None = None  # the last line of the last Python traceback it printed
-    step: int | None = None  # a worker's last reported step (steps run by it in this attempt)
-    stall: str | None = None  # why a stalled worker failed the job (`on_stall="fail"`)
-
-    @property
-    def signal_name(self) -> str | None:
-        return signal_name(self.returncode)
-
-    @property
-    def exception_name(self) -> str | None:
-        """The class of `exception` without its module: `UnavailableError`."""
-        if self.exception is None:
-            return None
-        match = _EXCEPTION_LINE.match(self.exception)
-        return match.group(1).rsplit(".", 1)[-1] if match else None
-
-    @property
-    def summary(self) -> str:
-        """One line: which task, where, and how it ended."""
-        who = f"{self.task.label} ({self.task.role} {self.task.index} on {self.task.host})"
-        if self.stall:
-            return f"{who} {self.stall}"
-        if self.lost:
-            return f"{who}: {self.lost}, the task's state is unknown"
-        if self.signal_name:
-            return f"{who} was killed by {self.signal_name}"
-        if self.returncode == 0:
-            return f"{who} exited (code 0) while the workers were still running"
-        return f"{who} exited with code {self.returncode}"
-
-    @property
-    def job_exit_code(self) -> int:
-        """The launcher's exit code for this failure, shell-style for signals."""
-        if self.returncode is None:
-            return STALL_EXIT_CODE
-        if self.returncode < 0:
-            return SIGNAL_EXIT_BASE - self.returncode
-        return self.returncode or 1
 
 
 @dataclass(frozen=True)
@@ -227,9 +165,9 @@ class _Running:
     progress_at: float = field(default_factory=time.monotonic)  # last new step (or start)
     last_step: int | None = None
     stall_warned: bool = False
-    in_traceback: bool = False  # a traceback started on stderr and its exception line is still to come
-    waiting_since: float | None = None  # blocked inside a training step since (a `waiting` metric event)
-    last_exception: str | None = None
+    waiting_since: float | None = None  # blocked inside a training step since (a `waiting` event)
+    error: ErrorEvent | None = None  # the exception the task reported ending on
+    refusal: RefusalEvent | None = None  # why adrun's hook refused the script
 
     @property
     def task(self) -> Task:
@@ -355,8 +293,8 @@ class _Job:
             run.stall_warned = True
             if self.on_stall == "fail":
                 blamed = _holding_up(run, workers) or run
-                self.failure = Failure(blamed.task, None, list(blamed.tail), exception=blamed.last_exception,
-                                       step=blamed.last_step, stall=_stall_detail(blamed, workers, now))
+                self.failure = Failure(blamed.task, TaskStalled(_stall_detail(blamed, workers, now)),
+                                       list(blamed.tail), list(blamed.stdout_tail), blamed.last_step)
                 self.listener.stopping(f"{self.failure.summary}: stopping the job (--on-stall fail)")
                 return True
             detail = _stall_detail(run, workers, now)
@@ -370,8 +308,8 @@ class _Job:
         assert run.returncode is not None
         step = run.last_step if run.task.role == "worker" else max(
             (r.last_step for r in self.running if r.last_step is not None), default=None)
-        self.failure = Failure(run.task, run.returncode, list(run.tail), lost, list(run.stdout_tail),
-                               run.last_exception, step)
+        cause = cause_of(run.returncode, lost=lost, error=run.error, refusal=run.refusal)
+        self.failure = Failure(run.task, cause, list(run.tail), list(run.stdout_tail), step)
         self.listener.stopping(f"{self.failure.summary}: stopping the other tasks")
 
     def _dispatch(self, timeout: float) -> None:
@@ -397,17 +335,14 @@ class _Job:
             run.open_streams -= 1
             return
         if stream == "stderr":
-            event = parse_metric_line(line)
+            event = decode(line)
             if event is not None:
-                if run.task.role == "worker":
-                    self.throughput.record(run.task.index, event)
-                    self._note_step(run, event)
+                self._take_event(run, event)
                 self._say_folded(run)
                 return
             noise = run.stderr_noise.is_noise(line)
             if not noise:
                 run.tail.append(line)
-            self._note_exception(run, line)
         else:
             noise = False
             run.stdout_tail.append(line)
@@ -424,31 +359,33 @@ class _Job:
             self.listener.noise_folded(run.task, run.folded)
         run.folded = 0
 
-    @staticmethod
-    def _note_exception(run: _Running, line: str) -> None:
-        """Remember the exception line ending a traceback on stderr; a TF error's message may
-        run on for more lines than the tail keeps, so the tail alone could lose it."""
-        if line.startswith(_TRACEBACK):
-            run.in_traceback = True
-        elif run.in_traceback and _EXCEPTION_LINE.match(line):
-            run.in_traceback, run.last_exception = False, line[:500]
+    def _take_event(self, run: _Running, event: TaskEvent) -> None:
+        """What a task reported (adrun/task_events.py): its steps, a step it waits in, the
+        exception it ends on, a refusal by adrun's hook."""
+        if isinstance(event, ErrorEvent):
+            run.error = event
+        elif isinstance(event, RefusalEvent):
+            run.refusal = event
+        elif run.task.role == "worker" and isinstance(event, (StepEvent, WaitingEvent)):
+            if isinstance(event, StepEvent):
+                self.throughput.record(run.task.index, event)
+            self._note_step(run, event)
 
-    def _note_step(self, run: _Running, event: dict[str, Any]) -> None:
-        step, kind = event.get("step"), event.get("event")
-        if kind in ("step", "waiting") and not self.training:
+    def _note_step(self, run: _Running, event: StepEvent | WaitingEvent) -> None:
+        if not self.training:
             # Start-up (importing TF, building graphs, the chief's initialization) is not a stall;
             # the stall clocks of the workers still starting start now.
             self.training = True
             for other in self.running:
                 if other.last_step is None:
                     other.progress_at = time.monotonic()
-        if kind == "step" and isinstance(step, int) and step != run.last_step:
-            run.last_step, run.progress_at, run.stall_warned = step, time.monotonic(), False
-            run.waiting_since = None
-        elif kind == "waiting" and isinstance(event.get("time"), (int, float)) \
-                and isinstance(event.get("since"), (int, float)):
+        if isinstance(event, StepEvent):
+            if event.step != run.last_step:
+                run.last_step, run.progress_at, run.stall_warned = event.step, time.monotonic(), False
+                run.waiting_since = None
+        else:
             # the worker's clock may differ from this one: keep only how long it has waited
-            run.waiting_since = time.monotonic() - max(0.0, event["time"] - event["since"])
+            run.waiting_since = time.monotonic() - max(0.0, event.time - event.since)
 
     # --- stop --------------------------------------------------------------------------------
 

@@ -8,8 +8,11 @@ import pytest
 
 from adrun.launch.job.metrics import Throughput
 from adrun.launch.job.report import JobReport, job_report, write_report
-from adrun.launch.job.supervisor import INTERRUPTED_EXIT_CODE, Failure, JobResult, TaskOutcome
+from adrun.exit_codes import INTERRUPTED_EXIT_CODE
+from adrun.launch.job.failures import Failure, TaskExited
+from adrun.launch.job.supervisor import JobResult, TaskOutcome
 from adrun.launch.job.tasks import Task
+from adrun.task_events import StepEvent
 
 W0, PS0 = Task("worker", 0, "10.0.0.1", 2000), Task("ps", 0, "10.0.0.2", 2001)
 
@@ -17,14 +20,14 @@ W0, PS0 = Task("worker", 0, "10.0.0.1", 2000), Task("ps", 0, "10.0.0.2", 2001)
 def result(exit_code: int, failed: Failure | None = None, interrupted: bool = False) -> JobResult:
     metrics = Throughput()
     for step, when in ((1, 10.0), (41, 12.0)):
-        metrics.record(0, {"event": "step", "step": step, "time": when, "examples": 32})
+        metrics.record(0, StepEvent(step, when, examples=32))
     outcomes = [TaskOutcome(W0, 11, exit_code if failed else 0, False), TaskOutcome(PS0, 12, -15, True)]
     return JobResult(exit_code, failed, interrupted, metrics, outcomes, 3.5, traffic={"10.0.0.1": (100, 200)})
 
 
 @pytest.mark.parametrize("job, state, succeeded", [
     (result(0), "succeeded", True),
-    (result(3, Failure(W0, 3, ["ValueError: bad"])), "failed", False),
+    (result(3, Failure(W0, TaskExited(3), ["ValueError: bad"])), "failed", False),
     (result(INTERRUPTED_EXIT_CODE, interrupted=True), "interrupted", False),
 ])
 def test_the_report_is_the_result_written_out(job: JobResult, state: str, succeeded: bool, tmp_path: Path):
@@ -35,6 +38,7 @@ def test_the_report_is_the_result_written_out(job: JobResult, state: str, succee
 
     assert (report.exit_code, report.succeeded, report.interrupted) == (job.exit_code, succeeded, state == "interrupted")
     assert report.root_cause == (job.failed.summary if job.failed else None)
+    assert (report.root_cause_kind, report.root_cause_exception) == (("exited" if job.failed else None), None)
     assert report.root_cause_stderr == (["ValueError: bad"] if job.failed else [])
     worker, ps = report.tasks
     assert (worker.task, worker.steps, worker.steps_per_s, worker.examples_per_s) == ("w0", 41, 20.0, 640.0)

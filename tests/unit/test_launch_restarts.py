@@ -16,32 +16,48 @@ import pytest
 from adrun.errors import UserError
 from adrun.exit_codes import PLAN_MISMATCH_EXIT_CODE, STALL_EXIT_CODE
 from adrun.launch.env import run_context, task_env
-from adrun.launch.job.plan import TaskLaunch
+from adrun.launch.job.failures import (
+    Failure, NodeLost, TaskExited, TaskKilled, TaskRaised, TaskRefused, TaskStalled,
+)
+from adrun.launch.job.plan import HOOK_DIR, TaskLaunch
 from adrun.launch.job.report import job_report
 from adrun.launch.job.restarts import judge, run_attempts
-from adrun.launch.job.supervisor import Failure, supervise
+from adrun.launch.job.supervisor import supervise
 from adrun.launch.job.tasks import Task
 from adrun.launch.job.teardown import kill_leftovers, leftover_processes
+from adrun.task_events import ErrorEvent, encode
 
 pytestmark = pytest.mark.timeout(90)
 
 W0, W1, PS0 = Task("worker", 0, "localhost", 1), Task("worker", 1, "localhost", 2), Task("ps", 0, "localhost", 3)
-TF_ERROR = "tensorflow.python.framework.errors_impl.{}: Graph execution error:"
+TF_MODULE = "tensorflow.python.framework.errors_impl"
+
+
+def raised(name: str, message: str = "Graph execution error:", tf_error: str | None = None) -> TaskRaised:
+    """What a worker's excepthook reports for an exception of class `name` (`tf_error`: the
+    tf.errors class TF gave it)."""
+    return TaskRaised(1, ErrorEvent(name, message, tf_error))
+
+
+def tf_raised(tf_error: str, message: str = "Graph execution error:") -> TaskRaised:
+    return raised(f"{TF_MODULE}.{tf_error}", message, tf_error)
 
 
 # --- the rule -----------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("failure,cause", [
-    (Failure(W1, -9, [], step=12), "killed by SIGKILL"),
-    (Failure(W1, -11, []), "killed by SIGSEGV"),
-    (Failure(W1, 255, [], lost=True), "lost the connection to localhost"),
-    (Failure(PS0, 1, [], exception="OSError: [Errno 98] Address already in use"), "a parameter server ended"),
-    (Failure(PS0, 0, []), "a parameter server ended"),
-    (Failure(W0, None, [], step=4, stall="has made no training progress for 60 s"), "a stalled worker"),
-    (Failure(W0, 1, [], exception=TF_ERROR.format("UnavailableError")), "UnavailableError"),
-    (Failure(W0, 1, [], exception=TF_ERROR.format("AbortedError")), "AbortedError"),
-    (Failure(W0, 1, [], exception=TF_ERROR.format("DeadlineExceededError")), "DeadlineExceededError"),
+    (Failure(W1, TaskKilled(-9), step=12), "killed by SIGKILL"),
+    (Failure(W1, TaskKilled(-11)), "killed by SIGSEGV"),
+    (Failure(W1, NodeLost("lost the SSH connection to localhost", 255)), "lost the connection to localhost"),
+    (Failure(PS0, raised("OSError", "[Errno 98] Address already in use")), "a parameter server ended"),
+    (Failure(PS0, TaskExited(0)), "a parameter server ended"),
+    (Failure(W0, TaskStalled("has made no training progress for 60 s"), step=4), "a stalled worker"),
+    (Failure(W0, tf_raised("UnavailableError")), "UnavailableError"),
+    (Failure(W0, tf_raised("AbortedError")), "AbortedError"),
+    (Failure(W0, tf_raised("DeadlineExceededError")), "DeadlineExceededError"),
+    # TF's class is decided in the task from the error code: a subclass of a script's own is TF's class
+    (Failure(W0, raised("my_model.PeerGone", "gone", tf_error="UnavailableError")), "UnavailableError"),
 ])
 def test_failures_a_restart_can_cure(failure, cause):
     verdict = judge(failure)
@@ -50,11 +66,15 @@ def test_failures_a_restart_can_cure(failure, cause):
 
 
 @pytest.mark.parametrize("failure,why", [
-    (Failure(W1, PLAN_MISMATCH_EXIT_CODE, []), "the script built a different graph than the one planned"),
-    (Failure(W1, 1, [], exception="RuntimeError: boom from w1"), "the script raised RuntimeError: an error in the script"),
-    (Failure(W1, 1, [], exception=TF_ERROR.format("InvalidArgumentError")), "the script raised InvalidArgumentError"),
-    (Failure(W1, 1, [], exception="KeyboardInterrupt"), "the script raised KeyboardInterrupt"),
-    (Failure(W0, 3, []), "the script exited with code 3"),
+    (Failure(W1, TaskRefused(PLAN_MISMATCH_EXIT_CODE, "the graph's fingerprint differs")),
+     "the script built a different graph than the one planned"),
+    (Failure(W1, raised("RuntimeError", "boom from w1")), "the script raised RuntimeError: an error in the script"),
+    (Failure(W1, tf_raised("InvalidArgumentError")), "the script raised InvalidArgumentError"),
+    (Failure(W1, raised("KeyboardInterrupt", "")), "the script raised KeyboardInterrupt"),
+    # a class named like TF's that TF did not raise (no tf_error) is the script's own
+    (Failure(W1, raised(f"{TF_MODULE}.UnavailableError", "fake")), "the script raised UnavailableError"),
+    (Failure(W0, TaskExited(3)), "the script exited with code 3"),
+    (Failure(W0, TaskExited(PLAN_MISMATCH_EXIT_CODE)), f"the script exited with code {PLAN_MISMATCH_EXIT_CODE}"),
 ])
 def test_failures_of_the_script_are_not_restarted(failure, why):
     verdict = judge(failure)
@@ -63,17 +83,20 @@ def test_failures_of_the_script_are_not_restarted(failure, why):
 
 
 def test_the_same_failure_at_the_same_step_twice_in_a_row_is_not_restarted():
-    first = Failure(W1, 1, [], exception=TF_ERROR.format("AbortedError") + " localhost:20001", step=7)
-    again = Failure(W1, 1, [], exception=TF_ERROR.format("AbortedError") + " localhost:31337", step=7)
+    first = Failure(W1, tf_raised("AbortedError", "step aborted by localhost:20001"), step=7)
+    again = Failure(W1, tf_raised("AbortedError", "step aborted by localhost:31337"), step=7)
     verdict = judge(again, first)
     assert not verdict.restart
     assert verdict.reason == ("w1 failed the same way at step 7 in the attempt before (TensorFlow's AbortedError: a "
                               "peer died, did not answer or aborted the step); a restart would repeat it")
     # Anything different is another failure: another step, task or way of ending.
-    assert judge(Failure(W1, 1, [], exception=TF_ERROR.format("AbortedError"), step=8), first).restart
-    assert judge(Failure(W0, 1, [], exception=TF_ERROR.format("AbortedError"), step=7), first).restart
-    assert judge(Failure(W1, -9, [], step=7), first).restart
-    assert not judge(Failure(PS0, -9, []), Failure(PS0, -9, [])).restart
+    assert judge(Failure(W1, tf_raised("AbortedError"), step=8), first).restart
+    assert judge(Failure(W0, tf_raised("AbortedError"), step=7), first).restart
+    assert judge(Failure(W1, tf_raised("UnavailableError"), step=7), first).restart
+    assert judge(Failure(W1, TaskKilled(-9), step=7), first).restart
+    assert not judge(Failure(PS0, TaskKilled(-9)), Failure(PS0, TaskKilled(-9))).restart
+    stalled = Failure(W1, TaskStalled("has made no training progress for 61 s"), step=7)
+    assert not judge(stalled, Failure(W1, TaskStalled("has made no training progress for 75 s"), step=7)).restart
 
 
 # --- the loop, around real jobs -------------------------------------------------------------------
@@ -137,8 +160,7 @@ def _launches(job_id: str, tmp_path: Path, attempt: int, plan: dict[str, dict[st
     for index in (0, 1):
         task = Task("worker", index, "localhost", index + 1)
         context = run_context(task, job_id, 2, cluster, strategy_file=None, restart_count=attempt)
-        env = task_env(context, os.environ, hook_dir=str(tmp_path))
-        env.pop("ADRUN_MODE")
+        env = task_env(context, os.environ, hook_dir=str(HOOK_DIR))  # adrun's hook reports an exception
         code = textwrap.dedent(WORKER.format(plan=plan, steps=steps))
         launches.append(TaskLaunch(task, [sys.executable, "-c", code], env, tmp_path))
     return launches
@@ -192,7 +214,7 @@ def test_an_exception_of_the_script_is_not_restarted(job_id, tmp_path):
     result, listener, _ = _run(job_id, tmp_path, {"0": {"1": "raise"}}, max_restarts=3)
 
     assert result.exit_code == 1 and listener.started == [0]
-    assert result.failed.exception == "RuntimeError: boom in attempt 0"
+    assert result.failed.cause == TaskRaised(1, ErrorEvent("RuntimeError", "boom in attempt 0"))
     assert result.attempts[0].verdict.startswith("not restarted: the script raised RuntimeError")
 
 
@@ -282,10 +304,18 @@ def test_on_stall_fail_names_the_worker_outside_a_step_that_the_others_wait_for(
     assert leftover_processes(job_id) == []
 
 
-def test_the_exception_is_kept_when_its_message_outruns_the_stderr_tail(job_id, tmp_path):
-    code = """
-        UnavailableError = type("UnavailableError", (Exception,), {"__module__": "tensorflow.python.framework.errors_impl"})
-        raise UnavailableError("Socket closed\\n" + "\\n".join(f"  detail line {i}" for i in range(60)))
+def test_the_error_a_task_reports_is_read_however_long_its_traceback(job_id, tmp_path):
+    """The task reports its exception as an event (as the runtime's excepthook does, with TF's
+    class decided where the exception object exists); the supervisor reads its fields, even when
+    the traceback's text runs on for more lines than the stderr tail keeps."""
+    event = ErrorEvent(f"{TF_MODULE}.UnavailableError", "Socket closed", "UnavailableError")
+    code = f"""
+        import sys
+        print("Traceback (most recent call last):", file=sys.stderr)
+        print("tensorflow.python.framework.errors_impl.UnavailableError: Socket closed", file=sys.stderr)
+        print("\\n".join(f"  detail line {{i}}" for i in range(60)), file=sys.stderr)
+        sys.stderr.write({encode(event)!r})
+        sys.exit(1)
     """
     task = Task("worker", 0, "localhost", 1)
     context = run_context(task, job_id, 1, {"worker": ["localhost:1"]}, strategy_file=None)
@@ -296,9 +326,10 @@ def test_the_exception_is_kept_when_its_message_outruns_the_stderr_tail(job_id, 
     result = supervise([launch], job_id, Recorder())
 
     assert "UnavailableError" not in "\n".join(result.failed.stderr_tail)  # the tail alone lost it
-    assert result.failed.exception == "tensorflow.python.framework.errors_impl.UnavailableError: Socket closed"
-    assert result.failed.exception_name == "UnavailableError"
+    assert result.failed.cause == TaskRaised(1, event)
     assert judge(result.failed).restart
+    report = job_report(result, job_id, "PS", tmp_path / "s.yml")
+    assert (report.root_cause_kind, report.root_cause_exception) == ("raised", f"{TF_MODULE}.UnavailableError")
 
 
 def _workers(job_id: str, tmp_path: Path, *codes: str) -> list[TaskLaunch]:
@@ -349,7 +380,7 @@ def test_start_up_longer_than_the_stall_timeout_is_no_stall(job_id, tmp_path):
                        grace_s=2.0)
 
     assert result.failed.task.tag == "w1" and result.failed.step == 1, result.failed
-    assert "(still at step 1, outside any training step)" in result.failed.stall
+    assert "(still at step 1, outside any training step)" in result.failed.cause.detail
 
 
 def test_a_worker_that_never_starts_training_while_the_others_do_is_a_stall(job_id, tmp_path):
@@ -360,10 +391,10 @@ def test_a_worker_that_never_starts_training_while_the_others_do_is_a_stall(job_
                        stall_timeout_s=1.5, on_stall="fail", grace_s=2.0)
 
     assert result.failed.task.tag == "w1" and result.failed.step is None
-    assert result.failed.stall.startswith("has made no training progress for ")
+    assert result.failed.cause.detail.startswith("has made no training progress for ")
     assert re.search(r"\(no step yet\); other workers: w0 at step \d+, outside any training step; it has not "
-                     r"started training while others have \(still building its graph\?\)", result.failed.stall), \
-        result.failed.stall
+                     r"started training while others have \(still building its graph\?\)", result.failed.cause.detail), \
+        result.failed.cause
 
 
 # --- the flags -----------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import pytest
 
 from adrun.errors import UserError
 from adrun.launch.env import run_context, task_env
+from adrun.launch.job.failures import TaskExited, TaskKilled
 from adrun.launch.job.plan import TaskLaunch
 from adrun.launch.job.supervisor import supervise
 from adrun.launch.job.tasks import Task
@@ -110,7 +111,7 @@ def test_failing_worker_stops_its_siblings_and_is_the_root_cause(make, job_id):
     assert result.exit_code == 3
     assert result.failed is not None
     assert result.failed.task.tag == "w1" and result.failed.task.role == "worker"
-    assert result.failed.returncode == 3 and result.failed.signal_name is None
+    assert result.failed.cause == TaskExited(3) and result.failed.returncode == 3
     assert result.failed.stderr_tail[-2:] == ["step 1 ok", "boom: disk on fire"]
     assert "w1 (worker 1 on localhost) exited with code 3" in rec.stops[0]
     assert _gone([o.pid for o in result.outcomes]) and leftover_processes(job_id) == []
@@ -148,7 +149,7 @@ def test_worker_killed_by_a_signal_is_reported_by_signal_name(make, job_id):
     result = supervise([make("worker", 0, code), make("ps", 0, SLEEP)], job_id, Recorder())
 
     assert result.failed.task.tag == "w0"
-    assert result.failed.signal_name == "SIGKILL"
+    assert result.failed.cause == TaskKilled(-9) and result.failed.cause.signal == "SIGKILL"
     assert result.exit_code == 128 + 9
 
 
@@ -156,7 +157,7 @@ def test_ps_exiting_by_itself_fails_the_job(make, job_id):
     result = supervise([make("worker", 0, SLEEP), make("ps", 0, "import time; time.sleep(0.3)")], job_id, Recorder())
 
     assert result.failed.task.tag == "ps0"
-    assert result.failed.returncode == 0
+    assert result.failed.cause == TaskExited(0)
     assert result.exit_code == 1
     assert "while the workers were still running" in result.failed.summary
 

@@ -10,11 +10,13 @@ import pytest
 
 from adrun import ui
 from adrun.launch.env import run_context, task_env
-from adrun.launch.job.plan import TaskLaunch
+from adrun.launch.job.failures import Failure, TaskExited, TaskKilled, TaskRaised, TaskRefused
 from adrun.launch.job.metrics import Throughput
-from adrun.launch.job.supervisor import Failure, JobResult, TaskOutcome, supervise
+from adrun.launch.job.plan import TaskLaunch
+from adrun.launch.job.supervisor import JobResult, TaskOutcome, supervise
 from adrun.launch.job.tasks import Task
 from adrun.launch.job.teardown import kill_leftovers
+from adrun.task_events import ErrorEvent, StepEvent
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -29,14 +31,15 @@ def test_user_error_is_one_red_line_on_stderr(capsys):
 
 
 def test_failure_block_names_task_host_signal_and_last_stderr_lines(capsys):
-    ui.print_failure(Failure(W1, -9, ["Traceback (most recent call last):", "MemoryError"]))
+    ui.print_failure(Failure(W1, TaskKilled(-9), ["Traceback (most recent call last):", "MemoryError"]))
     err = capsys.readouterr().err
     for expected in ("root cause: w1 failed", "w1 (worker 1)", "node-b", "killed by SIGKILL", "MemoryError"):
         assert expected in err
 
 
 def test_failure_block_shows_the_last_output_then_the_traceback_last(capsys):
-    ui.print_failure(Failure(W0, 1, ["Traceback (most recent call last):", "ValueError: bad batch"], False,
+    ui.print_failure(Failure(W0, TaskRaised(1, ErrorEvent("ValueError", "bad batch")),
+                             ["Traceback (most recent call last):", "ValueError: bad batch"],
                              ["step 41", "loading shard 3"]))
     err = capsys.readouterr().err
     order = [err.index(text) for text in ("last output lines:", "step 41", "loading shard 3", "last stderr lines",
@@ -45,16 +48,25 @@ def test_failure_block_shows_the_last_output_then_the_traceback_last(capsys):
 
 
 def test_failure_block_shows_the_exit_code(capsys):
-    ui.print_failure(Failure(W0, 3, []))
+    ui.print_failure(Failure(W0, TaskExited(3)))
     err = capsys.readouterr().err
     assert "code 3" in err and "(nothing on stderr)" in err
+
+
+def test_failure_block_names_what_the_task_reported(capsys):
+    ui.print_failure(Failure(W0, TaskRaised(1, ErrorEvent("tensorflow.python.framework.errors_impl.AbortedError",
+                                                          "step aborted", "AbortedError"))))
+    ui.print_failure(Failure(W1, TaskRefused(65, "the graph's fingerprint differs from the plan's")))
+    err = " ".join(capsys.readouterr().err.split())
+    assert "raised tensorflow.python.framework.errors_impl.AbortedError" in err
+    assert "code 65" in err and "refused the graph's fingerprint differs from the plan's" in err
 
 
 def test_summary_has_a_row_per_task_and_a_cluster_total(capsys):
     metrics = Throughput()
     for worker, (step0, step1) in enumerate([(1, 11), (1, 21)]):
-        metrics.record(worker, {"event": "step", "step": step0, "time": 0.0, "examples": 4})
-        metrics.record(worker, {"event": "step", "step": step1, "time": 2.0, "examples": 4})
+        metrics.record(worker, StepEvent(step0, 0.0, examples=4))
+        metrics.record(worker, StepEvent(step1, 2.0, examples=4))
     outcomes = [TaskOutcome(PS0, 1, -15, True), TaskOutcome(W0, 2, 0, False), TaskOutcome(W1, 3, 0, False)]
     ui.print_summary(JobResult(0, None, False, metrics, outcomes, 12.34))
 

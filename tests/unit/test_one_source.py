@@ -54,16 +54,16 @@ def test_every_exit_code_is_distinct():
             assert f"{code} " in readme.split("- Exit codes:", 1)[1].split("\n\n", 1)[0], name
 
 
-def test_the_metric_prefix_is_written_once():
-    """The runtime writes its metric lines with launch's `format_metric_line` (before: each side
-    had its own `METRIC_PREFIX = "@@ADRUN "`)."""
-    from adrun.launch.job.metrics import METRIC_PREFIX
+def test_the_event_prefix_is_written_once():
+    """Tasks write their events with `adrun.task_events.encode` and the launcher reads them with
+    its `decode` (before: each side had its own `METRIC_PREFIX = "@@ADRUN "`)."""
+    from adrun.task_events import EVENT_PREFIX
 
     literals = [f"{path.relative_to(ROOT)}:{node.lineno}"
                 for path in _modules()
                 for node in ast.walk(ast.parse(path.read_text()))
-                if isinstance(node, ast.Constant) and node.value == METRIC_PREFIX]
-    assert len(literals) == 1 and literals[0].startswith("launch/job/metrics.py:"), literals
+                if isinstance(node, ast.Constant) and node.value == EVENT_PREFIX]
+    assert len(literals) == 1 and literals[0].startswith("adrun/task_events.py:"), literals
 
 
 def test_public_constants_are_not_defined_twice():

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from adrun.launch.job.metrics import Throughput
 from adrun.launch.job.restarts import run_attempts
-from adrun.launch.job.supervisor import Failure, JobResult, TaskOutcome
+from adrun.launch.job.failures import Failure, TaskKilled
+from adrun.launch.job.supervisor import JobResult, TaskOutcome
 from adrun.launch.job.tasks import Task
 from adrun.shown_job import _View
 
@@ -13,7 +14,7 @@ W0, W1 = Task("worker", 0, "localhost", 2000), Task("worker", 1, "localhost", 20
 
 
 def test_each_attempt_reaches_on_attempt_after_the_view_said_it(capsys):
-    killed = Failure(W1, -9, ["Killed"], step=3)
+    killed = Failure(W1, TaskKilled(-9), ["Killed"], step=3)
     results = [JobResult(137, killed, False, Throughput(), [TaskOutcome(W1, 11, -9, False)], 1.0),
                JobResult(0, None, False, Throughput(), [TaskOutcome(W1, 12, 0, False)], 2.0)]
     told: list[tuple[int, str]] = []

@@ -2,7 +2,8 @@
 
 The hook writes this file (`adrun/runtime/profiler.py`) and the launcher turns it into a
 `ModelProfile` or a UserError (`adrun/profile/run.py`): the process only records what happened, the
-launcher judges whether it is enough, so every refusal is worded in one place.
+launcher judges whether it is enough, so every refusal is worded in one place. Like the GraphItem
+capture hands back, it sits below both ends: the runtime imports nothing of the CLI's side.
 """
 
 from __future__ import annotations
