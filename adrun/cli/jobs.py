@@ -8,6 +8,7 @@ import click
 
 from adrun.cli.app import main
 from adrun.cli.options import user_errors
+from adrun.job_state import JobState
 
 
 @main.command()
@@ -53,7 +54,7 @@ def stop(job_id: str) -> None:
             for line in clean_up_lost(lost.record):
                 ui.print_status(line)
             sys.exit(1)
-    if ended.state == "stopped":
+    if ended.state == JobState.STOPPED:
         ui.print_status(f"job {ended.id} stopped (its launcher exited with code {ended.exit_code})")
     else:
         ui.print_status(f"job {ended.id} ended by itself before the stop took effect: {ended.state} "
@@ -77,6 +78,6 @@ def logs(job_id: str, follow: bool) -> None:
 
         def still_running() -> bool:
             current = store.get(record.id)
-            return current is not None and current.state == "running"
+            return current is not None and current.state == JobState.RUNNING
 
         show_logs(record, lambda tag, line: click.echo(f"[{tag}] {line}"), follow=follow, still_running=still_running)

@@ -110,7 +110,8 @@ def run(spec_path: str | None, strategy: str, strategy_opts: tuple[str, ...], qu
         result_json: str | None, max_steps: int | None, records_option: str | None, no_record: bool,
         measure_network: bool, script: str, script_args: tuple[str, ...]) -> None:
     """Run SCRIPT with ARGS on every worker of the cluster."""
-    from adrun.jobs.registry import LauncherRecord, check_job_id, new_record
+    from adrun.cli.job_record import recorded_job, warn
+    from adrun.jobs.registry import check_job_id, new_record
     from adrun.launch.env import job_settings
     from adrun.launch.job.provision import RemoteNodes
 
@@ -126,17 +127,18 @@ def run(spec_path: str | None, strategy: str, strategy_opts: tuple[str, ...], qu
         max_restarts=max_restarts, restart_backoff_s=restart_backoff,
         result_json=Path(result_json) if result_json else None, measure_network=measure_network,
     )
-    recorded = None if dry_run else LauncherRecord(new_record(
+    record = None if dry_run else new_record(
         options.job_id, shlex.join(["adrun", *sys.argv[1:]]), spec=Path(spec_path) if spec_path else None,
-        script=options.script, nodes=[node.address for node in spec.nodes], log_dir=options.log_dir))
-    with (recorded or contextlib.nullcontext(), opened_records(records_option, no_record) as records,
-          RemoteNodes(spec) as remote):
+        script=options.script, nodes=[node.address for node in spec.nodes], log_dir=options.log_dir)
+    with (recorded_job(record) if record is not None else contextlib.nullcontext() as recorded,
+          opened_records(records_option, no_record) as records, RemoteNodes(spec) as remote):
         if not dry_run:
             check_fixed_ports(spec)
             remote.connect()
             remote.preflight(options.script, sync_code)
         result = run_planned(spec, remote, options, records,
-                             on_attempt=recorded.attempt_started if recorded is not None else None)
+                             on_attempt=(lambda number: warn(recorded.attempt_started(number)))
+                             if recorded is not None else None)
         if result is not None and recorded is not None:
             recorded.ended(result.state, result.exit_code)
     if result is not None:

@@ -16,6 +16,7 @@ import time
 import psutil
 
 from adrun.errors import UserError
+from adrun.job_state import JobState
 from adrun.jobs.registry import JobRecord, JobStore
 from adrun.launch.nodes.hosts import is_local_host
 from adrun.launch.job.teardown import kill_leftovers
@@ -39,9 +40,9 @@ def stop_job(store: JobStore, record: JobRecord, wait_s: float = STOP_WAIT_S) ->
     Raises LostJob when the launcher is (or becomes) gone without recording the end, UserError
     when the job is not running or its launcher does not finish within `wait_s`.
     """
-    if record.state == "lost":
+    if record.state == JobState.LOST:
         raise LostJob(record)
-    if record.state != "running":
+    if record.state.is_terminal():
         raise UserError(f"job {record.id} is not running: it ended {record.state}"
                         f"{f' at {record.ended:%Y-%m-%d %H:%M:%S} UTC' if record.ended else ''}; nothing to stop")
     launcher = record.launcher()
@@ -59,9 +60,9 @@ def stop_job(store: JobStore, record: JobRecord, wait_s: float = STOP_WAIT_S) ->
     while True:
         current = store.get(record.id)
         assert current is not None, f"job {record.id} disappeared from the record"
-        if current.state == "lost":
+        if current.state == JobState.LOST:
             raise LostJob(current)
-        if current.state != "running":
+        if current.state.is_terminal():
             return current
         if time.monotonic() >= deadline:
             raise UserError(f"job {record.id}: its launcher (pid {record.launcher_pid}) was asked to stop but has "

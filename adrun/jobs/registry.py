@@ -15,27 +15,22 @@ machine sees only its own, so a home directory shared between machines (NFS) doe
 from __future__ import annotations
 
 import re
-import signal
 import socket
 import sqlite3
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Literal
+from typing import Any
 
 import psutil
 from pydantic import BaseModel
 
-from adrun import ui
 from adrun.errors import UserError
 from adrun.exit_codes import INTERRUPTED_EXIT_CODE
 from adrun.home import adrun_home, connect_database
-
-JobState = Literal["running", "succeeded", "failed", "stopped", "interrupted", "lost"]
+from adrun.job_state import JobState
 
 SCHEMA_VERSION = 1
 KEPT_ENDED_JOBS = 100  # older ended jobs are forgotten, so the file and `adrun jobs --all` stay small
@@ -101,7 +96,7 @@ def new_record(job_id: str, command: str, *, spec: Path | None, script: Path, no
     """The record of a job this process is about to launch."""
     me = psutil.Process()
     return JobRecord(
-        id=job_id, state="running", command=command, cwd=str(Path.cwd()),
+        id=job_id, state=JobState.RUNNING, command=command, cwd=str(Path.cwd()),
         spec=str(spec.resolve()) if spec else None, script=str(script), nodes=nodes,
         log_dir=str(log_dir.resolve()) if log_dir else None, started=datetime.now(timezone.utc),
         launcher_pid=me.pid, launcher_started=me.create_time(), host=socket.gethostname(),
@@ -126,7 +121,7 @@ class JobStore:
         ADRUN_JOB_ID, by which teardown finds them). An ended job's id may be used again."""
         with self._transaction():
             old = self._get(record.id, any_host=True)
-            if old is not None and old.state == "running" and (old.host != self._host or old.launcher()):
+            if old is not None and old.state == JobState.RUNNING and (old.host != self._host or old.launcher()):
                 where = f"on {old.host}" if old.host != self._host else f"launcher pid {old.launcher_pid}"
                 raise JobIdInUse(f"--job-id '{record.id}': a job of that id is still running ({where}); "
                                 "choose another id or stop it with `adrun stop`")
@@ -187,7 +182,7 @@ class JobStore:
         rows = self._db.execute(f"SELECT {', '.join(_COLUMNS)} FROM jobs WHERE host = ?{where} ORDER BY started DESC",
                                 (self._host,)).fetchall()
         records = self._checked([_record(row) for row in rows])
-        return records if include_ended else [r for r in records if r.state == "running"]
+        return records if include_ended else [r for r in records if r.state == JobState.RUNNING]
 
     # --- inside -------------------------------------------------------------------------------
 
@@ -202,7 +197,7 @@ class JobStore:
         The update keeps an end the launcher wrote meanwhile: it only touches a row still running."""
         checked = []
         for record in records:
-            if record.state == "running" and record.launcher() is None:
+            if record.state == JobState.RUNNING and record.launcher() is None:
                 self._db.execute("UPDATE jobs SET state = 'lost' WHERE id = ? AND state = 'running' AND launcher_pid = ? "
                                  "AND launcher_started = ?", (record.id, record.launcher_pid, record.launcher_started))
                 record = self._get(record.id) or record
@@ -273,85 +268,73 @@ def _check_schema(db: sqlite3.Connection, path: Path) -> None:
 
 
 class LauncherRecord:
-    """The running launcher's own row: added on entry, ended on exit, whatever ends the job.
+    """The running launcher's own row: added by `open`, ended by `close`, whatever ends the job.
 
-    While it is open, SIGTERM (what `adrun stop` sends) interrupts the launcher as Ctrl-C does:
-    a job being captured or connected unwinds and stops what it started; a supervised job is
-    stopped by the supervisor's own handler, which overrides this one meanwhile. The exit status
-    is read from how the block ends (`sys.exit(code)`, a user error, an interrupt); the CLI
-    names the state with `ended()` when a supervised job tells more than its exit code.
+    Each step raises what must stop the launcher (a job of the same id still running) and returns
+    any other problem as its message (None when there is none): an unusable record must not cost
+    the user the job itself, and what to show, and how, is the CLI's (adrun/cli/job_record.py,
+    which also makes SIGTERM interrupt the launcher meanwhile). The exit status is read from how
+    the job's block ended (`sys.exit(code)`, a user error, an interrupt); the CLI names the state
+    with `ended()` when a supervised job tells more than its exit code.
     """
 
     def __init__(self, record: JobRecord, home: Path | None = None) -> None:
         self.record = record
         self._home = home
         self._end: tuple[JobState, int] | None = None
-        self._previous_handler: Any = None
+        self._recorded = False
+
+    def open(self) -> str | None:
+        """Add the job's row; raises JobIdInUse, returns why the job is not recorded otherwise."""
+        try:
+            with open_jobs(self._home) as store:
+                store.register(self.record)
+        except JobIdInUse:
+            raise
+        except UserError as e:
+            return f"{e}; this job is not recorded, so `adrun jobs`, `stop` and `logs` will not know it"
         self._recorded = True
+        return None
 
     def ended(self, state: JobState, exit_code: int) -> None:
         """How the job ended, when the CLI knows better than the block's exit (an interrupted job
         and a task killed by SIGINT both exit 130)."""
         self._end = (state, exit_code)
 
-    def attempt_started(self, attempt: int) -> None:
-        """Record which attempt the job runs now (`adrun jobs` shows it); a failed write is a warning."""
+    def attempt_started(self, attempt: int) -> str | None:
+        """Record which attempt the job runs now (`adrun jobs` shows it); returns why it could not."""
         if not self._recorded or attempt == 0:  # attempt 0 is registered with the job
-            return
+            return None
         try:
             with open_jobs(self._home) as store:
                 store.set_attempt(self.record, attempt)
         except UserError as e:
-            ui.print_warning(f"could not record attempt {attempt} of job {self.record.id}: {e}")
+            return f"could not record attempt {attempt} of job {self.record.id}: {e}"
+        return None
 
-    def __enter__(self) -> LauncherRecord:
-        if threading.current_thread() is threading.main_thread():
-            self._previous_handler = signal.signal(signal.SIGTERM, signal.default_int_handler)
-        try:
-            with open_jobs(self._home) as store:
-                store.register(self.record)
-        except JobIdInUse:
-            self._restore_handler()
-            raise
-        except UserError as e:  # an unusable record must not cost the user the job itself
-            ui.print_warning(f"{e}; this job is not recorded, so `adrun jobs`, `stop` and `logs` will not know it")
-            self._recorded = False
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        if self._previous_handler is not None:
-            # The job is over: a stop arriving now has nothing left to stop, and must not cut the
-            # end's write short (the job would then show as lost).
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        try:
-            if self._recorded:
-                self._write_end(*(self._end or _how_it_ended(exc)))
-        finally:
-            self._restore_handler()
-
-    def _write_end(self, state: JobState, exit_code: int) -> None:
+    def close(self, exc: BaseException | None) -> str | None:
+        """Write the job's end, read from `exc` (what ended its block; None: it ended normally)
+        unless `ended` said it; returns why it could not (`adrun jobs` will then show it as lost)."""
+        if not self._recorded:
+            return None
+        state, exit_code = self._end or how_it_ended(exc)
         try:
             with open_jobs(self._home) as store:
                 store.finish(self.record, state, exit_code)
-        except UserError as e:  # the job's own end matters more: `adrun jobs` will show it as lost
-            ui.print_warning(f"could not record the end of job {self.record.id}: {e}")
-
-    def _restore_handler(self) -> None:
-        if self._previous_handler is not None:
-            signal.signal(signal.SIGTERM, self._previous_handler)
-            self._previous_handler = None
+        except UserError as e:
+            return f"could not record the end of job {self.record.id}: {e}"
+        return None
 
 
-def _how_it_ended(exc: BaseException | None) -> tuple[JobState, int]:
+def how_it_ended(exc: BaseException | None) -> tuple[JobState, int]:
     """The job's state and the launcher's exit code for a block that ended with `exc`."""
     if exc is None:
-        return "succeeded", 0
+        return JobState.SUCCEEDED, 0
     if isinstance(exc, SystemExit):
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        return ("succeeded" if code == 0 else "failed"), code
+        return (JobState.SUCCEEDED if code == 0 else JobState.FAILED), code
     if isinstance(exc, KeyboardInterrupt):
-        return "interrupted", INTERRUPTED_EXIT_CODE
+        return JobState.INTERRUPTED, INTERRUPTED_EXIT_CODE
     if isinstance(exc, UserError):
-        return "failed", exc.exit_code
-    return "failed", 1
+        return JobState.FAILED, exc.exit_code
+    return JobState.FAILED, 1

@@ -9,11 +9,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from adrun.jobs.registry import JobRecord, JobState
+from adrun.job_state import JobState
+from adrun.jobs.registry import JobRecord
 
 _STATE_STYLES: dict[JobState, str] = {
-    "running": "bold cyan", "succeeded": "green", "failed": "red", "stopped": "yellow", "interrupted": "yellow",
-    "lost": "bold red",
+    JobState.RUNNING: "bold cyan", JobState.SUCCEEDED: "green", JobState.FAILED: "red", JobState.STOPPED: "yellow",
+    JobState.INTERRUPTED: "yellow", JobState.LOST: "bold red",
 }
 
 
@@ -39,7 +40,7 @@ def jobs_table(records: list[JobRecord], now: datetime | None = None) -> Table:
     table.add_column("command", overflow="fold")
     today = now.astimezone().date()
     for record in records:
-        until = record.ended or (now if record.state == "running" else None)
+        until = record.ended or (now if record.state == JobState.RUNNING else None)
         started = record.started.astimezone()
         row = [
             record.id,
@@ -48,7 +49,7 @@ def jobs_table(records: list[JobRecord], now: datetime | None = None) -> Table:
             started.strftime("%H:%M:%S" if started.date() == today else "%Y-%m-%d %H:%M"),
             _duration((until - record.started).total_seconds()) if until else "-",
             *([str(record.attempt)] if restarts else []),
-            str(record.launcher_pid) if record.state == "running" else "-",
+            str(record.launcher_pid) if record.state == JobState.RUNNING else "-",
             record.command,
         ]
         table.add_row(*row)

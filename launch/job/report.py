@@ -16,6 +16,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from adrun.errors import UserError
+from adrun.job_state import JobState
 
 from .failures import FailureKind, TaskRaised
 from .supervisor import JobResult
@@ -94,7 +95,7 @@ def job_report(result: JobResult, job_id: str, builder: str, strategy_file: Path
         ))
     return JobReport(
         job_id=job_id, builder=builder, strategy_file=str(strategy_file), exit_code=result.exit_code,
-        succeeded=result.state == "succeeded", interrupted=result.interrupted,
+        succeeded=result.state == JobState.SUCCEEDED, interrupted=result.interrupted,
         root_cause=result.failed.summary if result.failed else None,
         root_cause_kind=result.failed.cause.kind if result.failed else None,
         root_cause_exception=result.failed.cause.error.exception

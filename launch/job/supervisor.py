@@ -28,6 +28,7 @@ from adrun.env_vars import Settings
 from adrun.defaults import RESTART_BACKOFF_S, STALL_TIMEOUT_S
 from adrun.errors import UserError
 from adrun.exit_codes import INTERRUPTED_EXIT_CODE
+from adrun.job_state import JobState
 from adrun.spec import ClusterSpec
 from adrun.task_events import ErrorEvent, RefusalEvent, StepEvent, TaskEvent, WaitingEvent, decode
 
@@ -112,10 +113,11 @@ class JobResult:
     attempts: list[Attempt] = field(default_factory=list)  # every attempt, this one last (restarts.py)
 
     @property
-    def state(self) -> Literal["succeeded", "failed", "interrupted"]:
+    def state(self) -> JobState:
+        """SUCCEEDED, FAILED or INTERRUPTED: the states a supervised job ends in."""
         if self.interrupted:
-            return "interrupted"
-        return "succeeded" if self.exit_code == 0 else "failed"
+            return JobState.INTERRUPTED
+        return JobState.SUCCEEDED if self.exit_code == 0 else JobState.FAILED
 
 
 def supervise(

@@ -16,6 +16,7 @@ from adrun.jobs import registry as jobs
 from adrun.errors import UserError
 from adrun.jobs.control import LostJob, stop_job
 from adrun.jobs.logs import show_logs
+from adrun.cli.job_record import recorded_job
 from adrun.jobs.registry import JobRecord, LauncherRecord, check_job_id, new_record, open_jobs
 
 pytestmark = pytest.mark.timeout(60)
@@ -132,7 +133,7 @@ def test_sigterm_interrupts_the_launcher_block_and_is_recorded(tmp_path):
     job = record("stopped-early")
     before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(KeyboardInterrupt):
-        with LauncherRecord(job, home=tmp_path):
+        with recorded_job(job, home=tmp_path):
             with open_jobs(tmp_path) as store:
                 assert store.request_stop(job.id)
             os.kill(os.getpid(), signal.SIGTERM)
@@ -148,10 +149,10 @@ def test_the_launcher_block_records_how_it_exits(tmp_path):
                                         ("task-failed", SystemExit(137), ("failed", 137)),
                                         ("user-error", UserError("bad spec"), ("failed", 2))):
         with pytest.raises(type(exit_with)):
-            with LauncherRecord(record(job_id), home=tmp_path):
+            with recorded_job(record(job_id), home=tmp_path):
                 raise exit_with
     with pytest.raises(SystemExit):
-        with LauncherRecord(record("interrupted"), home=tmp_path) as recorded:
+        with recorded_job(record("interrupted"), home=tmp_path) as recorded:
             recorded.ended("interrupted", 130)
             raise SystemExit(130)
     with open_jobs(tmp_path) as store:
@@ -223,7 +224,7 @@ def test_logs_of_a_job_without_log_dir(tmp_path):
 def test_an_unusable_record_costs_a_warning_not_the_job(tmp_path, capsys):
     (tmp_path / "jobs.sqlite").write_text("not a database, just text\n" * 100)
     ran = False
-    with LauncherRecord(record("unrecorded"), home=tmp_path):
+    with recorded_job(record("unrecorded"), home=tmp_path):
         ran = True
     assert ran
     err = capsys.readouterr().err
@@ -231,18 +232,28 @@ def test_an_unusable_record_costs_a_warning_not_the_job(tmp_path, capsys):
     assert "this job is not recorded, so `adrun jobs`, `stop` and `logs` will not know it" in err
     # A running job of the same id is a different matter: the two would share ADRUN_JOB_ID.
     home = tmp_path / "home"
-    with LauncherRecord(record("twice"), home=home):
+    with recorded_job(record("twice"), home=home):
         with pytest.raises(UserError, match="a job of that id is still running"):
-            with LauncherRecord(record("twice"), home=home):
+            with recorded_job(record("twice"), home=home):
                 pass
 
 
 def test_a_restarted_job_shows_the_attempt_it_runs(tmp_path):
     job = record("restarted")
-    with LauncherRecord(job, tmp_path) as launcher:
+    with recorded_job(job, tmp_path) as launcher:
         launcher.attempt_started(0)
         launcher.attempt_started(2)
         with open_jobs(tmp_path) as store:
             assert (store.get("restarted").state, store.get("restarted").attempt) == ("running", 2)
     with open_jobs(tmp_path) as store:
         assert store.get("restarted").attempt == 2
+
+
+def test_the_record_returns_its_problems_and_shows_nothing(tmp_path, capsys):
+    """The store is data: the CLI decides what a problem costs and shows it (adrun/cli/job_record.py)."""
+    (tmp_path / "jobs.sqlite").write_text("not a database, just text\n" * 100)
+    launcher = LauncherRecord(record("quiet"), home=tmp_path)
+    problem = launcher.open()
+    assert problem.startswith(f"cannot use the job record {tmp_path}/jobs.sqlite: file is not a database")
+    assert launcher.attempt_started(2) is None and launcher.close(None) is None  # nothing recorded: nothing to write
+    assert capsys.readouterr() == ("", "")
