@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from adrun.env_vars import CONTRACT_VARS, SETTING_VARS, Settings
-from adrun.task_context import Mode, Role, TaskContext
+from adrun.task_context import Mode, TaskContext
 
 from .job.tasks import Task
 
@@ -36,7 +36,7 @@ def run_context(task: Task, job_id: str, num_workers: int, cluster_def: Mapping[
     """The context of `task` in attempt `restart_count` of a job's run: who it is, the cluster,
     the plan's file and the job's `settings` (None: the defaults)."""
     return TaskContext(
-        mode=Mode.RUN, role=Role(task.role), task_index=task.index, num_workers=num_workers, job_id=job_id,
+        mode=Mode.RUN, role=task.role, task_index=task.index, num_workers=num_workers, job_id=job_id,
         cluster=dict(cluster_def), strategy_file=None if strategy_file is None else str(strategy_file),
         restart_count=restart_count, settings=Settings() if settings is None else settings,
     )

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from adrun.errors import UserError
 from adrun.job_state import JobState
+from adrun.task_context import Role
 
 from .failures import FailureKind, TaskRaised
 from .supervisor import JobResult
@@ -24,7 +25,7 @@ from .supervisor import JobResult
 
 class TaskReport(BaseModel):
     task: str  # `w0`, `ps1`
-    role: Literal["worker", "ps"]
+    role: Role
     index: int
     host: str
     exit_code: int | None  # None: the task could not be reaped

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from adrun.spec import ClusterSpec, Node
-
-Role = Literal["ps", "worker"]
+from adrun.task_context import Role
 
 
 @dataclass(frozen=True)
@@ -24,6 +22,9 @@ class Task:
     host: str
     port: int
     remote: bool = False  # started over SSH on another machine
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "role", Role(self.role))  # `Task("worker", ...)` holds the enum too
 
     @property
     def tag(self) -> str:

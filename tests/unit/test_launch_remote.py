@@ -21,6 +21,7 @@ from adrun.launch.env import forwarded_env, remote_task_env, run_context
 from adrun.launch.job.remote import AGENT_SOURCE, Hearing, RemoteProcess, agent_command
 from adrun.launch.job.tasks import Task
 from adrun.spec import Node
+from adrun.task_events import ErrorEvent, decode, encode
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -134,6 +135,20 @@ def test_heartbeats_are_taken_out_of_the_task_stderr_wherever_they_land():
         assert list(proc.stderr) == [b"first line\n", b"\n", b"says @@ADRUN-EXIT in passing\n",
                                      "caf\u00e9 unfinished\n".encode()], cut
         assert (proc.pid, proc.poll()) == (42, 3) and hearing._last is not None
+
+
+def test_a_tasks_events_cross_the_keepers_channel_intact():
+    """What a remote task reports (adrun/task_events.py) reaches the supervisor as the same event,
+    wherever chunk boundaries and heartbeats fall inside its line."""
+    beat = remote_agent.HEARTBEAT
+    error = ErrorEvent("tensorflow.python.framework.errors_impl.AbortedError", "step aborted: caf\u00e9",
+                       "AbortedError")
+    line = encode(error).encode()
+    stream = b"@@ADRUN-STARTED {\"pid\": 7}\n" + line[:20] + beat + line[20:] + b"@@ADRUN-EXIT {\"returncode\": 1}\n"
+    for cut in range(1, len(stream), 7):
+        proc = RemoteProcess("node-b", _FakeSession([stream[:cut], stream[cut:]]), Hearing())
+        assert [decode(raw.decode().rstrip("\n")) for raw in proc.stderr] == [error], cut
+        assert proc.poll() == 1
 
 
 class _FakeSession(_Channel):
