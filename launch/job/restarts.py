@@ -53,7 +53,8 @@ def judge(failure: Failure, previous: Failure | None = None) -> Verdict:
         return Verdict(False, "the script built a different graph than the one planned; it would again")
     curable = _curable_cause(failure)
     if curable is None:
-        what = f"raised {cause.error.name}" if isinstance(cause, TaskRaised) else f"exited with code {failure.returncode}"
+        what = (f"raised {cause.error.name}" if isinstance(cause, TaskRaised)
+                else f"exited with code {failure.returncode}")
         return Verdict(False, f"the script {what}: an error in the script or its input, which a restart would repeat")
     if previous is not None and _same_way(previous.cause, cause) and previous.task.tag == task.tag \
             and previous.step == failure.step:

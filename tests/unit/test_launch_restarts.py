@@ -391,10 +391,10 @@ def test_a_worker_that_never_starts_training_while_the_others_do_is_a_stall(job_
                        stall_timeout_s=1.5, on_stall="fail", grace_s=2.0)
 
     assert result.failed.task.tag == "w1" and result.failed.step is None
-    assert result.failed.cause.detail.startswith("has made no training progress for ")
+    detail = result.failed.cause.detail
+    assert detail.startswith("has made no training progress for ")
     assert re.search(r"\(no step yet\); other workers: w0 at step \d+, outside any training step; it has not "
-                     r"started training while others have \(still building its graph\?\)", result.failed.cause.detail), \
-        result.failed.cause
+                     r"started training while others have \(still building its graph\?\)", detail), detail
 
 
 # --- the flags -----------------------------------------------------------------------------------
