@@ -19,8 +19,7 @@ from adrun.errors import UserError
 from adrun.exit_codes import HOOK_DONE_EXIT_CODE
 from adrun.env_vars import Settings
 from adrun.graph_item import GraphItem, load_graph_item
-from adrun.launch.env import task_env
-from adrun.launch.job.plan import HOOK_DIR
+from adrun.launch.env import HOOK_DIR, task_env
 from adrun.launch.job.local import LocalProcess, worker_argv
 from adrun.launch.job.tf_noise import NoiseFilter
 from adrun.task_context import Mode, Role, TaskContext

@@ -11,17 +11,20 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from adrun import ui
+from adrun.cli.interrupts import INTERRUPTS
+from adrun.launch.job.config import JobConfig
 from adrun.launch.job.provision import RemoteNodes
 from adrun.launch.job.restarts import run_job
-from adrun.launch.job.supervisor import JobConfig, JobResult
+from adrun.launch.job.results import JobResult
 
 
 def run_shown(config: JobConfig, remote: RemoteNodes, on_attempt: Callable[[int], None] | None = None) -> JobResult:
     """Run `config`'s job (remote nodes through `remote`, already connected and checked) with the
     live view in the terminal, then print its summary and, when it failed, its root cause.
-    `on_attempt` is told the number of each attempt as it starts (the jobs registry records it)."""
-    with _View(config.quiet, on_attempt) as view:
-        result = run_job(config, remote, view)
+    `on_attempt` is told the number of each attempt as it starts (the jobs registry records it).
+    Ctrl-C or SIGTERM meanwhile stops the job in order (`interrupts`, when the command handles them)."""
+    with _View(config.quiet, on_attempt) as view, INTERRUPTS.handed_down() as interrupt:
+        result = run_job(config, remote, view, interrupt)
     ui.print_result(result)
     return result
 

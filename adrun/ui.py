@@ -6,7 +6,7 @@ commands' tables are rendered next to their data: `adrun profile`'s in adrun/pro
 
 adrun's own messages go to stderr; the tasks' output goes to stdout with a `[tag]` prefix, so
 `adrun train.py > out.txt` keeps the script's output and nothing else. This module only renders:
-what to show comes from the launcher's data (`adrun.launch.job.supervisor`).
+what to show comes from the launcher's data (`adrun.launch.job.results`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from adrun.graph_item import GraphItem
     from adrun.launch.job.failures import Failure
     from adrun.launch.job.metrics import Throughput
-    from adrun.launch.job.supervisor import Attempt, JobResult, Stream, TaskOutcome
+    from adrun.launch.job.results import Attempt, JobResult, Stream, TaskOutcome
     from adrun.launch.job.tasks import Task
     from adrun.spec import ClusterSpec
     from adrun.strategies.document import AllReduceSync, PSSync, Strategy, VariablePlan

@@ -10,13 +10,16 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 
+import adrun
 from adrun.env_vars import CONTRACT_VARS, SETTING_VARS, Settings
 from adrun.task_context import Mode, TaskContext
 
 from .job.tasks import Task
 
 # What adrun writes into a task's environment itself: never taken from the launcher's or a node's.
+HOOK_DIR = Path(adrun.__file__).resolve().parent / "hook"  # put first on a local task's PYTHONPATH (`task_env`)
 WRITTEN_BY_ADRUN = frozenset(CONTRACT_VARS + SETTING_VARS)
 
 

@@ -91,9 +91,9 @@ def check_fixed_ports(spec: ClusterSpec) -> None:
     from adrun.launch.nodes.hosts import is_local_host
     from adrun.launch.job.ports import allocate_ports
 
-    here = [is_local_host(n.address) for n in spec.nodes]
-    if any(n.base_port is not None and mine for n, mine in zip(spec.nodes, here)):
-        allocate_ports(spec, here)
+    here = [node for node in spec.nodes if is_local_host(node.address)]
+    if any(node.base_port is not None for node in here):
+        allocate_ports(here)
 
 
 spec_option = click.option("--spec", "spec_path", type=click.Path(dir_okay=False),

@@ -70,6 +70,7 @@ def profile(spec_path: str | None, trials: int | str | None, strategy_opts: tupl
     recommend one."""
     from adrun import ui
     from adrun.auto_plan import auto_options
+    from adrun.cli.interrupts import handling_interrupts
     from adrun.jobs.registry import check_job_id
     from adrun.launch.env import job_settings
     from adrun.launch.job.provision import RemoteNodes
@@ -87,7 +88,7 @@ def profile(spec_path: str | None, trials: int | str | None, strategy_opts: tupl
         raise UserError(f"-o {output}: directory {Path(output).parent} does not exist")
     options = ProfileOptions(trials=trials, trial_steps=trial_steps, runs_dir=RUNS_DIR, auto=auto,
                              measure_network=measure_network)
-    with opened_records(records_option, no_record) as records, RemoteNodes(spec) as remote:
+    with handling_interrupts(), opened_records(records_option, no_record) as records, RemoteNodes(spec) as remote:
         check_fixed_ports(spec)
         remote.connect()
         remote.preflight(script_path, sync_code)

@@ -1,8 +1,10 @@
 """`adrun [run options] SCRIPT [ARGS]...`: capture, plan, and run the job in the terminal.
 
-The click options become one `RunOptions` once; from there the stages are functions with typed
-inputs and outputs: `plan_script` (GraphItem, Strategy), `adrun.shown_job.run_shown` (JobResult,
-shown by ui while and after it runs), `job_report` (the JobReport written as JSON and recorded).
+The click options become one `RunOptions` once, holding the job's `JobConfig`, which goes on to
+the restart loop, each attempt and its supervisor unchanged; from there the stages are functions
+with typed inputs and outputs: `plan_script` (GraphItem, Strategy), `adrun.shown_job.run_shown`
+(JobResult, shown by ui while and after it runs), `job_report` (the JobReport written as JSON and
+recorded). Ctrl-C and SIGTERM are handled once for the whole command (`interrupts`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import os
 import shlex
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -33,13 +35,13 @@ from adrun.cli.options import (
 )
 from adrun.cli.planning import plan_script
 from adrun.defaults import RESTART_BACKOFF_S, STALL_TIMEOUT_S
-from adrun.env_vars import Settings
 from adrun.errors import UserError
 
 if TYPE_CHECKING:
+    from adrun.launch.job.config import JobConfig
     from adrun.launch.job.provision import RemoteNodes
     from adrun.launch.job.report import JobReport
-    from adrun.launch.job.supervisor import JobResult
+    from adrun.launch.job.results import JobResult
     from adrun.records.store import Records
     from adrun.spec import ClusterSpec
     from adrun.strategies.document import Strategy
@@ -51,22 +53,13 @@ MAX_BACKOFF_S = 86400.0
 
 @dataclass(frozen=True)
 class RunOptions:
-    """What `adrun run` was asked to do, checked, as the stages after parsing need it."""
+    """What `adrun run` was asked to do, checked: the job as the launcher runs it (`job`), and
+    what the command does around it."""
 
+    job: JobConfig
     strategy: str  # a builder name or a strategy document's path
     strategy_options: dict[str, str]
-    script: Path
-    script_args: list[str]
-    job_id: str
-    quiet: bool = False
-    verbose: bool = False  # TensorFlow's start-up messages shown, not folded
-    log_dir: Path | None = None
     dry_run: bool = False
-    settings: Settings = field(default_factory=Settings)  # what every task is told (ADRUN_* settings)
-    stall_timeout_s: float | None = STALL_TIMEOUT_S  # None: no stall is ever reported
-    on_stall: Literal["warn", "fail"] = "warn"
-    max_restarts: int = 0
-    restart_backoff_s: float = RESTART_BACKOFF_S
     result_json: Path | None = None
     measure_network: bool = False
 
@@ -110,33 +103,38 @@ def run(spec_path: str | None, strategy: str, strategy_opts: tuple[str, ...], qu
         result_json: str | None, max_steps: int | None, records_option: str | None, no_record: bool,
         measure_network: bool, script: str, script_args: tuple[str, ...]) -> None:
     """Run SCRIPT with ARGS on every worker of the cluster."""
+    from adrun.cli.interrupts import handling_interrupts
     from adrun.cli.job_record import recorded_job, warn
     from adrun.jobs.registry import check_job_id, new_record
     from adrun.launch.env import job_settings
+    from adrun.launch.job.config import JobConfig
     from adrun.launch.job.provision import RemoteNodes
 
     spec = load_cluster(spec_path)
     script_path = existing_script(script)
     strategy_options = parse_strategy_options(strategy_opts)
-    options = RunOptions(
-        strategy=strategy, strategy_options=strategy_options, script=script_path, script_args=list(script_args),
-        job_id=check_job_id(job_id) if job_id is not None else new_job_id(),
-        quiet=quiet, verbose=verbose, log_dir=Path(log_dir) if log_dir else None, dry_run=dry_run,
+    job_id = check_job_id(job_id) if job_id is not None else new_job_id()
+    job = JobConfig(
+        job_id=job_id, spec=spec, script=script_path, script_args=list(script_args),
+        strategy_file=RUNS_DIR / job_id / "strategy.yml", quiet=quiet, show_tf_noise=verbose,
+        log_dir=Path(log_dir) if log_dir else None,
         settings=job_settings(os.environ, shard_data=shard_data, max_steps=max_steps),  # refuses a bad ADRUN_* one
         stall_timeout_s=stall_timeout or None, on_stall=on_stall,
         max_restarts=max_restarts, restart_backoff_s=restart_backoff,
-        result_json=Path(result_json) if result_json else None, measure_network=measure_network,
     )
+    options = RunOptions(job, strategy=strategy, strategy_options=strategy_options, dry_run=dry_run,
+                         result_json=Path(result_json) if result_json else None, measure_network=measure_network)
     record = None if dry_run else new_record(
-        options.job_id, shlex.join(["adrun", *sys.argv[1:]]), spec=Path(spec_path) if spec_path else None,
-        script=options.script, nodes=[node.address for node in spec.nodes], log_dir=options.log_dir)
-    with (recorded_job(record) if record is not None else contextlib.nullcontext() as recorded,
+        job_id, shlex.join(["adrun", *sys.argv[1:]]), spec=Path(spec_path) if spec_path else None,
+        script=job.script, nodes=[node.address for node in spec.nodes], log_dir=job.log_dir)
+    with (handling_interrupts(),
+          recorded_job(record) if record is not None else contextlib.nullcontext() as recorded,
           opened_records(records_option, no_record) as records, RemoteNodes(spec) as remote):
         if not dry_run:
             check_fixed_ports(spec)
             remote.connect()
-            remote.preflight(options.script, sync_code)
-        result = run_planned(spec, remote, options, records,
+            remote.preflight(job.script, sync_code)
+        result = run_planned(remote, options, records,
                              on_attempt=(lambda number: warn(recorded.attempt_started(number)))
                              if recorded is not None else None)
         if result is not None and recorded is not None:
@@ -145,53 +143,33 @@ def run(spec_path: str | None, strategy: str, strategy_opts: tuple[str, ...], qu
         sys.exit(result.exit_code)
 
 
-def run_planned(spec: ClusterSpec, remote: RemoteNodes, options: RunOptions, records: Records | None,
+def run_planned(remote: RemoteNodes, options: RunOptions, records: Records | None,
                 on_attempt: Callable[[int], None] | None = None) -> JobResult | None:
-    """Capture, plan, and (unless `options.dry_run`) run the job, remote nodes through `remote`;
-    the result is written as JSON to `options.result_json` and to `options.log_dir`/result.json
+    """Capture, plan, and (unless `options.dry_run`) run the job, other nodes through `remote`;
+    the result is written as JSON to `options.result_json` and to the job's log_dir/result.json
     when given, added to `records` (unless None), and returned (None for a dry run)."""
     from adrun import ui
     from adrun.launch.job.report import job_report, write_report
-    from adrun.launch.job.supervisor import JobConfig
     from adrun.records.recording import workload_name
     from adrun.shown_job import run_shown
     from adrun.strategies.document import dump_strategy
 
-    item, plan = plan_script(options.strategy, options.strategy_options, options.script, options.script_args, spec,
-                             options.job_id, remote=remote, records=records, measure_network=options.measure_network)
-    job_dir = RUNS_DIR / options.job_id
-    job_dir.mkdir(parents=True, exist_ok=True)
-    strategy_file = job_dir / "strategy.yml"
-    dump_strategy(plan, strategy_file)
-    ui.print_plan(plan, item, spec)
+    job = options.job
+    item, plan = plan_script(options.strategy, options.strategy_options, job.script, job.script_args, job.spec,
+                             job.job_id, remote=remote, records=records, measure_network=options.measure_network)
+    job.strategy_file.parent.mkdir(parents=True, exist_ok=True)
+    dump_strategy(plan, job.strategy_file)
+    ui.print_plan(plan, item, job.spec)
     if options.dry_run:
-        ui.print_status(f"dry run: strategy written to {strategy_file}; nothing started")
+        ui.print_status(f"dry run: strategy written to {job.strategy_file}; nothing started")
         return None
-    result = run_shown(
-        JobConfig(
-            job_id=options.job_id,
-            spec=spec,
-            script=options.script,
-            script_args=options.script_args,
-            strategy_file=strategy_file,
-            quiet=options.quiet,
-            show_tf_noise=options.verbose,
-            log_dir=options.log_dir,
-            stall_timeout_s=options.stall_timeout_s,
-            on_stall=options.on_stall,
-            max_restarts=options.max_restarts,
-            restart_backoff_s=options.restart_backoff_s,
-            settings=options.settings,
-        ),
-        remote,
-        on_attempt,
-    )
-    report = job_report(result, options.job_id, plan.builder, strategy_file)
-    for path in (options.result_json, options.log_dir / "result.json" if options.log_dir else None):
+    result = run_shown(job, remote, on_attempt)
+    report = job_report(result, job.job_id, plan.builder, job.strategy_file)
+    for path in (options.result_json, job.log_dir / "result.json" if job.log_dir else None):
         if path is not None:
             write_report(report, path)
     if records is not None:
-        _record(records, report, spec, plan, workload_name(options.script, options.script_args), item.batch_size)
+        _record(records, report, job.spec, plan, workload_name(job.script, job.script_args), item.batch_size)
     return result
 
 

@@ -14,7 +14,7 @@ from adrun.errors import UserError
 from adrun.launch.env import job_settings
 from adrun.launch.job.provision import RemoteNodes
 from adrun.launch.job.report import JobReport, job_report
-from adrun.launch.job.supervisor import JobConfig
+from adrun.launch.job.config import JobConfig
 from adrun.profile.report import TrialResult
 from adrun.shown_job import run_shown
 from adrun.spec import ClusterSpec

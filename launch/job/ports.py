@@ -1,4 +1,4 @@
-"""TCP ports for the tasks of a job on this machine (other nodes: `provision.py`).
+"""TCP ports for the tasks of a job on this machine (other nodes: `backends.SshNode`).
 
 Ports are tested as every node tests them (`node_tools.bind_as_grpc`: the wildcard address, as
 TF's gRPC servers listen): a port taken on any address would make the server fail at start-up,
@@ -15,26 +15,23 @@ from contextlib import ExitStack
 import psutil
 
 from adrun.errors import UserError
-from adrun.spec import ClusterSpec
+from adrun.spec import Node
 
 from ..nodes.node_tools import bind_as_grpc
 
 
-def allocate_ports(spec: ClusterSpec, here: Sequence[bool] | None = None) -> list[list[int]]:
-    """Ports for every node of `spec`, in node order: `node.workers + node.ps` ports each.
+def allocate_ports(nodes: Sequence[Node]) -> list[list[int]]:
+    """Ports for `nodes`, all on this machine, in order: `node.workers + node.ps` ports each.
 
     A node with `base_port` gets `base_port, base_port+1, ...`, each checked to be free; other
     nodes get ports the kernel reports free. Fixed ranges are claimed first so a kernel-chosen
-    port can never land in one of them. `here[i]` False skips node i (an empty list): its ports
-    are another machine's, probed there (`adrun.launch.job.provision`).
+    port can never land in one of them.
     """
-    nodes = list(spec.nodes)
-    include = list(here) if here is not None else [True] * len(nodes)
     result: list[list[int]] = [[] for _ in nodes]
     with ExitStack() as held:
         taken: set[int] = set()
         for pos, node in enumerate(nodes):
-            if node.base_port is None or not include[pos]:
+            if node.base_port is None:
                 continue
             # The spec guarantees the range ends at or below 65535.
             for port in range(node.base_port, node.base_port + node.workers + node.ps):
@@ -47,7 +44,7 @@ def allocate_ports(spec: ClusterSpec, here: Sequence[bool] | None = None) -> lis
                 taken.add(port)
                 result[pos].append(port)
         for pos, node in enumerate(nodes):
-            if node.base_port is None and include[pos]:
+            if node.base_port is None:
                 for _ in range(node.workers + node.ps):
                     sock = held.enter_context(_claim(node.address, 0))
                     result[pos].append(sock.getsockname()[1])

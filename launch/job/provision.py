@@ -1,10 +1,11 @@
-"""Getting remote nodes ready for a job, and the job's last word on them.
+"""A job's SSH connections to its other nodes: opened and checked before the job, reopened
+when one died, closed after.
 
 Order matters for the user: `connect` and `preflight` run before the graph capture (seconds),
 so a wrong key, a missing interpreter or a missing script fails at once, naming the node.
-`prepare_launch` runs right before the tasks start: it ships the strategy document, chooses or
-checks ports on each node, and samples byte counters. `sweep` looks on every node for leftovers
-of the job and ends them; `close` (or leaving the `with` block) closes the connections. Every node is handled in parallel.
+`unreachable` asks every node before a restart; `close` (or leaving the `with` block) closes the
+connections. Every node is handled in parallel. What an attempt does on a node through its
+connection (ports, tasks, the final sweep, byte counters) is `backends.SshNode`'s.
 
 `--sync-code` copies the script's directory (recursively, without .git, __pycache__, .venv and
 *.pyc files, at most SYNC_LIMIT bytes) to the same path on every node, or under `ssh.workdir`;
@@ -15,18 +16,13 @@ from __future__ import annotations
 
 import os
 import posixpath
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
-
-import psutil
 
 from adrun.errors import UserError
 from adrun.spec import ClusterSpec, Node
 
-from .plan import TaskLaunch
-from .remote import NodeLink, RemoteProcess
+from .parallel import each
+from .remote import NodeLink
 from ..nodes.command import node_workdir
 from ..nodes.hosts import is_local_host
 from ..nodes.node_tools import file_sha256
@@ -36,18 +32,6 @@ SYNC_EXCLUDED_DIRS = frozenset({".git", "__pycache__", ".venv"})
 SYNC_EXCLUDED_SUFFIXES = (".pyc",)
 REACH_TIMEOUT_S = 20.0  # a helper's round trip (a fresh Python on the node) before a restart
 
-T = TypeVar("T")
-R = TypeVar("R")
-
-
-def _each(items: Iterable[T], fn: Callable[[T], R]) -> list[R]:
-    """`fn` over `items` in parallel; the first error (in item order) is raised after all ran."""
-    items = list(items)
-    if not items:
-        return []
-    with ThreadPoolExecutor(max_workers=min(len(items), 32)) as pool:
-        futures = [pool.submit(fn, item) for item in items]
-    return [f.result() for f in futures]
 
 
 def sync_files(script: Path) -> list[Path]:
@@ -75,7 +59,6 @@ class RemoteNodes:
     def __init__(self, spec: ClusterSpec) -> None:
         self.nodes = [node for node in spec.nodes if not is_local_host(node.address)]
         self.links: dict[str, NodeLink] = {}
-        self.ports: dict[str, list[int]] = {}
 
     def __enter__(self) -> RemoteNodes:
         return self
@@ -84,7 +67,7 @@ class RemoteNodes:
         self.close()
 
     def connect(self) -> None:
-        links = _each(self.nodes, lambda node: _open_or_error(node))
+        links = each(self.nodes, lambda node: _open_or_error(node))
         self.links = {link.address: link for link in links if isinstance(link, NodeLink)}
         errors = [str(e) for e in links if isinstance(e, UserError)]
         if errors:
@@ -104,7 +87,7 @@ class RemoteNodes:
             count = node.workers + node.ps if node.base_port is not None else 0
             found = link.helper("prepare", {"ports": {"base": node.base_port, "count": count}, "files": list(targets)})
             if found.get("taken"):
-                return _taken_message(node, found["taken"])
+                return taken_message(node, found["taken"])
             hashes = found["hashes"]
             stale = {remote: local for remote, local in targets.items() if hashes[remote] != file_sha256(str(local))}
             if not stale:
@@ -118,59 +101,17 @@ class RemoteNodes:
             return (f"{script} {state} on {link.address} (at {remote}): copy it there, set ssh.workdir, "
                     f"or pass --sync-code to copy {local_root} to every node")
 
-        problems = [p for p in _each(self.links.values(), check) if p]
+        problems = [p for p in each(self.links.values(), check) if p]
         if problems:
             raise UserError("\n  ".join(problems))
 
-    def prepare_launch(self, strategy_file: Path) -> dict[str, tuple[int, int]]:
-        """Ship the strategy document, choose or check each node's ports; byte counters now."""
-
-        def prepare(link: NodeLink) -> tuple[int, int]:
-            node = link.node
-            remote = str(strategy_file.resolve())
-            count = node.workers + node.ps
-            found = link.helper("prepare", {"ports": {"base": node.base_port, "count": count}, "files": [remote]})
-            if found["hashes"][remote] != file_sha256(str(strategy_file)):
-                link.put(strategy_file, remote)
-            if found.get("taken"):
-                raise UserError(_taken_message(node, found["taken"]))
-            self.ports[link.address] = found["ports"]
-            return found["net"]["sent"], found["net"]["recv"]
-
-        return dict(zip(self.links, _each(self.links.values(), prepare)))
-
-    def start(self, launch: TaskLaunch, job_id: str) -> RemoteProcess:
-        return self.links[launch.task.host].start(launch.argv, launch.env, str(launch.cwd), job_id)
-
-    def traffic(self) -> dict[str, tuple[int, int]]:
-        """(bytes sent, bytes received) of each reachable node's interfaces but loopback."""
-
-        def sample(link: NodeLink) -> tuple[int, int] | None:
-            if not link.alive:
-                return None
-            net = link.helper("netio", {}, timeout=20)
-            return net["sent"], net["recv"]
-
-        samples = _each(self.links.values(), _quietly(sample))
-        return {address: s for address, s in zip(self.links, samples) if s is not None}
-
-    def sweep(self, job_id: str) -> list[str]:
-        """Kill the job's leftovers on every node (by ADRUN_JOB_ID, like `teardown.kill_leftovers`);
-        a node whose connection died is reached again. Returns a line per node that could not
-        be swept, since the keeper's own guarantees then are all that is left."""
-
-        def clean(link: NodeLink) -> str | None:
-            try:
-                if not link.alive:
-                    link.close()
-                    link = NodeLink.open(link.node)
-                    self.links[link.address] = link
-                left = link.helper("sweep", {"job_id": job_id}, timeout=20)["left"]
-                return f"{link.address}: processes {left} survived SIGKILL" if left else None
-            except UserError as e:
-                return f"{link.address}: {e}"
-
-        return [line for line in _each(list(self.links.values()), clean) if line]
+    def reconnect(self, address: str) -> NodeLink:
+        """The connection to `address` opened again (`NodeLink.open`: UserError saying why it
+        cannot be), replacing the one that died."""
+        link = self.links[address]
+        link.close()
+        self.links[address] = NodeLink.open(link.node)
+        return self.links[address]
 
     def unreachable(self) -> list[str]:
         """Every node that does not answer now, named, with why and what to do: a connection that
@@ -185,14 +126,13 @@ class RemoteNodes:
                     return None
                 except UserError:
                     pass
-            link.close()
             try:
-                self.links[link.address] = NodeLink.open(link.node)
+                self.reconnect(link.address)
             except UserError as e:
                 return f"node {link.address} cannot be reached: {e}"
             return None
 
-        return [line for line in _each(list(self.links.values()), check) if line]
+        return [line for line in each(list(self.links.values()), check) if line]
 
     def close(self) -> None:
         for link in self.links.values():
@@ -204,7 +144,7 @@ class RemoteNodes:
         return posixpath.join(node_workdir(link.node, local=False), *script.parts)
 
 
-def _taken_message(node: Node, taken: list[int]) -> str:
+def taken_message(node: Node, taken: list[int]) -> str:
     ports = ", ".join(map(str, taken))
     return (f"port {ports} on {node.address} is already in use: choose another base_port in the spec "
             f"or stop that process (`ss -ltnp` on {node.address})")
@@ -215,20 +155,3 @@ def _open_or_error(node: Node) -> NodeLink | UserError:
         return NodeLink.open(node)
     except UserError as e:
         return e
-
-
-def _quietly(fn: Callable[[T], R]) -> Callable[[T], R | None]:
-    def wrapper(item: T) -> R | None:
-        try:
-            return fn(item)
-        except Exception:  # a missing byte count must not turn a finished job into a failure
-            return None
-
-    return wrapper
-
-
-def local_traffic() -> tuple[int, int]:
-    """(bytes sent, bytes received) of this machine's interfaces but loopback."""
-    counters = psutil.net_io_counters(pernic=True)
-    return (sum(c.bytes_sent for name, c in counters.items() if name != "lo"),
-            sum(c.bytes_recv for name, c in counters.items() if name != "lo"))

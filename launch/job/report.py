@@ -20,7 +20,7 @@ from adrun.job_state import JobState
 from adrun.task_context import Role
 
 from .failures import FailureKind, TaskRaised
-from .supervisor import JobResult
+from .results import JobResult
 
 
 class TaskReport(BaseModel):

@@ -23,7 +23,6 @@ The rule (`judge`), in order:
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -32,9 +31,13 @@ from typing import Protocol
 
 from adrun.errors import UserError
 
+from .attempt import run_attempt
+from .backends import JobNodes
+from .config import JobConfig
 from .failures import Cause, Failure, NodeLost, TaskKilled, TaskRaised, TaskRefused, TaskStalled
 from .provision import RemoteNodes
-from .supervisor import Attempt, JobConfig, JobListener, JobResult, run_attempt
+from .results import Attempt, JobResult
+from .supervisor import JobListener
 
 RESTARTABLE_ERRORS = frozenset({"UnavailableError", "AbortedError", "DeadlineExceededError"})
 
@@ -107,17 +110,18 @@ def run_attempts(
     listener: AttemptListener,
     *,
     unreachable: Callable[[], list[str]] = lambda: [],
-    wait: Callable[[float], bool] | None = None,
+    interrupt: threading.Event | None = None,
 ) -> JobResult:
     """Run attempt 0 through `start(0)`, and start the job again (`start(1)`, ...) after each
     failure `judge` calls curable, at most `max_restarts` times, `backoff_s` seconds apart.
 
     Before a restart every node must answer (`unreachable()` lists the ones that do not, by
-    name): a node that is gone ends the job instead of being retried. `wait(seconds)` returns
-    True when the user interrupted the back-off. Returns the last attempt's result, with every
-    attempt in `attempts`, the wall time of them all and the traffic summed over them.
+    name): a node that is gone ends the job instead of being retried. `interrupt` set during the
+    back-off (the user's Ctrl-C or SIGTERM, as the CLI hands it down) ends the job. Returns the
+    last attempt's result, with every attempt in `attempts`, the wall time of them all and the
+    traffic summed over them.
     """
-    wait = wait or _interruptible_sleep
+    interrupt = interrupt or threading.Event()
     began = time.monotonic()
     attempts: list[Attempt] = []
     traffic: dict[str, tuple[int, int]] = {}
@@ -156,7 +160,7 @@ def run_attempts(
         listener.attempt_ended(attempt, backoff_s if verdict.restart else None)
         if not verdict.restart:
             return _final(result, attempts, began, traffic)
-        if wait(backoff_s):
+        if interrupt.wait(backoff_s):
             attempts[-1] = replace(attempt, restarted=False, verdict="not restarted: interrupted during the back-off")
             listener.stopping("interrupted during the back-off: not restarting")
             return _final(result, attempts, began, traffic)
@@ -168,28 +172,16 @@ def _final(result: JobResult, attempts: list[Attempt], began: float, traffic: di
     return replace(result, attempts=attempts, elapsed_s=time.monotonic() - began, traffic=traffic)
 
 
-def _interruptible_sleep(seconds: float) -> bool:
-    """Sleep `seconds`; True when SIGINT or SIGTERM came meanwhile (only the main thread can
-    trap them; elsewhere this is a plain sleep)."""
-    woken = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
-        woken.wait(seconds)
-        return False
-    previous = {sig: signal.signal(sig, lambda *_: woken.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        return woken.wait(seconds)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-
-
-def run_job(config: JobConfig, remote: RemoteNodes, listener: AttemptListener) -> JobResult:
-    """Run `config`'s job (remote nodes through `remote`, already connected and checked),
-    restarting it as `config` allows, and return how it ended. Everything that happens meanwhile
-    is told to `listener`; what the user sees of it, during and after, is the caller's choice."""
+def run_job(config: JobConfig, remote: RemoteNodes, listener: AttemptListener,
+            interrupt: threading.Event | None = None) -> JobResult:
+    """Run `config`'s job (other nodes through `remote`, already connected and checked),
+    restarting it as `config` allows, until it ends or `interrupt` is set, and return how it
+    ended. Everything that happens meanwhile is told to `listener`; what the user sees of it,
+    during and after, is the caller's choice."""
+    nodes = JobNodes(config.spec, remote)
 
     def start(number: int) -> JobResult:
-        return run_attempt(config, remote, listener, number)
+        return run_attempt(config, nodes, listener, number, interrupt)
 
     return run_attempts(start, config.max_restarts, config.restart_backoff_s, listener,
-                        unreachable=remote.unreachable)
+                        unreachable=remote.unreachable, interrupt=interrupt)

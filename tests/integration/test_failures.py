@@ -23,7 +23,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from adrun.launch.job.plan import HOOK_DIR
+from adrun.launch.env import HOOK_DIR
 from adrun.launch.job.report import JobReport
 from adrun.launch.job.teardown import kill_leftovers, leftover_processes
 from adrun.launch.job.tf_noise import NoiseFilter

@@ -26,7 +26,7 @@ def test_shard_data_and_max_steps_become_the_jobs_settings_and_leave_the_environ
     before = dict(os.environ)
     seen = {}
 
-    def run_job(config, remote, listener=None):
+    def run_job(config, remote, listener=None, interrupt=None):
         """Where the job would start: what it was given, and what its tasks would be told."""
         seen["environ"] = dict(os.environ)
         seen["settings"] = config.settings
@@ -50,24 +50,26 @@ def test_shard_data_and_max_steps_become_the_jobs_settings_and_leave_the_environ
 def test_an_attempt_tells_every_task_the_jobs_settings(monkeypatch, spec_file, tmp_path):
     """The hand-off the CLI test above replaces: JobConfig.settings reaches every launch that
     run_attempt gives the supervisor, with the attempt's number."""
-    from adrun.launch.job import supervisor
+    from adrun.launch.job import attempt
+    from adrun.launch.job.backends import JobNodes
+    from adrun.launch.job.config import JobConfig
     from adrun.launch.job.metrics import Throughput
     from adrun.launch.job.provision import RemoteNodes
+    from adrun.launch.job.results import JobResult
     from adrun.spec import load_spec
 
     launched = []
 
-    def supervise(launches, job_id, listener, **kwargs):
+    def supervise(launches, config, listener, **kwargs):
         launched.extend(launches)
-        return supervisor.JobResult(0, None, False, Throughput(), [], 0.0)
+        return JobResult(0, None, False, Throughput(), [], 0.0)
 
-    monkeypatch.setattr(supervisor, "supervise", supervise)
+    monkeypatch.setattr(attempt, "supervise", supervise)
     spec = load_spec(spec_file(workers=2, ps=1))
-    config = supervisor.JobConfig(job_id="settings-test", spec=spec, script=TINY, script_args=[],
-                                  strategy_file=tmp_path / "strategy.yml",
-                                  settings=Settings(shard_data=True, max_steps=4))
+    config = JobConfig(job_id="settings-test", spec=spec, script=TINY, script_args=[],
+                       strategy_file=tmp_path / "strategy.yml", settings=Settings(shard_data=True, max_steps=4))
     with RemoteNodes(spec) as remote:
-        supervisor.run_attempt(config, remote, listener=None, attempt=2)
+        attempt.run_attempt(config, JobNodes(spec, remote), listener=None, attempt=2)
     assert len(launched) == 3
     for launch in launched:
         assert (launch.env["ADRUN_SHARD_DATA"], launch.env["ADRUN_MAX_STEPS"], launch.env["ADRUN_RESTART_COUNT"]) \

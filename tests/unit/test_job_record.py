@@ -16,6 +16,7 @@ from adrun.jobs import registry as jobs
 from adrun.errors import UserError
 from adrun.jobs.control import LostJob, stop_job
 from adrun.jobs.logs import show_logs
+from adrun.cli.interrupts import handling_interrupts
 from adrun.cli.job_record import recorded_job
 from adrun.jobs.registry import JobRecord, LauncherRecord, check_job_id, new_record, open_jobs
 
@@ -133,7 +134,7 @@ def test_sigterm_interrupts_the_launcher_block_and_is_recorded(tmp_path):
     job = record("stopped-early")
     before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(KeyboardInterrupt):
-        with recorded_job(job, home=tmp_path):
+        with handling_interrupts(), recorded_job(job, home=tmp_path):
             with open_jobs(tmp_path) as store:
                 assert store.request_stop(job.id)
             os.kill(os.getpid(), signal.SIGTERM)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from adrun.errors import UserError
+from adrun.launch.job.backends import JobNodes
 from adrun.launch.job.plan import plan_job
 from adrun.launch.job.ports import allocate_ports
 from adrun.launch.job.tasks import Task, cluster_def, plan_tasks
@@ -87,7 +88,7 @@ def test_task_tag_and_address():
 def test_free_ports_are_distinct_and_bindable():
     spec = Spec([Node("localhost", workers=3, ps=1), Node("127.0.0.1", workers=1, ps=1)])
 
-    ports = allocate_ports(spec)
+    ports = allocate_ports(spec.nodes)
 
     assert [len(p) for p in ports] == [4, 2]
     flat = [p for node in ports for p in node]
@@ -100,7 +101,7 @@ def test_free_ports_are_distinct_and_bindable():
 def test_base_port_gives_consecutive_ports():
     base = _free_port()
     spec = Spec([Node(workers=2, ps=1, base_port=base)])
-    assert allocate_ports(spec) == [[base, base + 1, base + 2]]
+    assert allocate_ports(spec.nodes) == [[base, base + 1, base + 2]]
 
 
 def test_port_in_use_names_host_port_and_holder():
@@ -113,7 +114,7 @@ def test_port_in_use_names_host_port_and_holder():
     try:
         port = int(holder.stdout.readline())
         with pytest.raises(UserError) as err:
-            allocate_ports(Spec([Node("localhost", workers=1, base_port=port)]))
+            allocate_ports([Node("localhost", workers=1, base_port=port)])
     finally:
         holder.kill()
         holder.wait()
@@ -126,7 +127,7 @@ def test_overlapping_base_ports_on_this_machine_are_rejected():
     base = _free_port()
     spec = Spec([Node("localhost", workers=2, base_port=base), Node("127.0.0.1", workers=1, base_port=base + 1)])
     with pytest.raises(UserError, match=f"port {base + 1} on 127.0.0.1 would be used by two tasks"):
-        allocate_ports(spec)
+        allocate_ports(spec.nodes)
 
 
 def test_plan_job_builds_commands_and_contract(tmp_path):
@@ -135,7 +136,7 @@ def test_plan_job_builds_commands_and_contract(tmp_path):
 
     launches = plan_job(
         spec, "train.py", ["--steps", "3"], job_id="j1", strategy_file=tmp_path / "s.yml",
-        cwd=tmp_path, hook_dir="/hook", base_env={"PYTHONPATH": "/mine", "PATH": "/bin"},
+        nodes=JobNodes(spec, hook_dir="/hook"), cwd=tmp_path, base_env={"PYTHONPATH": "/mine", "PATH": "/bin"},
     )
 
     by_tag = {launch.task.tag: launch for launch in launches}

@@ -18,14 +18,17 @@ from adrun.launch.job.teardown import kill_leftovers, leftover_processes
 
 pytestmark = pytest.mark.timeout(150)
 
-# A launcher running a job of three sleeping tasks; argv: sys.path as JSON, job id.
+# A launcher running a job of three sleeping tasks, signals handled as the CLI does; argv: sys.path
+# as JSON, job id.
 LAUNCHER = """
 import json, os, sys
 from pathlib import Path
 sys.path[:] = json.loads(sys.argv[1])
+from adrun.cli.interrupts import handling_interrupts
 from adrun.launch.job.plan import TaskLaunch
 from adrun.launch.job.supervisor import supervise
 from adrun.launch.job.tasks import Task
+from tests.job_configs import job_config
 
 job_id = sys.argv[2]
 sleep = [sys.executable, "-c", "import time; time.sleep(600)"]
@@ -39,7 +42,8 @@ class Say:
     def progress(self, throughput, elapsed_s): pass
     def stopping(self, reason): print(reason, flush=True)
 
-result = supervise(launches, job_id, Say())
+with handling_interrupts() as interrupts, interrupts.handed_down() as interrupt:
+    result = supervise(launches, job_config(job_id), Say(), interrupt=interrupt)
 print("interrupted" if result.interrupted else "not interrupted", flush=True)
 sys.exit(result.exit_code)
 """
@@ -70,10 +74,11 @@ def _start_launcher(job_id: str) -> subprocess.Popen:
     return launcher
 
 
-def test_sigint_to_the_launcher_stops_the_job_with_exit_130(job_id):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_sigint_or_sigterm_to_the_launcher_stops_the_job_with_exit_130(job_id, signum):
     launcher = _start_launcher(job_id)
 
-    launcher.send_signal(signal.SIGINT)
+    launcher.send_signal(signum)
     out, _ = launcher.communicate(timeout=60)  # a hang guard: the tasks would sleep for 10 minutes
 
     assert launcher.returncode == 130

@@ -10,7 +10,7 @@ from adrun.launch.job.metrics import Throughput
 from adrun.launch.job.report import JobReport, job_report, write_report
 from adrun.exit_codes import INTERRUPTED_EXIT_CODE
 from adrun.launch.job.failures import Failure, TaskExited
-from adrun.launch.job.supervisor import JobResult, TaskOutcome
+from adrun.launch.job.results import JobResult, TaskOutcome
 from adrun.launch.job.tasks import Task
 from adrun.task_events import StepEvent
 

@@ -8,6 +8,7 @@ import os
 import re
 import sys
 import textwrap
+import threading
 import uuid
 from pathlib import Path
 
@@ -15,17 +16,18 @@ import pytest
 
 from adrun.errors import UserError
 from adrun.exit_codes import PLAN_MISMATCH_EXIT_CODE, STALL_EXIT_CODE
-from adrun.launch.env import run_context, task_env
+from adrun.launch.env import HOOK_DIR, run_context, task_env
 from adrun.launch.job.failures import (
     Failure, NodeLost, TaskExited, TaskKilled, TaskRaised, TaskRefused, TaskStalled,
 )
-from adrun.launch.job.plan import HOOK_DIR, TaskLaunch
+from adrun.launch.job.plan import TaskLaunch
 from adrun.launch.job.report import job_report
 from adrun.launch.job.restarts import judge, run_attempts
 from adrun.launch.job.supervisor import supervise
 from adrun.launch.job.tasks import Task
 from adrun.launch.job.teardown import kill_leftovers, leftover_processes
 from adrun.task_events import ErrorEvent, encode
+from tests.job_configs import job_config
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -174,7 +176,7 @@ def _run(job_id, tmp_path, plan, max_restarts, **kwargs):
 
     def start(attempt: int):
         leftovers.append([p.pid for p in leftover_processes(job_id)])
-        return supervise(_launches(job_id, tmp_path, attempt, plan), job_id, listener, grace_s=2.0)
+        return supervise(_launches(job_id, tmp_path, attempt, plan), job_config(job_id, grace_s=2.0), listener)
 
     result = run_attempts(start, max_restarts, 0.0, listener, **kwargs)
     return result, listener, leftovers
@@ -237,7 +239,8 @@ def test_a_restart_that_cannot_start_ends_with_the_failure_before(job_id, tmp_pa
     def start(attempt):
         if attempt:
             raise UserError("port 23000 on node-b is already in use")
-        return supervise(_launches(job_id, tmp_path, attempt, {"0": {"0": "kill"}}), job_id, listener, grace_s=2.0)
+        launches = _launches(job_id, tmp_path, attempt, {"0": {"0": "kill"}})
+        return supervise(launches, job_config(job_id, grace_s=2.0), listener)
 
     listener = Recorder()
     result = run_attempts(start, 1, 0.0, listener)
@@ -248,7 +251,9 @@ def test_a_restart_that_cannot_start_ends_with_the_failure_before(job_id, tmp_pa
 
 
 def test_an_interrupted_back_off_does_not_restart(job_id, tmp_path):
-    result, listener, _ = _run(job_id, tmp_path, {"0": {"1": "kill"}}, max_restarts=1, wait=lambda seconds: True)
+    interrupt = threading.Event()
+    interrupt.set()  # as the CLI's handler does on Ctrl-C; attempt 0's supervisor is not told (see _run)
+    result, listener, _ = _run(job_id, tmp_path, {"0": {"1": "kill"}}, max_restarts=1, interrupt=interrupt)
 
     assert listener.started == [0] and result.exit_code == 137
     assert result.attempts[0].verdict == "not restarted: interrupted during the back-off"
@@ -288,7 +293,7 @@ def test_on_stall_fail_names_the_worker_outside_a_step_that_the_others_wait_for(
         launches.append(TaskLaunch(task, [sys.executable, "-c", textwrap.dedent(code)], env, tmp_path))
     listener = Recorder()
 
-    result = supervise(launches, job_id, listener, stall_timeout_s=2.0, on_stall="fail", grace_s=2.0)
+    result = supervise(launches, job_config(job_id, stall_timeout_s=2.0, on_stall="fail", grace_s=2.0), listener)
 
     assert result.exit_code == STALL_EXIT_CODE
     failure = result.failed
@@ -323,7 +328,7 @@ def test_the_error_a_task_reports_is_read_however_long_its_traceback(job_id, tmp
     env.pop("ADRUN_MODE")
     launch = TaskLaunch(task, [sys.executable, "-c", textwrap.dedent(code)], env, tmp_path)
 
-    result = supervise([launch], job_id, Recorder())
+    result = supervise([launch], job_config(job_id), Recorder())
 
     assert "UnavailableError" not in "\n".join(result.failed.stderr_tail)  # the tail alone lost it
     assert result.failed.cause == TaskRaised(1, event)
@@ -376,8 +381,8 @@ def test_start_up_longer_than_the_stall_timeout_is_no_stall(job_id, tmp_path):
     """
     listener = Recorder()
 
-    result = supervise(_workers(job_id, tmp_path, w0, w1), job_id, listener, stall_timeout_s=1.5, on_stall="fail",
-                       grace_s=2.0)
+    result = supervise(_workers(job_id, tmp_path, w0, w1),
+                       job_config(job_id, stall_timeout_s=1.5, on_stall="fail", grace_s=2.0), listener)
 
     assert result.failed.task.tag == "w1" and result.failed.step == 1, result.failed
     assert "(still at step 1, outside any training step)" in result.failed.cause.detail
@@ -387,8 +392,8 @@ def test_a_worker_that_never_starts_training_while_the_others_do_is_a_stall(job_
     # w1's clock starts at w0's first step; w0 steps on until the job is stopped: w1 is the one named
     w0 = STEPS_AFTER.format(startup=0, steps=100000, then=0)
 
-    result = supervise(_workers(job_id, tmp_path, w0, "import time; time.sleep(600)"), job_id, Recorder(),
-                       stall_timeout_s=1.5, on_stall="fail", grace_s=2.0)
+    result = supervise(_workers(job_id, tmp_path, w0, "import time; time.sleep(600)"),
+                       job_config(job_id, stall_timeout_s=1.5, on_stall="fail", grace_s=2.0), Recorder())
 
     assert result.failed.task.tag == "w1" and result.failed.step is None
     detail = result.failed.cause.detail

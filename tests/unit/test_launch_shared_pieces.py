@@ -18,6 +18,7 @@ import pytest
 
 from adrun.errors import UserError
 from adrun.launch.check import cluster_check
+from adrun.launch.job.backends import JobNodes
 from adrun.launch.job.plan import plan_job
 from adrun.launch.job.ports import allocate_ports
 from adrun.launch.job.provision import RemoteNodes
@@ -55,6 +56,21 @@ class RecordingShell:
         return Completed(127, "", "python: not found")
 
 
+class PreparingLink:
+    """A connected node as `backends.SshNode` uses it in `prepare`: the agent's answer (its chosen
+    port, no strategy document there yet), and what was copied to it."""
+
+    def __init__(self, node, port: int) -> None:
+        self.node, self.address, self.port, self.sent = node, node.address, port, []
+
+    def helper(self, mode: str, args: dict, timeout: float = 0) -> dict:
+        assert mode == "prepare" and args["ports"] == {"base": None, "count": 1}
+        return {"ports": [self.port], "hashes": {path: None for path in args["files"]}, "net": {"sent": 0, "recv": 0}}
+
+    def put(self, local: Path, remote: str) -> None:
+        self.sent.append(remote)
+
+
 def test_check_plan_and_provision_agree_on_each_nodes_workdir(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     spec = spec_of_three()
@@ -66,11 +82,19 @@ def test_check_plan_and_provision_agree_on_each_nodes_workdir(tmp_path, monkeypa
         cluster_check._run_facts(cluster_check._Probed(node, node.address == HERE, shell), "train.py")
         checked[node.address] = json.loads(shlex.split(shell.commands[-1])[-1])["workdir"]
 
-    launches = plan_job(spec, "train.py", [], job_id="j", strategy_file=tmp_path / "s.yml",
-                        remote_ports={ELSEWHERE: [2000], SOMEWHERE: [3000]}, base_env={})
-    planned = {launch.task.host: str(launch.cwd) for launch in launches}
-
     remote = RemoteNodes(spec)
+    remote.links = {node.address: PreparingLink(node, port) for node, port in zip(spec.nodes[1:], (2000, 3000))}
+    nodes = JobNodes(spec, remote)
+    strategy_file = tmp_path / "s.yml"
+    strategy_file.write_text("plan\n")
+    nodes.prepare(strategy_file)
+    launches = plan_job(spec, "train.py", [], job_id="j", strategy_file=strategy_file, nodes=nodes, base_env={})
+    planned = {launch.task.host: str(launch.cwd) for launch in launches}
+    assert {launch.task.host: launch.task.port for launch in launches if launch.task.remote} == \
+        {ELSEWHERE: 2000, SOMEWHERE: 3000}  # the ports each node's own `prepare` chose
+    assert {link.address: link.sent for link in remote.links.values()} == \
+        {ELSEWHERE: [str(strategy_file.resolve())], SOMEWHERE: [str(strategy_file.resolve())]}
+
     provisioned = {node.address: posixpath.dirname(remote._remote_path(SimpleNamespace(node=node), Path("train.py")))
                    for node in remote.nodes}
 
@@ -122,7 +146,7 @@ def test_node_programs_need_nothing_installed_and_judge_ports_and_files_as_the_l
         assert node_tools.taken_ports([taken]) == [taken] and node_tools.file_sha256(str(script)) == digest
         here = ClusterSpec.model_validate({"version": 1, "nodes": [{"address": "localhost", "base_port": taken}]})
         with pytest.raises(UserError, match=f"port {taken} on localhost is already in use"):
-            allocate_ports(here)
+            allocate_ports(here.nodes)
 
     lines = _run_without_adrun(AGENT_SOURCE, "prepare", json.dumps({"ports": {"base": None, "count": 3}, "files": []}),
                                cwd=tmp_path)

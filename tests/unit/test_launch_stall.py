@@ -14,6 +14,7 @@ from adrun.launch.job.plan import TaskLaunch
 from adrun.launch.job.supervisor import supervise
 from adrun.launch.job.tasks import Task
 from adrun.launch.job.teardown import kill_leftovers
+from tests.job_configs import job_config
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -71,7 +72,7 @@ def test_a_stalled_worker_is_named_once_and_the_stepping_one_never(tmp_path):
     listener = Listener(warned)
     try:
         result = supervise([_worker(job_id, tmp_path, 0, stepping), _worker(job_id, tmp_path, 1, stalled)],
-                           job_id, listener, stall_timeout_s=2.0)
+                           job_config(job_id, stall_timeout_s=2.0), listener)
     finally:
         kill_leftovers(job_id)
     assert result.exit_code == 0

@@ -18,6 +18,7 @@ from adrun.launch.job.plan import TaskLaunch
 from adrun.launch.job.supervisor import supervise
 from adrun.launch.job.tasks import Task
 from adrun.launch.job.teardown import kill_leftovers, leftover_processes
+from tests.job_configs import job_config
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -82,7 +83,7 @@ def test_success_when_all_workers_exit_0_and_ps_is_stopped(make, job_id):
     worker = "import os; print('hello from', os.environ['ADRUN_WORKER_INDEX'])"
     launches = [make("worker", 0, worker), make("worker", 1, worker), make("ps", 0, SLEEP)]
 
-    result = supervise(launches, job_id, rec)
+    result = supervise(launches, job_config(job_id), rec)
 
     assert result.exit_code == 0 and result.failed is None and not result.interrupted
     assert [t.tag for t in rec.tasks] == ["ps0", "w0", "w1"]  # PS started first
@@ -106,7 +107,7 @@ def test_failing_worker_stops_its_siblings_and_is_the_root_cause(make, job_id):
     launches = [make("worker", 0, SLEEP), make("worker", 1, failing), make("ps", 0, SLEEP)]
 
     # w0 and ps0 sleep for 600 s: that supervise returns at all means it stopped them
-    result = supervise(launches, job_id, rec)
+    result = supervise(launches, job_config(job_id), rec)
 
     assert result.exit_code == 3
     assert result.failed is not None
@@ -136,7 +137,7 @@ def test_sibling_ignoring_sigterm_is_killed_after_the_grace(make, job_id, tmp_pa
     """
     launches = [make("worker", 0, stubborn), make("worker", 1, failing)]
 
-    result = supervise(launches, job_id, Recorder(), grace_s=1.0)
+    result = supervise(launches, job_config(job_id, grace_s=1.0), Recorder())
 
     assert result.failed.task.tag == "w1"
     stubborn_outcome = next(o for o in result.outcomes if o.task.tag == "w0")
@@ -146,7 +147,7 @@ def test_sibling_ignoring_sigterm_is_killed_after_the_grace(make, job_id, tmp_pa
 
 def test_worker_killed_by_a_signal_is_reported_by_signal_name(make, job_id):
     code = "import os, signal, time; time.sleep(0.2); os.kill(os.getpid(), signal.SIGKILL)"
-    result = supervise([make("worker", 0, code), make("ps", 0, SLEEP)], job_id, Recorder())
+    result = supervise([make("worker", 0, code), make("ps", 0, SLEEP)], job_config(job_id), Recorder())
 
     assert result.failed.task.tag == "w0"
     assert result.failed.cause == TaskKilled(-9) and result.failed.cause.signal == "SIGKILL"
@@ -154,7 +155,7 @@ def test_worker_killed_by_a_signal_is_reported_by_signal_name(make, job_id):
 
 
 def test_ps_exiting_by_itself_fails_the_job(make, job_id):
-    result = supervise([make("worker", 0, SLEEP), make("ps", 0, "import time; time.sleep(0.3)")], job_id, Recorder())
+    result = supervise([make("worker", 0, SLEEP), make("ps", 0, "import time; time.sleep(0.3)")], job_config(job_id), Recorder())
 
     assert result.failed.task.tag == "ps0"
     assert result.failed.cause == TaskExited(0)
@@ -173,7 +174,7 @@ def test_metric_lines_are_parsed_and_not_shown(make, job_id):
         metric(21, 1002.0)
         print("@@ADRUN not-json", file=sys.stderr)
     """
-    result = supervise([make("worker", 0, code)], job_id, rec)
+    result = supervise([make("worker", 0, code)], job_config(job_id), rec)
 
     assert result.exit_code == 0
     assert rec.lines == [("w0", "stderr", "training..."), ("w0", "stderr", "@@ADRUN not-json")]
@@ -185,7 +186,7 @@ def test_metric_lines_are_parsed_and_not_shown(make, job_id):
 def test_quiet_hides_lines_but_keeps_the_stderr_tail(make, job_id):
     rec = Recorder()
     code = "import sys; print('noisy'); print('why it broke', file=sys.stderr); sys.exit(2)"
-    result = supervise([make("worker", 0, code)], job_id, rec, quiet=True)
+    result = supervise([make("worker", 0, code)], job_config(job_id, quiet=True), rec)
 
     assert rec.lines == []
     assert result.failed.stderr_tail == ["why it broke"]
@@ -200,7 +201,7 @@ def test_log_dir_has_one_file_per_task_with_both_streams(make, job_id, tmp_path)
     """
     ps = "import time; print('ps up', flush=True); time.sleep(600)"
     log_dir = tmp_path / "logs"
-    result = supervise([make("worker", 0, code), make("ps", 0, ps)], job_id, Recorder(), log_dir=log_dir)
+    result = supervise([make("worker", 0, code), make("ps", 0, ps)], job_config(job_id, log_dir=log_dir), Recorder())
 
     assert result.exit_code == 0
     assert sorted(p.name for p in log_dir.iterdir()) == ["ps0.log", "w0.log"]
@@ -214,7 +215,7 @@ def test_a_task_that_cannot_start_is_a_user_error_and_started_tasks_are_stopped(
     broken = TaskLaunch(broken.task, ["/nonexistent/python3", "x.py"], broken.env, broken.cwd)
 
     with pytest.raises(UserError, match="cannot start w0 on localhost: /nonexistent/python3"):
-        supervise([ps, broken], job_id, Recorder())
+        supervise([ps, broken], job_config(job_id), Recorder())
     assert leftover_processes(job_id) == []
 
 
@@ -226,7 +227,7 @@ def test_tensorflow_startup_noise_is_folded_and_stays_out_of_the_root_cause(make
     captured = CAPTURED_STDERR.read_text().splitlines()
     code = f"import sys; sys.stderr.write(open({str(CAPTURED_STDERR)!r}).read()); sys.exit(1)"
     rec = Recorder()
-    result = supervise([make("worker", 0, code)], job_id, rec, log_dir=tmp_path / "logs")
+    result = supervise([make("worker", 0, code)], job_config(job_id, log_dir=tmp_path / "logs"), rec)
 
     assert result.failed.stderr_tail == captured[7:]
     assert result.failed.stderr_tail[-1] == "RuntimeError: boom from w1"
@@ -235,7 +236,7 @@ def test_tensorflow_startup_noise_is_folded_and_stays_out_of_the_root_cause(make
     assert (tmp_path / "logs" / "w0.log").read_text().splitlines() == captured
 
     rec = Recorder()
-    result = supervise([make("worker", 0, code)], job_id, rec, show_tf_noise=True)
+    result = supervise([make("worker", 0, code)], job_config(job_id, show_tf_noise=True), rec)
     assert [line for _, _, line in rec.lines] == captured
     assert rec.folds == [] and result.failed.stderr_tail == captured[7:]
 
@@ -249,7 +250,7 @@ def test_folded_noise_is_counted_once_per_run_of_noise(make, job_id):
         sys.exit(4)
     """
     rec = Recorder()
-    result = supervise([make("worker", 0, code)], job_id, rec)
+    result = supervise([make("worker", 0, code)], job_config(job_id), rec)
 
     # The first count at the step, the second before the shown line, the last at the end.
     assert rec.folds == [("w0", 2), ("w0", 1), ("w0", 1)]
@@ -258,6 +259,6 @@ def test_folded_noise_is_counted_once_per_run_of_noise(make, job_id):
 
 def test_the_root_cause_keeps_the_last_lines_on_stdout(make, job_id):
     code = "import os\nfor i in range(7): print(f'out {i}')\nos._exit(5)"
-    result = supervise([make("worker", 0, code)], job_id, Recorder())
+    result = supervise([make("worker", 0, code)], job_config(job_id), Recorder())
 
     assert result.failed.stdout_tail == [f"out {i}" for i in range(2, 7)]

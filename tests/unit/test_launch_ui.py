@@ -13,10 +13,12 @@ from adrun.launch.env import run_context, task_env
 from adrun.launch.job.failures import Failure, TaskExited, TaskKilled, TaskRaised, TaskRefused
 from adrun.launch.job.metrics import Throughput
 from adrun.launch.job.plan import TaskLaunch
-from adrun.launch.job.supervisor import JobResult, TaskOutcome, supervise
+from adrun.launch.job.results import JobResult, TaskOutcome
+from adrun.launch.job.supervisor import supervise
 from adrun.launch.job.tasks import Task
 from adrun.launch.job.teardown import kill_leftovers
 from adrun.task_events import ErrorEvent, StepEvent
+from tests.job_configs import job_config
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -153,7 +155,7 @@ def test_job_view_prints_tagged_task_lines_and_no_metric_lines(tmp_path, capsys)
     env.pop("ADRUN_MODE")
     try:
         with ui.JobView() as view:
-            result = supervise([TaskLaunch(W0, [sys.executable, "-c", code], env, tmp_path)], job_id, view)
+            result = supervise([TaskLaunch(W0, [sys.executable, "-c", code], env, tmp_path)], job_config(job_id), view)
     finally:
         kill_leftovers(job_id)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from adrun.launch.job.metrics import Throughput
 from adrun.launch.job.restarts import run_attempts
 from adrun.launch.job.failures import Failure, TaskKilled
-from adrun.launch.job.supervisor import JobResult, TaskOutcome
+from adrun.launch.job.results import JobResult, TaskOutcome
 from adrun.launch.job.tasks import Task
 from adrun.shown_job import _View
 

@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 from adrun.launch.env import task_env
-from adrun.launch.job.plan import HOOK_DIR
+from adrun.launch.env import HOOK_DIR
 from adrun.runtime.reporting import error_event
 from adrun.task_context import Mode, Role, TaskContext
 from adrun.task_events import ErrorEvent, decode
