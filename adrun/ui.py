@@ -72,7 +72,7 @@ def print_failure(failure: Failure) -> None:
         fields.add_row("exit", Text("0, but a parameter server must serve until the workers finish", style="bold red"))
     else:
         fields.add_row("exit", Text(f"code {failure.returncode}", style="bold red"))
-    parts = [fields]
+    parts: list[Table | Text] = [fields]
     if failure.stdout_tail:
         parts += [Text(""), Text("last output lines:", style="bold"), Text("\n".join(failure.stdout_tail))]
     tail = Text("\n".join(failure.stderr_tail)) if failure.stderr_tail else Text("(nothing on stderr)", style="dim")

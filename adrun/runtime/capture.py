@@ -15,7 +15,7 @@ import sys
 import tensorflow as tf
 
 from adrun.exit_codes import HOOK_DONE_EXIT_CODE
-from adrun.graph_item import GraphItem, VariableInfo, save_graph_item
+from adrun.graph_item import GradKind, GraphItem, VariableInfo, save_graph_item
 from adrun.runtime.grads import is_sparse, records_for, variable_name
 from adrun.runtime.kernels.partitioning import partition_blockers
 
@@ -27,7 +27,7 @@ def describe_graph(graph: tf.Graph) -> GraphItem:
     slice (its full name and shape), so a worker whose variables adrun partitioned describes the
     same graph as the capture did."""
     records = records_for(graph)
-    grad_kind: dict[str, str] = {}
+    grad_kind: dict[str, GradKind] = {}
     optimizer = None
     for call in records.calls:
         optimizer = type(call.optimizer).__name__

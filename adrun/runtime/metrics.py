@@ -132,7 +132,7 @@ class StepReporter:
         wait for peers that have already ended.
         """
         self.emit()
-        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        for stream in filter(None, (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)):
             try:
                 stream.flush()
             except (AttributeError, OSError, ValueError):  # replaced by the script, or closed
@@ -159,9 +159,12 @@ class StepReporter:
                 self._write({"event": "waiting", "step": self.steps, "time": time.time(), "since": began[1]})
 
     def _write(self, event: dict[str, Any]) -> None:
+        stream = sys.__stderr__
+        if stream is None:  # started without a stderr: no launcher reads this task's events
+            return
         with self._lock:
-            sys.__stderr__.write(format_metric_line(event))
-            sys.__stderr__.flush()
+            stream.write(format_metric_line(event))
+            stream.flush()
 
     def emit(self, now: float | None = None) -> None:
         if not self.steps:
