@@ -52,4 +52,4 @@ bench-cluster-quick: $(BENCH_STAMP)
 	$(BIN)/python -m bench.cluster.run --quick
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache
