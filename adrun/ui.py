@@ -182,7 +182,7 @@ def print_plan(plan: Strategy, item: GraphItem | None, spec: ClusterSpec | None)
         table.add_column("size", justify="right")
     table.add_column("sync")
     for var in plan.variables:
-        row = [_name_text(var), str(list(var.shape)), var.dtype, var.grad or "-"]
+        row = [_name_text(var), str(list(var.shape)), var.dtype, var.grad]
         if sizes:
             row.append(_bytes(sizes[var.name]) if var.name in sizes else "-")
         table.add_row(*row, _plan_text(var))

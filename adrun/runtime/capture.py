@@ -60,7 +60,7 @@ def describe_graph(graph: tf.Graph) -> GraphItem:
     )
 
 
-def _logical(var) -> tuple[str, list[int]]:
+def _logical(var: tf.Variable) -> tuple[str, list[int]]:
     """Name and shape of the variable `var` is, or is a shard of. A size unknown when the graph is
     built is -1; a shape of unknown rank (an initial value of unknown shape) is recorded as [-1]."""
     info = getattr(var, "_save_slice_info", None)
