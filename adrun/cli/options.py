@@ -92,7 +92,7 @@ def check_fixed_ports(spec: ClusterSpec) -> None:
     from adrun.launch.job.ports import allocate_ports
 
     here = [is_local_host(n.address) for n in spec.nodes]
-    if any(n.base_port is not None and mine for n, mine in zip(spec.nodes, here)):
+    if any(n.base_port is not None and mine for n, mine in zip(spec.nodes, here, strict=True)):
         allocate_ports(spec, here)
 
 

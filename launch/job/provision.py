@@ -137,7 +137,7 @@ class RemoteNodes:
             self.ports[link.address] = found["ports"]
             return found["net"]["sent"], found["net"]["recv"]
 
-        return dict(zip(self.links, _each(self.links.values(), prepare)))
+        return dict(zip(self.links, _each(self.links.values(), prepare), strict=True))
 
     def start(self, launch: TaskLaunch, job_id: str) -> RemoteProcess:
         return self.links[launch.task.host].start(launch.argv, launch.env, str(launch.cwd), job_id)
@@ -152,7 +152,7 @@ class RemoteNodes:
             return net["sent"], net["recv"]
 
         samples = _each(self.links.values(), _quietly(sample))
-        return {address: s for address, s in zip(self.links, samples) if s is not None}
+        return {address: s for address, s in zip(self.links, samples, strict=True) if s is not None}
 
     def sweep(self, job_id: str) -> list[str]:
         """Kill the job's leftovers on every node (by ADRUN_JOB_ID, like `teardown.kill_leftovers`);

@@ -426,7 +426,7 @@ class _Job:
         """Turn SIGINT/SIGTERM into an orderly stop; only the main thread may set handlers."""
         if threading.current_thread() is not threading.main_thread():
             return {}
-        previous = {}
+        previous: dict[int, Any] = {}
         for sig in (signal.SIGINT, signal.SIGTERM):
             handler = signal.signal(sig, self._on_signal)
             previous[sig] = handler if handler is not None else signal.SIG_DFL
