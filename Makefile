@@ -1,6 +1,7 @@
 # Two commands do everything on a fresh machine:
 #   make demo   set up .venv, install adrun, run an example on this machine as a local cluster
-#   make test   set up .venv with the test extras and run the test suite (time: README.md, "Quick start")
+#   make test   set up .venv with the test extras, lint, and run the test suite (time: README.md, "Quick start")
+# make lint runs ruff (ruff.toml) and mypy (setup.cfg [mypy], through tools/typecheck.py) on adrun/, launch/, strategies/.
 # make test-full runs the long matrix as well; make bench measures strategies (bench/RESULTS.md);
 # make bench-cluster(-quick) runs adrun against TF peers on namespace hosts, as root (bench/RESULTS-cluster.md):
 # bench-cluster is 132 runs, about 2 hours on the shared 2-core machine (it prints its estimate first);
@@ -12,7 +13,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.adrun-installed
 BENCH_STAMP := $(VENV)/.adrun-bench-installed
 
-.PHONY: demo test test-full bench bench-cluster bench-cluster-quick clean
+.PHONY: demo lint test test-full bench bench-cluster bench-cluster-quick clean
 
 $(STAMP): setup.cfg setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +24,11 @@ $(STAMP): setup.cfg setup.py
 demo: $(STAMP)
 	$(BIN)/adrun examples/linear_regression.py --steps 300
 
-test: $(STAMP)
+lint: $(STAMP)
+	$(BIN)/ruff check
+	$(BIN)/python tools/typecheck.py
+
+test: $(STAMP) lint
 	./tests/cluster/install-deps.sh
 	$(BIN)/python -m pytest -q -m "not full" tests
 
@@ -47,4 +52,4 @@ bench-cluster-quick: $(BENCH_STAMP)
 	$(BIN)/python -m bench.cluster.run --quick
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
+from adrun.str_enum import StrEnum
 
 
 class JobState(StrEnum):

@@ -17,6 +17,7 @@ import datetime
 import difflib
 import json
 import types
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
@@ -59,8 +60,8 @@ class Problems(ValueError):
     Paths are relative to the model whose validator raised.
     """
 
-    def __init__(self, findings: list[tuple[Loc, str]]) -> None:
-        self.findings = findings
+    def __init__(self, findings: Sequence[tuple[Loc, str]]) -> None:
+        self.findings = list(findings)
         super().__init__("; ".join(_join(loc, msg) for loc, msg in findings))
 
 
@@ -145,6 +146,9 @@ class _Refused(yaml.MarkedYAMLError):
     """Well-formed YAML that is no document: nested or expanded (through aliases) far beyond what any
     document needs, or with an alias inside the node it names."""
 
+    def __init__(self, problem: str, mark: Any) -> None:  # Any: the pure or the C parser's Mark
+        super().__init__(problem=problem, problem_mark=mark)
+
 
 class _StrictLoader(yaml.SafeLoader):
     """SafeLoader that rejects a key written twice in one mapping (PyYAML silently keeps the last),
@@ -161,22 +165,21 @@ class _StrictLoader(yaml.SafeLoader):
         self._depth = 0
         self._values = 0  # nodes composed so far, each alias counted as the nodes it stands for
         self._budget = len(stream) + ALIAS_SLACK
-        self._anchor_sizes: dict[str, int] = {}  # anchor -> nodes of its (finished) subtree
+        self._anchor_sizes: dict[str | None, int] = {}  # anchor -> nodes of its (finished) subtree
 
-    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
-        event = self.peek_event()  # type: ignore[no-untyped-call]
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        event = self.peek_event()
         if isinstance(event, yaml.AliasEvent):
             if event.anchor in self.anchors and event.anchor not in self._anchor_sizes:
-                raise _Refused(None, None, f"alias *{event.anchor} refers to a node that contains it",
-                                     event.start_mark)
+                raise _Refused(f"alias *{event.anchor} refers to a node that contains it", event.start_mark)
             self._count(self._anchor_sizes.get(event.anchor, 0), event.start_mark)  # unknown: PyYAML says so
-            return super().compose_node(parent, index)  # type: ignore[no-untyped-call,no-any-return]
+            return super().compose_node(parent, index)
         if self._depth == MAX_DEPTH:
-            raise _Refused(None, None, f"nested more than {MAX_DEPTH} levels deep", event.start_mark)
+            raise _Refused(f"nested more than {MAX_DEPTH} levels deep", event.start_mark)
         before = self._values
         self._count(1, event.start_mark)
         self._depth += 1
-        node: yaml.Node = super().compose_node(parent, index)  # type: ignore[no-untyped-call]
+        node = super().compose_node(parent, index)
         self._depth -= 1
         if event.anchor is not None:
             self._anchor_sizes[event.anchor] = self._values - before
@@ -186,13 +189,13 @@ class _StrictLoader(yaml.SafeLoader):
         self._values += values
         if self._values > self._budget:
             raise _Refused(
-                None, None, f"YAML aliases expand the document to more than {self._budget} values "
+                f"YAML aliases expand the document to more than {self._budget} values "
                 f"(one per character of the file, plus {ALIAS_SLACK}); write repeated parts out or repeat less", mark
             )
 
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         try:
-            return super().construct_object(node, deep=deep)  # type: ignore[no-untyped-call]
+            return super().construct_object(node, deep=deep)
         except (ValueError, TypeError, AttributeError, OverflowError):
             if not isinstance(node, yaml.ScalarNode):
                 raise
@@ -206,7 +209,7 @@ class _StrictLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
                 continue
-            key = self.construct_object(key_node)  # type: ignore[no-untyped-call]
+            key = self.construct_object(key_node)
             if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"duplicate key {_show(key)}", key_node.start_mark
@@ -303,7 +306,7 @@ def _without_none(tp: Any) -> Any:
         return _without_none(get_args(tp)[0])
     if get_origin(tp) in (Union, types.UnionType):
         args = [a for a in get_args(tp) if a is not type(None)]
-        return _without_none(args[0]) if len(args) == 1 else Union[tuple(args)]
+        return _without_none(args[0]) if len(args) == 1 else Union[tuple(args)]  # noqa: UP007 - built from a tuple at run time
     return tp
 
 

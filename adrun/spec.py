@@ -311,7 +311,7 @@ class NetworkSpec(BaseModel):
         ]
         if self.bandwidth_mbit is None:
             given = {(_address_key(link.src), _address_key(link.dst)) for link in self.links}
-            missing = [f"{a} -> {b}" for a, ka in zip(addresses, keys) for b, kb in zip(addresses, keys)
+            missing = [f"{a} -> {b}" for a, ka in zip(addresses, keys, strict=True) for b, kb in zip(addresses, keys, strict=True)
                        if ka != kb and (ka, kb) not in given]
             if missing:
                 shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")

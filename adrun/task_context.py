@@ -17,7 +17,7 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
+from adrun.str_enum import StrEnum
 from functools import cached_property
 from typing import TYPE_CHECKING
 

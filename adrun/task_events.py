@@ -111,10 +111,11 @@ def decode(line: str) -> TaskEvent | None:
         data = json.loads(line[len(EVENT_PREFIX):])
     except ValueError:
         return None
-    cls = _KINDS.get(data.get("event")) if isinstance(data, dict) else None
+    kind = data.get("event") if isinstance(data, dict) else None
+    cls = _KINDS.get(kind) if isinstance(kind, str) else None
     if cls is None:
         return None
-    values = {}
+    values: dict[str, Any] = {}
     for f in fields(cls):
         if f.name not in data:
             continue  # a default, or a TypeError below

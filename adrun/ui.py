@@ -79,7 +79,7 @@ def print_failure(failure: Failure) -> None:
         fields.add_row("raised", cause.error.exception)
     elif isinstance(cause, TaskRefused):
         fields.add_row("refused", cause.message)
-    parts = [fields]
+    parts: list[Table | Text] = [fields]
     if failure.stdout_tail:
         parts += [Text(""), Text("last output lines:", style="bold"), Text("\n".join(failure.stdout_tail))]
     tail = Text("\n".join(failure.stderr_tail)) if failure.stderr_tail else Text("(nothing on stderr)", style="dim")
@@ -189,7 +189,7 @@ def print_plan(plan: Strategy, item: GraphItem | None, spec: ClusterSpec | None)
         table.add_column("size", justify="right")
     table.add_column("sync")
     for var in plan.variables:
-        row = [_name_text(var), str(list(var.shape)), var.dtype, var.grad or "-"]
+        row = [_name_text(var), str(list(var.shape)), var.dtype, var.grad]
         if sizes:
             row.append(_bytes(sizes[var.name]) if var.name in sizes else "-")
         table.add_row(*row, _plan_text(var))

@@ -7,6 +7,7 @@ flattened list of shards and applies a compressor to dense gradients only.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypedDict
 
 from pydantic import Field
 
@@ -14,7 +15,7 @@ from adrun.graph_item import VariableInfo
 from adrun.spec import ClusterSpec
 
 from .base import BuilderOptions, Decision, StrategyBuilder, join_notes
-from .document import AllReduceSync, Compressor, Partition
+from .document import AllReduceSync, Compressor, Partition, Synchronizer
 
 # (axis, shard count, note) for one variable; axis None or count < 2 = keep whole.
 AxisChoice = tuple[int | None, int, str | None]
@@ -32,6 +33,13 @@ class AllReduceOptions(BuilderOptions):
     powersgd_rank: int = Field(
         default=1, ge=1, description="rank of the powersgd approximation (other compressors ignore it)"
     )
+
+
+class _Compression(TypedDict, total=False):
+    """AllReduceSync's compression fields; those left out keep the document's defaults."""
+
+    compressor: Compressor
+    powersgd_rank: int
 
 
 def plan_allreduce(
@@ -52,7 +60,7 @@ def plan_allreduce(
     for var in variables:
         axis, count, note = choose(var) if choose is not None else (None, 1, None)
         if var.grad == "sparse" and compressor != "none":
-            kwargs: dict[str, object] = {}
+            kwargs: _Compression = {}
             note = join_notes(
                 note, f"compressor {compressor} not applied: sparse gradients are all-gathered uncompressed"
             )
@@ -62,7 +70,7 @@ def plan_allreduce(
             decisions.append(Decision(sync=AllReduceSync(group=index // chunk_size, **kwargs), note=note))
             index += 1
         else:
-            shards = [AllReduceSync(group=(index + i) // chunk_size, **kwargs) for i in range(count)]
+            shards: list[Synchronizer] = [AllReduceSync(group=(index + i) // chunk_size, **kwargs) for i in range(count)]
             decisions.append(Decision(partition=Partition(axis=axis, shards=shards), note=note))
             index += count
     return decisions

@@ -27,7 +27,7 @@ from adrun.graph_item import GraphItem, VariableInfo
 from adrun.spec import ClusterSpec
 
 from . import BUILDERS
-from .base import BuilderOptions, axis0_rows
+from .base import BuilderOptions, Decision, axis0_rows, planned_grad
 from .cost_model import Coefficients, Load, Paths, StepCost, compute_seconds, predict, variable_load
 from .document import AllReduceSync, Partition, PSSync, Strategy, VariablePlan
 from .facts import ModelProfile, NetworkFacts, Prediction
@@ -229,16 +229,16 @@ def _compressors(var: VariableInfo, options: AutoOptions) -> list[str]:
 
 def _plan(var: VariableInfo, choice: Choice) -> VariablePlan:
     """The plan of one of `_placements`' or an all-reduce choice."""
-    how: dict[str, PSSync | AllReduceSync | Partition]
     if choice[0] == "ps":
-        how = {"sync": PSSync(ps_task=choice[1], staleness=choice[2])}
+        how = Decision(sync=PSSync(ps_task=choice[1], staleness=choice[2]))
     elif choice[0] == "split":
-        how = {"partition": Partition(axis=0, shards=[PSSync(ps_task=p, staleness=choice[2]) for p in choice[1]])}
+        how = Decision(partition=Partition(axis=0, shards=[PSSync(ps_task=p, staleness=choice[2]) for p in choice[1]]))
     else:
         compressor = choice[2]
-        how = {"sync": AllReduceSync(group=choice[1], compressor=compressor,
-                                     powersgd_rank=POWERSGD_RANK if compressor == "powersgd" else 1)}
-    return VariablePlan(name=var.name, shape=var.shape, dtype=var.dtype, grad=var.grad, **how)
+        how = Decision(sync=AllReduceSync(group=choice[1], compressor=compressor,
+                                          powersgd_rank=POWERSGD_RANK if compressor == "powersgd" else 1))
+    return VariablePlan(name=var.name, shape=var.shape, dtype=var.dtype, grad=planned_grad(var),
+                        sync=how.sync, partition=how.partition)
 
 
 def _partitionable(var: VariableInfo) -> bool:

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict
 
 from adrun.errors import UserError
-from adrun.graph_item import GraphItem, VariableInfo
+from adrun.graph_item import GradKind, GraphItem, VariableInfo
 from adrun.model_io import validate
 from adrun.spec import ClusterSpec
 
@@ -52,6 +52,14 @@ def axis0_rows(var: VariableInfo) -> tuple[int, str | None]:
     if var.partition_blocker is not None:
         return 1, blocker_note(var)
     return rows, None
+
+
+def planned_grad(var: VariableInfo) -> GradKind:
+    """`var`'s gradient kind in its plan. Builders plan only `GraphItem.trainable_with_grads()`,
+    which all have one; a plan cannot say "no gradient"."""
+    if var.grad is None:
+        raise ValueError(f"variable {var.name} has no gradient: only trainable_with_grads() are planned")
+    return var.grad
 
 
 def join_notes(*notes: str | None) -> str | None:
@@ -110,7 +118,7 @@ class StrategyBuilder(ABC):
             num_ps=spec.num_ps,
             variables=[
                 VariablePlan(
-                    name=v.name, shape=v.shape, dtype=v.dtype, grad=v.grad,
+                    name=v.name, shape=v.shape, dtype=v.dtype, grad=planned_grad(v),
                     sync=d.sync, partition=d.partition, note=d.note,
                 )
                 for v, d in zip(variables, decisions, strict=True)

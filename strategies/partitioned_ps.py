@@ -9,7 +9,7 @@ from adrun.graph_item import VariableInfo
 from adrun.spec import ClusterSpec
 
 from .base import Decision, StrategyBuilder, axis0_rows
-from .document import Partition, shard_sizes
+from .document import Partition, Synchronizer, shard_sizes
 from .ps import PSOptions, least_loaded_assignment, ps_sync, require_ps
 
 
@@ -71,7 +71,7 @@ class PartitionedPS(StrategyBuilder):
         tasks, _ = least_loaded_assignment(pieces, spec.num_ps)
         decisions, start = [], 0
         for count, note in zip(counts, notes, strict=True):
-            syncs = [ps_sync(self.options, t) for t in tasks[start:start + count]]
+            syncs: list[Synchronizer] = [ps_sync(self.options, t) for t in tasks[start:start + count]]
             start += count
             if count == 1:
                 decisions.append(Decision(sync=syncs[0], note=note))

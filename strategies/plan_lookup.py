@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from functools import cached_property
 
-from adrun.strategies.document import Partition, PSSync, Strategy
+from adrun.strategies.document import AllReduceSync, Partition, PSSync, Strategy
 
 _SHARD_NAME = re.compile(r"(?P<base>.+)/part_(?P<index>\d+)")
 
@@ -18,7 +18,7 @@ class PlanIndex:
     def __init__(self, strategy: Strategy) -> None:
         self._plans = {v.name: v for v in strategy.variables}
 
-    def synchronizer(self, name: str):  # -> PSSync | AllReduceSync | None
+    def synchronizer(self, name: str) -> PSSync | AllReduceSync | None:
         """The synchronizer of a variable or shard by op name; None if the plan does not name it."""
         plan = self._plans.get(name)
         if plan is not None and plan.sync is not None:

@@ -87,7 +87,7 @@ def _shards(var: VariablePlan) -> list[tuple[str, list[int], PSSync | AllReduceS
     syncs, shapes = var.synchronizers(), var.shard_shapes()
     if var.partition is None:
         return [(var.name, shapes[0], syncs[0])]
-    return [(f"{var.name}/part_{i}", shape, sync) for i, (shape, sync) in enumerate(zip(shapes, syncs))]
+    return [(f"{var.name}/part_{i}", shape, sync) for i, (shape, sync) in enumerate(zip(shapes, syncs, strict=True))]
 
 
 def _rows(name: str, distinct_rows: Mapping[str, Sequence[int]], num_workers: int) -> list[int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 import click
 
@@ -30,8 +31,11 @@ class _TrialCount(click.ParamType):
 
     name = "K"
 
-    def convert(self, value: int | str, param: click.Parameter | None, ctx: click.Context | None) -> int | str:
-        if value == "all" or isinstance(value, int):
+    def convert(self, value: int | str, param: click.Parameter | None,
+                ctx: click.Context | None) -> int | Literal["all"]:
+        if value == "all":
+            return "all"
+        if isinstance(value, int):
             return value
         if not (value.isascii() and value.isdigit() and int(value) >= 1):
             self.fail(f"expected a whole number of trials (at least 1) or 'all', got '{value}'", param, ctx)
@@ -63,7 +67,7 @@ def _reads_as_trial_count(text: str) -> bool:
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @user_errors
-def profile(spec_path: str | None, trials: int | str | None, strategy_opts: tuple[str, ...], trial_steps: int,
+def profile(spec_path: str | None, trials: int | Literal["all"] | None, strategy_opts: tuple[str, ...], trial_steps: int,
             output: str | None, as_json: bool, sync_code: bool, records_option: str | None, no_record: bool,
             measure_network: bool, job_id: str | None, script: str, script_args: tuple[str, ...]) -> None:
     """Profile SCRIPT, predict every strategy on the cluster (and try the best with --trials), and

@@ -45,8 +45,10 @@ def task_logs(log_dir: Path, since: float) -> list[Path]:
         raise UserError(f"cannot read the log dir {log_dir}: {e.strerror or e}") from None
     for path in entries:
         match = _TASK_LOG.fullmatch(path.name)
+        if match is None:
+            continue
         try:
-            fresh = match is not None and path.is_file() and path.stat().st_mtime >= since - _CLOCK_SLACK_S
+            fresh = path.is_file() and path.stat().st_mtime >= since - _CLOCK_SLACK_S
         except OSError:  # removed while we looked
             continue
         if fresh:

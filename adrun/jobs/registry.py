@@ -224,7 +224,7 @@ def _to_column(name: str, value: Any) -> Any:
 
 
 def _record(row: tuple[Any, ...]) -> JobRecord:
-    fields = dict(zip(_COLUMNS, row))
+    fields = dict(zip(_COLUMNS, row, strict=True))
     fields["nodes"] = fields["nodes"].split("\n") if fields["nodes"] else []
     for name in ("started", "ended"):
         if fields[name] is not None:

@@ -42,7 +42,7 @@ def jobs_table(records: list[JobRecord], now: datetime | None = None) -> Table:
     for record in records:
         until = record.ended or (now if record.state == JobState.RUNNING else None)
         started = record.started.astimezone()
-        row = [
+        row: list[str | Text] = [
             record.id,
             Text(record.state, style=_STATE_STYLES[record.state]),
             "-" if record.exit_code is None else str(record.exit_code),

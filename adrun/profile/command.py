@@ -16,6 +16,7 @@ from typing import Literal
 from adrun import ui
 from adrun.auto_plan import AutoPlan, plan_automatically
 from adrun.errors import UserError
+from adrun.graph_item import GraphItem
 from adrun.launch.job.provision import RemoteNodes
 from adrun.profile.report import (
     Candidate,
@@ -60,7 +61,7 @@ def profile(spec: ClusterSpec, remote: RemoteNodes, script: Path, script_args: l
     candidates = _candidates(auto.ranked)
     trials = None
     if options.trials is not None:
-        _run_trials(candidates, plans, auto, spec, remote, script, script_args, job_id, options, records)
+        _run_trials(candidates, options.trials, plans, auto, spec, remote, script, script_args, job_id, options, records)
         trials = trials_section(candidates, options.trial_steps)
     chosen, chosen_by = recommend(candidates)
     fitted = auto.fit
@@ -91,13 +92,13 @@ def _candidates(ranked: list[tuple[Strategy, Prediction]]) -> list[Candidate]:
     return candidates
 
 
-def _run_trials(candidates: list[Candidate], plans: dict[str, Strategy], auto: AutoPlan, spec: ClusterSpec,
+def _run_trials(candidates: list[Candidate], trials: TrialCount, plans: dict[str, Strategy], auto: AutoPlan, spec: ClusterSpec,
                 remote: RemoteNodes, script: Path, script_args: list[str], job_id: str, options: ProfileOptions,
                 records: Records | None) -> None:
     """Try the best-predicted distinct plans one after another, setting each candidate's `trial`,
     and record those that measured a rate."""
     distinct = [c for c in candidates if c.same_plan_as is None]
-    count = len(distinct) if options.trials == "all" else min(options.trials, len(distinct))
+    count = len(distinct) if trials == "all" else min(trials, len(distinct))
     for number, candidate in enumerate(distinct[:count], start=1):
         plan = plans[candidate.builder]
         ui.print_status(f"trial {number}/{count}: {candidate.builder}, {options.trial_steps} steps per worker ...")
@@ -111,7 +112,7 @@ def _run_trials(candidates: list[Candidate], plans: dict[str, Strategy], auto: A
             _keep(records, record)
 
 
-def _refusal(builder: str, item, spec) -> str | None:
+def _refusal(builder: str, item: GraphItem, spec: ClusterSpec) -> str | None:
     """Why `builder` (left out of the ranking) cannot plan `item` on `spec`."""
     try:
         build_strategy(builder, item, spec)

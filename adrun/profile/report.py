@@ -162,7 +162,7 @@ def model_section(profile: ModelProfile, script: str, script_args: list[str]) ->
     rows = []
     for var in profile.graph.trainable_with_grads():
         touched = profile.rows_touched.get(var.name) if var.grad == "sparse" else None
-        step_bytes = var.nbytes
+        step_bytes: float = var.nbytes
         if touched is not None and var.shape and var.shape[0] > 0:
             row_bytes = var.nbytes / var.shape[0]
             step_bytes = min(var.nbytes, touched.mean * row_bytes)
@@ -200,14 +200,14 @@ def trials_section(candidates: list[Candidate], steps: int) -> TrialsSection:
     """Rank agreement (Kendall τ) and mean relative error of the predicted step time over the
     candidates whose trial succeeded."""
     tried = [c for c in candidates if c.trial is not None and c.same_plan_as is None]
-    measured = [c for c in tried if c.measured_step_s is not None]
+    measured = [(c.prediction.step_s, s) for c in tried if (s := c.measured_step_s) is not None]  # (predicted, measured)
     tau = None
     if len(measured) >= 2:
-        value = kendalltau([c.prediction.step_s for c in measured], [c.measured_step_s for c in measured]).statistic
+        value = kendalltau([p for p, _ in measured], [m for _, m in measured]).statistic
         tau = None if math.isnan(value) else float(value)
     error = None
     if measured:
-        error = float(np.mean([abs(c.prediction.step_s - c.measured_step_s) / c.measured_step_s for c in measured]))
+        error = float(np.mean([abs(p - m) / m for p, m in measured]))
     return TrialsSection(steps=steps, tried=len(tried), succeeded=len(measured), kendall_tau=tau,
                          mean_relative_error=error)
 
@@ -223,7 +223,7 @@ def same_plan(a: Strategy, b: Strategy) -> bool:
 
 def recommend(candidates: list[Candidate]) -> tuple[Candidate, Literal["prediction", "trials"]]:
     """The measured fastest when a trial succeeded, else the predicted fastest (the first)."""
-    measured = [c for c in candidates if c.measured_step_s is not None]
+    measured = [(s, c) for c in candidates if (s := c.measured_step_s) is not None]
     if measured:
-        return min(measured, key=lambda c: c.measured_step_s), "trials"
+        return min(measured, key=lambda m: m[0])[1], "trials"
     return candidates[0], "prediction"

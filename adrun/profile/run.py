@@ -97,4 +97,4 @@ def _profile_of(script: Path, samples: ProfileSamples, warmup: int) -> ModelProf
 
 def _mean_by_slice(per_step: list[list[int]]) -> list[float]:
     """Mean distinct rows per step in each slice; empty when the slices were not counted."""
-    return [statistics.fmean(column) for column in zip(*per_step)] if per_step else []
+    return [statistics.fmean(column) for column in zip(*per_step, strict=True)] if per_step else []

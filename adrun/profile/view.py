@@ -119,7 +119,7 @@ def _trials_table(report: ProfileReport, trials: TrialsSection) -> tuple[Text, T
         predicted, measured = candidate.prediction.step_s, candidate.measured_step_s
         if candidate.same_plan_as is not None:
             cells: list[Text | str] = [Text(f"as {candidate.same_plan_as}", style="dim"), "", "", ""]
-        elif measured is None or fastest is None:
+        elif measured is None or fastest is None or candidate.trial is None:
             cells = [Text("failed", style="red"), "", "", ""]
         else:
             cells = [_ms(measured), f"{(predicted - measured) / measured:+.0%}", _rate(candidate.trial.examples_per_s),

@@ -21,6 +21,7 @@ import sqlite3
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -34,6 +35,8 @@ RECORDS_FILE = "records.sqlite"  # in adrun's home directory (adrun/home.py)
 SCHEMA_NAME = "adrun-records"
 SCHEMA_VERSION = 1
 _NO_BATCH = -1  # the batch-size key of a profile whose batch size capture could not read
+_M = TypeVar("_M", bound=BaseModel)
+CANTOPEN_TEXT = "unable to open database file"  # sqlite3_errstr(SQLITE_CANTOPEN)
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -91,7 +94,8 @@ class Records:
                 (record.cluster_key, record.recorded_at, record.workload, record.strategy.builder,
                  record.model_dump_json()),
             )
-            return int(cursor.lastrowid)
+            assert cursor.lastrowid is not None  # set by every INSERT into a rowid table
+            return cursor.lastrowid
 
     def trials(self, cluster_key: str) -> list[TrialRecord]:
         """Every recorded run on the cluster `cluster_key`, oldest first."""
@@ -142,7 +146,7 @@ class Records:
         except sqlite3.Error as e:
             raise _unusable(self.path, str(e)) from None
 
-    def _parse(self, model: type[BaseModel], text: str, what: str):
+    def _parse(self, model: type[_M], text: str, what: str) -> _M:
         try:
             return model.model_validate_json(text)
         except ValidationError as e:
@@ -157,6 +161,14 @@ def _batch_key(batch_size: int | None) -> int:
 def _unusable(path: Path, why: str) -> UserError:
     return UserError(f"records database {path} cannot be used: {why}. Move the file away (adrun starts a new "
                      f"one there), point {RECORDS_ENV} or --records elsewhere, or run with --no-record")
+
+
+def cannot_open(e: sqlite3.Error) -> bool:
+    """Whether `e` is SQLITE_CANTOPEN: a directory, or no permission to read or create the file.
+    `sqlite_errorname` is Python 3.11+ and set only on errors SQLite raised; without it, SQLite's
+    fixed text for the code tells."""
+    name = getattr(e, "sqlite_errorname", None)
+    return name == "SQLITE_CANTOPEN" if name is not None else str(e) == CANTOPEN_TEXT
 
 
 def _unopenable(path: Path, why: str) -> UserError:
@@ -203,7 +215,7 @@ def _check_or_create_schema(db: sqlite3.Connection, path: Path) -> None:
             db.execute("ROLLBACK")
             raise
     except sqlite3.Error as e:
-        if e.sqlite_errorname == "SQLITE_CANTOPEN":  # a directory, or no permission to read or create it
+        if cannot_open(e):
             raise _unopenable(path, str(e)) from None
         raise _unusable(path, f"it is not a readable SQLite database ({e})") from None
     try:

@@ -15,7 +15,7 @@ import sys
 import tensorflow as tf
 
 from adrun.exit_codes import HOOK_DONE_EXIT_CODE
-from adrun.graph_item import GraphItem, VariableInfo, save_graph_item
+from adrun.graph_item import GradKind, GraphItem, VariableInfo, save_graph_item
 from adrun.runtime.grads import is_sparse, records_for, variable_name
 from adrun.runtime.kernels.partitioning import partition_blockers
 from adrun.runtime.reporting import report
@@ -29,7 +29,7 @@ def describe_graph(graph: tf.Graph) -> GraphItem:
     slice (its full name and shape), so a worker whose variables adrun partitioned describes the
     same graph as the capture did."""
     records = records_for(graph)
-    grad_kind: dict[str, str] = {}
+    grad_kind: dict[str, GradKind] = {}
     optimizer = None
     for call in records.calls:
         optimizer = type(call.optimizer).__name__
@@ -62,7 +62,7 @@ def describe_graph(graph: tf.Graph) -> GraphItem:
     )
 
 
-def _logical(var) -> tuple[str, list[int]]:
+def _logical(var: tf.Variable) -> tuple[str, list[int]]:
     """Name and shape of the variable `var` is, or is a shard of. A size unknown when the graph is
     built is -1; a shape of unknown rank (an initial value of unknown shape) is recorded as [-1]."""
     info = getattr(var, "_save_slice_info", None)

@@ -132,7 +132,7 @@ class StepReporter:
         wait for peers that have already ended.
         """
         self.emit()
-        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        for stream in filter(None, (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)):
             try:
                 stream.flush()
             except (AttributeError, OSError, ValueError):  # replaced by the script, or closed

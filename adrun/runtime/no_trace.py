@@ -25,6 +25,7 @@ import functools
 import itertools
 import numbers
 import os
+from typing import Any
 
 _dirs = itertools.count()
 
@@ -56,7 +57,7 @@ def keep_writes_in(scratch_dir: str) -> None:
     original_events = event_file_writer.EventFileWriter.__init__
 
     @functools.wraps(original_events)
-    def events_init(self, logdir, *args, **kwargs):
+    def events_init(self: Any, logdir: str, *args: Any, **kwargs: Any) -> None:
         original_events(self, scratch("events"), *args, **kwargs)
 
     event_file_writer.EventFileWriter.__init__ = events_init
@@ -64,7 +65,7 @@ def keep_writes_in(scratch_dir: str) -> None:
     original_v2_writer = gen_summary_ops.create_summary_file_writer
 
     @functools.wraps(original_v2_writer)
-    def create_summary_file_writer(writer, logdir, *args, **kwargs):
+    def create_summary_file_writer(writer: Any, logdir: Any, *args: Any, **kwargs: Any) -> Any:
         return original_v2_writer(writer, scratch("summaries"), *args, **kwargs)
 
     gen_summary_ops.create_summary_file_writer = create_summary_file_writer
@@ -72,7 +73,7 @@ def keep_writes_in(scratch_dir: str) -> None:
     original_write_graph = training_util.write_graph
 
     @functools.wraps(original_write_graph)
-    def write_graph(graph_or_graph_def, logdir, name, as_text=True):
+    def write_graph(graph_or_graph_def: Any, logdir: str, name: str, as_text: bool = True) -> Any:
         return original_write_graph(graph_or_graph_def, scratch("graphs"), name, as_text)
 
     training_util.write_graph = write_graph

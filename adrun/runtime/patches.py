@@ -19,6 +19,7 @@ import inspect
 import os
 import sys
 import threading
+from typing import Any
 
 from adrun.exit_codes import ERROR_PREFIX, PLAN_MISMATCH_EXIT_CODE
 from adrun.runtime.context import current
@@ -218,7 +219,7 @@ def _patch_session(ctx) -> None:
             except BaseException:
                 reporter.step_failed()
                 raise
-            first = args[0] if args else None
+            first: Any = args[0] if args else None
             reporter.after_step(session.graph, None, len(first) if hasattr(first, "__len__") else None)
             return result
 
@@ -364,7 +365,7 @@ def _patch_profile(ctx) -> None:
         if not StepReporter.is_training_step(self.graph, targets):
             return callable_fn
         session = self
-        counting_fn = []  # made at the first counted step: the callable with the counters fetched too
+        counting_fn: list[Any] = []  # made at the first counted step: the callable with the counters fetched too
 
         def run_counted(extra, args, kwargs):
             if not counting_fn:
@@ -375,7 +376,7 @@ def _patch_profile(ctx) -> None:
             return result[: -len(extra)], result[-len(extra):]
 
         def training_step(*args, **kwargs):
-            first = args[0] if args else None
+            first: Any = args[0] if args else None
             return profiler.training_step(
                 session.graph, targets, len(first) if hasattr(first, "__len__") else None,
                 lambda: callable_fn(*args, **kwargs),

@@ -79,7 +79,7 @@ def add_row_counters(graph: tf.Graph, call: GradientRecord) -> None:
     under `tf.control_dependencies(update_ops)`, say): the counter adds no dependency of its own to
     the step it is fetched with."""
     sparse = [(grad, var) for grad, var in call.grads_and_vars if grad is not None and is_sparse(grad)]
-    if not sparse:
+    if not sparse or call.train_op is None:
         return
     with graph.as_default(), graph.control_dependencies(None), tf.compat.v1.name_scope("adrun_profile"):
         counters = []
@@ -151,9 +151,9 @@ class Profiler:
         if counters:
             sliced = [c for c in counters if c.by_slice is not None]
             result, counts = run_counted([c.distinct for c in counters] + [c.by_slice for c in sliced])
-            for counter, count in zip(counters, counts):
+            for counter, count in zip(counters, counts[:len(counters)], strict=True):
                 self.rows.setdefault(counter.variable, []).append(int(count))
-            for counter, by_slice in zip(sliced, counts[len(counters):]):
+            for counter, by_slice in zip(sliced, counts[len(counters):], strict=True):
                 self.rows_by_slice.setdefault(counter.variable, []).append([int(n) for n in by_slice])
             return result
         result = run_plain()

@@ -97,7 +97,7 @@ def _node_report(item: _Probed) -> NodeReport:
 def _reference_facts(script: str | None) -> dict[str, Any]:
     """This machine's facts from the launcher's interpreter, in a subprocess: launch/ never imports TF."""
     here = Node(address="localhost")  # no python, env or workdir of its own: the launcher's
-    args = {"workdir": node_workdir(here, local=True), "script": script, "ports": []}
+    args: dict[str, Any] = {"workdir": node_workdir(here, local=True), "script": script, "ports": []}
     done = LocalShell().run(probe_command(here, "facts", args, local=True), FACTS_TIMEOUT)
     facts = parse_probe(done.stdout)
     if facts is None or "error" in facts:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import signal
 from dataclasses import dataclass, field
-from enum import StrEnum
+from adrun.str_enum import StrEnum
 from typing import ClassVar
 
 from adrun.exit_codes import SIGNAL_EXIT_BASE, STALL_EXIT_CODE

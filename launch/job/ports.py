@@ -73,11 +73,11 @@ def _holder(port: int) -> tuple[int, str] | None:
         connections = psutil.net_connections(kind="inet")
     except psutil.AccessDenied:
         return None
-    users = [c for c in connections if c.laddr and c.laddr.port == port and c.pid]
+    users = [c for c in connections if c.laddr and c.laddr.port == port]
     users.sort(key=lambda c: c.status != psutil.CONN_LISTEN)
-    for conn in users:
+    for pid in (c.pid for c in users if c.pid):
         try:
-            return conn.pid, psutil.Process(conn.pid).name()
+            return pid, psutil.Process(pid).name()
         except psutil.Error:
             continue
     return None

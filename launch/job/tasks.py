@@ -56,12 +56,12 @@ def placements(spec: ClusterSpec, ports: Sequence[Sequence[int]]) -> list[tuple[
     for pos in spec.worker_node_order():
         node = nodes[pos]
         for k in range(node.workers):
-            workers.append((Task("worker", len(workers), node.address, ports[pos][k]), node))
+            workers.append((Task(Role.WORKER, len(workers), node.address, ports[pos][k]), node))
 
     ps: list[tuple[Task, Node]] = []
     for pos, node in enumerate(nodes):
         for k in range(node.ps):
-            ps.append((Task("ps", len(ps), node.address, ports[pos][node.workers + k]), node))
+            ps.append((Task(Role.PS, len(ps), node.address, ports[pos][node.workers + k]), node))
     return workers + ps
 
 

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LAYERS = [
     ("core", 0, [  # shared data and names, no TensorFlow, nothing of adrun's stages
         "adrun", "adrun.defaults", "adrun.errors", "adrun.exit_codes", "adrun.env_vars", "adrun.model_io",
-        "adrun.spec", "adrun.graph_item", "adrun.home", "adrun.job_state", "adrun.task_events",
+        "adrun.spec", "adrun.graph_item", "adrun.home", "adrun.job_state", "adrun.task_events", "adrun.str_enum",
         "adrun.profile_samples",
     ]),
     ("strategies", 1, ["adrun.strategies", "adrun.strategies."]),  # plans: a GraphItem and a spec in, a Strategy out

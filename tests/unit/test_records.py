@@ -10,7 +10,9 @@ import pytest
 
 from adrun.errors import UserError
 from adrun.graph_item import GraphItem, VariableInfo
-from adrun.records.store import RECORDS_ENV, SCHEMA_VERSION, cluster_key, open_records, records_path
+from adrun.records.store import (
+    CANTOPEN_TEXT, RECORDS_ENV, SCHEMA_VERSION, cannot_open, cluster_key, open_records, records_path,
+)
 from adrun.spec import ClusterSpec, Node
 from adrun.strategies import build_strategy
 from adrun.strategies.facts import HostLink, Link, ModelProfile, NetworkFacts, NodeBytes, RowsTouched, TrialRecord
@@ -190,3 +192,15 @@ def test_a_path_that_cannot_be_opened_says_where_to_point_instead(tmp_path: Path
     message = str(e.value)
     assert message.startswith(f"records database {path} cannot be opened: ")
     assert "writable directory" in message and "--no-record" in message and "Move the file" not in message
+
+
+def test_a_database_that_cannot_be_opened_is_known_by_its_code_and_by_its_text(tmp_path: Path) -> None:
+    """Python 3.10's errors have no `sqlite_errorname` (reading it raised AttributeError there):
+    store.py then knows SQLITE_CANTOPEN by SQLite's text for it, which is the whole message."""
+    with pytest.raises(sqlite3.Error) as e:
+        sqlite3.connect(tmp_path)  # a directory
+    assert e.value.sqlite_errorname == "SQLITE_CANTOPEN"
+    assert str(e.value) == CANTOPEN_TEXT
+    assert cannot_open(e.value)
+    assert cannot_open(sqlite3.OperationalError(CANTOPEN_TEXT))  # as on 3.10: no sqlite_errorname
+    assert not cannot_open(sqlite3.DatabaseError("file is not a database"))

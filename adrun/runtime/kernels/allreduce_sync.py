@@ -112,7 +112,7 @@ class Collectives:
                     means = compression.fp16_ef_mean(members, self.num_workers, self.sum, label, self.internal_initializers)
                 else:
                     means = self._plain_means([g for _, g in members], label)
-            averaged.update({name: m for (name, _), m in zip(members, means)})
+            averaged.update({name: m for (name, _), m in zip(members, means, strict=True)})
         return averaged
 
     def _plain_means(self, grads: list[tf.Tensor], label: str) -> list[tf.Tensor]:
@@ -121,7 +121,7 @@ class Collectives:
         flat = [tf.reshape(g, [-1]) for g in grads]
         sizes = tf.stack([tf.size(f) for f in flat])
         reduced = self.mean(tf.concat(flat, axis=0), label)
-        return [tf.reshape(piece, tf.shape(g)) for g, piece in zip(grads, tf.split(reduced, sizes, num=len(flat)))]
+        return [tf.reshape(piece, tf.shape(g)) for g, piece in zip(grads, tf.split(reduced, sizes, num=len(flat)), strict=True)]
 
     def sparse_mean(self, name: str, grad: tf.IndexedSlices, worker: str) -> tf.IndexedSlices:
         """Every worker's rows, values divided by N. Each worker first sums its rows of equal index

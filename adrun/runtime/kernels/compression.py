@@ -35,7 +35,7 @@ def fp16_mean(grads: list[tf.Tensor], num_workers: int, reduce_sum: Reduce, labe
     flat = tf.concat([tf.reshape(g / tf.cast(num_workers, g.dtype), [-1]) for g in grads], axis=0)
     summed = reduce_sum(tf.cast(flat, tf.float16), label)
     pieces = tf.split(tf.cast(summed, grads[0].dtype), [g.shape.num_elements() for g in grads])
-    return [tf.reshape(p, g.shape) for p, g in zip(pieces, grads)]
+    return [tf.reshape(p, g.shape) for p, g in zip(pieces, grads, strict=True)]
 
 
 def fp16_ef_mean(
@@ -53,7 +53,7 @@ def fp16_ef_mean(
         flat = tf.concat([tf.reshape(tf.cast(c, tf.float16), [-1]) for c in compensated], axis=0)
     summed = reduce_sum(flat, label)
     pieces = tf.split(tf.cast(summed, named[0][1].dtype), [g.shape.num_elements() for _, g in named])
-    return [tf.reshape(p, g.shape) for p, (_, g) in zip(pieces, named)]
+    return [tf.reshape(p, g.shape) for p, (_, g) in zip(pieces, named, strict=True)]
 
 
 def powersgd_applies(shape: tf.TensorShape, rank: int) -> bool:

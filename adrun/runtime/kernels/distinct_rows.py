@@ -15,6 +15,7 @@ ids are sorted, as the sparse accumulator expects them.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
@@ -31,7 +32,7 @@ _memo: weakref.WeakKeyDictionary[tf.Graph, dict[str, DistinctIds]] = weakref.Wea
 
 
 @contextmanager
-def _fresh_scope(graph: tf.Graph, name: str):
+def _fresh_scope(graph: tf.Graph, name: str) -> Iterator[None]:
     """Build in `graph` outside whatever the caller is inside: no control dependencies or
     colocation from the user's code, a name scope of adrun's."""
     with ExitStack() as stack:

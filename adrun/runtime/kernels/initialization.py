@@ -12,13 +12,13 @@ from __future__ import annotations
 import tensorflow as tf
 
 
-def _read(var) -> tf.Tensor:
+def _read(var: tf.Variable) -> tf.Tensor:
     if var.op.type == "VarHandleOp":
         return tf.raw_ops.ReadVariableOp(resource=var.op.outputs[0], dtype=var.dtype.base_dtype)
     return tf.identity(var.op.outputs[0])
 
 
-def _is_initialized(var) -> tf.Tensor:
+def _is_initialized(var: tf.Variable) -> tf.Tensor:
     if var.op.type == "VarHandleOp":
         return tf.raw_ops.VarIsInitializedOp(resource=var.op.outputs[0])
     return tf.raw_ops.IsVariableInitialized(ref=var.op.outputs[0])

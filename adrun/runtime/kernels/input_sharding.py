@@ -13,7 +13,7 @@ from tensorflow.python.data.experimental.ops import distribute
 from tensorflow.python.data.ops import dataset_ops
 
 
-def shard_for_worker(dataset, num_workers: int, index: int):
+def shard_for_worker(dataset: dataset_ops.DatasetV2, num_workers: int, index: int) -> dataset_ops.DatasetV1Adapter:
     with warnings.catch_warnings():
         # tf.data warns that options are not known at graph construction time; they are not needed here
         warnings.simplefilter("ignore", UserWarning)

@@ -18,11 +18,14 @@ known when the graph is built cannot be cut; capture reports it as blocked too.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 from tensorflow.python.framework import ops
 from tensorflow.python.ops import variable_scope
+
+if TYPE_CHECKING:
+    from adrun.strategies.document import Partition
 
 _CONTROL_FLOW_OPS = {
     "While", "StatelessWhile", "If", "StatelessIf", "Case", "PartitionedCall", "StatefulPartitionedCall",
@@ -35,7 +38,7 @@ def _created_by_get_variable(graph: tf.Graph) -> set[str]:
     return {name for store in stores for name in store._vars}
 
 
-def _read_in_control_flow(var) -> bool:
+def _read_in_control_flow(var: Any) -> bool:
     for consumer in var.op.outputs[0].consumers():
         if consumer.type in _CONTROL_FLOW_OPS or consumer._get_control_flow_context() is not None:
             return True
@@ -62,7 +65,7 @@ def partition_blockers(graph: tf.Graph, variables: list) -> dict[str, str]:
     return blockers
 
 
-def partitioner_for(partition) -> object:
+def partitioner_for(partition: Partition) -> object:
     """The TF partitioner that cuts a variable as `partition` (a strategies Partition) says."""
     return tf.compat.v1.fixed_size_partitioner(len(partition.shards), axis=partition.axis)
 

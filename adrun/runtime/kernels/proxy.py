@@ -18,7 +18,7 @@ def _is_forward_read(op: tf.Operation) -> bool:
     return op.type in _READ_OPS and "/update_" not in op.name and not op.name.startswith(("save", "adrun_"))
 
 
-def add_local_proxy(graph: tf.Graph, var, local_device: str) -> None:
+def add_local_proxy(graph: tf.Graph, var: tf.Variable, local_device: str) -> None:
     """Point `var`'s forward reads at a local copy refreshed from the PS before them."""
     handle = var.op.outputs[0]
     readers = [op for op in handle.consumers() if _is_forward_read(op)]

@@ -26,7 +26,7 @@ _ACCEPT_ALWAYS = tf.int64.max
 class PSAggregation:
     """Push (every worker) and take (the chief) ops for one variable's gradient."""
 
-    def __init__(self, var_name: str, grad, ps_task: int, num_workers: int, worker: str) -> None:
+    def __init__(self, var_name: str, grad: tf.Tensor | tf.IndexedSlices, ps_task: int, num_workers: int, worker: str) -> None:
         """`worker`: this worker's device, where a sparse gradient's equal rows are summed."""
         self.device = ps_device(ps_task)
         self.num_workers = num_workers
@@ -53,7 +53,7 @@ class PSAggregation:
                 )
                 self.push = self._acc.apply_grad(grad, local_step=_ACCEPT_ALWAYS)
 
-    def take_mean(self):
+    def take_mean(self) -> tf.Tensor | tf.IndexedSlices:
         """The mean over all workers' gradients; blocks until every worker has pushed."""
         with tf.device(self.device), tf.control_dependencies([self.push]):
             n = self.num_workers

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copy
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from typing import Any
 
 import tensorflow as tf
@@ -209,7 +209,7 @@ class Replication:
     def _scaled(self, parts: Sequence[tf.Tensor]) -> list[tf.Tensor]:
         """Each replica's part times its share of the batch. multiply_no_nan: an empty slice (a
         batch smaller than the replica count) has a NaN mean and a zero share, and adds nothing."""
-        return [tf.math.multiply_no_nan(p, tf.cast(s, p.dtype)) for p, s in zip(parts, self.shares)]
+        return [tf.math.multiply_no_nan(p, tf.cast(s, p.dtype)) for p, s in zip(parts, self.shares, strict=True)]
 
     def combine_gradient(self, grad: Any) -> Any:
         """The worker's gradient: the replicas' gradients weighted by their share of the batch."""
@@ -278,7 +278,7 @@ def _map_fetches(fn: Callable[[Any], Any], fetches: Any) -> Any:
     if isinstance(fetches, tuple):
         mapped = [_map_fetches(fn, f) for f in fetches]
         return type(fetches)(*mapped) if hasattr(fetches, "_fields") else type(fetches)(mapped)
-    if isinstance(fetches, Mapping):
+    if isinstance(fetches, MutableMapping):  # session.run fills a new one of the type: it must be mutable
         out = copy.copy(fetches)
         for key, value in fetches.items():
             out[key] = _map_fetches(fn, value)

@@ -35,7 +35,7 @@ def _broadcast_from_chief(variables: list, num_workers: int, is_chief: bool) -> 
             continue
         buffer = tf.raw_ops.CollectiveBcastRecvV2(
             group_size=num_workers, group_key=GROUP_KEY, instance_key=key, shape=[sum(sizes)], T=dtype)
-        for var, piece in zip(same, tf.split(buffer, sizes)):
+        for var, piece in zip(same, tf.split(buffer, sizes), strict=True):
             ops.append(var.assign(tf.reshape(piece, var.shape), read_value=False))
     return ops
 
