@@ -216,7 +216,7 @@ class JobNodes:
     def prepare(self, strategy_file: Path) -> dict[str, Counters]:
         """Every machine prepared for an attempt (in parallel); their byte counters now."""
         counters = each(self.machines, lambda machine: machine.prepare(strategy_file))
-        return {machine.name: c for machine, c in zip(self.machines, counters) if c is not None}
+        return {machine.name: c for machine, c in zip(self.machines, counters, strict=True) if c is not None}
 
     def ports(self) -> list[list[int]]:
         """This attempt's ports, by spec node position."""
@@ -227,7 +227,7 @@ class JobNodes:
         """Every reachable machine's byte counters now (in parallel); a machine that cannot be
         read is left out: a missing byte count must not turn a finished job into a failure."""
         counters = each(self.machines, _quietly(lambda machine: machine.traffic()))
-        return {machine.name: c for machine, c in zip(self.machines, counters) if c is not None}
+        return {machine.name: c for machine, c in zip(self.machines, counters, strict=True) if c is not None}
 
 
 def sweep(machines: Sequence[NodeBackend], job_id: str) -> list[str]:

@@ -55,7 +55,7 @@ def plan_job(
     their ports are this attempt's (`JobNodes.ports`: on another node, those its `prepare` chose).
     """
     nodes = nodes if nodes is not None else JobNodes(spec)
-    backend_of = {id(node): backend for node, backend in zip(spec.nodes, nodes.of_node)}
+    backend_of = {id(node): backend for node, backend in zip(spec.nodes, nodes.of_node, strict=True)}
     placed = [(replace(task, remote=backend_of[id(node)].remote), node, backend_of[id(node)])
               for task, node in placements(spec, nodes.ports())]
     tasks = [task for task, _, _ in placed]
