@@ -83,3 +83,24 @@ def test_what_strategy_names_is_refused_before_anything_is_gathered(gathered, st
     with pytest.raises(UserError, match=message.replace("(", r"\(")):
         chosen_plan(strategy, options)
     assert gathered == []
+
+
+@pytest.mark.parametrize("builder,reads_records", [("PS", False), ("Auto", True)])
+def test_strategy_build_opens_the_records_only_for_a_builder_that_reads_them(gathered, records_db, tmp_path,
+                                                                            builder, reads_records):
+    from click.testing import CliRunner
+
+    from adrun.cli import main
+    from adrun.strategies.document import load_strategy
+
+    script, output = tmp_path / "train.py", tmp_path / "plan.yml"
+    script.write_text("")
+    spec = tmp_path / "cluster.yml"
+    spec.write_text("version: 1\nnodes:\n  - {address: 10.0.0.1, chief: true, workers: 1, ps: 1}\n"
+                    "  - {address: 10.0.0.2, workers: 1, ps: 1}\nnetwork: {bandwidth_mbit: 100, latency_ms: 1}\n")
+    result = CliRunner().invoke(main, ["strategy", "build", builder, "--spec", str(spec), "-o", str(output),
+                                       str(script)])
+    assert result.exit_code == 0, result.output
+    assert gathered == [Auto.needs if reads_records else frozenset()]
+    assert load_strategy(output).builder == builder
+    assert records_db.exists() == reads_records
