@@ -25,7 +25,6 @@ from .ps import PS, PSLoadBalancing
 
 # the built-in builders, which plan from the graph and the spec alone; Auto (strategies/auto.py)
 # ranks their plans and searches from the best ones
-
 BUILDERS: dict[str, type[StrategyBuilder]] = {
     b.__name__: b
     for b in (
