@@ -21,7 +21,7 @@ from ..nodes.command import node_python, node_workdir
 from ..nodes.hosts import is_local_host
 from .local import ps_argv, worker_argv
 from .ports import allocate_ports
-from .tasks import Task, cluster_def, placements
+from .tasks import Task, cluster_def, placed_tasks
 
 HOOK_DIR = Path(adrun.__file__).resolve().parent / "hook"
 
@@ -66,7 +66,7 @@ def plan_job(
                 raise UserError(f"node {node.address} is not this machine and no SSH connection to it is open")
             ports[pos] = list(remote_ports[node.address])
     remote_hosts = {node.address for pos, node in enumerate(spec.nodes) if not here[pos]}
-    placed = [(replace(task, remote=task.host in remote_hosts), node) for task, node in placements(spec, ports)]
+    placed = [(replace(task, remote=task.host in remote_hosts), node) for task, node in placed_tasks(spec, ports)]
     tasks = [task for task, _ in placed]
     cluster = cluster_def(tasks)
     num_workers = sum(t.role == "worker" for t in tasks)
