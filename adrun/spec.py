@@ -387,21 +387,6 @@ class ClusterSpec(BaseModel):
         """The chief node: the one marked `chief: true`, or the only node."""
         return next((node for node in self.nodes if node.chief), self.nodes[0])
 
-    def worker_node_order(self) -> list[int]:
-        """Positions of the nodes in the order their workers get task indices: the chief node
-        first (worker 0 is the chief), then the others in spec order."""
-        chief = next(i for i, node in enumerate(self.nodes) if node is self.chief)
-        return [chief] + [i for i in range(len(self.nodes)) if i != chief]
-
-    def replica_devices(self) -> list[list[str]]:
-        """By worker task index: the local devices of that worker's in-graph replicas
-        (`GPU:0`.. of the GPUs the launcher makes visible to it, or virtual `CPU:0`..)."""
-        devices = []
-        for pos in self.worker_node_order():
-            node = self.nodes[pos]
-            devices += [[f"{node.replica_device_type}:{k}" for k in range(node.replicas_per_worker)]] * node.workers
-        return devices
-
     @property
     def num_workers(self) -> int:
         return sum(node.workers for node in self.nodes)

@@ -17,7 +17,6 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from adrun.str_enum import StrEnum
 from functools import cached_property
 from typing import TYPE_CHECKING
 
@@ -27,18 +26,12 @@ from adrun.env_vars import (
     whole_number,
 )
 from adrun.errors import UserError
+from adrun.placement import Role
+from adrun.str_enum import StrEnum
 
 if TYPE_CHECKING:
     from adrun.strategies.document import Strategy
     from adrun.strategies.plan_lookup import PlanIndex
-
-
-class Role(StrEnum):
-    """What a task of a job runs: the user's script (`worker`) or a parameter server (`ps`). A
-    `StrEnum`, so the text in the environment, YAML and JSON is the value itself."""
-
-    WORKER = "worker"
-    PS = "ps"
 
 
 class Mode(StrEnum):

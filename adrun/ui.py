@@ -24,6 +24,7 @@ from rich.text import Text
 
 from adrun.exit_codes import ERROR_PREFIX
 from adrun.launch.job.failures import NodeLost, TaskKilled, TaskRaised, TaskRefused, TaskStalled
+from adrun.placement import ps, worker
 
 if TYPE_CHECKING:
     from adrun.graph_item import GraphItem
@@ -318,7 +319,7 @@ def _status_text(throughput: Throughput, elapsed_s: float) -> Text:
     clock = f"{minutes}:{seconds:02d}"
     if not throughput.workers:
         return Text(f"{clock}  waiting for the first training steps", style="dim")
-    parts = [f"w{i} {_rate(r.steps_per_s)} steps/s" for i, r in sorted(throughput.workers.items())]
+    parts = [f"{worker(i).tag} {_rate(r.steps_per_s)} steps/s" for i, r in sorted(throughput.workers.items())]
     cluster = f"cluster {_rate(throughput.steps_per_s)} steps/s"
     if throughput.examples_per_s is not None:
         cluster += f", {_rate(throughput.examples_per_s)} examples/s"
@@ -376,6 +377,6 @@ def _sync_text(sync: PSSync | AllReduceSync) -> str:
         else:
             mode = f"sync, staleness {sync.staleness}" if sync.staleness else "sync"
         proxy = ", local proxy" if sync.local_proxy else ""
-        return f"ps{sync.ps_task} ({mode}{proxy})"
+        return f"{ps(sync.ps_task).tag} ({mode}{proxy})"
     compressor = f", {sync.compressor}" if sync.compressor and sync.compressor != "none" else ""
     return f"allreduce group {sync.group}{compressor}"

@@ -45,11 +45,12 @@ from adrun.capture_run import capture_graph
 from adrun.graph_item import GraphItem
 from adrun.spec import ClusterSpec, Node
 from adrun.strategies import build_strategy
-from adrun.strategies.auto import plan_auto
+from adrun.strategies.auto import Auto
 from adrun.strategies.cost_model import Coefficients, predict
 from adrun.strategies.document import AllReduceSync, Partition, Strategy, load_strategy
 from adrun.strategies.facts import HostLink, Link, ModelProfile, NetworkFacts, RowsTouched, TrialRecord
-from adrun.strategies.fit import fit
+from adrun.strategies.fit import FitResult, fit
+from adrun.strategies.planning_facts import PlanningFacts
 from tests.cluster.netns import bucket_bytes
 
 from .cluster.analysis import summarize
@@ -274,7 +275,8 @@ def check(measured: dict[Group, dict[RunConfig, float]], profiles: dict[str, Pro
         models = {}
         for name, (coefficients, used) in variants.items():
             preds = [predict(plan, prof, spec, net, coefficients) for _, plan, _, _ in group_rows]
-            auto = plan_auto(prof.graph, spec, prof, net, coefficients)
+            auto = Auto().build(PlanningFacts(spec=spec, graph=prof.graph, profile=prof, network=net,
+                                              fit=FitResult(coefficients, used, 0, None, None)))
             same = [label for label, plan, _, _ in group_rows if _decisions(plan) == _decisions(auto)]
             models[name] = {
                 "auto": {"predicted_examples_per_s": predict(auto, prof, spec, net, coefficients).examples_per_s,

@@ -1,7 +1,8 @@
 """Strategy builders (registry) and the Strategy document (`adrun.strategies.document`).
 
-Nothing here imports TensorFlow, the launcher or sessions: a builder sees only a GraphItem and a
-ClusterSpec.
+Nothing here imports TensorFlow, the launcher or sessions: a builder sees only the PlanningFacts it
+is given (`adrun.strategies.planning_facts`: the GraphItem, the ClusterSpec, and for Auto the
+model profile, the network facts and the fitted cost model).
 """
 
 from __future__ import annotations
@@ -19,8 +20,11 @@ from .document import Strategy
 from .parallax import Parallax
 from .partitioned_ar import PartitionedAR, RandomAxisPartitionAR
 from .partitioned_ps import PartitionedPS, UnevenPartitionedPS
+from .planning_facts import PlanningFacts
 from .ps import PS, PSLoadBalancing
 
+# the built-in builders, which plan from the graph and the spec alone; Auto (strategies/auto.py)
+# ranks their plans and searches from the best ones
 BUILDERS: dict[str, type[StrategyBuilder]] = {
     b.__name__: b
     for b in (
@@ -37,13 +41,15 @@ BUILDERS: dict[str, type[StrategyBuilder]] = {
 
 
 def configured_builder(name: str, options: Mapping[str, str] | None = None) -> StrategyBuilder:
-    """The builder called `name` with CLI `options`; UserError for an unknown name or option.
+    """The builder called `name` (a built-in one or Auto) with CLI `options`; UserError for an
+    unknown name or option.
 
-    Separate from building so the CLI can refuse a mistyped name before the slow graph capture.
+    Separate from building so the CLI can refuse a mistyped name before gathering the facts, which
+    takes seconds.
     """
-    from .auto import AUTO  # planned by adrun/auto_plan.py (it needs a model profile), yet a name users type
+    from .auto import AUTO, Auto  # loads the cost model (numpy), which the built-in builders do not need
 
-    builder = BUILDERS.get(name)
+    builder = Auto if name == AUTO else BUILDERS.get(name)
     if builder is None:
         names = [*BUILDERS, AUTO]
         by_lower = {known.lower(): known for known in names}
@@ -56,5 +62,6 @@ def configured_builder(name: str, options: Mapping[str, str] | None = None) -> S
 def build_strategy(
     name: str, graph_item: GraphItem, spec: ClusterSpec, options: Mapping[str, str] | None = None
 ) -> Strategy:
-    """Plan `graph_item` on `spec` with the builder called `name`, configured by CLI `options`."""
-    return configured_builder(name, options).build(graph_item, spec)
+    """Plan `graph_item` on `spec` with the built-in builder called `name`, configured by CLI `options`
+    (a builder that needs more facts is built from gathered PlanningFacts instead)."""
+    return configured_builder(name, options).build(PlanningFacts(spec=spec, graph=graph_item))

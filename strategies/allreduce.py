@@ -14,7 +14,7 @@ from pydantic import Field
 from adrun.graph_item import VariableInfo
 from adrun.spec import ClusterSpec
 
-from .base import BuilderOptions, Decision, StrategyBuilder, join_notes
+from .base import BuilderOptions, Decision, PerVariableBuilder, join_notes
 from .document import AllReduceSync, Compressor, Partition, Synchronizer
 
 # (axis, shard count, note) for one variable; axis None or count < 2 = keep whole.
@@ -76,7 +76,7 @@ def plan_allreduce(
     return decisions
 
 
-class AllReduce(StrategyBuilder):
+class AllReduce(PerVariableBuilder):
     """Every variable replicated on every worker; gradients averaged by collective all-reduce.
 
     Variables are grouped in creation order, `chunk_size` per group (default 128); each group is one

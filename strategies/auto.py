@@ -12,25 +12,30 @@ for dense gradients and `allow_staleness` adds a staleness of one step on PS var
 
 The result is an ordinary Strategy document (builder "Auto"), each variable's choice and its
 predicted share of the synchronization time in its `note`. Deterministic: the same inputs give the
-same plan (fixed visiting order, ties keep the current choice).
+same plan (fixed visiting order, ties keep the current choice). Auto is a builder like the others:
+it plans from the PlanningFacts it is given (the model profile, the network facts and the fitted
+coefficients besides the graph and the spec, gathered beforehand by adrun/gathering.py).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from pydantic import Field
 
 from adrun.errors import UserError
 from adrun.graph_item import GraphItem, VariableInfo
+from adrun.model_io import validate
+from adrun.placement import ps
 from adrun.spec import ClusterSpec
 
 from . import BUILDERS
-from .base import BuilderOptions, Decision, axis0_rows, planned_grad
+from .base import BuilderOptions, Decision, StrategyBuilder, axis0_rows, planned_grad
 from .cost_model import Coefficients, Load, Paths, StepCost, compute_seconds, predict, variable_load
 from .document import AllReduceSync, Partition, PSSync, Strategy, VariablePlan
 from .facts import ModelProfile, NetworkFacts, Prediction
+from .planning_facts import Fact, PlanningFacts
 
 AUTO = "Auto"
 START_PLANS = 3  # descents from the best-predicted distinct built-in plans
@@ -54,47 +59,72 @@ class AutoOptions(BuilderOptions):
     )
 
 
-def builtin_plans(item: GraphItem, spec: ClusterSpec) -> list[Strategy]:
+class Auto(StrategyBuilder):
+    """Per variable, the choice the cost model predicts fastest on this cluster (see strategies/auto.py).
+
+    Options: `allow_lossy` (default false; consider fp16 and PowerSGD compression), `allow_staleness`
+    (default false; consider a staleness of one step on PS variables). Choose it when you do not know
+    which builder suits the model and the cluster: it profiles the script on one process, takes the
+    network's bandwidth and latency (the spec's, stored, or measured) and the cost model fitted on this
+    cluster's recorded runs, and may mix PS and all-reduce variables.
+    """
+
+    Options = AutoOptions
+    options: AutoOptions
+    needs = frozenset({Fact.PROFILE, Fact.NETWORK, Fact.FIT})
+
+    @classmethod
+    def from_cli(cls, options: Mapping[str, str]) -> Auto:
+        """Auto configured from `--strategy-opt` pairs; a bad one is a UserError that names it (and
+        the option meant, for a misspelt one)."""
+        return cls(validate(AutoOptions, dict(options), f"{AUTO} options"))
+
+    def build(self, facts: PlanningFacts) -> Strategy:
+        """Auto's plan: the Auto entry of `rank`."""
+        return next(plan for plan, _ in self.rank(facts) if plan.builder == AUTO)
+
+    def rank(self, facts: PlanningFacts) -> list[tuple[Strategy, Prediction]]:
+        """Every built-in builder's plan (default options) and Auto's, with their predictions, best
+        (shortest predicted step) first; ties keep registry order, Auto last."""
+        self.check_facts(facts)
+        assert facts.profile is not None and facts.network is not None and facts.fit is not None
+        c = facts.fit.coefficients
+        spec, profile, network = facts.spec, facts.profile, facts.network
+        plans = builtin_plans(facts)
+        ranked = [(plan, predict(plan, profile, spec, network, c)) for plan in plans]
+        variables = _search(facts.graph, spec, profile, network, c, self.options, [p for _, p in ranked], plans)
+        auto = self._document(facts, c, variables)
+        ranked.append((auto, predict(auto, profile, spec, network, c)))
+        return sorted(ranked, key=lambda pair: pair[1].step_s)
+
+    def _document(self, facts: PlanningFacts, c: Coefficients, plans: Sequence[VariablePlan]) -> Strategy:
+        """The Strategy of `plans`, validated by the document's own checks, with each variable's
+        choice and predicted share of the synchronization time in its note."""
+        assert facts.profile is not None and facts.network is not None
+
+        def strategy(variables: Sequence[VariablePlan]) -> Strategy:
+            return self.document(facts, [VariablePlan.model_validate(v.model_dump()) for v in variables])
+
+        shares = predict(strategy(plans), facts.profile, facts.spec, facts.network, c).variable_share
+        blockers = {v.name: v.partition_blocker for v in facts.graph.trainable_with_grads()}
+        noted = [
+            plan.model_copy(update={"note": _note(plan, shares.get(plan.name, 0.0), blockers.get(plan.name),
+                                                  facts.spec)})
+            for plan in plans
+        ]
+        return strategy(noted)
+
+
+def builtin_plans(facts: PlanningFacts) -> list[Strategy]:
     """Every built-in builder's plan with default options, in registry order; builders that cannot
     plan this graph on this cluster (e.g. PS builders without a PS process) are left out."""
     plans = []
     for builder in BUILDERS.values():
         try:
-            plans.append(builder().build(item, spec))
+            plans.append(builder().build(facts))
         except UserError:
             continue
     return plans
-
-
-def rank_builders(
-    item: GraphItem,
-    spec: ClusterSpec,
-    profile: ModelProfile,
-    network: NetworkFacts,
-    coefficients: Coefficients | None = None,
-    options: AutoOptions | None = None,
-) -> list[tuple[Strategy, Prediction]]:
-    """Every built-in builder's plan (default options) and Auto's, with their predictions, best
-    (shortest predicted step) first; ties keep registry order, Auto last."""
-    c = coefficients or Coefficients.analytical()
-    plans = builtin_plans(item, spec)
-    ranked = [(plan, predict(plan, profile, spec, network, c)) for plan in plans]
-    auto = _search(item, spec, profile, network, c, options or AutoOptions(), [p for _, p in ranked], plans)
-    ranked.append((auto, predict(auto, profile, spec, network, c)))
-    return sorted(ranked, key=lambda pair: pair[1].step_s)
-
-
-def plan_auto(
-    item: GraphItem,
-    spec: ClusterSpec,
-    profile: ModelProfile,
-    network: NetworkFacts,
-    coefficients: Coefficients | None = None,
-    options: AutoOptions | None = None,
-) -> Strategy:
-    """Auto's plan of `item` on `spec` (see the module docstring): the Auto entry of `rank_builders`."""
-    ranked = rank_builders(item, spec, profile, network, coefficients, options)
-    return next(plan for plan, _ in ranked if plan.builder == AUTO)
 
 
 def _search(
@@ -106,11 +136,9 @@ def _search(
     options: AutoOptions,
     predictions: Sequence[Prediction],
     plans: Sequence[Strategy],
-) -> Strategy:
+) -> list[VariablePlan]:
     """Coordinate descent from each of the START_PLANS best-predicted distinct built-in plans; the
-    best end point wins (ties: the better start)."""
-    if profile.graph.fingerprint != item.fingerprint:
-        raise ValueError(f"the profile is of graph {profile.graph.fingerprint}, not of this graph ({item.fingerprint})")
+    best end point wins (ties: the better start), its all-reduce groups renumbered."""
     descent = _Descent(item, spec, profile, network, c, options, compute_seconds(plans[0], profile))
     starts: dict[tuple[str, ...], Strategy] = {}
     for i in sorted(range(len(plans)), key=lambda i: predictions[i].step_s):
@@ -121,7 +149,7 @@ def _search(
         if best is None or seconds < best[1] * (1 - MIN_GAIN):
             best = variables, seconds
     assert best is not None
-    return _document(item, spec, profile, network, c, options, _renumber_groups(best[0]))
+    return _renumber_groups(best[0])
 
 
 def _key(plan: VariablePlan) -> str:
@@ -269,40 +297,12 @@ def _renumber_groups(plans: Sequence[VariablePlan]) -> list[VariablePlan]:
     return out
 
 
-def _document(
-    item: GraphItem,
-    spec: ClusterSpec,
-    profile: ModelProfile,
-    network: NetworkFacts,
-    c: Coefficients,
-    options: AutoOptions,
-    plans: Sequence[VariablePlan],
-) -> Strategy:
-    """The Strategy of `plans`, validated by the document's own checks, with each variable's choice
-    and predicted share of the synchronization time in its note."""
-    def strategy(variables: Sequence[VariablePlan]) -> Strategy:
-        return Strategy(
-            version=1, builder=AUTO, options=options.model_dump(), fingerprint=item.fingerprint,
-            num_workers=spec.num_workers, num_ps=spec.num_ps,
-            variables=[VariablePlan.model_validate(v.model_dump()) for v in variables],
-            replica_devices=spec.replica_devices(),
-        )
-
-    shares = predict(strategy(plans), profile, spec, network, c).variable_share
-    blockers = {v.name: v.partition_blocker for v in item.trainable_with_grads()}
-    noted = [
-        plan.model_copy(update={"note": _note(plan, shares.get(plan.name, 0.0), blockers.get(plan.name), spec)})
-        for plan in plans
-    ]
-    return strategy(noted)
-
-
 def _note(plan: VariablePlan, share: float, blocker: str | None, spec: ClusterSpec) -> str:
     if plan.partition is not None:
-        tasks = ", ".join(f"ps:{s.ps_task}" for s in plan.partition.shards if isinstance(s, PSSync))
+        tasks = ", ".join(ps(s.ps_task).tag for s in plan.partition.shards if isinstance(s, PSSync))
         choice = f"partitioned into {len(plan.partition.shards)} shards on {tasks}"
     elif isinstance(plan.sync, PSSync):
-        choice = f"on ps:{plan.sync.ps_task}"
+        choice = f"on {ps(plan.sync.ps_task).tag}"
     else:
         assert isinstance(plan.sync, AllReduceSync)
         choice = f"all-reduce group {plan.sync.group}"

@@ -1,8 +1,11 @@
-"""What every strategy builder shares: typed options from CLI strings, and GraphItem -> Strategy.
+"""What every strategy builder shares: typed options from CLI strings, the facts it needs, and
+PlanningFacts -> Strategy.
 
-A builder only decides, per planned variable, one synchronizer or a partition (`plan`), optionally
-with a note; `build` wraps those decisions into a Strategy document tied to the graph's fingerprint
-and the cluster's size.
+Building is pure: a builder reads the facts it was given (strategies/planning_facts.py), never a
+connection, the records or the terminal. Most builders decide per planned variable, one
+synchronizer or a partition (`PerVariableBuilder.plan`), optionally with a note; `build` wraps those
+decisions into a Strategy document tied to the graph's fingerprint and the cluster's size. Auto
+(strategies/auto.py) searches whole plans with the cost model instead.
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ from typing import Any, ClassVar, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict
 
 from adrun.errors import UserError
-from adrun.graph_item import GradKind, GraphItem, VariableInfo
+from adrun.graph_item import GradKind, VariableInfo
 from adrun.model_io import validate
+from adrun.placement import replica_devices
 from adrun.spec import ClusterSpec
 
 from .document import AllReduceSync, Partition, PSSync, Strategy, VariablePlan
+from .planning_facts import Fact, PlanningFacts
 
 Sync = PSSync | AllReduceSync
 
@@ -75,9 +80,11 @@ class BuilderOptions(BaseModel):
 
 
 class StrategyBuilder(ABC):
-    """Turns a GraphItem and a ClusterSpec into a Strategy. Subclasses set `Options` and `plan`."""
+    """Turns PlanningFacts into a Strategy. Subclasses set `Options`, `needs` when they read more
+    than the graph and the spec, and `build`."""
 
     Options: ClassVar[type[BuilderOptions]] = BuilderOptions
+    needs: ClassVar[frozenset[Fact]] = frozenset()  # the facts `build` reads beyond the graph and the spec
 
     def __init__(self, options: BuilderOptions | None = None) -> None:
         self.options = options if options is not None else self.Options()
@@ -101,30 +108,47 @@ class StrategyBuilder(ABC):
             for name, field in cls.Options.model_fields.items()
         ) or "none"
 
-    def build(self, graph_item: GraphItem, spec: ClusterSpec) -> Strategy:
-        """Plan every variable that has a gradient; the rest are left to the runtime's defaults."""
-        variables = graph_item.trainable_with_grads()
-        decisions = [
-            d if isinstance(d, Decision) else Decision(sync=d) for d in self.plan(variables, spec)
-        ]
+    @abstractmethod
+    def build(self, facts: PlanningFacts) -> Strategy:
+        """The plan of `facts.graph` on `facts.spec`; ValueError when a fact of `needs` is missing."""
+
+    def check_facts(self, facts: PlanningFacts) -> None:
+        """ValueError naming the facts of `needs` that `facts` lacks (a caller's mistake, not the user's)."""
+        missing = facts.missing(self.needs)
+        if missing:
+            raise ValueError(f"{type(self).__name__} plans from {', '.join(f.value for f in missing)} too: "
+                             "gather them into the PlanningFacts first")
+
+    def document(self, facts: PlanningFacts, variables: Sequence[VariablePlan]) -> Strategy:
+        """The Strategy of `variables`, made by this builder with its options, for `facts`' graph and cluster."""
         return Strategy(
             version=1,
             builder=type(self).__name__,
             # Unset options (None = "derive from the spec") are left out: the document holds only
             # what was asked; what was derived is visible in the variables.
             options=self.options.model_dump(exclude_none=True),
-            fingerprint=graph_item.fingerprint,
-            num_workers=spec.num_workers,
-            num_ps=spec.num_ps,
-            variables=[
-                VariablePlan(
-                    name=v.name, shape=v.shape, dtype=v.dtype, grad=planned_grad(v),
-                    sync=d.sync, partition=d.partition, note=d.note,
-                )
-                for v, d in zip(variables, decisions, strict=True)
-            ],
-            replica_devices=spec.replica_devices(),
+            fingerprint=facts.graph.fingerprint,
+            num_workers=facts.spec.num_workers,
+            num_ps=facts.spec.num_ps,
+            variables=list(variables),
+            replica_devices=replica_devices(facts.spec),
         )
+
+
+class PerVariableBuilder(StrategyBuilder):
+    """A builder that decides each variable on its own from the graph and the spec (`plan`)."""
+
+    def build(self, facts: PlanningFacts) -> Strategy:
+        """Plan every variable that has a gradient; the rest are left to the runtime's defaults."""
+        variables = facts.graph.trainable_with_grads()
+        decisions = [
+            d if isinstance(d, Decision) else Decision(sync=d) for d in self.plan(variables, facts.spec)
+        ]
+        return self.document(facts, [
+            VariablePlan(name=v.name, shape=v.shape, dtype=v.dtype, grad=planned_grad(v),
+                         sync=d.sync, partition=d.partition, note=d.note)
+            for v, d in zip(variables, decisions, strict=True)
+        ])
 
     @abstractmethod
     def plan(self, variables: list[VariableInfo], spec: ClusterSpec) -> Sequence[Sync | Decision]:

@@ -34,11 +34,12 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from adrun.errors import UserError
+from adrun.placement import TaskId, ps, task_hosts, worker
 from adrun.spec import ClusterSpec
 
 from .document import PSSync, Strategy, VariablePlan, shard_sizes
 from .facts import Link, ModelProfile, NetworkFacts, NodeBytes, Prediction, RowsTouched
-from .wire_bound import task_hosts, variable_transfers
+from .wire_bound import variable_transfers
 
 
 # The analytical values of the two terms no textbook figure gives: fitted once by `fit`, from
@@ -100,7 +101,7 @@ class Paths:
     """
 
     hosts: list[str]
-    task_host: dict[str, str]
+    task_host: dict[TaskId, str]
     names: list[str]
     capacity: np.ndarray
     burst: np.ndarray  # bytes the resource passes at once at the start of a phase (a token bucket)
@@ -147,9 +148,9 @@ class Paths:
         reverse = {"pair": "pair", "sent": "received", "received": "sent", "local": "local"}
         opposite = np.array([index[reverse[kind], b, a] if kind == "pair" else index[reverse[kind], a, b]
                              for kind, a, b in index])
-        workers = [task_host[f"worker:{w}"] for w in range(spec.num_workers)]
+        workers = [task_host[worker(w)] for w in range(spec.num_workers)]
         ps_latency = {
-            p: max(link(task_host[f"ps:{p}"], w).latency_s for w in set(workers)) for p in range(spec.num_ps)
+            p: max(link(task_host[ps(p)], w).latency_s for w in set(workers)) for p in range(spec.num_ps)
         }
         n = len(workers)
         ring = max((link(workers[w], workers[(w + 1) % n]).latency_s for w in range(n)), default=0.0)
@@ -159,7 +160,7 @@ class Paths:
     def zeros(self) -> np.ndarray:
         return np.zeros(len(self.names))
 
-    def load(self, bytes_by_resource: np.ndarray, source: str, destination: str, nbytes: float) -> None:
+    def load(self, bytes_by_resource: np.ndarray, source: TaskId, destination: TaskId, nbytes: float) -> None:
         """Add one transfer between two tasks to `bytes_by_resource`."""
         src, dst = self.task_host[source], self.task_host[destination]
         if src == dst:
@@ -303,7 +304,7 @@ def variable_load(var: VariablePlan, profile: ModelProfile, paths: Paths) -> Loa
         for t in shard.transfers:
             if isinstance(sync, PSSync) and not _is_synchronous(sync):
                 part = load.overlapped
-            elif t.source.startswith("ps:"):
+            elif t.source.role == "ps":
                 part = load.pull
             else:
                 part = load.after

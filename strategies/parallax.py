@@ -9,7 +9,7 @@ from adrun.graph_item import VariableInfo
 from adrun.spec import ClusterSpec
 
 from .allreduce import AllReduceOptions
-from .base import Decision, StrategyBuilder
+from .base import Decision, PerVariableBuilder
 from .document import AllReduceSync
 from .ps import SyncOptions, least_loaded_assignment, ps_sync
 
@@ -20,7 +20,7 @@ class ParallaxOptions(SyncOptions, AllReduceOptions):
     )
 
 
-class Parallax(StrategyBuilder):
+class Parallax(PerVariableBuilder):
     """Dense-gradient variables by all-reduce, sparse-gradient variables (embeddings) on PS processes.
 
     Dense variables are grouped `chunk_size` per collective, counting dense variables only, in

@@ -10,14 +10,14 @@ from adrun.graph_item import VariableInfo
 from adrun.spec import ClusterSpec
 
 from .allreduce import AllReduceOptions, AxisChoice, plan_allreduce
-from .base import BuilderOptions, Decision, StrategyBuilder, axis0_rows, blocker_note
+from .base import BuilderOptions, Decision, PerVariableBuilder, axis0_rows, blocker_note
 
 
 class PartitionedAROptions(AllReduceOptions):
     shards: int = Field(default=2, ge=2, description="shards per variable on axis 0 (fewer if it has fewer rows)")
 
 
-class PartitionedAR(StrategyBuilder):
+class PartitionedAR(PerVariableBuilder):
     """All-reduce with every variable split on axis 0 into `shards` parts, each reduced separately.
 
     A variable with rows >= 2 on axis 0 becomes min(shards, rows) shards (TF's slicing: the first
@@ -52,7 +52,7 @@ class RandomAxisPartitionAROptions(BuilderOptions):
     shards: int = Field(default=2, ge=2, description="shards per variable on the drawn axis (fewer if it is shorter)")
 
 
-class RandomAxisPartitionAR(StrategyBuilder):
+class RandomAxisPartitionAR(PerVariableBuilder):
     """PartitionedAR on a randomly drawn axis per variable, reproducibly.
 
     For each variable, in creation order, the axis is drawn from the axes of size >= 2 with

@@ -8,7 +8,7 @@ from pydantic import Field
 from adrun.graph_item import VariableInfo
 from adrun.spec import ClusterSpec
 
-from .base import Decision, StrategyBuilder, axis0_rows
+from .base import Decision, PerVariableBuilder, axis0_rows
 from .document import Partition, Synchronizer, shard_sizes
 from .ps import PSOptions, least_loaded_assignment, ps_sync, require_ps
 
@@ -19,7 +19,7 @@ class PartitionedPSOptions(PSOptions):
     )
 
 
-class PartitionedPS(StrategyBuilder):
+class PartitionedPS(PerVariableBuilder):
     """Variables split on axis 0 into one shard per PS process; all shards balanced by bytes.
 
     A variable is split into k = min(max_shards, rows) shards, rows = its size on axis 0 (TF's slicing:

@@ -10,7 +10,7 @@ from adrun.errors import UserError
 from adrun.graph_item import VariableInfo
 from adrun.spec import ClusterSpec
 
-from .base import BuilderOptions, StrategyBuilder
+from .base import BuilderOptions, PerVariableBuilder
 from .document import PSSync, check_staleness_needs_sync
 
 
@@ -68,7 +68,7 @@ def require_ps(builder: str, spec: ClusterSpec) -> None:
         )
 
 
-class PS(StrategyBuilder):
+class PS(PerVariableBuilder):
     """Every variable on PS task 0.
 
     Options: `sync` (default true; false = asynchronous updates), `staleness` (default 0; steps a worker
@@ -87,7 +87,7 @@ class PS(StrategyBuilder):
         return [ps_sync(self.options, 0) for _ in variables]
 
 
-class PSLoadBalancing(StrategyBuilder):
+class PSLoadBalancing(PerVariableBuilder):
     """Variables spread over all PS tasks so each holds about the same number of bytes.
 
     Largest variables are placed first, each on the PS with the least bytes so far (ties -> lowest task

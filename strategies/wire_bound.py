@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from math import prod
 
 from adrun.graph_item import dtype_itemsize
+from adrun.placement import TaskId, ps, task_hosts, worker
 from adrun.spec import ClusterSpec
 
 from .document import AllReduceSync, PSSync, Strategy, VariablePlan, low_rank_applies
@@ -40,10 +41,10 @@ INDEX_BYTES = 8
 
 @dataclass(frozen=True)
 class Transfer:
-    """Bytes one step moves from one task to another (`worker:0`, `ps:1`), and why."""
+    """Bytes one step moves from one task to another (`w0` to `ps1`), and why."""
 
-    source: str
-    destination: str
+    source: TaskId
+    destination: TaskId
     nbytes: int
     what: str
 
@@ -61,25 +62,6 @@ class WireBound:
 
     per_host: dict[str, HostTraffic]
     local_bytes: int
-
-
-def _worker(w: int) -> str:
-    return f"worker:{w}"
-
-
-def _ps(p: int) -> str:
-    return f"ps:{p}"
-
-
-def task_hosts(spec: ClusterSpec) -> dict[str, str]:
-    """The host (node address) of every task, with adrun's task numbering: workers from the chief
-    node first, PS tasks in node order."""
-    worker_nodes = [spec.nodes[pos] for pos in spec.worker_node_order() for _ in range(spec.nodes[pos].workers)]
-    ps_nodes = [node for node in spec.nodes for _ in range(node.ps)]
-    return {
-        **{_worker(w): node.address for w, node in enumerate(worker_nodes)},
-        **{_ps(p): node.address for p, node in enumerate(ps_nodes)},
-    }
 
 
 def _shards(var: VariablePlan) -> list[tuple[str, list[int], PSSync | AllReduceSync]]:
@@ -142,28 +124,28 @@ def variable_transfers(
         sparse = var.grad == "sparse"
         rows = _rows(name, distinct_rows, n) if sparse else []
         if isinstance(sync, PSSync):
-            ps = _ps(sync.ps_task)
+            server = ps(sync.ps_task)
             for w in range(n):
                 if sync.local_proxy:
-                    transfers.append(Transfer(ps, _worker(w), nbytes, f"{name}: whole variable to the proxy"))
+                    transfers.append(Transfer(server, worker(w), nbytes, f"{name}: whole variable to the proxy"))
                 elif sparse:
-                    transfers.append(Transfer(ps, _worker(w), rows[w] * row, f"{name}: distinct rows pulled"))
+                    transfers.append(Transfer(server, worker(w), rows[w] * row, f"{name}: distinct rows pulled"))
                 else:
-                    transfers.append(Transfer(ps, _worker(w), nbytes, f"{name}: value pulled"))
+                    transfers.append(Transfer(server, worker(w), nbytes, f"{name}: value pulled"))
                 if sparse:
-                    transfers.append(Transfer(_worker(w), ps, rows[w] * (row + INDEX_BYTES),
+                    transfers.append(Transfer(worker(w), server, rows[w] * (row + INDEX_BYTES),
                                               f"{name}: distinct ids and summed gradient rows pushed"))
                 else:
-                    transfers.append(Transfer(_worker(w), ps, nbytes, f"{name}: gradient pushed"))
+                    transfers.append(Transfer(worker(w), server, nbytes, f"{name}: gradient pushed"))
         elif n > 1:
             for w in range(n):
                 successor = (w + 1) % n
                 if sparse:
                     passed = sum(rows[v] for v in range(n) if v != successor) * (row + INDEX_BYTES)
-                    transfers.append(Transfer(_worker(w), _worker(successor), passed,
+                    transfers.append(Transfer(worker(w), worker(successor), passed,
                                               f"{name}: distinct rows all-gathered"))
                 else:
-                    transfers.append(Transfer(_worker(w), _worker(successor),
+                    transfers.append(Transfer(worker(w), worker(successor),
                                               _ring_bytes(_all_reduce_buffer(shape, itemsize, sync), n),
                                               f"{name}: ring all-reduce"))
         out.append(ShardTransfers(name, sync, transfers))
@@ -185,7 +167,7 @@ def step_transfers(strategy: Strategy, distinct_rows: Mapping[str, Sequence[int]
     ]
 
 
-def wire_bound(transfers: Sequence[Transfer], hosts: Mapping[str, str]) -> WireBound:
+def wire_bound(transfers: Sequence[Transfer], hosts: Mapping[TaskId, str]) -> WireBound:
     """Bytes each host sends to and receives from other hosts, and the bytes that stay on a host."""
     sent = {host: 0 for host in hosts.values()}
     received = dict(sent)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from adrun.graph_item import GraphItem, VariableInfo
+from adrun.placement import replica_devices
 from adrun.spec import ClusterSpec, Node
 from adrun.strategies.cost_model import Coefficients
 from adrun.strategies.document import Strategy, VariablePlan
@@ -49,7 +50,7 @@ def network(spec: ClusterSpec, bytes_per_s: float, latency_s: float = 0.0,
 
 def plan(graph: GraphItem, spec: ClusterSpec, variables: Sequence[VariablePlan], builder: str = "hand") -> Strategy:
     return Strategy(version=1, builder=builder, fingerprint=graph.fingerprint, num_workers=spec.num_workers,
-                    num_ps=spec.num_ps, variables=list(variables), replica_devices=spec.replica_devices())
+                    num_ps=spec.num_ps, variables=list(variables), replica_devices=replica_devices(spec))
 
 
 def planned(v: VariableInfo, **how) -> VariablePlan:

@@ -73,7 +73,6 @@ def profile(spec_path: str | None, trials: int | Literal["all"] | None, strategy
     """Profile SCRIPT, predict every strategy on the cluster (and try the best with --trials), and
     recommend one."""
     from adrun import ui
-    from adrun.auto_plan import auto_options
     from adrun.cli.interrupts import handling_interrupts
     from adrun.jobs.registry import check_job_id
     from adrun.launch.env import job_settings
@@ -81,11 +80,12 @@ def profile(spec_path: str | None, trials: int | Literal["all"] | None, strategy
     from adrun.profile.command import ProfileOptions
     from adrun.profile.command import profile as profile_script
     from adrun.profile.view import render
+    from adrun.strategies.auto import Auto
     from adrun.strategies.document import dump_strategy
 
     job_id = check_job_id(job_id) if job_id is not None else new_job_id()
     job_settings(os.environ)  # a bad ADRUN_* setting is refused before anything starts, as by a run
-    auto = auto_options(parse_strategy_options(strategy_opts))
+    auto = Auto.from_cli(parse_strategy_options(strategy_opts)).options
     spec = load_cluster(spec_path)
     script_path = existing_script(script)
     if output and not Path(output).parent.is_dir():

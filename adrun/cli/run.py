@@ -2,9 +2,10 @@
 
 The click options become one `RunOptions` once, holding the job's `JobConfig`, which goes on to
 the restart loop, each attempt and its supervisor unchanged; from there the stages are functions
-with typed inputs and outputs: `plan_script` (GraphItem, Strategy), `adrun.shown_job.run_shown`
-(JobResult, shown by ui while and after it runs), `job_report` (the JobReport written as JSON and
-recorded). Ctrl-C and SIGTERM are handled once for the whole command (`interrupts`).
+with typed inputs and outputs: `chosen_plan` and `plan_script` (GraphItem, Strategy),
+`adrun.shown_job.run_shown` (JobResult, shown by ui while and after it runs), `job_report` (the
+JobReport written as JSON and recorded). Ctrl-C and SIGTERM are handled once for the whole
+command (`interrupts`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from adrun.cli.options import (
     spec_option,
     user_errors,
 )
-from adrun.cli.planning import plan_script
+from adrun.cli.planning import DEFAULT_BUILDER, chosen_plan, plan_script
 from adrun.defaults import RESTART_BACKOFF_S, STALL_TIMEOUT_S
 from adrun.errors import UserError
 
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
     from adrun.spec import ClusterSpec
     from adrun.strategies.document import Strategy
 
-DEFAULT_STRATEGY = "PSLoadBalancing"
 MAX_RESTARTS = 1000  # a bound that catches a typo (--max-restarts 10000000) rather than a real need
 MAX_BACKOFF_S = 86400.0
 
@@ -57,7 +57,7 @@ class RunOptions:
     what the command does around it."""
 
     job: JobConfig
-    strategy: str  # a builder name or a strategy document's path
+    strategy: str | None  # a builder name or a strategy document's path; None: the default builder
     strategy_options: dict[str, str]
     dry_run: bool = False
     result_json: Path | None = None
@@ -66,7 +66,9 @@ class RunOptions:
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @spec_option
-@click.option("--strategy", default=DEFAULT_STRATEGY, show_default=True, metavar="NAME|FILE", help="Builder name (Auto: chosen per variable by the cost model) or a strategy document (.yml).")
+@click.option("--strategy", metavar="NAME|FILE",
+              help="Builder name (Auto: chosen per variable by the cost model) or a strategy document (.yml).  "
+                   f"[default: {DEFAULT_BUILDER}]")
 @click.option("--strategy-opt", "strategy_opts", multiple=True, metavar="KEY=VALUE", help="Builder option; repeatable.")
 @click.option("--quiet", is_flag=True, help="Do not print the processes' output (summary and errors only).")
 @click.option("--verbose", is_flag=True,
@@ -97,7 +99,7 @@ class RunOptions:
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @user_errors
-def run(spec_path: str | None, strategy: str, strategy_opts: tuple[str, ...], quiet: bool, verbose: bool,
+def run(spec_path: str | None, strategy: str | None, strategy_opts: tuple[str, ...], quiet: bool, verbose: bool,
         log_dir: str | None, dry_run: bool, shard_data: bool, job_id: str | None, sync_code: bool,
         stall_timeout: float, on_stall: Literal["warn", "fail"], max_restarts: int, restart_backoff: float,
         result_json: str | None, max_steps: int | None, records_option: str | None, no_record: bool,
@@ -149,14 +151,17 @@ def run_planned(remote: RemoteNodes, options: RunOptions, records: Records | Non
     the result is written as JSON to `options.result_json` and to the job's log_dir/result.json
     when given, added to `records` (unless None), and returned (None for a dry run)."""
     from adrun import ui
+    from adrun.gathering import FactSources
     from adrun.launch.job.report import job_report, write_report
     from adrun.records.recording import workload_name
     from adrun.shown_job import run_shown
     from adrun.strategies.document import dump_strategy
 
     job = options.job
-    item, plan = plan_script(options.strategy, options.strategy_options, job.script, job.script_args, job.spec,
-                             job.job_id, remote=remote, records=records, measure_network=options.measure_network)
+    item, plan = plan_script(
+        chosen_plan(options.strategy, options.strategy_options),
+        FactSources(job.script, job.script_args, job.spec, job.job_id, remote, records,
+                    measure_network=options.measure_network))
     job.strategy_file.parent.mkdir(parents=True, exist_ok=True)
     dump_strategy(plan, job.strategy_file)
     ui.print_plan(plan, item, job.spec)

@@ -18,7 +18,7 @@ from adrun.cli.options import (
     spec_option,
     user_errors,
 )
-from adrun.cli.planning import plan_script
+from adrun.cli.planning import chosen_plan, plan_script
 
 
 @main.group()
@@ -43,17 +43,18 @@ def strategy_build(name: str, spec_path: str | None, strategy_opts: tuple[str, .
                    script_args: tuple[str, ...]) -> None:
     """Capture SCRIPT and write the plan of builder NAME to a document you can edit and run."""
     from adrun import ui
+    from adrun.gathering import FactSources
     from adrun.launch.job.provision import RemoteNodes
-    from adrun.strategies.auto import AUTO
     from adrun.strategies.document import dump_strategy
 
     spec = load_cluster(spec_path)
     script_path = existing_script(script)
-    options = parse_strategy_options(strategy_opts)
-    # only Auto reads the records: another builder's plan must not depend on (or create) the file
-    with opened_records(records_option, no_record, needed=name == AUTO) as records, RemoteNodes(spec) as remote:
-        item, plan = plan_script(name, options, script_path, list(script_args), spec, new_job_id(), remote=remote,
-                                 records=records, measure_network=measure_network)
+    chosen = chosen_plan(name, parse_strategy_options(strategy_opts))
+    # only a builder that needs more than the graph (Auto) reads the records: another builder's
+    # plan must not depend on (or create) the file
+    with opened_records(records_option, no_record, needed=bool(chosen.needs)) as records, RemoteNodes(spec) as remote:
+        item, plan = plan_script(chosen, FactSources(script_path, list(script_args), spec, new_job_id(), remote,
+                                                     records, measure_network=measure_network))
     dump_strategy(plan, Path(output))
     ui.print_plan(plan, item, spec)
     ui.print_status(f"wrote {output}")

@@ -1,8 +1,9 @@
 """`adrun profile`: what the model is, what each strategy would cost on this cluster, and (with
 trials) what each actually does, ending in one recommended strategy document.
 
-profile run + network facts + fit on this cluster's records → every builder and Auto predicted
-→ optional bounded trials of the best-predicted → a `ProfileReport`. Status lines go to stderr
+Auto's facts gathered (adrun/gathering.py: profile run, network facts, fit on this cluster's
+records) → every builder and Auto predicted (`Auto.rank`) → optional bounded trials of the
+best-predicted → a `ProfileReport`. Status lines go to stderr
 (adrun.ui), so `--json` leaves stdout to the report alone.
 """
 
@@ -14,8 +15,8 @@ from pathlib import Path
 from typing import Literal
 
 from adrun import ui
-from adrun.auto_plan import AutoPlan, plan_automatically
 from adrun.errors import UserError
+from adrun.gathering import FactSources, gather_facts
 from adrun.graph_item import GraphItem
 from adrun.launch.job.provision import RemoteNodes
 from adrun.profile.report import (
@@ -28,14 +29,15 @@ from adrun.profile.report import (
     same_plan,
     trials_section,
 )
+from adrun.profile.trials import run_trial
 from adrun.records.recording import trial_from_report, workload_name
 from adrun.records.store import Records
 from adrun.spec import ClusterSpec
 from adrun.strategies import BUILDERS, build_strategy
-from adrun.strategies.auto import AutoOptions
+from adrun.strategies.auto import Auto, AutoOptions
 from adrun.strategies.document import Strategy
 from adrun.strategies.facts import Prediction, TrialRecord
-from adrun.profile.trials import run_trial
+from adrun.strategies.planning_facts import PlanningFacts
 
 TrialCount = int | Literal["all"]
 
@@ -55,24 +57,27 @@ def profile(spec: ClusterSpec, remote: RemoteNodes, script: Path, script_args: l
     the report with the recommended plan. `records` (None: --no-record) gives the fit its data and
     keeps every trial that measured a rate."""
     started = time.monotonic()
-    auto = plan_automatically(script, script_args, spec, remote, records, options.auto, job_id,
-                              measure_network=options.measure_network)
-    plans = {plan.builder: plan for plan, _ in auto.ranked}
-    candidates = _candidates(auto.ranked)
+    auto = Auto(options.auto)
+    facts = gather_facts(auto.needs, FactSources(script, script_args, spec, job_id, remote, records,
+                                                 measure_network=options.measure_network))
+    assert facts.profile is not None and facts.network is not None and facts.fit is not None
+    ranked = auto.rank(facts)
+    plans = {plan.builder: plan for plan, _ in ranked}
+    candidates = _candidates(ranked)
     trials = None
     if options.trials is not None:
-        _run_trials(candidates, options.trials, plans, auto, spec, remote, script, script_args, job_id, options, records)
+        _run_trials(candidates, options.trials, plans, facts, remote, script, script_args, job_id, options, records)
         trials = trials_section(candidates, options.trial_steps)
     chosen, chosen_by = recommend(candidates)
-    fitted = auto.fit
+    fitted = facts.fit
     report = ProfileReport(
-        model=model_section(auto.profile, str(script), script_args),
-        cluster=cluster_section(spec, auto.network),
+        model=model_section(facts.profile, str(script), script_args),
+        cluster=cluster_section(spec, facts.network),
         fit=FitSection(records_used=fitted.records_used, records_skipped=fitted.records_skipped,
                        error_before=fitted.error_before, error_after=fitted.error_after),
         candidates=candidates,
         unavailable={name: why for name in BUILDERS if name not in plans
-                     for why in [_refusal(name, auto.profile.graph, spec)] if why},
+                     for why in [_refusal(name, facts.graph, spec)] if why},
         trials=trials, recommended=chosen.builder, recommended_by=chosen_by, recommended_plan=plans[chosen.builder],
         elapsed_s=time.monotonic() - started,
     )
@@ -92,7 +97,7 @@ def _candidates(ranked: list[tuple[Strategy, Prediction]]) -> list[Candidate]:
     return candidates
 
 
-def _run_trials(candidates: list[Candidate], trials: TrialCount, plans: dict[str, Strategy], auto: AutoPlan, spec: ClusterSpec,
+def _run_trials(candidates: list[Candidate], trials: TrialCount, plans: dict[str, Strategy], facts: PlanningFacts,
                 remote: RemoteNodes, script: Path, script_args: list[str], job_id: str, options: ProfileOptions,
                 records: Records | None) -> None:
     """Try the best-predicted distinct plans one after another, setting each candidate's `trial`,
@@ -103,11 +108,12 @@ def _run_trials(candidates: list[Candidate], trials: TrialCount, plans: dict[str
         plan = plans[candidate.builder]
         ui.print_status(f"trial {number}/{count}: {candidate.builder}, {options.trial_steps} steps per worker ...")
         trial_id = f"{job_id}-t{number}-{candidate.builder.lower()}"
-        candidate.trial, report = run_trial(spec, remote, script, script_args, plan, options.trial_steps, trial_id,
-                                            options.runs_dir / trial_id)
+        candidate.trial, report = run_trial(facts.spec, remote, script, script_args, plan, options.trial_steps,
+                                            trial_id, options.runs_dir / trial_id)
         if records is None or report is None:
             continue
-        record = trial_from_report(report, spec, plan, workload_name(script, script_args), auto.profile, auto.network)
+        record = trial_from_report(report, facts.spec, plan, workload_name(script, script_args), facts.profile,
+                                   facts.network)
         if record is not None:
             _keep(records, record)
 

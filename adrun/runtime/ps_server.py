@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from adrun.placement import ps
 from adrun.task_context import TaskContext
 from adrun.runtime.session_setup import server_config
 
 
 def main() -> None:
     ctx = TaskContext.from_env()
+    me = ps(ctx.task_index)
     server = tf.distribute.Server(
-        tf.train.ClusterSpec(ctx.cluster), job_name="ps", task_index=ctx.task_index, config=server_config()
+        tf.train.ClusterSpec(ctx.cluster), job_name=me.job, task_index=me.index, config=server_config()
     )
-    print(f"ps{ctx.task_index} serving at {ctx.cluster['ps'][ctx.task_index]}", flush=True)
+    print(f"{me.tag} serving at {ctx.cluster[me.job][me.index]}", flush=True)
     server.join()
 
 

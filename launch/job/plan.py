@@ -20,7 +20,7 @@ from ..env import gpu_visibility, run_context
 from ..nodes.command import node_python
 from .backends import THIS_MACHINE, JobNodes, NodeBackend
 from .local import ps_argv, worker_argv
-from .tasks import Task, cluster_def, placements
+from .tasks import Task, cluster_def, placed_tasks
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def plan_job(
     nodes = nodes if nodes is not None else JobNodes(spec)
     backend_of = {id(node): backend for node, backend in zip(spec.nodes, nodes.of_node, strict=True)}
     placed = [(replace(task, remote=backend_of[id(node)].remote), node, backend_of[id(node)])
-              for task, node in placements(spec, nodes.ports())]
+              for task, node in placed_tasks(spec, nodes.ports())]
     tasks = [task for task, _, _ in placed]
     cluster = cluster_def(tasks)
     num_workers = sum(t.role == "worker" for t in tasks)

@@ -1,7 +1,6 @@
-"""Which processes a cluster spec asks for, and the TF cluster definition they share.
+"""Which processes a cluster spec asks for, on which port, and the TF cluster definition they share.
 
-Worker 0 is the chief, so the chief node's workers come first; every process must agree on the
-same ordering, which is why it is decided once, here, from the spec order.
+The numbering and the names of the tasks are adrun/placement.py's, which the planner uses too.
 """
 
 from __future__ import annotations
@@ -9,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from adrun.placement import Role, TaskId, placements
 from adrun.spec import ClusterSpec, Node
-from adrun.task_context import Role
 
 
 @dataclass(frozen=True)
@@ -27,9 +26,13 @@ class Task:
         object.__setattr__(self, "role", Role(self.role))  # `Task("worker", ...)` holds the enum too
 
     @property
+    def id(self) -> TaskId:
+        return TaskId(self.role, self.index)
+
+    @property
     def tag(self) -> str:
         """Short stable name (log file names, metrics): `w0`, `ps1`."""
-        return f"w{self.index}" if self.role == "worker" else f"ps{self.index}"
+        return self.id.tag
 
     @property
     def label(self) -> str:
@@ -44,37 +47,28 @@ class Task:
         return f"{host}:{self.port}"
 
 
-def placements(spec: ClusterSpec, ports: Sequence[Sequence[int]]) -> list[tuple[Task, Node]]:
-    """Every task of `spec` with the node it runs on: workers (chief node first), then PS tasks.
+def placed_tasks(spec: ClusterSpec, ports: Sequence[Sequence[int]]) -> list[tuple[Task, Node]]:
+    """Every task of `spec` with the node it runs on, in adrun.placement's order (workers, then PS
+    tasks).
 
     `ports[i]` holds the ports of `spec.nodes[i]`: its workers' ports first, then its PS ports
     (see `adrun.launch.job.ports.allocate_ports`). The node is returned alongside so callers can read
     per-node settings (python, env) even when two nodes share an address.
     """
-    nodes = list(spec.nodes)
-    workers: list[tuple[Task, Node]] = []
-    for pos in spec.worker_node_order():
-        node = nodes[pos]
-        for k in range(node.workers):
-            workers.append((Task(Role.WORKER, len(workers), node.address, ports[pos][k]), node))
-
-    ps: list[tuple[Task, Node]] = []
-    for pos, node in enumerate(nodes):
-        for k in range(node.ps):
-            ps.append((Task(Role.PS, len(ps), node.address, ports[pos][node.workers + k]), node))
-    return workers + ps
+    return [
+        (Task(p.task.role, p.task.index, spec.nodes[p.node].address, ports[p.node][p.slot]), spec.nodes[p.node])
+        for p in placements(spec)
+    ]
 
 
 def plan_tasks(spec: ClusterSpec, ports: Sequence[Sequence[int]]) -> list[Task]:
-    """The tasks of `spec` in the order of `placements`."""
-    return [task for task, _ in placements(spec, ports)]
+    """The tasks of `spec` in the order of `placed_tasks`."""
+    return [task for task, _ in placed_tasks(spec, ports)]
 
 
 def cluster_def(tasks: Sequence[Task]) -> dict[str, list[str]]:
     """`{"ps": [...], "worker": [...]}` by task index; no "ps" key for a PS-less job (TF rejects empty jobs)."""
     cluster: dict[str, list[str]] = {}
-    for role in ("ps", "worker"):
-        addresses = [t.address for t in sorted((t for t in tasks if t.role == role), key=lambda t: t.index)]
-        if addresses:
-            cluster[role] = addresses
+    for task in sorted(tasks, key=lambda t: (t.role != "ps", t.index)):
+        cluster.setdefault(task.id.job, []).append(task.address)
     return cluster

@@ -10,6 +10,7 @@ from adrun.strategies import BUILDERS
 from adrun.strategies.cost_model import Coefficients, predict
 from adrun.strategies.facts import TrialRecord
 from adrun.strategies.fit import fit
+from adrun.strategies.planning_facts import PlanningFacts
 from tests.cost_facts import network, profile, var
 
 # a cluster where the local path bounds some plans (PS 0 serves three workers on its host) and the
@@ -38,7 +39,7 @@ def records(coefficients=TRUE, cluster_key="three-hosts"):
         for compute_s in (0.005, 0.05):
             prof = profile(graph, compute_s, rows)
             for builder in BUILDERS.values():
-                strategy = builder().build(graph, SPEC)
+                strategy = builder().build(PlanningFacts(spec=SPEC, graph=graph))
                 step_s = predict(strategy, prof, SPEC, NETWORK, coefficients).step_s
                 out.append(TrialRecord(recorded_at="2026-11-22T23:00:00", cluster_key=cluster_key,
                                        workload=f"synthetic {len(graph.variables)}", spec=SPEC, strategy=strategy,
@@ -133,7 +134,7 @@ def _records_made_with(true: Coefficients, spec: ClusterSpec, net, compute_times
         for compute_s in compute_times:
             prof = profile(graph, compute_s, rows)
             for builder in builders:
-                strategy = BUILDERS[builder]().build(graph, spec)
+                strategy = BUILDERS[builder]().build(PlanningFacts(spec=spec, graph=graph))
                 records.append(TrialRecord(recorded_at="2026-11-23T03:00:00", cluster_key=f"{len(spec.nodes)}-hosts",
                                            workload="w", spec=spec, strategy=strategy, profile=prof, network=net,
                                            steps_per_s=1 / predict(strategy, prof, spec, net, true).step_s))

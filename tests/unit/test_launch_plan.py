@@ -16,7 +16,6 @@ from adrun.launch.job.backends import JobNodes
 from adrun.launch.job.plan import plan_job
 from adrun.launch.job.ports import allocate_ports
 from adrun.launch.job.tasks import Task, cluster_def, plan_tasks
-from adrun.spec import ClusterSpec
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -40,11 +39,6 @@ class Node:
 class Spec:
     nodes: list[Node]
 
-    @property
-    def chief(self) -> Node:
-        return next((n for n in self.nodes if n.chief), self.nodes[0])
-
-    worker_node_order = ClusterSpec.worker_node_order
 
 
 def _free_port() -> int:

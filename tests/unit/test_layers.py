@@ -20,6 +20,7 @@ LAYERS = [
     ("core", 0, [  # shared data and names, no TensorFlow, nothing of adrun's stages
         "adrun", "adrun.defaults", "adrun.errors", "adrun.exit_codes", "adrun.env_vars", "adrun.model_io",
         "adrun.spec", "adrun.graph_item", "adrun.home", "adrun.job_state", "adrun.task_events", "adrun.str_enum",
+        "adrun.placement",
         "adrun.profile_samples",
     ]),
     ("strategies", 1, ["adrun.strategies", "adrun.strategies."]),  # plans: a GraphItem and a spec in, a Strategy out
@@ -33,7 +34,7 @@ LAYERS = [
     ("cli", 5, [  # the commands and the terminal
         "adrun.__main__", "adrun.cli", "adrun.cli.", "adrun.ui", "adrun.shown_job", "adrun.jobs.view",
         "adrun.profile.command", "adrun.profile.view", "adrun.profile.trials",
-        "adrun.auto_plan",  # prints through ui while it plans (issue 17, point 3, moves it down)
+        "adrun.gathering",  # gathers a plan's facts (capture, profile, network) and says so through ui
     ]),
 ]
 

@@ -225,9 +225,11 @@ def test_trial_result_step_time_is_the_inverse_of_the_workers_mean_rate() -> Non
 
 def test_report_of_the_cost_models_ranking_shows_every_builder_and_auto() -> None:
     from adrun.strategies import BUILDERS
-    from adrun.strategies.auto import rank_builders
+    from adrun.strategies.auto import Auto
+    from adrun.strategies.fit import fit
+    from adrun.strategies.planning_facts import PlanningFacts
 
-    ranked = rank_builders(graph(), TWO_HOSTS, model(), network())
+    ranked = Auto().rank(PlanningFacts(spec=TWO_HOSTS, graph=graph(), profile=model(), network=network(), fit=fit([])))
     candidates = [Candidate(builder=plan.builder, prediction=p) for plan, p in ranked]
     value = report(candidates)
     assert {c.builder for c in value.candidates} == {*BUILDERS, "Auto"}

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from adrun.errors import UserError
+from adrun.placement import replica_devices
 from adrun.spec import ClusterSpec, Node, default_local_spec, load_spec, spec_to_yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -215,7 +216,7 @@ def test_replica_devices_follow_worker_order() -> None:
         Node(address="10.0.0.2", workers=2, gpus=4, chief=True),
     ])
     # the chief node's workers come first: they are workers 0 and 1
-    assert spec.replica_devices() == [["GPU:0", "GPU:1"], ["GPU:0", "GPU:1"], ["CPU:0", "CPU:1", "CPU:2"]]
+    assert replica_devices(spec) == [["GPU:0", "GPU:1"], ["GPU:0", "GPU:1"], ["CPU:0", "CPU:1", "CPU:2"]]
 
 
 def test_more_gpu_replicas_than_gpus(tmp_path: Path) -> None:
@@ -389,7 +390,7 @@ def test_replicas_bounded(tmp_path: Path) -> None:
     message = load_error(tmp_path, ONE_NODE + "    replicas: 4096\n")
     assert message == (f"{tmp_path / 'cluster.yml'}: nodes[0].replicas: 4096 in-graph replicas per worker; at most 64 "
                        "(each is a copy of the training step on a device of its own)")
-    assert load_spec(write(tmp_path, ONE_NODE + "    replicas: 64\n")).replica_devices()[0][-1] == "CPU:63"
+    assert replica_devices(load_spec(write(tmp_path, ONE_NODE + "    replicas: 64\n")))[0][-1] == "CPU:63"
 
 
 @pytest.mark.parametrize("node_text,reason", [

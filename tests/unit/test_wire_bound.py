@@ -5,10 +5,12 @@ from __future__ import annotations
 import pytest
 
 from adrun.graph_item import GraphItem, VariableInfo
+from adrun.placement import ps as ps_task
+from adrun.placement import worker
 from adrun.spec import ClusterSpec, Node
 from adrun.strategies import build_strategy
 from adrun.strategies.document import AllReduceSync, Partition, PSSync, Strategy, VariablePlan
-from adrun.strategies.wire_bound import HostTraffic, Transfer, lower_bound, step_transfers, task_hosts, wire_bound
+from adrun.strategies.wire_bound import HostTraffic, Transfer, lower_bound, step_transfers, wire_bound
 
 # the sparse classifier of issue 13: embedding 200,000 x 64, MLP head 64 -> 256 -> 1000
 CLASSIFIER = GraphItem(variables=[
@@ -59,10 +61,10 @@ def test_sparse_ps_transfers_per_worker():
     strategy = plan([VariablePlan(name="emb", shape=[100, 4], dtype="float32", grad="sparse",
                                   sync=PSSync(ps_task=0))], workers=2, num_ps=1)
     assert step_transfers(strategy, {"emb": [3, 5]}) == [
-        Transfer("ps:0", "worker:0", 3 * 16, "emb: distinct rows pulled"),
-        Transfer("worker:0", "ps:0", 3 * 24, "emb: distinct ids and summed gradient rows pushed"),
-        Transfer("ps:0", "worker:1", 5 * 16, "emb: distinct rows pulled"),
-        Transfer("worker:1", "ps:0", 5 * 24, "emb: distinct ids and summed gradient rows pushed"),
+        Transfer(ps_task(0), worker(0), 3 * 16, "emb: distinct rows pulled"),
+        Transfer(worker(0), ps_task(0), 3 * 24, "emb: distinct ids and summed gradient rows pushed"),
+        Transfer(ps_task(0), worker(1), 5 * 16, "emb: distinct rows pulled"),
+        Transfer(worker(1), ps_task(0), 5 * 24, "emb: distinct ids and summed gradient rows pushed"),
     ]
 
 
@@ -80,8 +82,8 @@ def test_shards_of_a_sparse_variable_need_their_own_row_counts():
         step_transfers(strategy, {"emb": [4]})
     transfers = step_transfers(strategy, {"emb/part_0": [4], "emb/part_1": [1]})
     assert [(t.source, t.destination, t.nbytes) for t in transfers] == [
-        ("ps:0", "worker:0", 4 * 16), ("worker:0", "ps:0", 4 * 24),
-        ("ps:1", "worker:0", 1 * 16), ("worker:0", "ps:1", 1 * 24),
+        (ps_task(0), worker(0), 4 * 16), (worker(0), ps_task(0), 4 * 24),
+        (ps_task(1), worker(0), 1 * 16), (worker(0), ps_task(1), 1 * 24),
     ]
 
 
@@ -115,9 +117,9 @@ def test_sparse_all_gather_passes_on_all_but_the_successors_rows():
                                   sync=AllReduceSync(group=0))], workers=3, num_ps=0)
     row = ROW + 8
     assert [(t.source, t.destination, t.nbytes) for t in step_transfers(strategy, {"emb": [10, 20, 30]})] == [
-        ("worker:0", "worker:1", (10 + 30) * row),
-        ("worker:1", "worker:2", (10 + 20) * row),
-        ("worker:2", "worker:0", (20 + 30) * row),
+        (worker(0), worker(1), (10 + 30) * row),
+        (worker(1), worker(2), (10 + 20) * row),
+        (worker(2), worker(0), (20 + 30) * row),
     ]
 
 
@@ -143,18 +145,8 @@ def test_parallax_all_reduces_the_head_and_serves_rows_from_a_ps():
     assert bound.per_host["10.0.0.1"] == HostTraffic(DENSE + 1400 * ROW, DENSE + 1400 * (ROW + 8))
 
 
-def test_task_hosts_number_workers_from_the_chief_node():
-    spec = ClusterSpec(version=1, nodes=[
-        Node(address="a", workers=1, ps=1), Node(address="b", chief=True, workers=2, ps=0),
-        Node(address="c", workers=0, ps=2),
-    ])
-    assert task_hosts(spec) == {
-        "worker:0": "b", "worker:1": "b", "worker:2": "a", "ps:0": "a", "ps:1": "c", "ps:2": "c",
-    }
-
-
 def test_wire_bound_counts_each_transfer_once_per_side():
-    bound = wire_bound([Transfer("worker:0", "ps:0", 7, "x"), Transfer("ps:0", "worker:1", 5, "y")],
-                       {"worker:0": "a", "ps:0": "b", "worker:1": "b"})
+    bound = wire_bound([Transfer(worker(0), ps_task(0), 7, "x"), Transfer(ps_task(0), worker(1), 5, "y")],
+                       {worker(0): "a", ps_task(0): "b", worker(1): "b"})
     assert bound.per_host == {"a": HostTraffic(7, 0), "b": HostTraffic(0, 7)}
     assert bound.local_bytes == 5

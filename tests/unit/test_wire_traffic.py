@@ -32,6 +32,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 tf1 = tf.compat.v1
 
+from adrun.placement import TaskId  # noqa: E402
 from adrun.runtime import session_setup  # noqa: E402
 from adrun.runtime.capture import describe_graph  # noqa: E402
 from adrun.task_context import TaskContext  # noqa: E402
@@ -177,12 +178,12 @@ def run_steps(workers: list[Worker], monkeypatch, extra_fetches=None) -> list[tu
         return [f.result(timeout=TIMEOUT_S) for f in futures]
 
 
-def _task(device: str) -> str:
+def _task(device: str) -> TaskId:
     m = re.match(r"/job:(\w+)/replica:\d+/task:(\d+)", device)
-    return f"{m[1]}:{m[2]}"
+    return TaskId(m[1], int(m[2]))
 
 
-def cross_task_tensors(metadata: tf1.RunMetadata) -> list[tuple[str, str, int | None]]:
+def cross_task_tensors(metadata: tf1.RunMetadata) -> list[tuple[TaskId, TaskId, int | None]]:
     """(source task, destination task, bytes) of every tensor with a payload one worker's traced
     step sent from one task to another: the `_Send` nodes of its partition graphs, sized by what
     their input produced in that step (None when the step stats lack it)."""
@@ -227,13 +228,13 @@ def test_a_step_moves_exactly_the_lower_bound(tmp_path, monkeypatch, strategy, o
     plan = workers[0].ctx.strategy
     bound = step_transfers(plan, distinct_rows(plan))
     for worker, (metadata, _) in zip(workers, run_steps(workers, monkeypatch)):
-        me = f"worker:{worker.task}"
+        me = TaskId("worker", worker.task)
         measured = cross_task_tensors(metadata)
         assert all(nbytes is not None for _, _, nbytes in measured), (
             f"{me}: a tensor without a size in the step stats crossed (a fed input sent on to a PS): {measured}")
         # (Parallax's dense all-reduce runs on collectives, which partition graphs do not show)
         expected = [(t.source, t.destination, t.nbytes) for t in bound
-                    if me in (t.source, t.destination) and "ps:" in t.source + t.destination]
+                    if me in (t.source, t.destination) and "ps" in (t.source.role, t.destination.role)]
         assert _by_pair(measured) == _by_pair(expected), f"{me}: {sorted(measured)}"
         # one tensor per dense variable (or shard) each way; per sparse variable (or shard): the
         # distinct ids and the gradient rows to the PS, the rows back

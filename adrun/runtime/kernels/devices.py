@@ -1,9 +1,11 @@
-"""Device strings of the cluster's jobs (TF's own `/job:.../task:...` names), and of the plain
-local session a worker that runs alone uses instead."""
+"""Device strings of the cluster's jobs (TF's own `/job:.../task:...` names, adrun/placement.py's),
+and of the plain local session a worker that runs alone uses instead."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from adrun.placement import ps, worker
 
 if TYPE_CHECKING:
     from adrun.task_context import TaskContext
@@ -12,12 +14,12 @@ LOCAL_SESSION_TASK = "/job:localhost/replica:0/task:0"  # how a plain (non-distr
 
 
 def ps_device(task: int) -> str:
-    return f"/job:ps/task:{task}/device:CPU:0"
+    return ps(task).device()
 
 
 def worker_device(task: int, local: str = "CPU:0") -> str:
     """A device of worker `task`: its first CPU by default, else `local` (e.g. `GPU:1`)."""
-    return f"/job:worker/task:{task}/device:{local}"
+    return worker(task).device(local)
 
 
 def own_device(ctx: TaskContext, local: str = "CPU:0") -> str:

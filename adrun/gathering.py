@@ -1,0 +1,103 @@
+"""Gathering the facts a plan is built from (launching side): what `adrun run`, `adrun strategy
+build` and `adrun profile` do before a builder computes a plan from them.
+
+Every builder needs the captured graph and the cluster spec; Auto (`Auto.needs`) also needs:
+
+profile_model (one process; the profile holds the captured graph) ─┐
+network facts (the spec's, else stored for this cluster, else measured) ─┼─► PlanningFacts
+fit(records of this cluster) ───────────────────────────────────────┘
+
+This is the part that is slow, reaches the nodes, reads and writes the records and says on the
+terminal what it does; building from the PlanningFacts is pure (strategies/planning_facts.py). The
+profile and the network facts are saved in the records, so that later runs of the same graph and
+cluster are recorded with them (adrun/records/recording.py) and later plans reuse the network facts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from adrun import ui
+from adrun.launch.job.provision import RemoteNodes
+from adrun.records.store import Records, cluster_key
+from adrun.spec import ClusterSpec
+from adrun.strategies.facts import NetworkFacts
+from adrun.strategies.fit import FitResult, fit
+from adrun.strategies.planning_facts import Fact, PlanningFacts
+
+# Auto plans whatever the script's length, so a script of a few steps must still leave timed steps
+# after the warm-up; the profile's median step time already discounts a slow early step or two.
+PROFILE_WARMUP = 1
+
+
+@dataclass(frozen=True)
+class FactSources:
+    """Where the facts come from: the script (captured or profiled), the cluster (remote nodes
+    through `remote`, connected here if the network must be measured and they are not yet), and
+    the records (None, --no-record: nothing is read or saved, the cost model keeps its analytical
+    coefficients and the network is measured). `measure_network`: measure even when the records
+    hold this cluster's network facts."""
+
+    script: Path
+    script_args: list[str]
+    spec: ClusterSpec
+    job_id: str
+    remote: RemoteNodes
+    records: Records | None
+    measure_network: bool = False
+
+
+def gather_facts(needs: frozenset[Fact], sources: FactSources) -> PlanningFacts:
+    """The graph (profiled when the profile is needed, else captured) and the facts of `needs`."""
+    from adrun.capture_run import capture_graph
+    from adrun.profile.run import profile_model
+
+    script, spec, records = sources.script, sources.spec, sources.records
+    key = cluster_key(spec)
+    profile = None
+    if Fact.PROFILE in needs:
+        ui.print_status(f"profiling {script} on one process ...")
+        profile = profile_model(script, sources.script_args, spec.num_workers, sources.job_id, warmup=PROFILE_WARMUP)
+        graph = profile.graph
+        if records is not None:
+            records.save_profile(profile)
+    else:
+        ui.print_status(f"capturing the graph of {script} ...")
+        graph = capture_graph(script, sources.script_args, spec.num_workers, sources.job_id)
+    network = _network(sources) if Fact.NETWORK in needs else None
+    fitted = None
+    if Fact.FIT in needs:
+        fitted = fit(records.trials(key) if records is not None else [], cluster_key=key)
+        ui.print_status(fit_summary(fitted))
+    return PlanningFacts(spec=spec, graph=graph, profile=profile, network=network, fit=fitted)
+
+
+def _network(sources: FactSources) -> NetworkFacts:
+    """The spec's network facts, else those stored for this cluster unless `measure_network`, else
+    measured (and stored)."""
+    from adrun.launch.nodes.network_facts import network_facts
+
+    spec, records, remote = sources.spec, sources.records, sources.remote
+    key = cluster_key(spec)
+    stored = None if records is None or sources.measure_network or spec.network else records.network_for(key)
+    if stored is not None:
+        return stored
+    if spec.network is None:
+        ui.print_status("measuring the network ...")
+        if remote.nodes and not remote.links:
+            remote.connect()
+    network = network_facts(spec, remote)
+    if records is not None:
+        records.save_network(key, network)
+    return network
+
+
+def fit_summary(fitted: FitResult) -> str:
+    """One line: how many records the cost model was fitted on, and its error on them."""
+    skipped = (f"; {fitted.records_skipped} record(s) without a profile or network facts left out"
+               if fitted.records_skipped else "")
+    if not fitted.records_used:
+        return f"cost model: analytical coefficients (no usable records of this cluster{skipped})"
+    return (f"cost model fitted on {fitted.records_used} record(s) of this cluster: mean step-time error "
+            f"{fitted.error_after:.0%} (analytical {fitted.error_before:.0%}){skipped}")
