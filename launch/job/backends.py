@@ -141,19 +141,18 @@ class SshNode(NodeBackend):
 
     def prepare(self, strategy_file: Path) -> Counters:
         """Ship the strategy document unless an identical copy is there, and choose (or, with
-        base_port, check) every node's ports on the node itself."""
+        base_port, check) the node's ports on the node itself. A spec names an address once, so
+        another machine holds one node."""
+        (node,) = self.nodes
         link = self._connections.links[self.address]
         remote = str(strategy_file.resolve())
-        ports, found = [], {}
-        for node in self.nodes:
-            found = link.helper("prepare", {"ports": {"base": node.base_port, "count": node.workers + node.ps},
-                                            "files": [remote]})
-            if found.get("taken"):
-                raise UserError(taken_message(node, found["taken"]))
-            ports.append(found["ports"])
+        found = link.helper("prepare", {"ports": {"base": node.base_port, "count": node.workers + node.ps},
+                                        "files": [remote]})
         if found["hashes"][remote] != file_sha256(str(strategy_file)):
             link.put(strategy_file, remote)
-        self._ports = ports
+        if found.get("taken"):
+            raise UserError(taken_message(node, found["taken"]))
+        self._ports = [found["ports"]]
         return found["net"]["sent"], found["net"]["recv"]
 
     def ports(self) -> list[list[int]]:
