@@ -244,4 +244,4 @@ def _quietly(fn: Callable[[T], R]) -> Callable[[T], R | None]:
     return wrapper
 
 
-THIS_MACHINE = LocalNode()  # the machine of a launch planned without a spec (tests, benches)
+LOCAL_MACHINE = LocalNode()  # the machine of a launch planned without a spec (tests, benches)

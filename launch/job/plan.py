@@ -18,7 +18,7 @@ from adrun.spec import ClusterSpec
 
 from ..env import gpu_visibility, run_context
 from ..nodes.command import node_python
-from .backends import THIS_MACHINE, JobNodes, NodeBackend
+from .backends import LOCAL_MACHINE, JobNodes, NodeBackend
 from .local import ps_argv, worker_argv
 from .tasks import Task, cluster_def, placed_tasks
 
@@ -32,7 +32,7 @@ class TaskLaunch:
     argv: list[str]
     env: dict[str, str]
     cwd: Path
-    node: NodeBackend = field(default=THIS_MACHINE, compare=False)  # the machine it starts on
+    node: NodeBackend = field(default=LOCAL_MACHINE, compare=False)  # the machine it starts on
 
 
 def plan_job(
