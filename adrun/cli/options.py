@@ -22,8 +22,6 @@ if TYPE_CHECKING:
     from adrun.records.store import Records
     from adrun.spec import ClusterSpec
 
-RUNS_DIR = Path("/tmp/adrun-runs")  # not /tmp/adrun: that would shadow the package when cwd is /tmp
-
 
 def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Every command's ending for what is not its normal end: a UserError as one `adrun: error:`

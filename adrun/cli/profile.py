@@ -9,7 +9,6 @@ import click
 
 from adrun.cli.app import main
 from adrun.cli.options import (
-    RUNS_DIR,
     OptionalValue,
     OptionsUpToScript,
     check_fixed_ports,
@@ -85,7 +84,7 @@ def profile(spec_path: str | None, trials: int | str | None, strategy_opts: tupl
     script_path = existing_script(script)
     if output and not Path(output).parent.is_dir():
         raise UserError(f"-o {output}: directory {Path(output).parent} does not exist")
-    options = ProfileOptions(trials=trials, trial_steps=trial_steps, runs_dir=RUNS_DIR, auto=auto,
+    options = ProfileOptions(trials=trials, trial_steps=trial_steps, auto=auto,
                              measure_network=measure_network)
     with opened_records(records_option, no_record) as records, RemoteNodes(spec) as remote:
         check_fixed_ports(spec)

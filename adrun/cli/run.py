@@ -20,7 +20,6 @@ import click
 
 from adrun.cli.app import main
 from adrun.cli.options import (
-    RUNS_DIR,
     check_fixed_ports,
     existing_script,
     load_cluster,
@@ -149,17 +148,16 @@ def run_planned(spec: ClusterSpec, remote: RemoteNodes, options: RunOptions, rec
     the result is written as JSON to `options.result_json` and to `options.log_dir`/result.json
     when given, added to `records` (unless None), and returned (None for a dry run)."""
     from adrun import ui
+    from adrun.home import run_dir
     from adrun.launch.job.report import job_report, write_report
     from adrun.launch.job.supervisor import JobConfig
     from adrun.records.recording import workload_name
     from adrun.shown_job import run_shown
     from adrun.strategies.document import dump_strategy
 
+    strategy_file = run_dir(options.job_id) / "strategy.yml"  # refused before the capture's seconds
     item, plan = plan_script(options.strategy, options.strategy_options, options.script, options.script_args, spec,
                              options.job_id, remote=remote, records=records, measure_network=options.measure_network)
-    job_dir = RUNS_DIR / options.job_id
-    job_dir.mkdir(parents=True, exist_ok=True)
-    strategy_file = job_dir / "strategy.yml"
     dump_strategy(plan, strategy_file)
     ui.print_plan(plan, item, spec)
     if options.dry_run:

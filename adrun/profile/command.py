@@ -43,7 +43,6 @@ TrialCount = int | Literal["all"]
 class ProfileOptions:
     trials: TrialCount | None  # None: predictions only
     trial_steps: int
-    runs_dir: Path  # each trial's strategy document goes to runs_dir/<its job id>/
     auto: AutoOptions  # what Auto may consider (lossy compression, staleness)
     measure_network: bool = False  # measure even when the records hold this cluster's network facts
 
@@ -102,8 +101,7 @@ def _run_trials(candidates: list[Candidate], plans: dict[str, Strategy], auto: A
         plan = plans[candidate.builder]
         ui.print_status(f"trial {number}/{count}: {candidate.builder}, {options.trial_steps} steps per worker ...")
         trial_id = f"{job_id}-t{number}-{candidate.builder.lower()}"
-        candidate.trial, report = run_trial(spec, remote, script, script_args, plan, options.trial_steps, trial_id,
-                                            options.runs_dir / trial_id)
+        candidate.trial, report = run_trial(spec, remote, script, script_args, plan, options.trial_steps, trial_id)
         if records is None or report is None:
             continue
         record = trial_from_report(report, spec, plan, workload_name(script, script_args), auto.profile, auto.network)

@@ -7,9 +7,10 @@ Python. Modes print one line `@@ADRUN-AGENT {json}`, except `run`.
 
 Modes:
   run                     keep one task (its spec arrives as the first stdin line, see `run`)
-  prepare {"ports": {"base": int|None, "count": int}, "files": [path, ...]}
+  prepare {"ports": {"base": int|None, "count": int}, "files": [path, ...], "private_dir"?: path}
                           free ports (or which of base..base+count-1 are taken), sha256 of files
-                          (None when missing), network byte counters
+                          (None when missing), network byte counters; `private_dir` made the
+                          user's alone (`node_tools.private_dir`: None, or why it cannot be)
   netio   {}              network byte counters: {"sent", "recv"} over all interfaces but lo
   sweep   {"job_id"}      SIGKILL every process whose environment says ADRUN_JOB_ID=job_id
 
@@ -183,8 +184,9 @@ def _ports(base: int | None, count: int) -> dict:
 
 def prepare(args: dict) -> dict:
     ports = args["ports"]
+    private = args.get("private_dir")
     return {**_ports(ports["base"], ports["count"]), "hashes": {p: node_tools.file_sha256(p) for p in args["files"]},
-            "net": netio({})}
+            "net": netio({}), "private_dir": node_tools.private_dir(private) if private else None}
 
 
 def _say(marker: str, payload: dict) -> None:

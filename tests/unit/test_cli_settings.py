@@ -94,6 +94,6 @@ def test_a_profile_trial_is_bounded_by_its_own_settings(monkeypatch, spec_file, 
     plan = Strategy.model_validate({"version": 1, "builder": "PS", "fingerprint": "f", "num_workers": 2, "num_ps": 1,
                                     "variables": []})
     with RemoteNodes(spec) as remote:
-        result, report = trials.run_trial(spec, remote, TINY, [], plan, 7, "trial-test", tmp_path / "t1")
+        result, report = trials.run_trial(spec, remote, TINY, [], plan, 7, "trial-test")
     assert seen["settings"].max_steps == 7 and not result.succeeded and report is None
     assert dict(os.environ) == before
