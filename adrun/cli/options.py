@@ -99,6 +99,13 @@ spec_option = click.option("--spec", "spec_path", type=click.Path(dir_okay=False
 """The cluster a command plans for: `run`, `strategy build` and `profile` take it alike."""
 
 
+allow_exposed_option = click.option(
+    "--allow-exposed", is_flag=True,
+    help="Leave the job's TensorFlow ports open to every host that can reach them (no packet-filter rule, no "
+         "warning). Only on a network where every host is trusted: TF's servers run any graph they are sent.")
+"""Commands that run jobs (`run`, `profile --trials`) take it alike; docs/security.md says why it exists."""
+
+
 def records_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """`--records PATH`, `--no-record` and `--measure-network`, shared by the commands that read or add records."""
     command = click.option("--measure-network", is_flag=True,

@@ -45,6 +45,7 @@ class ProfileOptions:
     trial_steps: int
     auto: AutoOptions  # what Auto may consider (lossy compression, staleness)
     measure_network: bool = False  # measure even when the records hold this cluster's network facts
+    allow_exposed: bool = False  # trials install no packet-filter rule (--allow-exposed)
 
 
 def profile(spec: ClusterSpec, remote: RemoteNodes, script: Path, script_args: list[str], job_id: str, options: ProfileOptions,
@@ -101,7 +102,8 @@ def _run_trials(candidates: list[Candidate], plans: dict[str, Strategy], auto: A
         plan = plans[candidate.builder]
         ui.print_status(f"trial {number}/{count}: {candidate.builder}, {options.trial_steps} steps per worker ...")
         trial_id = f"{job_id}-t{number}-{candidate.builder.lower()}"
-        candidate.trial, report = run_trial(spec, remote, script, script_args, plan, options.trial_steps, trial_id)
+        candidate.trial, report = run_trial(spec, remote, script, script_args, plan, options.trial_steps, trial_id,
+                                            allow_exposed=options.allow_exposed)
         if records is None or report is None:
             continue
         record = trial_from_report(report, spec, plan, workload_name(script, script_args), auto.profile, auto.network)

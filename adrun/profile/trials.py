@@ -23,7 +23,7 @@ from adrun.strategies.document import Strategy, dump_strategy
 
 
 def run_trial(spec: ClusterSpec, remote: RemoteNodes, script: Path, script_args: list[str], plan: Strategy, steps: int,
-              job_id: str) -> tuple[TrialResult, JobReport | None]:
+              job_id: str, *, allow_exposed: bool = False) -> tuple[TrialResult, JobReport | None]:
     """Run `plan` for `steps` training steps per worker as job `job_id`; its strategy document is
     written to the job's private run directory (`adrun.home.run_dir`). Returns the trial's measurement and the job's report (None when the job
     could not start, e.g. a fixed port is taken: the trial's root cause then says why)."""
@@ -31,7 +31,7 @@ def run_trial(spec: ClusterSpec, remote: RemoteNodes, script: Path, script_args:
     dump_strategy(plan, strategy_file)
     settings = job_settings(os.environ, max_steps=steps)  # a bad ADRUN_* setting is the profile's error
     config = JobConfig(job_id=job_id, spec=spec, script=script, script_args=script_args, strategy_file=strategy_file,
-                       quiet=True, settings=settings)
+                       quiet=True, settings=settings, allow_exposed=allow_exposed)
     try:
         result = run_shown(config, remote)
     except UserError as e:
