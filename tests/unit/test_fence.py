@@ -141,3 +141,57 @@ def test_a_fence_that_cannot_be_installed_says_why(monkeypatch):
     with pytest.raises(fence.FenceError, match="nft \\(nftables\\) is not installed: on Debian, apt-get install nftables"):
         fence.Fence("adrun_x_a0", [9], [])
     assert fence.fence_problem() == "nft (nftables) is not installed: on Debian, apt-get install nftables"
+
+
+class _Heard:
+    """A JobListener that keeps what the attempt said before its tasks would start."""
+
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+
+    def warning(self, message: str) -> None:
+        self.events.append(f"warning: {message}")
+
+
+@pytest.mark.parametrize("case", ["refused", "installed", "allow_exposed"])
+def test_an_attempt_warns_of_an_open_machine_before_its_tasks_start(monkeypatch, spec_file, tmp_path, case):
+    """Where no rule can be installed, the warning comes before `supervise` starts anything; a
+    rule installed is closed after it; --allow-exposed tries nothing, says nothing."""
+    from adrun.launch.job import fencing, supervisor
+    from adrun.launch.job.metrics import Throughput
+    from adrun.launch.job.provision import RemoteNodes
+    from adrun.spec import load_spec
+
+    events: list[str] = []
+
+    class Installed:
+        def __init__(self, table, ports, peers):
+            events.append(f"fence {table} {sorted(ports)} {peers}")
+            if case == "refused":
+                raise fence.FenceError("nft: Operation not permitted (you must be root)")
+
+        def close(self):
+            events.append("close")
+
+    def supervise(launches, job_id, listener, **kwargs):
+        events.append(f"supervise {sorted(launch.task.port for launch in launches)}")
+        return supervisor.JobResult(0, None, False, Throughput(), [], 0.0)
+
+    monkeypatch.setattr(fencing, "Fence", Installed)
+    monkeypatch.setattr(supervisor, "supervise", supervise)
+    spec = load_spec(spec_file(workers=2, ps=1, base_port=23700))
+    config = supervisor.JobConfig(job_id="fence-test", spec=spec, script=tmp_path / "t.py", script_args=[],
+                                  strategy_file=tmp_path / "strategy.yml", allow_exposed=case == "allow_exposed")
+    with RemoteNodes(spec) as remote:
+        supervisor.run_attempt(config, remote, _Heard(events), attempt=1)  # type: ignore[arg-type]
+    if case == "allow_exposed":
+        assert events == ["supervise [23700, 23701, 23702]"]
+        return
+    if case == "installed":
+        assert events == ["fence adrun_fence_test_a1 [23700, 23701, 23702] []", "supervise [23700, 23701, 23702]",
+                          "close"]
+        return
+    assert events[0] == "fence adrun_fence_test_a1 [23700, 23701, 23702] []"
+    assert events[1].startswith("warning: the job's TensorFlow servers accept connections from any host")
+    assert "on this machine (nft: Operation not permitted (you must be root))" in events[1]
+    assert events[2:] == ["supervise [23700, 23701, 23702]"]
