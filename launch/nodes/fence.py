@@ -26,6 +26,7 @@ import re
 import shutil
 import subprocess
 import threading
+import time
 from collections.abc import Sequence
 
 TABLE_PREFIX = "adrun_"
@@ -119,12 +120,11 @@ class Fence:
 
     def _wait_listed(self) -> bool:
         """True when the table was listed back with no error before it; bounded by START_TIMEOUT_S."""
-        waited = 0.0
-        while waited < START_TIMEOUT_S and not self._listed.is_set():
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline and not self._listed.is_set():
             if self._errors or self._proc.poll() is not None:
                 return False
             self._listed.wait(0.05)
-            waited += 0.05
         # the refusal listed back is the proof (an error's line may still be on its way)
         return self._listed.is_set() and not self._errors and any("reject" in line for line in self._listing)
 
