@@ -134,3 +134,18 @@ def test_sync_code_refuses_a_link_leading_outside_the_scripts_directory(tmp_path
     (code / "key").symlink_to(secret)
     with pytest.raises(UserError, match=rf"--sync-code: {code}/key is a symbolic link to {secret}, outside {code}"):
         provision.sync_files(code / "train.py")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="makes a directory of another user (chown needs root)")
+def test_a_run_refuses_a_run_directory_someone_else_created_before_anything_starts(tmp_path):
+    from tests.conftest import SCRIPTS, run_adrun
+    from adrun.launch.job.teardown import leftover_processes
+
+    planted = tmp_path / f"adrun-runs-{os.geteuid()}"
+    planted.mkdir(mode=0o777)
+    os.chown(planted, 65534, 65534)  # nobody got there first
+    result = run_adrun(str(SCRIPTS / "tiny_model.py"), env={"TMPDIR": str(tmp_path)})
+    assert result.returncode == 2, result.output
+    assert (f"adrun: error: run directory refused: {planted} belongs to uid 65534, not to you (uid 0)"
+            in " ".join(result.stderr.split()))
+    assert list(planted.iterdir()) == [] and leftover_processes(result.job_id) == []
