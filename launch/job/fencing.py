@@ -9,10 +9,13 @@ on one machine: this machine's in the launcher, every other node's in its SSH ag
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+
+import psutil
 
 from adrun.errors import UserError
 
@@ -42,28 +45,40 @@ def resolve(address: str) -> list[str]:
         return []
 
 
-def fence_plan(launches: Sequence[TaskLaunch], resolver: Callable[[str], list[str]] = resolve) -> list[MachineRule]:
+def local_addresses() -> list[str]:
+    """This machine's own addresses but loopback and link-local: the ones its tasks may connect
+    to other nodes from (a node name in the spec may resolve to 127.0.1.1 here, as Debian's
+    /etc/hosts maps the host name, while its tasks reach other nodes from an interface's address)."""
+    found = set()
+    for addresses in psutil.net_if_addrs().values():
+        for address in addresses:
+            if address.family not in (socket.AF_INET, socket.AF_INET6):
+                continue
+            ip = ipaddress.ip_address(address.address.split("%", 1)[0])
+            if not (ip.is_loopback or ip.is_link_local):
+                found.add(str(ip))
+    return sorted(found)
+
+
+def fence_plan(launches: Sequence[TaskLaunch], resolver: Callable[[str], list[str]] = resolve,
+               here: Callable[[], list[str]] = local_addresses) -> list[MachineRule]:
     """One rule per machine: this machine's tasks together, each remote node's tasks by address.
-    A machine's peers are the addresses of the job's other machines (a job on this machine alone:
-    none, so only loopback reaches its ports)."""
+    A machine's peers are the addresses of the job's other machines: a remote node's as this
+    machine resolves its spec address, this machine's its own interfaces' (`here`), asked only
+    when another machine needs them (a job on this machine alone has no peers: only loopback
+    reaches its ports)."""
     ports: dict[str, list[int]] = {}
     for launch in launches:
         host = launch.task.host if launch.task.remote else THIS_MACHINE
         ports.setdefault(host, []).append(launch.task.port)
     addresses = {host: resolver(host) for host in ports if host != THIS_MACHINE}
-    local_names = {launch.task.host for launch in launches if not launch.task.remote}
-    here = sorted({ip for name in local_names for ip in resolver(name) if not _loopback(ip)})
+    if THIS_MACHINE in ports and addresses:
+        addresses[THIS_MACHINE] = here()
     rules = []
     for host, own in ports.items():
-        peers = [ip for other, ips in addresses.items() if other != host for ip in ips]
-        if host != THIS_MACHINE:
-            peers += here
-        rules.append(MachineRule(host, sorted(own), sorted(set(peers) - set(addresses.get(host, [])))))
+        peers = {ip for other, ips in addresses.items() if other != host for ip in ips}
+        rules.append(MachineRule(host, sorted(own), sorted(peers - set(addresses.get(host, [])))))
     return rules
-
-
-def _loopback(ip: str) -> bool:
-    return ip.startswith("127.") or ip == "::1"
 
 
 @dataclass

@@ -61,20 +61,40 @@ def _launch(role: str, index: int, host: str, port: int, remote: bool) -> TaskLa
 def test_a_job_on_this_machine_alone_lets_in_nothing_but_loopback():
     launches = [_launch("worker", 0, "localhost", 23500, False), _launch("worker", 1, "localhost", 23501, False),
                 _launch("ps", 0, "localhost", 23502, False)]
-    resolved = {"localhost": ["127.0.0.1", "::1"]}
-    assert fence_plan(launches, resolved.__getitem__) == [MachineRule(THIS_MACHINE, [23500, 23501, 23502], [])]
+    def here() -> list[str]:
+        raise AssertionError("a job on this machine alone needs none of its addresses")
+
+    assert fence_plan(launches, {}.__getitem__, here) == [MachineRule(THIS_MACHINE, [23500, 23501, 23502], [])]
 
 
 def test_each_machine_lets_in_the_job_s_other_machines_only():
     launches = [_launch("worker", 0, "10.0.0.1", 5000, False), _launch("ps", 0, "10.0.0.1", 5001, False),
                 _launch("worker", 1, "node2", 6000, True), _launch("worker", 2, "10.0.0.3", 7000, True),
                 _launch("ps", 1, "10.0.0.3", 7001, True)]
-    resolved = {"10.0.0.1": ["10.0.0.1"], "node2": ["10.0.0.2", "fd00::2"], "10.0.0.3": ["10.0.0.3"]}
-    assert fence_plan(launches, resolved.__getitem__) == [
+    resolved = {"node2": ["10.0.0.2", "fd00::2"], "10.0.0.3": ["10.0.0.3"]}
+    here = ["10.0.0.1", "192.168.1.5"]  # this machine's interfaces: its tasks may come from either
+    assert fence_plan(launches, resolved.__getitem__, lambda: here) == [
         MachineRule(THIS_MACHINE, [5000, 5001], ["10.0.0.2", "10.0.0.3", "fd00::2"]),
-        MachineRule("node2", [6000], ["10.0.0.1", "10.0.0.3"]),
-        MachineRule("10.0.0.3", [7000, 7001], ["10.0.0.1", "10.0.0.2", "fd00::2"]),
+        MachineRule("node2", [6000], ["10.0.0.1", "10.0.0.3", "192.168.1.5"]),
+        MachineRule("10.0.0.3", [7000, 7001], ["10.0.0.1", "10.0.0.2", "192.168.1.5", "fd00::2"]),
     ]
+
+
+def test_this_machine_s_addresses_are_its_interfaces_but_loopback(monkeypatch):
+    import socket
+    from collections import namedtuple
+
+    import psutil
+
+    from adrun.launch.job import fencing
+
+    nic = namedtuple("nic", "family address")
+    monkeypatch.setattr(psutil, "net_if_addrs", lambda: {
+        "lo": [nic(socket.AF_INET, "127.0.0.1"), nic(socket.AF_INET6, "::1")],
+        "eth0": [nic(socket.AF_INET, "10.0.0.1"), nic(socket.AF_INET6, "fe80::1%eth0"),
+                 nic(socket.AF_INET6, "2001:db8::1"), nic(psutil.AF_LINK, "52:54:00:12:34:56")],
+    })
+    assert fencing.local_addresses() == ["10.0.0.1", "2001:db8::1"]
 
 
 def test_the_warning_names_each_open_machine_and_the_knowing_opt_out():
