@@ -164,6 +164,33 @@ def test_a_multi_node_job_accepts_only_its_own_nodes(netns_cluster: NetnsCluster
     wait_for_no_tables(job, [h1.netns, h2.netns])
 
 
+@pytest.mark.full
+def test_a_job_with_this_machine_as_a_node_accepts_only_its_own_nodes(netns_cluster: NetnsCluster, jobs,
+                                                                      tmp_path: Path) -> None:
+    """This machine (w0 + ps0, at its bridge address) and host 1 (w1): each lets in the other only."""
+    c = netns_cluster
+    h1, outsider = c.hosts[0], c.hosts[2]
+    out, release = tmp_path / "out", tmp_path / "release"
+    spec = tmp_path / "cluster.yml"
+    spec.write_text("\n".join([
+        "version: 1", "nodes:",
+        f"  - address: {c.gateway}", "    chief: true", "    workers: 1", "    ps: 1",
+        f"  - address: {h1.address}", "    workers: 1", "    ps: 0", "    ssh:", "      user: root",
+        f"      identity_file: {c.client_key}", f"      known_hosts: {c.known_hosts}", ""]))
+    job = jobs("--spec", str(spec), "--strategy", "PS", *ORACLE, "--out", str(out), "--hold", str(release))
+    tasks = task_addresses(job)
+    job.wait_for_line(r"^\[w0\] holding$")
+    for tag in ("w0", "ps0", "w1"):
+        address, port = tasks[tag]
+        assert not connects_from(outsider, address, port), tag
+    assert connects_from(h1, c.gateway, tasks["ps0"][1])  # host 1's tasks reach this machine's PS
+    release.touch()
+    assert job.wait(timeout_s=GUARD_S) == 0, job.output
+    assert_matches_reference(out, ORACLE, 2, STEPS, "this machine + 1 node, outsider refused")
+    assert leftover_processes(job.job_id) == []
+    wait_for_no_tables(job, [None, h1.netns])
+
+
 @pytest.mark.parametrize("nodes", ["embedded", pytest.param("multi-node", marks=pytest.mark.full)])
 def test_nothing_is_left_after_the_launcher_is_killed(netns_cluster: NetnsCluster, jobs, tmp_path: Path,
                                                       nodes: str) -> None:
