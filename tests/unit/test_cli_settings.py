@@ -65,7 +65,8 @@ def test_an_attempt_tells_every_task_the_jobs_settings(monkeypatch, spec_file, t
     spec = load_spec(spec_file(workers=2, ps=1))
     config = supervisor.JobConfig(job_id="settings-test", spec=spec, script=TINY, script_args=[],
                                   strategy_file=tmp_path / "strategy.yml",
-                                  settings=Settings(shard_data=True, max_steps=4))
+                                  settings=Settings(shard_data=True, max_steps=4),
+                                  allow_exposed=True)  # no task starts: no rule to install, nothing to warn of
     with RemoteNodes(spec) as remote:
         supervisor.run_attempt(config, remote, listener=None, attempt=2)
     assert len(launched) == 3
