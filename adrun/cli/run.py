@@ -20,7 +20,7 @@ import click
 
 from adrun.cli.app import main
 from adrun.cli.options import (
-    RUNS_DIR,
+    allow_exposed_option,
     check_fixed_ports,
     existing_script,
     load_cluster,
@@ -68,6 +68,7 @@ class RunOptions:
     restart_backoff_s: float = RESTART_BACKOFF_S
     result_json: Path | None = None
     measure_network: bool = False
+    allow_exposed: bool = False  # no packet-filter rule on the job's ports (--allow-exposed)
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -101,6 +102,7 @@ class RunOptions:
               help="Write the job's result (per task exit, steps, rates, bytes per node) here as JSON.")
 @click.option("--max-steps", type=click.IntRange(min=1), metavar="N",
               help="End every worker cleanly after its Nth training step (same as ADRUN_MAX_STEPS=N).")
+@allow_exposed_option
 @records_options
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
@@ -109,7 +111,7 @@ def run(spec_path: str | None, strategy: str | None, strategy_opts: tuple[str, .
         log_dir: str | None, dry_run: bool, shard_data: bool, job_id: str | None, sync_code: bool,
         stall_timeout: float, on_stall: Literal["warn", "fail"], max_restarts: int, restart_backoff: float,
         result_json: str | None, max_steps: int | None, records_option: str | None, no_record: bool,
-        measure_network: bool, script: str, script_args: tuple[str, ...]) -> None:
+        measure_network: bool, allow_exposed: bool, script: str, script_args: tuple[str, ...]) -> None:
     """Run SCRIPT with ARGS on every worker of the cluster."""
     from adrun.cli.job_record import recorded_job, warn
     from adrun.jobs.registry import check_job_id, new_record
@@ -127,6 +129,7 @@ def run(spec_path: str | None, strategy: str | None, strategy_opts: tuple[str, .
         stall_timeout_s=stall_timeout or None, on_stall=on_stall,
         max_restarts=max_restarts, restart_backoff_s=restart_backoff,
         result_json=Path(result_json) if result_json else None, measure_network=measure_network,
+        allow_exposed=allow_exposed,
     )
     record = None if dry_run else new_record(
         options.job_id, shlex.join(["adrun", *sys.argv[1:]]), spec=Path(spec_path) if spec_path else None,
@@ -153,19 +156,18 @@ def run_planned(spec: ClusterSpec, remote: RemoteNodes, options: RunOptions, rec
     when given, added to `records` (unless None), and returned (None for a dry run)."""
     from adrun import ui
     from adrun.gathering import FactSources
+    from adrun.home import run_dir
     from adrun.launch.job.report import job_report, write_report
     from adrun.launch.job.supervisor import JobConfig
     from adrun.records.recording import workload_name
     from adrun.shown_job import run_shown
     from adrun.strategies.document import dump_strategy
 
+    strategy_file = run_dir(options.job_id) / "strategy.yml"  # refused before the capture's seconds
     item, plan = plan_script(
         chosen_plan(options.strategy, options.strategy_options),
         FactSources(options.script, options.script_args, spec, options.job_id, remote, records,
                     measure_network=options.measure_network))
-    job_dir = RUNS_DIR / options.job_id
-    job_dir.mkdir(parents=True, exist_ok=True)
-    strategy_file = job_dir / "strategy.yml"
     dump_strategy(plan, strategy_file)
     ui.print_plan(plan, item, spec)
     if options.dry_run:
@@ -186,6 +188,7 @@ def run_planned(spec: ClusterSpec, remote: RemoteNodes, options: RunOptions, rec
             max_restarts=options.max_restarts,
             restart_backoff_s=options.restart_backoff_s,
             settings=options.settings,
+            allow_exposed=options.allow_exposed,
         ),
         remote,
         on_attempt,

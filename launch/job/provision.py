@@ -7,8 +7,8 @@ checks ports on each node, and samples byte counters. `sweep` looks on every nod
 of the job and ends them; `close` (or leaving the `with` block) closes the connections. Every node is handled in parallel.
 
 `--sync-code` copies the script's directory (recursively, without .git, __pycache__, .venv and
-*.pyc files, at most SYNC_LIMIT bytes) to the same path on every node, or under `ssh.workdir`;
-files already identical there (sha256) are not sent again.
+*.pyc files, at most SYNC_LIMIT bytes, refusing a symbolic link that leads outside it) to the same
+path on every node, or under `ssh.workdir`; files already identical there (sha256) are not sent again.
 """
 
 from __future__ import annotations
@@ -52,7 +52,14 @@ def _each(items: Iterable[T], fn: Callable[[T], R]) -> list[R]:
 
 def sync_files(script: Path) -> list[Path]:
     """What `--sync-code` copies: the script's directory without excluded entries; UserError
-    when it is larger than SYNC_LIMIT (a data set or checkpoints do not belong in it)."""
+    when it is larger than SYNC_LIMIT (a data set or checkpoints do not belong in it), or when a
+    symbolic link in it leads to a file outside it.
+
+    Why refuse the link rather than skip it: its content (a key in the home directory, say) must
+    never reach every node, and a file left out would make the nodes run different code than
+    this machine, failing later and less clearly. Links within the directory are copied as the
+    files they point to; links to directories are not followed (as before: nothing is sent).
+    """
     root = script.resolve().parent
     files, total = [], 0
     for folder, dirs, names in os.walk(root):
@@ -61,6 +68,11 @@ def sync_files(script: Path) -> list[Path]:
             path = Path(folder) / name
             if name.endswith(SYNC_EXCLUDED_SUFFIXES) or not path.is_file():
                 continue
+            target = path.resolve()
+            if not target.is_relative_to(root):
+                raise UserError(f"--sync-code: {path} is a symbolic link to {target}, outside {root}; adrun "
+                                "sends nothing from outside the script's directory to the nodes: copy the file "
+                                "into the directory, or remove the link")
             files.append(path)
             total += path.stat().st_size
     if total > SYNC_LIMIT:
@@ -123,13 +135,17 @@ class RemoteNodes:
             raise UserError("\n  ".join(problems))
 
     def prepare_launch(self, strategy_file: Path) -> dict[str, tuple[int, int]]:
-        """Ship the strategy document, choose or check each node's ports; byte counters now."""
+        """Ship the strategy document to the same path in a directory only the node's user may read
+        (refused when someone else owns it), choose or check each node's ports; byte counters now."""
 
         def prepare(link: NodeLink) -> tuple[int, int]:
             node = link.node
             remote = str(strategy_file.resolve())
             count = node.workers + node.ps
-            found = link.helper("prepare", {"ports": {"base": node.base_port, "count": count}, "files": [remote]})
+            found = link.helper("prepare", {"ports": {"base": node.base_port, "count": count}, "files": [remote],
+                                            "private_dir": posixpath.dirname(remote)})
+            if found["private_dir"] is not None:
+                raise UserError(f"run directory refused on {link.address}: {found['private_dir']}")
             if found["hashes"][remote] != file_sha256(str(strategy_file)):
                 link.put(strategy_file, remote)
             if found.get("taken"):

@@ -32,6 +32,7 @@ from adrun.job_state import JobState
 from adrun.spec import ClusterSpec
 from adrun.task_events import ErrorEvent, RefusalEvent, StepEvent, TaskEvent, WaitingEvent, decode
 
+from .fencing import JobFences, close_ports
 from .plan import TaskLaunch, plan_job
 from .failures import Failure, TaskStalled, cause_of, signal_name
 from .local import LocalProcess
@@ -495,21 +496,29 @@ class JobConfig:
     max_restarts: int = 0
     restart_backoff_s: float = RESTART_BACKOFF_S
     settings: Settings | None = None  # what every task is told (None: the launcher environment's ADRUN_* settings)
+    allow_exposed: bool = False  # True: leave the TF ports open to every host, install no rule, warn of nothing
 
 
 def run_attempt(config: JobConfig, remote: RemoteNodes, listener: JobListener, attempt: int = 0) -> JobResult:
     """Start attempt `attempt` of `config`'s job (remote nodes through `remote`, already connected
-    and checked) on ports chosen now, and return how it ended, with each node's network bytes
-    meanwhile. Its processes see the attempt as ADRUN_RESTART_COUNT."""
+    and checked) on ports chosen now, closed to every host outside the job while it runs
+    (`fencing.close_ports`; a warning names each machine left open), and return how it ended,
+    with each node's network bytes meanwhile. Its processes see the attempt as ADRUN_RESTART_COUNT."""
     here = ", ".join(n.address for n in config.spec.nodes if n.address not in remote.links)
     before = remote.prepare_launch(config.strategy_file)
     local_before = local_traffic() if here else None
     launches = plan_job(config.spec, config.script, config.script_args, job_id=config.job_id,
                         strategy_file=config.strategy_file, remote_ports=remote.ports, restart_count=attempt,
                         settings=config.settings)
-    result = supervise(launches, config.job_id, listener, quiet=config.quiet, log_dir=config.log_dir,
-                       remote=remote, stall_timeout_s=config.stall_timeout_s, show_tf_noise=config.show_tf_noise,
-                       on_stall=config.on_stall, attempt=attempt)
+    fences = JobFences() if config.allow_exposed else close_ports(launches, config.job_id, attempt, remote)
+    try:
+        if (exposed := fences.warning()) is not None:
+            listener.warning(exposed)
+        result = supervise(launches, config.job_id, listener, quiet=config.quiet, log_dir=config.log_dir,
+                           remote=remote, stall_timeout_s=config.stall_timeout_s, show_tf_noise=config.show_tf_noise,
+                           on_stall=config.on_stall, attempt=attempt)
+    finally:
+        fences.close()
     after = remote.traffic()
     if local_before is not None:
         after[here] = local_traffic()

@@ -16,7 +16,7 @@ from adrun.launch.nodes import node_tools, probe
 from adrun.launch.nodes.transfer import probe_command
 from adrun.launch.check.report import CHECKS, CheckReport, CheckResult, NodeReport, PairBandwidth, render
 from adrun.launch.check.rules import (MAX_CLOCK_SKEW, judge_bandwidth, judge_clock, judge_cpus, judge_disk,
-                                      judge_gpus, judge_memory, judge_ports, judge_python, judge_script,
+                                      judge_exposure, judge_gpus, judge_memory, judge_ports, judge_python, judge_script,
                                       judge_versions, version_diff)
 from adrun.launch.nodes.ssh import explain_failure
 from adrun.spec import Node
@@ -126,6 +126,20 @@ def test_explain_failure(error: BaseException, check: str, words: str) -> None:
     assert why.check == check
     assert words in why.message
     assert why.remedy and "\n" not in why.remedy
+
+
+def test_exposure_says_whether_a_job_s_ports_would_be_open_and_what_to_do() -> None:
+    closed = judge_exposure(None, ADDR)
+    assert closed.status == "pass" and closed.detail == "task ports closed to other hosts (nftables)"
+    problem = "nft: Operation not permitted (you must be root) (adrun runs as uid 1000: packet-filter rules need root)"
+    open_ = judge_exposure(problem, ADDR)
+    assert open_.status == "fail"
+    assert open_.detail.startswith(f"a job's TensorFlow servers on {ADDR} would accept connections from any host")
+    assert problem in open_.detail
+    assert f"as root on {ADDR} with nftables installed" in open_.remedy and "--allow-exposed" in open_.remedy
+    report = CheckReport([NodeReport(ADDR, False, {name: CheckResult("pass", "ok") for name in CHECKS} | {
+        "exposure": open_})])
+    assert json.loads(report.to_json())["nodes"][0]["checks"]["exposure"]["status"] == "fail" and report.exit_code == 1
 
 
 # -- report ---------------------------------------------------------------------------------------
