@@ -1,0 +1,58 @@
+"""TF2 mode's version pinning (adrun/runtime/tf2/versions.py): the installed versions pass, an
+untested one is refused with a message naming found, tested and the setting, and a missing private
+attribute is named."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+from adrun.env_vars import Settings
+from adrun.errors import UserError
+from adrun.runtime.tf2 import versions
+
+
+def test_the_installed_versions_are_the_tested_ones_and_tensorflow_has_every_private_attribute():
+    assert set(versions.installed_versions()) == {"tensorflow", "keras", "tf_keras"}
+    versions.check_versions(allow_untested=False)
+
+
+def test_an_untested_version_names_what_was_found_what_was_tested_and_the_setting():
+    found = {"tensorflow": "2.22.0", "keras": "3.15.1", "tf_keras": "2.21.0"}
+    with pytest.raises(UserError) as error:
+        versions.check_versions(allow_untested=False, found=found)
+    assert str(error.value) == (
+        "TF2 mode was tested with tensorflow 2.21.x, keras 3.15.x, tf_keras 2.21.x, and found tensorflow 2.22.0. "
+        "It patches private TensorFlow/Keras code, which may differ in other versions. Install a tested version, "
+        "or set ADRUN_ALLOW_UNTESTED_VERSIONS=1 to try anyway")
+    versions.check_versions(allow_untested=True, found=found)  # the setting lets it try
+
+
+def test_every_private_attribute_adrun_touches_exists_in_the_installed_packages():
+    import importlib
+
+    for name in versions.PRIVATE_API:
+        importlib.import_module(name)
+    assert [missing for name in versions.PRIVATE_API for missing in versions.missing_attributes(name)] == []
+
+
+@pytest.mark.parametrize("version, tested", [("3.15.1", True), ("3.15", True), ("3.150.0", False), ("3.1", False)])
+def test_a_release_series_matches_by_major_and_minor(version, tested):
+    assert (versions.untested({"keras": version}) == {}) is tested
+
+
+def test_a_missing_private_attribute_is_named(monkeypatch):
+    fake = types.ModuleType("keras.src.saving.saving_api")
+    fake.save_model = fake.save_weights = fake.load_model = lambda *a: None
+    monkeypatch.setitem(sys.modules, "keras.src.saving.saving_api", fake)
+    with pytest.raises(UserError, match=r"TF2 mode needs keras\.src\.saving\.saving_api\.load_weights, which "
+                                        r"this installation \(tensorflow 2\.21\.\d+, keras 3\.15\.\d+"):
+        versions.check_module("keras.src.saving.saving_api")
+
+
+def test_the_setting_reaches_the_tasks_only_when_set():
+    assert Settings(allow_untested_versions=True).to_env() == {"ADRUN_ALLOW_UNTESTED_VERSIONS": "1"}
+    assert Settings.from_env(Settings(allow_untested_versions=True).to_env()).allow_untested_versions is True
+    assert Settings().to_env() == {}
