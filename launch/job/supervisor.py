@@ -35,6 +35,7 @@ from .plan import TaskLaunch, plan_job
 from .local import LocalProcess
 from .metrics import Throughput, parse_metric_line
 from .process import OutputLines, TaskProcess
+from .progress_bars import ProgressBars
 from .provision import RemoteNodes, local_traffic
 from .tasks import Task
 from .teardown import GRACE_S, kill_leftovers, stop_processes
@@ -197,7 +198,9 @@ def supervise(
     """Run `launches` (PS tasks first) as job `job_id` until it succeeds, fails or is interrupted.
 
     `quiet` keeps task lines from the listener (tails, logs and metrics are still kept);
-    TensorFlow's start-up noise (`tf_noise`) reaches it only with `show_tf_noise`, else as a count;
+    TensorFlow's start-up noise (`tf_noise`) reaches it only with `show_tf_noise`, else as a count,
+    and a Keras progress bar as its final state, condensed to a line per epoch for a non-chief
+    worker unless `show_tf_noise` (`progress_bars`);
     `log_dir` gets one `<tag>.log` per task with every line of both streams (a later `attempt`
     appends to it). When this returns, no process whose environment carries `ADRUN_JOB_ID=job_id`
     is alive. Must run in the thread that should own the tasks (see `adrun.launch.job.local`); in the
@@ -217,6 +220,7 @@ class _Running:
     launch: TaskLaunch
     proc: TaskProcess
     log: TextIO | None
+    bars: ProgressBars  # how its lines show in the live view (Keras progress bars)
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))  # stderr, noise left out
     stdout_tail: deque[str] = field(default_factory=lambda: deque(maxlen=OUTPUT_TAIL_LINES))
     stderr_noise: NoiseFilter = field(default_factory=NoiseFilter)
@@ -305,7 +309,8 @@ class _Job:
             raise UserError(
                 f"cannot start {launch.task.tag} on {launch.task.host}: {launch.argv[0]}: {e.strerror or e}"
             ) from e
-        return _Running(launch, proc, log)
+        is_chief = launch.task.role == "worker" and launch.task.index == 0
+        return _Running(launch, proc, log, ProgressBars(is_chief, show_all=self.show_tf_noise))
 
     def _pump(self, run: _Running, stream: Stream, pipe: OutputLines) -> None:
         """Reader thread: queue each line of one stream, then None at end of stream."""
@@ -417,7 +422,8 @@ class _Job:
             run.folded += 1
         elif not self.quiet:
             self._say_folded(run)
-            self.listener.task_output(run.task, stream, line)
+            for shown in run.bars.shown(line):
+                self.listener.task_output(run.task, stream, shown)
 
     def _say_folded(self, run: _Running) -> None:
         if run.folded and not self.quiet:
