@@ -17,10 +17,11 @@ from tests.conftest import SCRIPTS
 pytestmark = pytest.mark.integration
 
 
-def _worker(out: Path, index: int, phase: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ADRUN_")}
-    proc = subprocess.run([sys.executable, str(SCRIPTS / "tf2around_saving.py"), str(out), str(index), phase],
-                          capture_output=True, text=True, timeout=180, env={**env, "TF_CPP_MIN_LOG_LEVEL": "2"})
+def _worker(out: Path, index: int, phase: str, script: str = "tf2around_saving.py", **extra_env: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ADRUN_") and k != "TF_USE_LEGACY_KERAS"}
+    proc = subprocess.run([sys.executable, str(SCRIPTS / script), str(out), str(index), phase],
+                          capture_output=True, text=True, timeout=180,
+                          env={**env, "TF_CPP_MIN_LOG_LEVEL": "2", **extra_env})
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -58,3 +59,28 @@ def test_only_the_chief_writes_and_every_worker_resumes_from_the_chiefs_state(tm
     assert resumed["epochs_run"] == 1  # epochs 1 and 2 were the chief's: only epoch 3 runs
     assert resumed["restored_step"] == 8  # the chief's latest CheckpointManager checkpoint
     assert _files(out) == written  # neither its backup, its manager's save nor its sweep touched them
+
+
+@pytest.mark.full  # the same patch points as above for tf_keras; 3 more TF processes
+def test_tf_keras_only_the_chief_writes_and_a_worker_resumes_from_the_chiefs_backup(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    legacy = {"script": "tf2around_saving_tf_keras.py", "TF_USE_LEGACY_KERAS": "1"}
+
+    other = _worker(out, 1, "train", **legacy)
+    assert _files(out) == {}
+    assert other["reloaded_equal"] is True
+
+    chief = _worker(out, 0, "train", **legacy)
+    written = _files(out)
+    assert set(written) == {
+        "backup/chief/checkpoint", "backup/chief/ckpt-2.index", "backup/chief/ckpt-2.data-00000-of-00001",
+        "checkpoints/e1.h5", "checkpoints/e2.h5", "weights/checkpoint", "weights/e1.index",
+        "weights/e1.data-00000-of-00001", "weights/e2.index", "weights/e2.data-00000-of-00001",
+        "model.keras", "final.weights.h5",
+    }
+
+    resumed = _worker(out, 1, "resume", **legacy)
+    assert resumed["weights_at_begin"] == chief["final_weights"]  # the chief's backup after epoch 2
+    assert resumed["epochs_run"] == 2  # epochs 3 and 4
+    assert _files(out) == written  # its backups and the backup's deletion at the end stayed its own
