@@ -56,3 +56,16 @@ def test_the_setting_reaches_the_tasks_only_when_set():
     assert Settings(allow_untested_versions=True).to_env() == {"ADRUN_ALLOW_UNTESTED_VERSIONS": "1"}
     assert Settings.from_env(Settings(allow_untested_versions=True).to_env()).allow_untested_versions is True
     assert Settings().to_env() == {}
+
+
+def test_an_around_installer_checks_its_module_before_patching_it(monkeypatch):
+    from adrun.runtime.context import TaskContext
+    from adrun.runtime.tf2.around import AROUND_PATCHES
+
+    other_worker = TaskContext(mode="run", role="worker", task_index=1, num_workers=2, job_id="j", cluster={},
+                               strategy_file=None, capture_out=None)
+    monkeypatch.setitem(sys.modules, "keras.src.callbacks.tensorboard", types.ModuleType("tensorboard"))
+    with pytest.raises(UserError, match=r"TF2 mode needs keras\.src\.callbacks\.tensorboard\.TensorBoard, which"):
+        AROUND_PATCHES["keras.src.callbacks.tensorboard"](other_worker)
+    assert {"keras.src.optimizers.base_optimizer", "keras.src.backend.tensorflow.trainer",
+            "tensorflow.python.checkpoint.checkpoint_management"} <= set(AROUND_PATCHES)

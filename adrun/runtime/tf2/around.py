@@ -29,9 +29,9 @@ def _checked(module_name: str, installs: list[Callable[[TaskContext], None]]) ->
 
 
 def _patches() -> dict[str, Callable[[TaskContext], None]]:
+    # TensorFlow's modules are checked by check_versions(); the Keras ones when they are imported
     by_module: dict[str, list[Callable[[TaskContext], None]]] = {
-        name: [] for name in PRIVATE_API if not name.startswith("tensorflow.python.eager")
-        and not name.startswith("tensorflow.python.ops.collective_ops")}
+        name: [] for name in PRIVATE_API if not name.startswith("tensorflow.")}
     for patches in (chief_only.PATCHES, input_sharding.PATCHES):
         for module_name, install in patches.items():
             by_module.setdefault(module_name, []).append(install)
