@@ -58,7 +58,7 @@ def test_only_the_chief_writes_and_every_worker_resumes_from_the_chiefs_state(tm
     assert resumed["weights_at_begin"] == chief["final_weights"]  # the chief's backup, bit for bit
     assert resumed["epochs_run"] == 1  # epochs 1 and 2 were the chief's: only epoch 3 runs
     assert resumed["restored_step"] == 8  # the chief's latest CheckpointManager checkpoint
-    assert _files(out) == written  # neither its backup, its manager's save nor its sweep touched them
+    assert _files(out) == written  # neither its backup, its deletion, its manager's save nor its sweep touched them
 
 
 @pytest.mark.full  # the same patch points as above for tf_keras; 3 more TF processes

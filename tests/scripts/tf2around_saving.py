@@ -3,10 +3,10 @@ a 2-worker TF2 job with around.py's installers on the import hook (no launcher, 
 
     python tf2around_saving.py OUT TASK_INDEX train|resume
 
-train: fit 2 epochs with ModelCheckpoint and BackupAndRestore(delete_checkpoint=False),
+train: fit 2 epochs with ModelCheckpoint and BackupAndRestore (its backup kept),
 then a TensorBoard callback's writer, model.save/save_weights (and load them back), tf.train.Checkpoint write/save, a
 CheckpointManager and a summary writer, all under OUT. resume: fit to epoch 3 with
-BackupAndRestore on OUT/backup and restore a CheckpointManager on OUT/manager. Prints one JSON line.
+BackupAndRestore on OUT/backup (deleting it at the end) and restore a CheckpointManager on OUT/manager. Prints one JSON line.
 """
 
 import functools
@@ -45,7 +45,8 @@ class AtTrainBegin(keras.callbacks.Callback):
         report["weights_at_begin"] = weights(self.model)
 
 
-backup = keras.callbacks.BackupAndRestore(f"{out}/backup", delete_checkpoint=False)
+# kept after the first fit for the resume; deleted at the end of the resumed fit (by the chief only)
+backup = keras.callbacks.BackupAndRestore(f"{out}/backup", delete_checkpoint=phase == "resume")
 if phase == "train":
     history = model.fit(x, y, batch_size=8, epochs=2, verbose=0, callbacks=[
         keras.callbacks.ModelCheckpoint(f"{out}/checkpoints/e{{epoch}}.keras"),

@@ -46,3 +46,19 @@ def test_a_dataset_of_unknown_length_is_auto_sharded_and_the_user_told_once(caps
     assert _rows(input_sharding.shard_dataset(dataset, 2, 1)) == [[2, 3], [6, 7]]
     input_sharding.shard_dataset(dataset, 2, 0)
     assert capsys.readouterr().err.count("pass steps_per_epoch to fit") == 1
+
+
+def test_fit_is_left_alone_without_shard_data_or_with_one_worker():
+    from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
+
+    from adrun.env_vars import Settings
+    from adrun.runtime.context import TaskContext
+
+    def context(num_workers: int, shard: bool) -> TaskContext:
+        return TaskContext(mode="run", role="worker", task_index=0, num_workers=num_workers, job_id="j",
+                           cluster={}, strategy_file=None, capture_out=None, settings=Settings(shard_data=shard))
+
+    fit = TensorFlowTrainer.fit
+    input_sharding.install(context(2, shard=False))
+    input_sharding.install(context(1, shard=True))
+    assert TensorFlowTrainer.fit is fit

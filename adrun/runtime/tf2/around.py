@@ -19,8 +19,15 @@ from adrun.runtime.tf2.versions import PRIVATE_API, check_module, check_versions
 __all__ = ["AROUND_PATCHES", "check_versions"]
 
 
+_installed: set[str] = set()
+
+
 def _checked(module_name: str, installs: list[Callable[[TaskContext], None]]) -> Callable[[TaskContext], None]:
+    """Check, then install, once per process: a second wrapper would shard the input twice."""
     def installer(ctx: TaskContext) -> None:
+        if module_name in _installed:
+            return
+        _installed.add(module_name)
         if module_name in PRIVATE_API:
             check_module(module_name)
         for install in installs:

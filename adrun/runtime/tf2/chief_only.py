@@ -72,7 +72,10 @@ def elsewhere(ctx: TaskContext, path: str | os.PathLike) -> str:
     return target
 
 
-def _saved_elsewhere(ctx: TaskContext, path: str | os.PathLike) -> str:
+def _saved_elsewhere(ctx: TaskContext, path):  # type: ignore[no-untyped-def]
+    """`elsewhere`, remembered for reading back; an open file object the script passes is its own."""
+    if not isinstance(path, (str, os.PathLike)):
+        return path
     target = elsewhere(ctx, path)
     _saved[_key(path)] = target
     return target
