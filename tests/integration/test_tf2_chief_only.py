@@ -36,8 +36,9 @@ def test_only_the_chief_writes_and_every_worker_resumes_from_the_chiefs_state(tm
     out.mkdir()
 
     other = _worker(out, 1, "train")
-    assert _files(out) == {}  # ModelCheckpoint may make the (shared) directory, never a file
+    assert list(out.iterdir()) == []  # not a file, not a directory
     assert other["reloaded_equal"] is True  # load_model read the worker's own copy back
+    assert "checkpoints" not in other["scratch_dirs"]  # ModelCheckpoint saved nothing, even there
     assert other["written"].startswith(other["scratch"] + "/")
     assert not Path(other["scratch"]).exists()  # the scratch directory went with the process
 
@@ -68,8 +69,9 @@ def test_tf_keras_only_the_chief_writes_and_a_worker_resumes_from_the_chiefs_bac
     legacy = {"script": "tf2around_saving_tf_keras.py", "TF_USE_LEGACY_KERAS": "1"}
 
     other = _worker(out, 1, "train", **legacy)
-    assert _files(out) == {}
+    assert list(out.iterdir()) == []
     assert other["reloaded_equal"] is True
+    assert other["scratch_files"] == ["final.weights.h5", "model.keras"]  # callbacks' copies deleted after each save
 
     chief = _worker(out, 0, "train", **legacy)
     written = _files(out)

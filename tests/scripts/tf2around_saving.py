@@ -11,12 +11,13 @@ BackupAndRestore on OUT/backup (deleting it at the end) and restore a Checkpoint
 
 import functools
 import json
+import os
 import sys
 
 from adrun.runtime import import_hook
 from adrun.runtime.context import TaskContext
-from adrun.runtime.tf2.around import AROUND_PATCHES
 from adrun.runtime.tf2 import chief_only
+from adrun.runtime.tf2.around import AROUND_PATCHES
 
 out, index, phase = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 ctx = TaskContext(mode="run", role="worker", task_index=index, num_workers=2, job_id="t", cluster={},
@@ -80,4 +81,6 @@ else:
 report["epochs_run"] = len(history.history["loss"])
 report["final_weights"] = weights(model)
 report["scratch"] = chief_only._scratch
+if chief_only._scratch:
+    report["scratch_dirs"] = os.listdir(os.path.join(chief_only._scratch, out.lstrip("/")))
 print(json.dumps(report))

@@ -11,10 +11,12 @@ Prints one JSON line.
 
 import functools
 import json
+import os
 import sys
 
 from adrun.runtime import import_hook
 from adrun.runtime.context import TaskContext
+from adrun.runtime.tf2 import chief_only
 from adrun.runtime.tf2.around import AROUND_PATCHES
 
 out, index, phase = sys.argv[1], int(sys.argv[2]), sys.argv[3]
@@ -61,4 +63,8 @@ except RuntimeError:
     model.save_weights(f"{out}/final.weights.h5")
     report["reloaded_equal"] = weights(keras.models.load_model(f"{out}/model.keras")) == weights(model)
 report["final_weights"] = weights(model)
+if chief_only._scratch:
+    mirrored = os.path.join(chief_only._scratch, out.lstrip("/"))
+    report["scratch_files"] = sorted(os.path.relpath(os.path.join(d, f), mirrored)
+                                     for d, _, files in os.walk(mirrored) for f in files)
 print(json.dumps(report))

@@ -6,11 +6,14 @@ same moments (torn `.keras` zips, an events file per worker in one log dir, and 
 API either goes to a private scratch directory of this task, removed when the process exits, or does
 nothing, chosen per API by what a script can observe afterwards:
 
-- Keras 3 and tf_keras `Model.save` / `save_weights` (hence `ModelCheckpoint` and the
-  `keras.saving` functions) write into the scratch directory, and a later `load_model` /
-  `load_weights` of a path this task saved reads that copy. A script that saves and reloads on every
-  worker then reads its own complete file instead of racing the chief's half-written one. (The
-  callbacks may still create the chief's directory: the chief creates the same one.)
+- Keras 3 and tf_keras `Model.save` / `save_weights` (and the `keras.saving` functions) write into
+  the scratch directory, and a later `load_model` / `load_weights` of a path this task saved reads
+  that copy. A script that saves and reloads on every worker then reads its own complete file
+  instead of racing the chief's half-written one.
+- Keras 3 `ModelCheckpoint` saves nothing: its files are for the user to take from the chief's
+  directory afterwards, and a copy per epoch (`e{epoch}.keras`) would only fill this worker's disk.
+  tf_keras's does what it does under its own multi-worker strategies: writes into the scratch
+  directory and deletes it right after (`distributed_file_utils`, below).
 - TF `tf.train.Checkpoint.write`/`save` write their prefix into the scratch directory and return
   that path, so `restore(path)` of what was returned reads it back. A `CheckpointManager` reads the
   directory it is given at construction, so `restore_or_initialize()` and `latest_checkpoint`
@@ -26,8 +29,10 @@ nothing, chosen per API by what a script can observe afterwards:
 - Summaries: every TF2 summary file writer (`tf.summary.create_file_writer`, hence Keras 3 and
   tf_keras `TensorBoard`) writes into the scratch directory, and a Keras 3 `TensorBoard`'s whole
   `log_dir` (its projector config and profiler traces too) is moved there. tf_keras's callbacks ask
-  `distributed_file_utils.write_dirpath` where to write, as under its own multi-worker strategies:
-  on a non-chief it answers with the scratch directory.
+  `distributed_file_utils.write_dirpath` where to write, as under its own multi-worker strategies,
+  and call `remove_temp_dirpath` when done: on a non-chief the first answers with the scratch
+  directory and the second deletes it there, as tf_keras does on a non-chief of
+  `MultiWorkerMirroredStrategy`.
 
 Resuming after a restart reads the chief's files on every worker, so across hosts the checkpoint
 directory must be on storage every host sees (as for any multi-worker TF job).
@@ -142,6 +147,12 @@ def _keras_backup_and_restore(ctx: TaskContext) -> None:
     BackupAndRestore.on_train_end = lambda self, logs=None: None
 
 
+def _keras_model_checkpoint(ctx: TaskContext) -> None:
+    from keras.src.callbacks.model_checkpoint import ModelCheckpoint
+
+    ModelCheckpoint._save_model = lambda self, epoch, batch, logs: None
+
+
 def _keras_tensorboard(ctx: TaskContext) -> None:
     from keras.src.callbacks.tensorboard import TensorBoard
 
@@ -180,6 +191,8 @@ def _tf_keras_file_utils(ctx: TaskContext) -> None:
 
     _wrap(distributed_file_utils, "write_dirpath",
           lambda original: lambda dirpath, strategy: elsewhere(ctx, dirpath))
+    _wrap(distributed_file_utils, "remove_temp_dirpath",
+          lambda original: lambda dirpath, strategy: shutil.rmtree(elsewhere(ctx, dirpath), ignore_errors=True))
 
 
 def _tf_checkpoint(ctx: TaskContext) -> None:
@@ -216,6 +229,7 @@ def _on_non_chief(install: Callable[[TaskContext], None]) -> Callable[[TaskConte
 PATCHES: dict[str, Callable[[TaskContext], None]] = {
     "keras.src.saving.saving_api": _on_non_chief(_keras_saving),
     "keras.src.callbacks.backup_and_restore": _on_non_chief(_keras_backup_and_restore),
+    "keras.src.callbacks.model_checkpoint": _on_non_chief(_keras_model_checkpoint),
     "keras.src.callbacks.tensorboard": _on_non_chief(_keras_tensorboard),
     "tf_keras.src.saving.saving_api": _on_non_chief(_tf_keras_saving),
     "tf_keras.src.distribute.distributed_file_utils": _on_non_chief(_tf_keras_file_utils),

@@ -45,13 +45,14 @@ PRIVATE_API: dict[str, tuple[str, ...]] = {
     "keras.src.callbacks.backup_and_restore": (
         "BackupAndRestore._load_model", "BackupAndRestore._save_model",
     ),
+    "keras.src.callbacks.model_checkpoint": ("ModelCheckpoint._save_model",),
     "keras.src.callbacks.tensorboard": ("TensorBoard.__init__",),
     "keras.src.backend.tensorflow.trainer": ("TensorFlowTrainer.fit",),
     "keras.src.trainers.data_adapters": ("get_data_adapter", "is_tf_dataset"),
     "tf_keras.src.optimizers.optimizer": ("Optimizer.apply_gradients",),
     "tf_keras.src.optimizers.legacy.optimizer_v2": ("OptimizerV2.apply_gradients",),
     "tf_keras.src.saving.saving_api": ("save_model", "save_weights", "load_model", "load_weights"),
-    "tf_keras.src.distribute.distributed_file_utils": ("write_dirpath",),
+    "tf_keras.src.distribute.distributed_file_utils": ("write_dirpath", "remove_temp_dirpath"),
 }
 
 # attributes set on instances by __init__ rather than defined on the class: checked on the source
