@@ -35,7 +35,7 @@ from .plan import TaskLaunch, plan_job
 from .local import LocalProcess
 from .metrics import Throughput, parse_metric_line
 from .process import OutputLines, TaskProcess
-from .progress_bars import ProgressBars
+from .progress_bars import ProgressBars, on_screen
 from .provision import RemoteNodes, local_traffic
 from .tasks import Task
 from .teardown import GRACE_S, kill_leftovers, stop_processes
@@ -415,7 +415,7 @@ class _Job:
             self._note_exception(run, line)
         else:
             noise = False
-            run.stdout_tail.append(line)
+            run.stdout_tail.append(on_screen(line))  # a progress bar as it was left, not its redraws
         if run.log:
             run.log.write(line + "\n")
         if noise and not self.show_tf_noise:
