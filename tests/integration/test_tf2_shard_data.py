@@ -26,7 +26,8 @@ def _workers(num_workers: int) -> list[dict]:
     for proc in procs:
         stdout, stderr = proc.communicate(timeout=180)
         assert proc.returncode == 0, stderr[-3000:]
-        reports.append(json.loads(stdout.strip().splitlines()[-1]))
+        reports.append(json.loads(stdout.strip().splitlines()[-1]) | {"adrun_says": [
+            line for line in stderr.splitlines() if line.startswith("adrun: ")]})
     return reports
 
 
@@ -38,6 +39,11 @@ def _batches(rows: list[int], size: int) -> list[list[int]]:
 def test_fit_input_is_split_by_row_and_batch_with_equal_steps(num_workers):
     reports = _workers(num_workers)
     kept_rows = 11 - 11 % num_workers
+    assert reports[0]["adrun_says"] == [  # the 6 batches split evenly: nothing to say about them
+        f"adrun: --shard-data: fit's input has 11 rows; each of the {num_workers} workers trains on "
+        f"{11 // num_workers} of them per epoch, and the last {11 % num_workers} are left out so that every "
+        f"worker runs the same number of steps"]
+    assert all(report["adrun_says"] == [] for report in reports[1:])
     all_batches = _batches(list(range(11)), 2)  # the dataset's 6 batches, the last one [10]
     kept_batches = all_batches[:len(all_batches) - len(all_batches) % num_workers]
     for i, report in enumerate(reports):

@@ -10,7 +10,7 @@ Equal step counts matter more here than in graph mode: each step all-reduces, so
 one step more would wait for peers that have left. So the remainder is dropped first: the last
 n mod N rows of an array input (each worker then has floor(n/N) rows, hence the same number of
 batches), and the last C mod N batches of a dataset whose number of batches C is known. At most
-N-1 rows or batches per epoch go unused; say `--shard-data` off to use them all. A dataset whose
+N-1 rows or batches per epoch go unused, which the chief says once on stderr. A dataset whose
 length tf.data cannot tell (a `filter`, a file reader) is sharded by tf.data's auto-shard, by file
 where it reads files, as in graph mode; its shards may differ in length, which a warning says once,
 and then `steps_per_epoch` (the same on every worker) keeps the step counts equal. An infinite
@@ -40,11 +40,16 @@ def shard_arrays(arrays, num_workers: int, index: int):  # type: ignore[no-untyp
     from keras.src import tree
     from keras.src.trainers.data_adapters import array_slicing
 
-    rows = next(int(a.shape[0]) for a in tree.flatten(arrays) if a is not None)
-    kept = rows - rows % num_workers
+    kept = _row_count(arrays) // num_workers * num_workers
     sliceables = array_slicing.convert_to_sliceable(arrays)
     return tree.map_structure(
         lambda a: None if a is None else a[slice(index, kept, num_workers)], sliceables)
+
+
+def _row_count(arrays) -> int:  # type: ignore[no-untyped-def]
+    from keras.src import tree
+
+    return next(int(a.shape[0]) for a in tree.flatten(arrays) if a is not None)
 
 
 def shard_dataset(dataset, num_workers: int, index: int):  # type: ignore[no-untyped-def]
@@ -64,6 +69,15 @@ def shard_dataset(dataset, num_workers: int, index: int):  # type: ignore[no-unt
     from adrun.runtime.kernels.input_sharding import shard_for_worker
 
     return shard_for_worker(dataset, num_workers, index)
+
+
+def _say_left_out(ctx: TaskContext, total: int, unit: str) -> None:
+    """Tell the user once (from the chief: every worker drops the same) what the split leaves out."""
+    left, n = total % ctx.num_workers, ctx.num_workers
+    if left and ctx.is_chief:
+        _warn_once(f"left-out-{unit}", f"--shard-data: fit's input has {total} {unit}; each of the {n} workers "
+                   f"trains on {total // n} of them per epoch, and the last {left} are left out so that every "
+                   f"worker runs the same number of steps")
 
 
 def _warn_once(key: str, message: str) -> None:
@@ -98,8 +112,10 @@ def _install(ctx: TaskContext) -> None:
             _fit.pending = False
             n, i = ctx.num_workers, ctx.task_index
             if array_data_adapter.can_convert_arrays((x, y, sample_weight)):
+                _say_left_out(ctx, _row_count((x, y, sample_weight)), "rows")
                 x, y, sample_weight = shard_arrays((x, y, sample_weight), n, i)
             elif data_adapters.is_tf_dataset(x):
+                _say_left_out(ctx, max(0, int(x.cardinality())), "batches")
                 x = shard_dataset(x, n, i)
             elif not isinstance(x, data_adapters.data_adapter.DataAdapter):
                 _warn_once("unsharded", f"--shard-data: fit's input is a {type(x).__name__}; adrun shards "
