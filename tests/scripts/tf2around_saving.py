@@ -3,10 +3,11 @@ a 2-worker TF2 job with around.py's installers on the import hook (no launcher, 
 
     python tf2around_saving.py OUT TASK_INDEX train|resume
 
-train: fit 2 epochs with ModelCheckpoint and BackupAndRestore (its backup kept),
-then a TensorBoard callback's writer, model.save/save_weights (and load them back), tf.train.Checkpoint write/save, a
-CheckpointManager and a summary writer, all under OUT. resume: fit to epoch 3 with
-BackupAndRestore on OUT/backup (deleting it at the end) and restore a CheckpointManager on OUT/manager. Prints one JSON line.
+train: fit 2 epochs with ModelCheckpoint and BackupAndRestore (its backup kept), then model.save
+and save_weights (and a load back), tf.train.Checkpoint write/save, a CheckpointManager, a summary
+writer and a TensorBoard callback's writer, all under OUT. resume: fit to epoch 3 with
+BackupAndRestore on OUT/backup (deleting it at the end), and restore a CheckpointManager on
+OUT/manager. Prints one JSON line.
 """
 
 import functools

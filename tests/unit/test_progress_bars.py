@@ -81,7 +81,7 @@ def test_the_live_view_condenses_other_workers_and_the_log_keeps_the_bytes(make,
 
 
 def test_a_failed_workers_stdout_tail_shows_its_bar_as_it_was_left(make, job_id):  # noqa: F811
-    partial = "\r\x1b[1m1/6\x1b[0m ━━━ 1s\b\b\b\b\b\b\b\b\b\b\b\r\x1b[1m2/6\x1b[0m ━━━━━━ 1s"  # no newline yet
+    partial = "\r\x1b[1m1/6\x1b[0m ━━━ 1s" + "\b" * 11 + "\r\x1b[1m2/6\x1b[0m ━━━━━━ 1s"  # no newline yet
     code = f"import os, sys; sys.stdout.write({KERAS3 + partial!r}); sys.stdout.flush(); os._exit(3)"
     result = supervise([make("worker", 0, code)], job_id, Recorder())
     assert result.failed.stdout_tail[-2:] == [CHIEF_VIEW[-1], "2/6 ━━━━━━ 1s"]

@@ -13,7 +13,8 @@ batches), and the last C mod N batches of a dataset whose number of batches C is
 N-1 rows or batches per epoch go unused, which the chief says once on stderr. A dataset whose
 length tf.data cannot tell (a `filter`, a file reader) is sharded by tf.data's auto-shard, by file
 where it reads files, as in graph mode; its shards may differ in length, which a warning says once,
-and then `steps_per_epoch` (the same on every worker) keeps the step counts equal. An infinite
+and then `steps_per_epoch` (the same on every worker, and no more than the shortest shard's
+batches) keeps the step counts equal. An infinite
 dataset (`repeat()`) needs `steps_per_epoch` anyway, so its workers run the same count.
 
 Only `fit`'s training input is split. `validation_data` and a `validation_split` part (split from
