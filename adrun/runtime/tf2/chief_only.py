@@ -24,8 +24,8 @@ nothing, chosen per API by what a script can observe afterwards:
   resume, and after a restart every worker must restore the state the chief saved, not its own. It
   reads the chief's `backup_dir` at the start of `fit`, before this worker's first step; the chief
   cannot write a newer backup before then, since its first step waits for this worker's gradient.
-  Where the chief repairs a corrupt backup by copying the previous one over it, a non-chief reads
-  the previous one directly instead of copying.
+  Where the chief repairs a corrupt backup by copying the previous one over it, a non-chief makes
+  that copy in the scratch directory and reads it there.
 - Summaries: every TF2 summary file writer (`tf.summary.create_file_writer`, hence Keras 3 and
   tf_keras `TensorBoard`) writes into the scratch directory, and a Keras 3 `TensorBoard`'s whole
   `log_dir` (its projector config and profiler traces too) is moved there. tf_keras's callbacks ask
@@ -137,9 +137,14 @@ def _keras_backup_and_restore(ctx: TaskContext) -> None:
         except OSError:
             if not file_utils.exists(self._prev_weights_path):
                 raise
-            previous = copy.copy(self)
-            previous._weights_path = self._prev_weights_path
-            previous._training_metadata_path = self._prev_training_metadata_path
+            previous = copy.copy(self)  # the chief's repair, done on copies in the scratch directory
+            previous._weights_path = elsewhere(ctx, self._weights_path)
+            previous._training_metadata_path = elsewhere(ctx, self._training_metadata_path)
+            file_utils.copy(self._prev_weights_path, previous._weights_path)
+            if file_utils.exists(self._prev_training_metadata_path):
+                file_utils.copy(self._prev_training_metadata_path, previous._training_metadata_path)
+            elif file_utils.exists(previous._training_metadata_path):
+                file_utils.remove(previous._training_metadata_path)
             previous._load_model()
 
     BackupAndRestore.on_train_begin = on_train_begin
