@@ -15,11 +15,13 @@ from adrun.runtime.tf2 import versions
 
 
 def test_the_installed_versions_are_the_tested_ones_and_tensorflow_has_every_private_attribute():
+    """Fails after an upgrade (CI installs the newest TensorFlow): run the TF2 tests on the new
+    versions, then add them to versions.TESTED."""
     assert set(versions.installed_versions()) == {"tensorflow", "keras", "tf_keras"}
     versions.check_versions(allow_untested=False)
 
 
-def test_an_untested_version_names_what_was_found_what_was_tested_and_the_setting():
+def test_an_untested_version_names_what_was_found_what_was_tested_and_the_setting(capsys):
     found = {"tensorflow": "2.22.0", "keras": "3.15.1", "tf_keras": "2.21.0"}
     with pytest.raises(UserError) as error:
         versions.check_versions(allow_untested=False, found=found)
@@ -27,7 +29,8 @@ def test_an_untested_version_names_what_was_found_what_was_tested_and_the_settin
         "TF2 mode was tested with tensorflow 2.21.x, keras 3.15.x, tf_keras 2.21.x, and found tensorflow 2.22.0. "
         "It patches private TensorFlow/Keras code, which may differ in other versions. Install a tested version, "
         "or set ADRUN_ALLOW_UNTESTED_VERSIONS=1 to try anyway")
-    versions.check_versions(allow_untested=True, found=found)  # the setting lets it try
+    versions.check_versions(allow_untested=True, found=found)  # the setting lets it try, and it is said
+    assert capsys.readouterr().err == "adrun: TF2 mode on untested tensorflow 2.22.0 (ADRUN_ALLOW_UNTESTED_VERSIONS=1)\n"
 
 
 def test_every_private_attribute_adrun_touches_exists_in_the_installed_packages():

@@ -15,7 +15,9 @@ here could run while the script's own `import keras` is half done.
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
+import inspect
 import sys
 from collections.abc import Mapping
 
@@ -83,8 +85,6 @@ def _in_series(version: str, series: str) -> bool:
 def missing_attributes(module_name: str) -> list[str]:
     """The attributes of PRIVATE_API[module_name] that the imported module lacks, each named down
     to its first missing part (a missing class, not each of its methods)."""
-    import inspect
-
     missing = []
     for path in PRIVATE_API[module_name]:
         owner = sys.modules[module_name]
@@ -122,16 +122,17 @@ def check_versions(allow_untested: bool | None = None, found: Mapping[str, str] 
 
         allow_untested = current().settings.allow_untested_versions
     found = installed_versions() if found is None else found
-    wrong = untested(found)
+    wrong = ", ".join(f"{n} {v}" for n, v in sorted(untested(found).items()))
     if wrong and not allow_untested:
         raise UserError(
-            f"TF2 mode was tested with {_tested_text()}, and found "
-            f"{', '.join(f'{n} {v}' for n, v in sorted(wrong.items()))}. It patches private "
+            f"TF2 mode was tested with {_tested_text()}, and found {wrong}. It patches private "
             f"TensorFlow/Keras code, which may differ in other versions. Install a tested version, "
             f"or set {ALLOW_UNTESTED_VERSIONS_VAR}=1 to try anyway")
+    if wrong:
+        print(f"adrun: TF2 mode on untested {wrong} ({ALLOW_UNTESTED_VERSIONS_VAR}=1)", file=sys.stderr, flush=True)
     for module_name in PRIVATE_API:
         if module_name.startswith("tensorflow."):
-            __import__(module_name)
+            importlib.import_module(module_name)
             check_module(module_name)
 
 
