@@ -58,7 +58,7 @@ class RunOptions:
     script_args: list[str]
     job_id: str
     quiet: bool = False
-    verbose: bool = False  # TensorFlow's start-up messages shown, not folded
+    verbose: bool = False  # TensorFlow's start-up messages shown, not folded; every worker's progress bars
     log_dir: Path | None = None
     dry_run: bool = False
     settings: Settings = field(default_factory=Settings)  # what every task is told (ADRUN_* settings)
@@ -79,7 +79,8 @@ class RunOptions:
 @click.option("--strategy-opt", "strategy_opts", multiple=True, metavar="KEY=VALUE", help="Builder option; repeatable.")
 @click.option("--quiet", is_flag=True, help="Do not print the processes' output (summary and errors only).")
 @click.option("--verbose", is_flag=True,
-              help="Show every line the processes print, TensorFlow's start-up messages too (folded by default).")
+              help="Show every line the processes print: TensorFlow's start-up messages too (folded by default), and "
+                   "every worker's Keras progress bars (by default the chief's, one line per epoch for the others).")
 @click.option("--log-dir", type=click.Path(file_okay=False), metavar="DIR",
               help="Also write one log file per process here (w0.log, ps0.log, w1@host.log, ...).")
 @click.option("--dry-run", is_flag=True, help="Capture and plan, print the plan and the processes, start nothing.")

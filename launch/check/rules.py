@@ -21,7 +21,7 @@ GIB = 1 << 30
 
 # (label shown, facts key); Python is compared on major.minor: TF wheels are built per minor
 # version, a different patch level changes nothing the job depends on.
-_VERSIONED = (("python", "python"), ("tf", "tensorflow"), ("adrun", "adrun"))
+_VERSIONED = (("python", "python"), ("tf", "tensorflow"), ("keras", "keras"), ("adrun", "adrun"))
 
 
 def passed(detail: str) -> CheckResult:

@@ -38,6 +38,7 @@ from .failures import Failure, TaskStalled, cause_of, signal_name
 from .local import LocalProcess
 from .metrics import Throughput
 from .process import OutputLines, TaskProcess
+from .progress_bars import ProgressBars, on_screen
 from .provision import RemoteNodes, local_traffic
 from .tasks import Task
 from .teardown import GRACE_S, kill_leftovers, stop_processes
@@ -138,7 +139,9 @@ def supervise(
     """Run `launches` (PS tasks first) as job `job_id` until it succeeds, fails or is interrupted.
 
     `quiet` keeps task lines from the listener (tails, logs and metrics are still kept);
-    TensorFlow's start-up noise (`tf_noise`) reaches it only with `show_tf_noise`, else as a count;
+    TensorFlow's start-up noise (`tf_noise`) reaches it only with `show_tf_noise`, else as a count,
+    and a Keras progress bar as its final state, condensed to a line per epoch for a non-chief
+    worker unless `show_tf_noise` (`progress_bars`);
     `log_dir` gets one `<tag>.log` per task with every line of both streams (a later `attempt`
     appends to it). When this returns, no process whose environment carries `ADRUN_JOB_ID=job_id`
     is alive. Must run in the thread that should own the tasks (see `adrun.launch.job.local`); in the
@@ -158,6 +161,7 @@ class _Running:
     launch: TaskLaunch
     proc: TaskProcess
     log: TextIO | None
+    bars: ProgressBars  # how its lines show in the live view (Keras progress bars)
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))  # stderr, noise left out
     stdout_tail: deque[str] = field(default_factory=lambda: deque(maxlen=OUTPUT_TAIL_LINES))
     stderr_noise: NoiseFilter = field(default_factory=NoiseFilter)
@@ -246,7 +250,8 @@ class _Job:
             raise UserError(
                 f"cannot start {launch.task.tag} on {launch.task.host}: {launch.argv[0]}: {e.strerror or e}"
             ) from e
-        return _Running(launch, proc, log)
+        is_chief = launch.task.role == "worker" and launch.task.index == 0
+        return _Running(launch, proc, log, ProgressBars(is_chief, show_all=self.show_tf_noise))
 
     def _pump(self, run: _Running, stream: Stream, pipe: OutputLines) -> None:
         """Reader thread: queue each line of one stream, then None at end of stream."""
@@ -348,14 +353,15 @@ class _Job:
                 run.tail.append(line)
         else:
             noise = False
-            run.stdout_tail.append(line)
+            run.stdout_tail.append(on_screen(line))  # a progress bar as it was left, not its redraws
         if run.log:
             run.log.write(line + "\n")
         if noise and not self.show_tf_noise:
             run.folded += 1
         elif not self.quiet:
             self._say_folded(run)
-            self.listener.task_output(run.task, stream, line)
+            for shown in run.bars.shown(line):
+                self.listener.task_output(run.task, stream, shown)
 
     def _say_folded(self, run: _Running) -> None:
         if run.folded and not self.quiet:

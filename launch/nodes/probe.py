@@ -51,6 +51,7 @@ def facts(args: dict) -> dict:
         "fence_problem": fence.fence_problem(),  # None: a job's ports can be closed to other hosts here
     }
     out.update(_module_version("adrun", "adrun"))
+    out["keras"] = _distribution_version("keras")  # TF2 mode patches it: the same release everywhere
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     out.update(_module_version("tensorflow", "tensorflow"))
     return out
@@ -93,6 +94,16 @@ def _module_version(key: str, module: str) -> dict:
         return {key: str(getattr(mod, "__version__", "unknown")), f"{key}_error": None}
     except Exception as e:  # any import failure is a finding, not a crash
         return {key: None, f"{key}_error": f"{type(e).__name__}: {e}".splitlines()[0][:200]}
+
+
+def _distribution_version(name: str) -> str | None:
+    """An installed distribution's version from its metadata (importing Keras would take seconds)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def recv(args: dict) -> dict:

@@ -21,7 +21,7 @@ from adrun.launch.check.rules import (MAX_CLOCK_SKEW, judge_bandwidth, judge_clo
 from adrun.launch.nodes.ssh import explain_failure
 from adrun.spec import Node
 
-HERE = {"python": "3.11.7", "tensorflow": "2.21.0", "adrun": "0.1.0", "executable": "/venv/bin/python"}
+HERE = {"python": "3.11.7", "tensorflow": "2.21.0", "keras": "3.15.1", "adrun": "0.1.0", "executable": "/venv/bin/python"}
 ADDR = "10.0.0.2"
 
 
@@ -47,11 +47,13 @@ def test_version_diff_missing_module_shows_import_error() -> None:
 
 
 def test_judge_versions_remedy_installs_launcher_versions() -> None:
-    there = HERE | {"tensorflow": "2.20.0", "adrun": "0.0.9", "executable": "/opt/py/bin/python"}
+    there = HERE | {"tensorflow": "2.20.0", "keras": "3.14.0", "adrun": "0.0.9", "executable": "/opt/py/bin/python"}
     result = judge_versions(HERE, there, ADDR)
     assert result.status == "fail"
-    assert result.detail == "tf 2.21.0 here, 2.20.0 on 10.0.0.2; adrun 0.1.0 here, 0.0.9 on 10.0.0.2"
+    assert result.detail == ("tf 2.21.0 here, 2.20.0 on 10.0.0.2; keras 3.15.1 here, 3.14.0 on 10.0.0.2; "
+                             "adrun 0.1.0 here, 0.0.9 on 10.0.0.2")
     assert result.remedy == ("on 10.0.0.2: pip install tensorflow==2.21.0 in /opt/py/bin/python; "
+                             "pip install keras==3.15.1 in /opt/py/bin/python; "
                              "pip install adrun==0.1.0 in /opt/py/bin/python")
     assert judge_versions(HERE, dict(HERE), ADDR).status == "pass"
 
