@@ -42,7 +42,8 @@ SHARD_DATA_VAR = "ADRUN_SHARD_DATA"
 MAX_STEPS_VAR = "ADRUN_MAX_STEPS"
 INIT_TIMEOUT_VAR = "ADRUN_INIT_TIMEOUT"
 OP_TIMEOUT_VAR = "ADRUN_OP_TIMEOUT"
-SETTING_VARS = (SHARD_DATA_VAR, MAX_STEPS_VAR, INIT_TIMEOUT_VAR, OP_TIMEOUT_VAR)
+ALLOW_UNTESTED_VERSIONS_VAR = "ADRUN_ALLOW_UNTESTED_VERSIONS"
+SETTING_VARS = (SHARD_DATA_VAR, MAX_STEPS_VAR, INIT_TIMEOUT_VAR, OP_TIMEOUT_VAR, ALLOW_UNTESTED_VERSIONS_VAR)
 
 
 def whole_number(env: Mapping[str, str], name: str, default: int, minimum: int, meaning: str) -> int:
@@ -88,6 +89,7 @@ class Settings:
     max_steps: int | None = None  # every worker ends cleanly after this many training steps
     init_timeout_s: float = TASK_TIMEOUT_S  # how long a non-chief waits for the chief's init
     op_timeout_s: float = TASK_TIMEOUT_S  # bound of one session.run of a cluster worker (0: none)
+    allow_untested_versions: bool = False  # TF2 mode runs on TF/Keras versions it was not tested with
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -98,6 +100,7 @@ class Settings:
             max_steps=steps or None,
             init_timeout_s=_seconds(env, INIT_TIMEOUT_VAR),
             op_timeout_s=_seconds(env, OP_TIMEOUT_VAR),
+            allow_untested_versions=choice(env, ALLOW_UNTESTED_VERSIONS_VAR, "0", ("0", "1")) == "1",
         )
 
     def to_env(self) -> dict[str, str]:
@@ -108,6 +111,8 @@ class Settings:
             env[SHARD_DATA_VAR] = "1"
         if self.max_steps is not None:
             env[MAX_STEPS_VAR] = str(self.max_steps)
+        if self.allow_untested_versions:
+            env[ALLOW_UNTESTED_VERSIONS_VAR] = "1"
         for name, seconds in ((INIT_TIMEOUT_VAR, self.init_timeout_s), (OP_TIMEOUT_VAR, self.op_timeout_s)):
             if seconds != TASK_TIMEOUT_S:
                 env[name] = str(int(seconds)) if seconds.is_integer() else repr(seconds)

@@ -21,7 +21,7 @@ def cluster() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @user_errors
 def cluster_check(spec_path: str | None, script: str | None, as_json: bool) -> None:
-    """Check every node in parallel: SSH, host key, python and versions, ports, resources, clock, bandwidth.
+    """Check every node in parallel: SSH, host key, versions, ports, exposure, resources, clock, bandwidth.
 
     Exits 0 only when every check passes.
     """

@@ -22,8 +22,6 @@ if TYPE_CHECKING:
     from adrun.records.store import Records
     from adrun.spec import ClusterSpec
 
-RUNS_DIR = Path("/tmp/adrun-runs")  # not /tmp/adrun: that would shadow the package when cwd is /tmp
-
 
 def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Every command's ending for what is not its normal end: a UserError as one `adrun: error:`
@@ -99,6 +97,13 @@ def check_fixed_ports(spec: ClusterSpec) -> None:
 spec_option = click.option("--spec", "spec_path", type=click.Path(dir_okay=False),
                            help="Cluster spec YAML (default: this machine, 2 workers + 1 PS).")
 """The cluster a command plans for: `run`, `strategy build` and `profile` take it alike."""
+
+
+allow_exposed_option = click.option(
+    "--allow-exposed", is_flag=True,
+    help="Leave the job's TensorFlow ports open to every host that can reach them (no packet-filter rule, no "
+         "warning). Only on a network where every host is trusted: TF's servers run any graph they are sent.")
+"""Commands that run jobs (`run`, `profile --trials`) take it alike; docs/security.md says why it exists."""
 
 
 def records_options(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -10,7 +10,7 @@ import click
 
 from adrun.cli.app import main
 from adrun.cli.options import (
-    RUNS_DIR,
+    allow_exposed_option,
     OptionalValue,
     OptionsUpToScript,
     check_fixed_ports,
@@ -62,6 +62,7 @@ def _reads_as_trial_count(text: str) -> bool:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document on stdout.")
 @click.option("--sync-code", is_flag=True,
               help="Copy the script's directory to every remote node first (as for a run).")
+@allow_exposed_option
 @records_options
 @click.option("--job-id", metavar="ID", help="Name of the profiling run; trial N runs as ID-tN-<builder> (default: time-stamped).")
 @click.argument("script")
@@ -69,7 +70,8 @@ def _reads_as_trial_count(text: str) -> bool:
 @user_errors
 def profile(spec_path: str | None, trials: int | Literal["all"] | None, strategy_opts: tuple[str, ...], trial_steps: int,
             output: str | None, as_json: bool, sync_code: bool, records_option: str | None, no_record: bool,
-            measure_network: bool, job_id: str | None, script: str, script_args: tuple[str, ...]) -> None:
+            measure_network: bool, allow_exposed: bool, job_id: str | None, script: str,
+            script_args: tuple[str, ...]) -> None:
     """Profile SCRIPT, predict every strategy on the cluster (and try the best with --trials), and
     recommend one."""
     from adrun import ui
@@ -90,8 +92,8 @@ def profile(spec_path: str | None, trials: int | Literal["all"] | None, strategy
     script_path = existing_script(script)
     if output and not Path(output).parent.is_dir():
         raise UserError(f"-o {output}: directory {Path(output).parent} does not exist")
-    options = ProfileOptions(trials=trials, trial_steps=trial_steps, runs_dir=RUNS_DIR, auto=auto,
-                             measure_network=measure_network)
+    options = ProfileOptions(trials=trials, trial_steps=trial_steps, auto=auto,
+                             measure_network=measure_network, allow_exposed=allow_exposed)
     with handling_interrupts(), opened_records(records_option, no_record) as records, RemoteNodes(spec) as remote:
         check_fixed_ports(spec)
         remote.connect()

@@ -23,7 +23,7 @@ import click
 
 from adrun.cli.app import main
 from adrun.cli.options import (
-    RUNS_DIR,
+    allow_exposed_option,
     check_fixed_ports,
     existing_script,
     load_cluster,
@@ -72,7 +72,8 @@ class RunOptions:
 @click.option("--strategy-opt", "strategy_opts", multiple=True, metavar="KEY=VALUE", help="Builder option; repeatable.")
 @click.option("--quiet", is_flag=True, help="Do not print the processes' output (summary and errors only).")
 @click.option("--verbose", is_flag=True,
-              help="Show every line the processes print, TensorFlow's start-up messages too (folded by default).")
+              help="Show every line the processes print: TensorFlow's start-up messages too (folded by default), and "
+                   "every worker's Keras progress bars (by default the chief's, one line per epoch for the others).")
 @click.option("--log-dir", type=click.Path(file_okay=False), metavar="DIR",
               help="Also write one log file per process here (w0.log, ps0.log, w1@host.log, ...).")
 @click.option("--dry-run", is_flag=True, help="Capture and plan, print the plan and the processes, start nothing.")
@@ -95,6 +96,7 @@ class RunOptions:
               help="Write the job's result (per task exit, steps, rates, bytes per node) here as JSON.")
 @click.option("--max-steps", type=click.IntRange(min=1), metavar="N",
               help="End every worker cleanly after its Nth training step (same as ADRUN_MAX_STEPS=N).")
+@allow_exposed_option
 @records_options
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
@@ -103,10 +105,11 @@ def run(spec_path: str | None, strategy: str | None, strategy_opts: tuple[str, .
         log_dir: str | None, dry_run: bool, shard_data: bool, job_id: str | None, sync_code: bool,
         stall_timeout: float, on_stall: Literal["warn", "fail"], max_restarts: int, restart_backoff: float,
         result_json: str | None, max_steps: int | None, records_option: str | None, no_record: bool,
-        measure_network: bool, script: str, script_args: tuple[str, ...]) -> None:
+        measure_network: bool, allow_exposed: bool, script: str, script_args: tuple[str, ...]) -> None:
     """Run SCRIPT with ARGS on every worker of the cluster."""
     from adrun.cli.interrupts import handling_interrupts
     from adrun.cli.job_record import recorded_job, warn
+    from adrun.home import run_dir
     from adrun.jobs.registry import check_job_id, new_record
     from adrun.launch.env import job_settings
     from adrun.launch.job.config import JobConfig
@@ -118,11 +121,11 @@ def run(spec_path: str | None, strategy: str | None, strategy_opts: tuple[str, .
     job_id = check_job_id(job_id) if job_id is not None else new_job_id()
     job = JobConfig(
         job_id=job_id, spec=spec, script=script_path, script_args=list(script_args),
-        strategy_file=RUNS_DIR / job_id / "strategy.yml", quiet=quiet, show_tf_noise=verbose,
+        strategy_file=run_dir(job_id) / "strategy.yml", quiet=quiet, show_tf_noise=verbose,
         log_dir=Path(log_dir) if log_dir else None,
         settings=job_settings(os.environ, shard_data=shard_data, max_steps=max_steps),  # refuses a bad ADRUN_* one
         stall_timeout_s=stall_timeout or None, on_stall=on_stall,
-        max_restarts=max_restarts, restart_backoff_s=restart_backoff,
+        max_restarts=max_restarts, restart_backoff_s=restart_backoff, allow_exposed=allow_exposed,
     )
     options = RunOptions(job, strategy=strategy, strategy_options=strategy_options, dry_run=dry_run,
                          result_json=Path(result_json) if result_json else None, measure_network=measure_network)
@@ -162,7 +165,6 @@ def run_planned(remote: RemoteNodes, options: RunOptions, records: Records | Non
         chosen_plan(options.strategy, options.strategy_options),
         FactSources(job.script, job.script_args, job.spec, job.job_id, remote, records,
                     measure_network=options.measure_network))
-    job.strategy_file.parent.mkdir(parents=True, exist_ok=True)
     dump_strategy(plan, job.strategy_file)
     ui.print_plan(plan, item, job.spec)
     if options.dry_run:

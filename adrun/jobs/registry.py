@@ -237,7 +237,6 @@ def open_jobs(home: Path | None = None) -> Iterator[JobStore]:
     """The job record under `home` (default: adrun's home), created on first use."""
     path = (home or adrun_home()) / "jobs.sqlite"
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         db = connect_database(path)
     except (OSError, sqlite3.Error) as e:
         raise UserError(f"cannot open the job record {path}: {getattr(e, 'strerror', None) or e}") from None

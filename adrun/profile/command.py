@@ -46,9 +46,9 @@ TrialCount = int | Literal["all"]
 class ProfileOptions:
     trials: TrialCount | None  # None: predictions only
     trial_steps: int
-    runs_dir: Path  # each trial's strategy document goes to runs_dir/<its job id>/
     auto: AutoOptions  # what Auto may consider (lossy compression, staleness)
     measure_network: bool = False  # measure even when the records hold this cluster's network facts
+    allow_exposed: bool = False  # trials install no packet-filter rule (--allow-exposed)
 
 
 def profile(spec: ClusterSpec, remote: RemoteNodes, script: Path, script_args: list[str], job_id: str, options: ProfileOptions,
@@ -109,7 +109,7 @@ def _run_trials(candidates: list[Candidate], trials: TrialCount, plans: dict[str
         ui.print_status(f"trial {number}/{count}: {candidate.builder}, {options.trial_steps} steps per worker ...")
         trial_id = f"{job_id}-t{number}-{candidate.builder.lower()}"
         candidate.trial, report = run_trial(facts.spec, remote, script, script_args, plan, options.trial_steps,
-                                            trial_id, options.runs_dir / trial_id)
+                                            trial_id, allow_exposed=options.allow_exposed)
         if records is None or report is None:
             continue
         record = trial_from_report(report, facts.spec, plan, workload_name(script, script_args), facts.profile,

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from adrun.errors import UserError
+from adrun.home import run_dir
 from adrun.launch.env import job_settings
 from adrun.launch.job.provision import RemoteNodes
 from adrun.launch.job.report import JobReport, job_report
@@ -22,16 +23,15 @@ from adrun.strategies.document import Strategy, dump_strategy
 
 
 def run_trial(spec: ClusterSpec, remote: RemoteNodes, script: Path, script_args: list[str], plan: Strategy, steps: int,
-              job_id: str, job_dir: Path) -> tuple[TrialResult, JobReport | None]:
+              job_id: str, *, allow_exposed: bool = False) -> tuple[TrialResult, JobReport | None]:
     """Run `plan` for `steps` training steps per worker as job `job_id`; its strategy document is
-    written to `job_dir`. Returns the trial's measurement and the job's report (None when the job
+    written to the job's private run directory (`adrun.home.run_dir`). Returns the trial's measurement and the job's report (None when the job
     could not start, e.g. a fixed port is taken: the trial's root cause then says why)."""
-    job_dir.mkdir(parents=True, exist_ok=True)
-    strategy_file = job_dir / "strategy.yml"
+    strategy_file = run_dir(job_id) / "strategy.yml"
     dump_strategy(plan, strategy_file)
     settings = job_settings(os.environ, max_steps=steps)  # a bad ADRUN_* setting is the profile's error
     config = JobConfig(job_id=job_id, spec=spec, script=script, script_args=script_args, strategy_file=strategy_file,
-                       quiet=True, settings=settings)
+                       quiet=True, settings=settings, allow_exposed=allow_exposed)
     try:
         result = run_shown(config, remote)
     except UserError as e:

@@ -177,17 +177,15 @@ def _unopenable(path: Path, why: str) -> UserError:
 
 
 def open_records(path: Path) -> Records:
-    """Open (creating it and its directory when missing) the records database at `path`.
+    """Open (creating it and its directory when missing, owner-only) the records database at `path`.
 
     Raises UserError naming the file when it cannot be opened, is no SQLite database, is some
     other program's database, or was written by a newer adrun.
     """
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise _unopenable(path, f"cannot create its directory ({e.strerror or e})") from None
-    try:
         db = connect_database(path)
+    except OSError as e:
+        raise _unopenable(path, f"{e.strerror or e}{f' ({e.filename})' if e.filename else ''}") from None
     except sqlite3.Error as e:
         raise _unopenable(path, str(e)) from None
     try:

@@ -29,6 +29,7 @@ from .rules import (
     judge_clock,
     judge_cpus,
     judge_disk,
+    judge_exposure,
     judge_gpus,
     judge_memory,
     judge_ports,
@@ -176,6 +177,7 @@ def _judge_facts(item: _Probed, here: dict[str, Any]) -> None:
     item.results["versions"] = judge_versions(here, facts, address)
     item.results["script"] = judge_script(here["script"], facts["script"], address)
     item.results["ports"] = judge_ports(node, facts["ports_checked"], facts["ports_taken"], address)
+    item.results["exposure"] = judge_exposure(facts["fence_problem"], address)
     item.results["cpus"] = judge_cpus(node, facts["cpus"], address)
     item.results["memory"] = judge_memory(node, facts["mem_total"], facts["mem_available"], address)
     item.results["gpus"] = judge_gpus(node, facts["gpus"], address)

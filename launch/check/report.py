@@ -22,6 +22,7 @@ CHECKS: dict[str, str] = {
     "versions": "versions",
     "script": "script",
     "ports": "ports",
+    "exposure": "exposure",
     "cpus": "cpus",
     "memory": "memory",
     "gpus": "gpus",

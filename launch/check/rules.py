@@ -21,7 +21,7 @@ GIB = 1 << 30
 
 # (label shown, facts key); Python is compared on major.minor: TF wheels are built per minor
 # version, a different patch level changes nothing the job depends on.
-_VERSIONED = (("python", "python"), ("tf", "tensorflow"), ("adrun", "adrun"))
+_VERSIONED = (("python", "python"), ("tf", "tensorflow"), ("keras", "keras"), ("adrun", "adrun"))
 
 
 def passed(detail: str) -> CheckResult:
@@ -109,6 +109,17 @@ def judge_ports(node: Node, ports: list[int], taken: list[int], address: str) ->
         return failed(f"port {names} in use on {address}",
                       f"stop what listens there (`ss -ltnp` on {address}) or choose another base_port")
     return passed(f"{ports[0]}-{ports[-1]} free")
+
+
+def judge_exposure(problem: str | None, address: str) -> CheckResult:
+    """Whether a job's TF ports on the node would be closed to hosts outside the job
+    (`nodes/fence.py`), given why its rule could not be installed there (None: it can)."""
+    if problem is None:
+        return passed("task ports closed to other hosts (nftables)")
+    return failed(f"a job's TensorFlow servers on {address} would accept connections from any host that can "
+                  f"reach it, and run any graph sent to them: no packet-filter rule can be installed ({problem})",
+                  f"let adrun run as root on {address} with nftables installed (apt-get install nftables), or keep "
+                  "the nodes on a network no one else reaches and run with --allow-exposed (docs/security.md)")
 
 
 def judge_cpus(node: Node, cpus: int | None, address: str) -> CheckResult:

@@ -4,16 +4,18 @@ node reached over SSH (`SshNode`).
 Why one interface: planning, supervising and tearing down a job do the same things on every
 machine (choose ports, start a task, sweep the job's leftovers, count the bytes it moved) and
 differ only in how; each backend holds one "how", and the choice between them is made once per
-node, here (`JobNodes`), so no other module asks whether a task is local. A backend stands for a
+node, here (`JobNodes`), so no other module asks whether a task is local. A backend also holds
+the job's packet-filter rule on its machine (`fence`; which rule is `fencing`'s decision). A backend stands for a
 machine, not a spec node: the spec nodes sharing it share its ports, sweep and byte counters.
 """
 
 from __future__ import annotations
 
+import posixpath
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import ClassVar, TypeVar
+from typing import ClassVar, Protocol, TypeVar
 
 import psutil
 
@@ -23,6 +25,7 @@ from adrun.task_context import TaskContext
 
 from ..env import HOOK_DIR, remote_task_env, task_env
 from ..nodes.command import node_workdir
+from ..nodes.fence import Fence
 from ..nodes.hosts import is_local_host
 from ..nodes.node_tools import file_sha256
 from .local import LocalProcess
@@ -36,6 +39,13 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 Counters = tuple[int, int]  # bytes sent, bytes received by a machine's interfaces but loopback
+THIS_MACHINE = "this machine"  # how messages name the launcher's own machine, however its nodes are named
+
+
+class HeldRule(Protocol):
+    """A packet-filter rule in force while held (`nodes.fence`); `close` removes it."""
+
+    def close(self) -> None: ...
 
 
 class NodeBackend(ABC):
@@ -82,6 +92,21 @@ class NodeBackend(ABC):
     def traffic(self) -> Counters | None:
         """The machine's byte counters now (None when they cannot be read)."""
 
+    @property
+    @abstractmethod
+    def title(self) -> str:
+        """How messages name the machine (a rule that could not be installed, say)."""
+
+    @abstractmethod
+    def addresses(self, resolve: Callable[[str], list[str]], here: Callable[[], list[str]]) -> list[str]:
+        """The IP addresses the job's other machines see this one's tasks come from: a node's
+        address as `resolve` resolves it, or this machine's own interfaces (`here`)."""
+
+    @abstractmethod
+    def fence(self, table: str, ports: Sequence[int], peers: Sequence[str], job_id: str) -> HeldRule:
+        """Close `ports` there to every host but loopback and `peers` while the returned rule is
+        held (FenceError, UserError, ValueError or OSError saying why it cannot be)."""
+
 
 class LocalNode(NodeBackend):
     """This machine: tasks are the launcher's own subprocesses (`local.LocalProcess`)."""
@@ -122,6 +147,19 @@ class LocalNode(NodeBackend):
         return (sum(c.bytes_sent for name, c in counters.items() if name != "lo"),
                 sum(c.bytes_recv for name, c in counters.items() if name != "lo"))
 
+    @property
+    def title(self) -> str:
+        return THIS_MACHINE
+
+    def addresses(self, resolve: Callable[[str], list[str]], here: Callable[[], list[str]]) -> list[str]:
+        """Its interfaces', not its node names resolved: a host name may resolve to 127.0.1.1 here
+        (Debian's /etc/hosts) while its tasks reach other nodes from an interface's address."""
+        return here()
+
+    def fence(self, table: str, ports: Sequence[int], peers: Sequence[str], job_id: str) -> HeldRule:
+        """Held by an `nft` process of the launcher's: it goes with the launcher however it ends."""
+        return Fence(table, ports, peers)
+
 
 class SshNode(NodeBackend):
     """Another node, over the job's SSH connection to it (`provision.RemoteNodes`): tasks run
@@ -140,14 +178,17 @@ class SshNode(NodeBackend):
         return self.address
 
     def prepare(self, strategy_file: Path) -> Counters:
-        """Ship the strategy document unless an identical copy is there, and choose (or, with
-        base_port, check) the node's ports on the node itself. A spec names an address once, so
-        another machine holds one node."""
+        """Ship the strategy document unless an identical copy is there, to the same path in a
+        directory only the node's user may read (refused when someone else owns it), and choose
+        (or, with base_port, check) the node's ports on the node itself. A spec names an address
+        once, so another machine holds one node."""
         (node,) = self.nodes
         link = self._connections.links[self.address]
         remote = str(strategy_file.resolve())
         found = link.helper("prepare", {"ports": {"base": node.base_port, "count": node.workers + node.ps},
-                                        "files": [remote]})
+                                        "files": [remote], "private_dir": posixpath.dirname(remote)})
+        if found["private_dir"] is not None:
+            raise UserError(f"run directory refused on {self.address}: {found['private_dir']}")
         if found["hashes"][remote] != file_sha256(str(strategy_file)):
             link.put(strategy_file, remote)
         if found.get("taken"):
@@ -189,6 +230,17 @@ class SshNode(NodeBackend):
             return None
         net = link.helper("netio", {}, timeout=20)
         return net["sent"], net["recv"]
+
+    @property
+    def title(self) -> str:
+        return self.address
+
+    def addresses(self, resolve: Callable[[str], list[str]], here: Callable[[], list[str]]) -> list[str]:
+        return resolve(self.address)
+
+    def fence(self, table: str, ports: Sequence[int], peers: Sequence[str], job_id: str) -> HeldRule:
+        """Held by the agent on a channel of its own (`NodeLink.fence`), pinged as the keepers are."""
+        return self._connections.links[self.address].fence(table, ports, peers, job_id)
 
 
 class JobNodes:

@@ -8,8 +8,8 @@ connections. Every node is handled in parallel. What an attempt does on a node t
 connection (ports, tasks, the final sweep, byte counters) is `backends.SshNode`'s.
 
 `--sync-code` copies the script's directory (recursively, without .git, __pycache__, .venv and
-*.pyc files, at most SYNC_LIMIT bytes) to the same path on every node, or under `ssh.workdir`;
-files already identical there (sha256) are not sent again.
+*.pyc files, at most SYNC_LIMIT bytes, refusing a symbolic link that leads outside it) to the same
+path on every node, or under `ssh.workdir`; files already identical there (sha256) are not sent again.
 """
 
 from __future__ import annotations
@@ -36,7 +36,14 @@ REACH_TIMEOUT_S = 20.0  # a helper's round trip (a fresh Python on the node) bef
 
 def sync_files(script: Path) -> list[Path]:
     """What `--sync-code` copies: the script's directory without excluded entries; UserError
-    when it is larger than SYNC_LIMIT (a data set or checkpoints do not belong in it)."""
+    when it is larger than SYNC_LIMIT (a data set or checkpoints do not belong in it), or when a
+    symbolic link in it leads to a file outside it.
+
+    Why refuse the link rather than skip it: its content (a key in the home directory, say) must
+    never reach every node, and a file left out would make the nodes run different code than
+    this machine, failing later and less clearly. Links within the directory are copied as the
+    files they point to; links to directories are not followed (as before: nothing is sent).
+    """
     root = script.resolve().parent
     files, total = [], 0
     for folder, dirs, names in os.walk(root):
@@ -45,6 +52,11 @@ def sync_files(script: Path) -> list[Path]:
             path = Path(folder) / name
             if name.endswith(SYNC_EXCLUDED_SUFFIXES) or not path.is_file():
                 continue
+            target = path.resolve()
+            if not target.is_relative_to(root):
+                raise UserError(f"--sync-code: {path} is a symbolic link to {target}, outside {root}; adrun "
+                                "sends nothing from outside the script's directory to the nodes: copy the file "
+                                "into the directory, or remove the link")
             files.append(path)
             total += path.stat().st_size
     if total > SYNC_LIMIT:

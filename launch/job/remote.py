@@ -59,6 +59,7 @@ class NodeLink:
         self.node = node
         self.conn = conn
         self.processes: list[RemoteProcess] = []
+        self.fences: list[RemoteFence] = []
         self.hearing = Hearing()
         self._closed = threading.Event()
         self._pinger = threading.Thread(target=self._ping, daemon=True)
@@ -136,14 +137,76 @@ class NodeLink:
         self.processes = [p for p in self.processes if p.group_alive()] + [proc]
         return proc
 
+    def fence(self, table: str, ports: Sequence[int], peers: Sequence[str], job_id: str) -> RemoteFence:
+        """Install the job's packet-filter rule on this node (`nodes.fence`), held by the agent's
+        `fence` mode on a channel of its own and pinged as the keepers are, so it goes when the
+        launcher or the link does; UserError saying why when it cannot be installed."""
+        args = {"table": table, "ports": list(ports), "peers": list(peers), "lease_s": SILENCE_S}
+        try:
+            channel = self.conn.client.get_transport().open_session(timeout=HELPER_TIMEOUT)
+            channel.exec_command(agent_command(self.node, "fence", args, job_id=job_id))
+        except (paramiko.SSHException, OSError) as e:
+            raise UserError(f"cannot open an SSH channel to {self.address}: {e}") from e
+        answer = _first_marker(channel, HELPER_TIMEOUT)
+        if answer is None or "error" in answer:
+            channel.close()
+            raise UserError(answer["error"] if answer else f"no answer from adrun's helper on {self.address}")
+        fence = RemoteFence(channel)
+        self.fences = [f for f in self.fences if f.alive] + [fence]
+        return fence
+
     def _ping(self) -> None:
         while not self._closed.wait(PING_INTERVAL_S):
-            for proc in list(self.processes):
-                proc.send("PING")
+            for process in self.processes:
+                process.send("PING")
+            for fence in self.fences:
+                fence.send("PING")
 
     def close(self) -> None:
         self._closed.set()
         self.conn.close()
+
+
+class RemoteFence:
+    """A node's rule for the job, held by the agent on `channel`: closing the channel ends the
+    agent, and with it the rule."""
+
+    def __init__(self, channel: paramiko.Channel) -> None:
+        self._channel = channel
+
+    @property
+    def alive(self) -> bool:
+        return not self._channel.exit_status_ready() and not self._channel.closed
+
+    def send(self, word: str) -> None:
+        try:
+            self._channel.sendall((word + "\n").encode())
+        except Exception:  # a closed channel: the agent is gone, and the rule with it
+            pass
+
+    def close(self) -> None:
+        self._channel.close()
+
+
+def _first_marker(channel: paramiko.Channel, timeout: float) -> dict[str, Any] | None:
+    """The agent's first `MARKER {json}` line on `channel`'s stdout, read for at most `timeout`
+    seconds; None when the channel ends or the time runs out without one."""
+    channel.settimeout(0.5)
+    pending = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            chunk = channel.recv(_CHUNK)
+        except TimeoutError:
+            continue
+        if not chunk:
+            return None
+        *lines, pending = (pending + chunk).split(b"\n")
+        for line in lines:
+            text = line.decode("utf-8", errors="replace")
+            if text.startswith(remote_agent.MARKER):
+                return json.loads(text[len(remote_agent.MARKER):])
+    return None
 
 
 class Hearing:

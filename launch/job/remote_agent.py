@@ -7,11 +7,15 @@ Python. Modes print one line `@@ADRUN-AGENT {json}`, except `run`.
 
 Modes:
   run                     keep one task (its spec arrives as the first stdin line, see `run`)
-  prepare {"ports": {"base": int|None, "count": int}, "files": [path, ...]}
+  prepare {"ports": {"base": int|None, "count": int}, "files": [path, ...], "private_dir"?: path}
                           free ports (or which of base..base+count-1 are taken), sha256 of files
-                          (None when missing), network byte counters
+                          (None when missing), network byte counters; `private_dir` made the
+                          user's alone (`node_tools.private_dir`: None, or why it cannot be)
   netio   {}              network byte counters: {"sent", "recv"} over all interfaces but lo
   sweep   {"job_id"}      SIGKILL every process whose environment says ADRUN_JOB_ID=job_id
+  fence   {"table", "ports", "peers", "lease_s"}
+                          hold the job's packet-filter rule on this node (`hold_fence`) while
+                          the launcher's pings keep coming, as a keeper holds its task
 
 `run` is why remote tasks cannot outlive the launcher: the task runs in its own session (so its
 whole process group can be signalled), and the keeper kills that group when its stdin (the SSH
@@ -40,8 +44,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 
-from ..nodes import node_tools
+from ..nodes import fence, node_tools
 
 MARKER = "@@ADRUN-AGENT "
 STARTED_MARKER = "@@ADRUN-STARTED "
@@ -55,15 +60,52 @@ _GRACE_S = 2.0  # keeper on its own (launcher gone): SIGTERM, then SIGKILL after
 # --- run -------------------------------------------------------------------------------------
 
 
+class _Lease:
+    """The launcher's hold on a program of the job on this node (a task's keeper, the job's
+    fence): lost, with the reason in `lost`, when stdin (the SSH channel) reaches EOF, the parent
+    (the sshd session) dies, the launcher's pings stop for longer than `lease_s` (a network cut
+    that neither side's TCP notices), or SIGHUP/SIGTERM/SIGINT arrives."""
+
+    def __init__(self, lease_s: float) -> None:
+        self.lease_s = lease_s
+        self.last_ping = time.monotonic()
+        self.lost: str | None = None
+        self.parent = os.getppid()
+        for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self.lost = self.lost or f"signal {signum}"
+
+    def listen(self, obey: Callable[[str], None]) -> None:
+        """Start a thread reading the launcher's words: PING renews the lease, others go to `obey`."""
+
+        def read() -> None:
+            for line in sys.stdin:
+                word = line.strip()
+                if word == "PING":
+                    self.last_ping = time.monotonic()
+                elif word:
+                    obey(word)
+            self.lost = self.lost or "stdin closed"
+
+        threading.Thread(target=read, daemon=True).start()
+
+    def check(self) -> str | None:
+        """Why the launcher's hold is lost, or None while it holds."""
+        if self.lost is None and os.getppid() != self.parent:
+            self.lost = "parent died"
+        if self.lost is None and time.monotonic() - self.last_ping > self.lease_s:
+            self.lost = "lease expired"
+        return self.lost
+
+
 class _Keeper:
     """One task and its process group; every wait is bounded, nothing blocks on the launcher."""
 
     def __init__(self, spec: dict) -> None:
-        self.lease_s = float(spec.get("lease_s", 30))
+        self.lease = _Lease(float(spec.get("lease_s", 30)))
         self.beat_s = float(spec.get("beat_s", 1))
-        self.last_ping = time.monotonic()
-        self.lost: str | None = None  # why the keeper stops the group on its own
-        self.parent = os.getppid()
         env = dict(os.environ)
         env.update(spec["env"])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_hook_dir(), env.get("PYTHONPATH", "")) if p)
@@ -74,17 +116,12 @@ class _Keeper:
             sys.exit(NO_ADRUN)
         _say(STARTED_MARKER, {"pid": self.child.pid})
 
-    def read_commands(self) -> None:
-        """Thread: obey the launcher; EOF means it (or its connection) is gone."""
-        for line in sys.stdin:
-            word = line.strip()
-            if word == "PING":
-                self.last_ping = time.monotonic()
-            elif word == "TERM":
-                node_tools.signal_group(self.child.pid, signal.SIGTERM)
-            elif word == "KILL":
-                node_tools.signal_group(self.child.pid, signal.SIGKILL)
-        self.lost = self.lost or "stdin closed"
+    def obey(self, word: str) -> None:
+        """The launcher's TERM or KILL, for the task's whole group."""
+        if word == "TERM":
+            node_tools.signal_group(self.child.pid, signal.SIGTERM)
+        elif word == "KILL":
+            node_tools.signal_group(self.child.pid, signal.SIGKILL)
 
     def beat(self) -> None:
         """Thread: tell the launcher the node and this keeper are alive (see HEARTBEAT)."""
@@ -105,11 +142,7 @@ class _Keeper:
                 reported = True
             if code is not None and not node_tools.group_alive(self.child.pid):
                 return 0
-            if self.lost is None and os.getppid() != self.parent:
-                self.lost = "parent died"
-            if self.lost is None and time.monotonic() - self.last_ping > self.lease_s:
-                self.lost = "lease expired"
-            if self.lost is not None:
+            if self.lease.check() is not None:
                 if lost_at is None:
                     lost_at = time.monotonic()
                     node_tools.signal_group(self.child.pid, signal.SIGTERM)
@@ -131,15 +164,29 @@ def run() -> int:
     """Read the task spec {"argv", "env", "lease_s", "beat_s"} from stdin, run it, keep it in check."""
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a dead channel must not kill the keeper first
     keeper = _Keeper(json.loads(sys.stdin.readline()))
-
-    def stop(signum: int, frame: object) -> None:
-        keeper.lost = keeper.lost or f"signal {signum}"
-
-    for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, stop)
-    threading.Thread(target=keeper.read_commands, daemon=True).start()
+    keeper.lease.listen(keeper.obey)
     threading.Thread(target=keeper.beat, daemon=True).start()
     return keeper.run()
+
+
+def hold_fence(args: dict) -> int:
+    """Install the job's rule on this node ({"table", "ports", "peers", "lease_s"}: `fence.Fence`),
+    say so (`MARKER {"table"}`, or `{"error"}` and exit 1), and hold it while the launcher's
+    lease holds. The rule goes with the `nft` process this keeps: when this ends in any way,
+    even by SIGKILL, the pipe to nft closes and the kernel drops the table."""
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    lease = _Lease(float(args["lease_s"]))
+    try:
+        held = fence.Fence(args["table"], args["ports"], args["peers"])
+    except (fence.FenceError, ValueError, OSError) as e:
+        print(MARKER + json.dumps({"error": str(e)}), flush=True)
+        return 1
+    print(MARKER + json.dumps({"table": held.table}), flush=True)
+    lease.listen(lambda word: None)
+    while lease.check() is None and held.alive:
+        time.sleep(_POLL_S)
+    held.close()
+    return 0
 
 
 # --- probes ----------------------------------------------------------------------------------
@@ -183,8 +230,9 @@ def _ports(base: int | None, count: int) -> dict:
 
 def prepare(args: dict) -> dict:
     ports = args["ports"]
+    private = args.get("private_dir")
     return {**_ports(ports["base"], ports["count"]), "hashes": {p: node_tools.file_sha256(p) for p in args["files"]},
-            "net": netio({})}
+            "net": netio({}), "private_dir": node_tools.private_dir(private) if private else None}
 
 
 def _say(marker: str, payload: dict) -> None:
@@ -200,6 +248,8 @@ def main(argv: list[str]) -> None:
     if mode == "run":
         sys.exit(run())
     args = json.loads(argv[1]) if len(argv) > 1 else {}
+    if mode == "fence":
+        sys.exit(hold_fence(args))
     try:
         result = {"prepare": prepare, "netio": netio, "sweep": sweep}[mode](args)
     except Exception as e:

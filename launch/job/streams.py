@@ -3,7 +3,9 @@ file, TensorFlow's start-up noise folded into a count, and the task's events tak
 
 A task's stderr carries its events (`adrun.task_events`) between its own lines; an event is
 decoded here and never shown or logged. Everything else is the task's output: kept in a tail,
-written to the log, and shown unless the job is quiet or the line is folded noise (`tf_noise`).
+written to the log, and shown unless the job is quiet or the line is folded noise (`tf_noise`);
+a Keras progress bar is shown as its final state, condensed to a line per epoch for a non-chief
+worker unless `show_noise` (`progress_bars`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import TextIO
 
 from adrun.task_events import TaskEvent, decode
 
+from .progress_bars import ProgressBars, on_screen
 from .results import Stream
 from .tf_noise import NoiseFilter
 
@@ -34,10 +37,11 @@ def open_log(log_dir: Path | None, label: str, attempt: int) -> TextIO | None:
 
 class TaskOutput:
     """One task's two streams as they arrive; `quiet` shows nothing, `show_noise` shows the
-    start-up noise instead of counting it."""
+    start-up noise instead of counting it, and every worker's progress bars as the chief's."""
 
-    def __init__(self, log: TextIO | None, *, quiet: bool, show_noise: bool) -> None:
+    def __init__(self, log: TextIO | None, *, chief: bool, quiet: bool, show_noise: bool) -> None:
         self.log = log
+        self.bars = ProgressBars(chief, show_all=show_noise)
         self.quiet = quiet
         self.show_noise = show_noise
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)  # stderr, noise left out
@@ -46,8 +50,8 @@ class TaskOutput:
         self._noise = NoiseFilter()
         self._folded = 0  # noise lines not shown since the task's last shown line
 
-    def read(self, stream: Stream, line: str) -> TaskEvent | str | None:
-        """Take one line: an event the task reported, the line to show, or None (nothing to show)."""
+    def read(self, stream: Stream, line: str) -> TaskEvent | list[str]:
+        """Take one line: an event the task reported, or the lines to show for it (maybe none)."""
         if stream == "stderr":
             event = decode(line)
             if event is not None:
@@ -57,13 +61,13 @@ class TaskOutput:
                 self.tail.append(line)
         else:
             noise = False
-            self.stdout_tail.append(line)
+            self.stdout_tail.append(on_screen(line))  # a progress bar as it was left, not its redraws
         if self.log:
             self.log.write(line + "\n")
         if noise and not self.show_noise:
             self._folded += 1
-            return None
-        return None if self.quiet else line
+            return []
+        return [] if self.quiet else self.bars.shown(line)
 
     def folded(self) -> int:
         """How many noise lines went unshown since last asked (0 when quiet); the count restarts."""

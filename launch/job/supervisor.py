@@ -139,7 +139,8 @@ class _Job:
             raise UserError(
                 f"cannot start {launch.task.tag} on {launch.task.host}: {launch.argv[0]}: {e.strerror or e}"
             ) from e
-        return _Running(launch, proc, TaskOutput(log, quiet=config.quiet, show_noise=config.show_tf_noise))
+        chief = launch.task.role == "worker" and launch.task.index == 0
+        return _Running(launch, proc, TaskOutput(log, chief=chief, quiet=config.quiet, show_noise=config.show_tf_noise))
 
     def _pump(self, run: _Running, stream: Stream, pipe: OutputLines) -> None:
         """Reader thread: queue each line of one stream, then None at end of stream."""
@@ -222,12 +223,14 @@ class _Job:
             run.output.open_streams -= 1
             return
         taken = run.output.read(stream, line)
-        if isinstance(taken, str):
-            self._say_folded(run)
-            self.listener.task_output(run.task, stream, taken)
-        elif taken is not None:
+        if not isinstance(taken, list):
             self._take_event(run, taken)
             self._say_folded(run)
+            return
+        if taken:
+            self._say_folded(run)
+        for shown in taken:
+            self.listener.task_output(run.task, stream, shown)
 
     def _say_folded(self, run: _Running) -> None:
         if count := run.output.folded():

@@ -12,8 +12,9 @@ environment); VARS are the node's `env` and what the caller adds; `exec` makes t
 shell's own process (a local timeout or a closed SSH session ends the program itself). Every
 value is shell-quoted.
 
-The program's source travels on the command line (`shipped_source`), with `node_tools.py`: the
-standard-library helpers it shares with the launcher, so nothing needs to be installed first.
+The program's source travels on the command line (`shipped_source`), with `node_tools.py` and
+`fence.py`: the standard-library helpers it shares with the launcher, so nothing needs to be
+installed first.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 
 from adrun.spec import Node
 
-from . import node_tools
+from . import fence, node_tools
 
 # The node programs import `node_tools` relatively (`from . import node_tools` in nodes/,
 # `from ..nodes import node_tools` in job/), so the bootstrap mirrors launch/'s folders under a
@@ -39,11 +40,14 @@ import sys, types
 for name in ({root!r}, {root!r} + ".nodes", {root!r} + ".job"):
     sys.modules[name] = types.ModuleType(name)
     sys.modules[name].__path__ = []
-tools = sys.modules[{root!r} + ".nodes"].node_tools = types.ModuleType({root!r} + ".nodes.node_tools")
-sys.modules[tools.__name__] = tools
-exec(compile({tools!r}, "node_tools.py", "exec"), tools.__dict__)
+for name, source in {carried!r}:
+    module = types.ModuleType({root!r} + ".nodes." + name)
+    sys.modules[module.__name__] = module
+    setattr(sys.modules[{root!r} + ".nodes"], name, module)
+    exec(compile(source, name + ".py", "exec"), module.__dict__)
 exec(compile({program!r}, {name!r}, "exec"), {{"__name__": "__main__", "__package__": {package!r}}})
 """
+_CARRIED = (node_tools, fence)  # standard-library modules of nodes/ the programs import
 
 
 def node_python(node: Node) -> str:
@@ -61,12 +65,12 @@ def node_workdir(node: Node, *, local: bool, cwd: str | Path | None = None) -> s
 
 def shipped_source(program: ModuleType) -> str:
     """Python source that runs `program` (`probe` or `remote_agent`) as `__main__` with
-    `python -c`, its import of `node_tools` served from the source carried along."""
+    `python -c`, its imports of `node_tools` and `fence` served from the sources carried along."""
     assert program.__file__ is not None and program.__package__ is not None
     folder = program.__package__.rsplit(".", 1)[-1]  # "nodes" or "job"
-    return _BOOTSTRAP.format(root=_SHIPPED_ROOT, tools=Path(node_tools.__file__).read_text(),
-                             program=Path(program.__file__).read_text(), name=Path(program.__file__).name,
-                             package=f"{_SHIPPED_ROOT}.{folder}")
+    carried = tuple((module.__name__.rsplit(".", 1)[-1], Path(str(module.__file__)).read_text()) for module in _CARRIED)
+    return _BOOTSTRAP.format(root=_SHIPPED_ROOT, carried=carried, program=Path(program.__file__).read_text(),
+                             name=Path(program.__file__).name, package=f"{_SHIPPED_ROOT}.{folder}")
 
 
 def node_command(node: Node, source: str, mode: str, args: Mapping[str, Any] | None = None, *, local: bool,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
+import stat
 
 CHUNK = 1 << 16
 
@@ -69,6 +70,45 @@ def file_sha256(path: str) -> str | None:
         for block in iter(lambda: f.read(CHUNK), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def private_dir(path: str) -> str | None:
+    """Make `path` a directory whose files no other user can read, replace or redirect; None
+    when it is one, else why not (naming the directory to look at).
+
+    Why: a run's files (its strategy document) go to a shared place such as /tmp, where whoever
+    creates a directory first owns it and everything later put in it. So every missing directory
+    is created 0700; the last one must be this user's (a looser mode of its own is tightened to
+    0700), and every directory above it must belong to root or this user and be writable by no one
+    else unless sticky (as /tmp is), so nobody else can swap it. The path is resolved first: a
+    symbolic link planted by someone else leads to a directory that fails these checks.
+    """
+    me = os.geteuid()
+    resolved = os.path.realpath(path)
+    current = "/"
+    for name in resolved.split("/")[1:]:
+        current = os.path.join(current, name)
+        try:
+            os.mkdir(current, 0o700)
+        except FileExistsError:
+            pass
+        except OSError as e:
+            return f"cannot create {current}: {e.strerror}"
+        st = os.lstat(current)
+        if not stat.S_ISDIR(st.st_mode):
+            return f"{current} is not a directory"
+        if current == resolved:
+            break
+        if st.st_uid not in (0, me) or (st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX):
+            return (f"{current} belongs to uid {st.st_uid} with mode {stat.S_IMODE(st.st_mode):o}, so another user "
+                    "could replace what adrun puts below it; choose a directory of your own (TMPDIR)")
+    st = os.lstat(resolved)
+    if st.st_uid != me:
+        return (f"{resolved} belongs to uid {st.st_uid}, not to you (uid {me}): another user created it first, "
+                "and would own what adrun puts there; remove it, or point TMPDIR at a directory of your own")
+    if st.st_mode & 0o077:
+        os.chmod(resolved, 0o700)
+    return None
 
 
 def signal_group(pgid: int, sig: int) -> None:

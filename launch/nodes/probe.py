@@ -8,7 +8,8 @@ It prints one line `@@ADRUN-PROBE {json}` (other output, e.g. from an activate s
 ignored) and bounds every wait by itself, so it ends even if the SSH channel is gone.
 
 Modes:
-  facts  {"workdir", "script", "ports"}    versions, CPUs, memory, GPUs, disk, script, ports
+  facts  {"workdir", "script", "ports"}    versions, CPUs, memory, GPUs, disk, script, ports,
+                                           whether a job's packet-filter rule can be installed
   recv   {"port", "timeout", "pings"?}     accept one TCP stream, answer `pings` one-byte round
                                            trips, count the rest of its bytes, acknowledge
   send   {"host", "port", "nbytes", "connect_timeout", "timeout", "pings"?, "max_s"?}
@@ -28,7 +29,7 @@ import subprocess
 import sys
 import time
 
-from . import node_tools
+from . import fence, node_tools
 
 MARKER = "@@ADRUN-PROBE "
 BIND_FAILED = 3  # exit code of `recv` when its port is taken, so the caller retries another
@@ -47,8 +48,10 @@ def facts(args: dict) -> dict:
         "disk_free": shutil.disk_usage(workdir).free if os.path.isdir(workdir) else None,
         "script": _script(workdir, args.get("script")),
         "ports_taken": node_tools.taken_ports(args.get("ports", [])),
+        "fence_problem": fence.fence_problem(),  # None: a job's ports can be closed to other hosts here
     }
     out.update(_module_version("adrun", "adrun"))
+    out["keras"] = _distribution_version("keras")  # TF2 mode patches it: the same release everywhere
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     out.update(_module_version("tensorflow", "tensorflow"))
     return out
@@ -91,6 +94,16 @@ def _module_version(key: str, module: str) -> dict:
         return {key: str(getattr(mod, "__version__", "unknown")), f"{key}_error": None}
     except Exception as e:  # any import failure is a finding, not a crash
         return {key: None, f"{key}_error": f"{type(e).__name__}: {e}".splitlines()[0][:200]}
+
+
+def _distribution_version(name: str) -> str | None:
+    """An installed distribution's version from its metadata (importing Keras would take seconds)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def recv(args: dict) -> dict:

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Debian packages the network-namespace cluster tests need: `ip`/`tc` (iproute2), `sshd` and
-# `ssh-keygen` (openssh-server/-client). Idempotent and quiet: does nothing when every tool is
+# `ssh-keygen` (openssh-server/-client), and `nft` (nftables), with which adrun closes a job's
+# TF ports to other hosts (the exposure tests; without it those skip and jobs warn). Idempotent and quiet: does nothing when every tool is
 # present, runs `apt-get update` only when something must be installed, and never fails the
 # caller when it cannot install (not root, no apt): the cluster tests then skip with a reason.
 set -u
@@ -9,6 +10,7 @@ missing=""
 [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || missing="$missing iproute2"
 [ -x /usr/sbin/sshd ] || missing="$missing openssh-server"
 command -v ssh-keygen >/dev/null 2>&1 || missing="$missing openssh-client"
+[ -x /usr/sbin/nft ] || [ -x /sbin/nft ] || missing="$missing nftables"
 
 [ -z "$missing" ] && exit 0
 

@@ -11,6 +11,7 @@ OUT/reference.npz.
 
 import argparse
 import os
+import time
 
 import numpy as np
 import tensorflow as tf
@@ -27,6 +28,8 @@ parser.add_argument("--lr", type=float, default=0.1)
 parser.add_argument("--out", required=True)
 parser.add_argument("--reference", type=int, default=0, help="number of workers to emulate")
 parser.add_argument("--init-from", help="reference mode: start from the init/ values of this npz")
+parser.add_argument("--hold", metavar="FILE", help="after the first step, print `holding` and wait (at most 300 s) "
+                    "until FILE exists: a test probes the job while it trains")
 args = parser.parse_args()
 
 BATCH, VOCAB = 8, 20
@@ -183,6 +186,12 @@ else:
         initial = logical_values(sess)
         for step in range(args.steps):
             sess.run(train_op, feed(worker, step))
+            if step == 0 and args.hold:
+                print("holding", flush=True)
+                for _ in range(3000):
+                    if os.path.exists(args.hold):
+                        break
+                    time.sleep(0.1)
         final, gs = logical_values(sess), sess.run(global_step)
 result = {f"{kind}/{n}": v for kind, vals in (("init", initial), ("final", final)) for n, v in vals.items()}
 np.savez(os.path.join(args.out, f"w{worker}.npz"), global_step=gs, **result)

@@ -67,7 +67,8 @@ def test_an_attempt_tells_every_task_the_jobs_settings(monkeypatch, spec_file, t
     monkeypatch.setattr(attempt, "supervise", supervise)
     spec = load_spec(spec_file(workers=2, ps=1))
     config = JobConfig(job_id="settings-test", spec=spec, script=TINY, script_args=[],
-                       strategy_file=tmp_path / "strategy.yml", settings=Settings(shard_data=True, max_steps=4))
+                       strategy_file=tmp_path / "strategy.yml", settings=Settings(shard_data=True, max_steps=4),
+                       allow_exposed=True)  # no task starts: no rule to install, nothing to warn of
     with RemoteNodes(spec) as remote:
         attempt.run_attempt(config, JobNodes(spec, remote), listener=None, attempt=2)
     assert len(launched) == 3
@@ -96,6 +97,6 @@ def test_a_profile_trial_is_bounded_by_its_own_settings(monkeypatch, spec_file, 
     plan = Strategy.model_validate({"version": 1, "builder": "PS", "fingerprint": "f", "num_workers": 2, "num_ps": 1,
                                     "variables": []})
     with RemoteNodes(spec) as remote:
-        result, report = trials.run_trial(spec, remote, TINY, [], plan, 7, "trial-test", tmp_path / "t1")
+        result, report = trials.run_trial(spec, remote, TINY, [], plan, 7, "trial-test")
     assert seen["settings"].max_steps == 7 and not result.succeeded and report is None
     assert dict(os.environ) == before

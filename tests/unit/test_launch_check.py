@@ -16,12 +16,12 @@ from adrun.launch.nodes import node_tools, probe
 from adrun.launch.nodes.transfer import probe_command
 from adrun.launch.check.report import CHECKS, CheckReport, CheckResult, NodeReport, PairBandwidth, render
 from adrun.launch.check.rules import (MAX_CLOCK_SKEW, judge_bandwidth, judge_clock, judge_cpus, judge_disk,
-                                      judge_gpus, judge_memory, judge_ports, judge_python, judge_script,
+                                      judge_exposure, judge_gpus, judge_memory, judge_ports, judge_python, judge_script,
                                       judge_versions, version_diff)
 from adrun.launch.nodes.ssh import explain_failure
 from adrun.spec import Node
 
-HERE = {"python": "3.11.7", "tensorflow": "2.21.0", "adrun": "0.1.0", "executable": "/venv/bin/python"}
+HERE = {"python": "3.11.7", "tensorflow": "2.21.0", "keras": "3.15.1", "adrun": "0.1.0", "executable": "/venv/bin/python"}
 ADDR = "10.0.0.2"
 
 
@@ -47,11 +47,13 @@ def test_version_diff_missing_module_shows_import_error() -> None:
 
 
 def test_judge_versions_remedy_installs_launcher_versions() -> None:
-    there = HERE | {"tensorflow": "2.20.0", "adrun": "0.0.9", "executable": "/opt/py/bin/python"}
+    there = HERE | {"tensorflow": "2.20.0", "keras": "3.14.0", "adrun": "0.0.9", "executable": "/opt/py/bin/python"}
     result = judge_versions(HERE, there, ADDR)
     assert result.status == "fail"
-    assert result.detail == "tf 2.21.0 here, 2.20.0 on 10.0.0.2; adrun 0.1.0 here, 0.0.9 on 10.0.0.2"
+    assert result.detail == ("tf 2.21.0 here, 2.20.0 on 10.0.0.2; keras 3.15.1 here, 3.14.0 on 10.0.0.2; "
+                             "adrun 0.1.0 here, 0.0.9 on 10.0.0.2")
     assert result.remedy == ("on 10.0.0.2: pip install tensorflow==2.21.0 in /opt/py/bin/python; "
+                             "pip install keras==3.15.1 in /opt/py/bin/python; "
                              "pip install adrun==0.1.0 in /opt/py/bin/python")
     assert judge_versions(HERE, dict(HERE), ADDR).status == "pass"
 
@@ -126,6 +128,20 @@ def test_explain_failure(error: BaseException, check: str, words: str) -> None:
     assert why.check == check
     assert words in why.message
     assert why.remedy and "\n" not in why.remedy
+
+
+def test_exposure_says_whether_a_job_s_ports_would_be_open_and_what_to_do() -> None:
+    closed = judge_exposure(None, ADDR)
+    assert closed.status == "pass" and closed.detail == "task ports closed to other hosts (nftables)"
+    problem = "nft: Operation not permitted (you must be root) (adrun runs as uid 1000: packet-filter rules need root)"
+    open_ = judge_exposure(problem, ADDR)
+    assert open_.status == "fail"
+    assert open_.detail.startswith(f"a job's TensorFlow servers on {ADDR} would accept connections from any host")
+    assert problem in open_.detail
+    assert f"as root on {ADDR} with nftables installed" in open_.remedy and "--allow-exposed" in open_.remedy
+    report = CheckReport([NodeReport(ADDR, False, {name: CheckResult("pass", "ok") for name in CHECKS} | {
+        "exposure": open_})])
+    assert json.loads(report.to_json())["nodes"][0]["checks"]["exposure"]["status"] == "fail" and report.exit_code == 1
 
 
 # -- report ---------------------------------------------------------------------------------------

@@ -138,7 +138,8 @@ def test_every_task_is_told_the_jobs_settings_and_neither_the_launchers_nor_the_
                              launcher, [], node_env)
     for env in (local, remote):
         assert {k: env.get(k) for k in SETTING_VARS} == {
-            "ADRUN_SHARD_DATA": None, "ADRUN_MAX_STEPS": "3", "ADRUN_INIT_TIMEOUT": "20", "ADRUN_OP_TIMEOUT": None}
+            "ADRUN_SHARD_DATA": None, "ADRUN_MAX_STEPS": "3", "ADRUN_INIT_TIMEOUT": "20", "ADRUN_OP_TIMEOUT": None,
+            "ADRUN_ALLOW_UNTESTED_VERSIONS": None}
         assert env["ADRUN_OWN_SCRIPT_FLAG"] == "x"  # an ADRUN_* name adrun does not know passes through
 
 

@@ -65,7 +65,9 @@ class PreparingLink:
 
     def helper(self, mode: str, args: dict, timeout: float = 0) -> dict:
         assert mode == "prepare" and args["ports"] == {"base": None, "count": 1}
-        return {"ports": [self.port], "hashes": {path: None for path in args["files"]}, "net": {"sent": 0, "recv": 0}}
+        assert [args["private_dir"]] == [posixpath.dirname(path) for path in args["files"]]  # made private there
+        return {"ports": [self.port], "hashes": {path: None for path in args["files"]}, "private_dir": None,
+                "net": {"sent": 0, "recv": 0}}
 
     def put(self, local: Path, remote: str) -> None:
         self.sent.append(remote)

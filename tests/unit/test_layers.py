@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LAYERS = [
     ("core", 0, [  # shared data and names, no TensorFlow, nothing of adrun's stages
         "adrun", "adrun.defaults", "adrun.errors", "adrun.exit_codes", "adrun.env_vars", "adrun.model_io",
-        "adrun.spec", "adrun.graph_item", "adrun.home", "adrun.job_state", "adrun.task_events", "adrun.str_enum",
+        "adrun.spec", "adrun.graph_item", "adrun.job_state", "adrun.task_events", "adrun.str_enum",
         "adrun.placement",
         "adrun.profile_samples",
     ]),
@@ -28,6 +28,7 @@ LAYERS = [
     ("launch", 3, ["adrun.launch", "adrun.launch."]),  # starting, supervising, stopping tasks; returns data
     ("runtime", 3, ["adrun.runtime", "adrun.runtime.", "adrun.hook."]),  # inside every task
     ("services", 4, [  # the launching machine's work the commands compose; shows nothing
+        "adrun.home",  # private directories through the node tools launch/ ships to every node
         "adrun.capture_run", "adrun.records", "adrun.records.", "adrun.jobs", "adrun.jobs.registry",
         "adrun.jobs.control", "adrun.jobs.logs", "adrun.profile", "adrun.profile.run", "adrun.profile.report",
     ]),

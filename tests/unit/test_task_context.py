@@ -36,6 +36,7 @@ EVERY_VARIABLE = {
     "ADRUN_MAX_STEPS": "5",
     "ADRUN_INIT_TIMEOUT": "30",
     "ADRUN_OP_TIMEOUT": "2.5",
+    "ADRUN_ALLOW_UNTESTED_VERSIONS": "1",
 }
 
 
@@ -45,7 +46,8 @@ def test_every_variable_of_the_contract_and_every_setting_is_read():
         mode="profile", role="worker", task_index=1, num_workers=2, job_id="job-7", cluster=CLUSTER,
         strategy_file="/runs/job-7/strategy.yml", capture_out="/tmp/found.json", profile_warmup=1, profile_steps=20,
         scratch_dir="/tmp/scratch", restart_count=3,
-        settings=Settings(shard_data=True, max_steps=5, init_timeout_s=30.0, op_timeout_s=2.5),
+        settings=Settings(shard_data=True, max_steps=5, init_timeout_s=30.0, op_timeout_s=2.5,
+                          allow_untested_versions=True),
     )
 
 
@@ -90,6 +92,7 @@ def test_text_given_for_an_enum_field_is_held_as_the_enum():
     ("ADRUN_MAX_STEPS", "0"),
     ("ADRUN_INIT_TIMEOUT", "soon"),
     ("ADRUN_OP_TIMEOUT", "-1"),
+    ("ADRUN_ALLOW_UNTESTED_VERSIONS", "yes"),
 ])
 def test_a_bad_value_is_refused_with_the_variables_name(name, value):
     with pytest.raises(UserError, match=f"^{name}='{re.escape(value)}': expected "):

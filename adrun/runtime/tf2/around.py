@@ -1,0 +1,48 @@
+"""What surrounds a TF2-mode run, as post-import installers the hook runs in a run-mode task:
+chief-only writes (chief_only.py), `--shard-data` for `fit` (input_sharding.py) and the check that
+each private module adrun patches still has what it needs (versions.py).
+
+`AROUND_PATCHES` maps a module name to its installer, run right after the script's import of that
+module. Each installer first checks the module's private attributes (one clear error instead of an
+AttributeError deep in a trace), then installs what the task needs; a module the TF2 core patches
+too (the optimizers) appears here with its check alone, to be run before the core's patch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from adrun.runtime.context import TaskContext
+from adrun.runtime.tf2 import chief_only, input_sharding
+from adrun.runtime.tf2.versions import PRIVATE_API, check_module, check_versions
+
+__all__ = ["AROUND_PATCHES", "check_versions"]
+
+
+_installed: set[str] = set()
+
+
+def _checked(module_name: str, installs: list[Callable[[TaskContext], None]]) -> Callable[[TaskContext], None]:
+    """Check, then install, once per process: a second wrapper would shard the input twice."""
+    def installer(ctx: TaskContext) -> None:
+        if module_name in _installed:
+            return
+        _installed.add(module_name)
+        if module_name in PRIVATE_API:
+            check_module(module_name)
+        for install in installs:
+            install(ctx)
+    return installer
+
+
+def _patches() -> dict[str, Callable[[TaskContext], None]]:
+    # TensorFlow's modules are checked by check_versions(); the Keras ones when they are imported
+    by_module: dict[str, list[Callable[[TaskContext], None]]] = {
+        name: [] for name in PRIVATE_API if not name.startswith("tensorflow.")}
+    for patches in (chief_only.PATCHES, input_sharding.PATCHES):
+        for module_name, install in patches.items():
+            by_module.setdefault(module_name, []).append(install)
+    return {name: _checked(name, installs) for name, installs in by_module.items()}
+
+
+AROUND_PATCHES: dict[str, Callable[[TaskContext], None]] = _patches()
