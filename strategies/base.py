@@ -99,8 +99,9 @@ class StrategyBuilder(ABC):
         decisions = [
             d if isinstance(d, Decision) else Decision(sync=d) for d in self.plan(variables, spec)
         ]
-        return Strategy(
+        return validate(Strategy, dict(
             version=1,
+            kind=graph_item.kind,
             builder=type(self).__name__,
             # Unset options (None = "derive from the spec") are left out: the document holds only
             # what was asked; what was derived is visible in the variables.
@@ -116,7 +117,7 @@ class StrategyBuilder(ABC):
                 for v, d in zip(variables, decisions, strict=True)
             ],
             replica_devices=spec.replica_devices(),
-        )
+        ), f"{type(self).__name__}'s plan")
 
     @abstractmethod
     def plan(self, variables: list[VariableInfo], spec: ClusterSpec) -> Sequence[Sync | Decision]:

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from adrun.strategies.document import Strategy
 
 
-def plan_script(strategy: str, options: dict[str, str], script: Path, script_args: list[str], spec: ClusterSpec,
+def plan_script(strategy: str | None, options: dict[str, str], script: Path, script_args: list[str], spec: ClusterSpec,
                 job_id: str, *, remote: RemoteNodes, records: Records | None,
                 measure_network: bool) -> tuple[GraphItem, Strategy]:
     """Capture the script's graph and turn it into a Strategy for this cluster.
@@ -23,7 +23,7 @@ def plan_script(strategy: str, options: dict[str, str], script: Path, script_arg
     Everything that can be checked without the script (builder name and options, the document)
     is checked before the capture, which takes seconds. Auto profiles the script instead (the
     profile holds the captured graph) and plans with the records and the network facts
-    (adrun/auto_plan.py).
+    (adrun/auto_plan.py). No `strategy`: the default builder for the script's kind (`default_builder`).
     """
     from adrun import ui
     from adrun.capture_run import capture_graph
@@ -37,7 +37,7 @@ def plan_script(strategy: str, options: dict[str, str], script: Path, script_arg
         auto = plan_automatically(script, script_args, spec, remote, records, auto_options(options), job_id,
                                   measure_network=measure_network)
         return auto.profile.graph, auto.plan
-    if _names_document(strategy):
+    if strategy is not None and _names_document(strategy):
         if options:
             raise UserError("--strategy-opt applies to a builder name, not to a strategy document")
         plan = load_strategy(Path(strategy))
@@ -45,10 +45,20 @@ def plan_script(strategy: str, options: dict[str, str], script: Path, script_arg
         item = capture_graph(script, script_args, spec.num_workers, job_id)
         check_matches(plan, item, spec, source=strategy)
         return item, plan
-    builder = configured_builder(strategy, options)
+    builder = configured_builder(strategy, options) if strategy is not None else None
     ui.print_status(f"capturing the graph of {script} ...")
     item = capture_graph(script, script_args, spec.num_workers, job_id)
+    if builder is None:
+        builder = configured_builder(default_builder(item), options)
     return item, builder.build(item, spec)
+
+
+# --- the default builder by script kind (tf2core) ---
+def default_builder(item: GraphItem) -> str:
+    """What a script gets without --strategy: PSLoadBalancing for graph mode; AllReduce for TF2
+    scripts, since TF2 mode synchronizes by collectives only (strategies/document.py, TF2_NO_PS)."""
+    return "AllReduce" if item.kind == "tf2" else "PSLoadBalancing"
+# --- end of the default builder by script kind ---
 
 
 def _names_document(strategy: str) -> bool:

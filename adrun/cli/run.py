@@ -44,7 +44,6 @@ if TYPE_CHECKING:
     from adrun.spec import ClusterSpec
     from adrun.strategies.document import Strategy
 
-DEFAULT_STRATEGY = "PSLoadBalancing"
 MAX_RESTARTS = 1000  # a bound that catches a typo (--max-restarts 10000000) rather than a real need
 MAX_BACKOFF_S = 86400.0
 
@@ -53,7 +52,7 @@ MAX_BACKOFF_S = 86400.0
 class RunOptions:
     """What `adrun run` was asked to do, checked, as the stages after parsing need it."""
 
-    strategy: str  # a builder name or a strategy document's path
+    strategy: str | None  # a builder name or a strategy document's path; None: the default for the script's kind
     strategy_options: dict[str, str]
     script: Path
     script_args: list[str]
@@ -73,7 +72,8 @@ class RunOptions:
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @spec_option
-@click.option("--strategy", default=DEFAULT_STRATEGY, show_default=True, metavar="NAME|FILE", help="Builder name (Auto: chosen per variable by the cost model) or a strategy document (.yml).")
+@click.option("--strategy", metavar="NAME|FILE", help="Builder name (Auto: chosen per variable by the cost model) or a "
+              "strategy document (.yml). Default: PSLoadBalancing for graph-mode scripts, AllReduce for TF2 scripts.")
 @click.option("--strategy-opt", "strategy_opts", multiple=True, metavar="KEY=VALUE", help="Builder option; repeatable.")
 @click.option("--quiet", is_flag=True, help="Do not print the processes' output (summary and errors only).")
 @click.option("--verbose", is_flag=True,
@@ -104,7 +104,7 @@ class RunOptions:
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @user_errors
-def run(spec_path: str | None, strategy: str, strategy_opts: tuple[str, ...], quiet: bool, verbose: bool,
+def run(spec_path: str | None, strategy: str | None, strategy_opts: tuple[str, ...], quiet: bool, verbose: bool,
         log_dir: str | None, dry_run: bool, shard_data: bool, job_id: str | None, sync_code: bool,
         stall_timeout: float, on_stall: Literal["warn", "fail"], max_restarts: int, restart_backoff: float,
         result_json: str | None, max_steps: int | None, records_option: str | None, no_record: bool,

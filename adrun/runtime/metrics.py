@@ -108,12 +108,19 @@ class StepReporter:
         self._step_began = None
 
     def after_step(self, graph: tf.Graph, feed_dict: dict | None, examples: int | None = None) -> None:
+        if not self._examples_read:
+            examples = examples or examples_in_feed(feed_dict) or static_batch_size(graph)
+        self.step_done(examples, records_for(graph).wire_bytes_per_step)
+
+    def step_done(self, examples: int | None, wire_bytes: int) -> None:
+        """A training step ended (graph mode: `after_step`; TF2 mode: an outermost optimizer
+        apply, adrun/runtime/tf2/sync.py); `examples` is read at the first step only."""
         self._step_began = None
         self.steps += 1
         self._start_reporting()
-        self.wire_bytes = records_for(graph).wire_bytes_per_step
+        self.wire_bytes = wire_bytes
         if not self._examples_read:
-            self.examples = examples or examples_in_feed(feed_dict) or static_batch_size(graph)
+            self.examples = examples
             self._examples_read = True
         if self.steps == self.max_steps:
             self.end_worker()
