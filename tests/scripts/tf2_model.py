@@ -28,6 +28,7 @@ parser.add_argument("--data", choices=["same", "per-worker"], default="same")
 parser.add_argument("--skew-seed", action="store_true", help="worker 1 initializes from another seed")
 parser.add_argument("--reference", type=int, default=0, help="one process, the mean step of N workers")
 parser.add_argument("--epochs", type=int, default=2)
+parser.add_argument("--worker1-epochs", type=int, help="worker 1 trains this many epochs instead")
 parser.add_argument("--out", required=True)
 args = parser.parse_args()
 
@@ -74,6 +75,8 @@ elif args.data == "per-worker":
 else:
     batch = BATCH
 
+if worker == 1 and args.worker1_epochs is not None:
+    args.epochs = args.worker1_epochs
 seed = 7 if args.skew_seed and worker == 1 and not args.reference else 1
 keras.utils.set_random_seed(seed)
 if args.kind == "mixed-fp16":

@@ -40,7 +40,10 @@ def _run_hook():
         timeout_s = ctx.settings.op_timeout_s
         keys = None
         if ctx.num_workers > 1:
+            from adrun.runtime.tf2.peers import report_collective_failures
+
             start_collectives(ctx)
+            report_collective_failures(ctx.task_index)
             keys = RuntimeKeys()
             scope = tf.variable_creator_scope(Broadcaster(ctx.task_index, ctx.num_workers, timeout_s))
             scope.__enter__()
