@@ -19,9 +19,9 @@ from tests.tf2_oracle import SCRIPT, max_difference, plain, weights
 pytestmark = pytest.mark.timeout(300)
 
 
-def dry_run(tmp_path: Path, kind: str, *args: str):
+def dry_run(tmp_path: Path, kind: str, *args: str, epochs: int = 100_000):
     out = tmp_path / "out"
-    result = run_adrun("--dry-run", *args, SCRIPT, "--kind", kind, "--out", str(out), "--epochs", "100000")
+    result = run_adrun("--dry-run", *args, SCRIPT, "--kind", kind, "--out", str(out), "--epochs", str(epochs))
     return result, out
 
 
@@ -67,7 +67,7 @@ def test_parameter_servers_are_refused_for_tf2_when_planned(tmp_path: Path) -> N
 
 
 def test_script_updating_variables_by_hand_is_refused(tmp_path: Path) -> None:
-    result, _ = dry_run(tmp_path, "by-hand")
+    result, _ = dry_run(tmp_path, "by-hand", epochs=2)
     assert result.returncode == 2, result.output
     [line] = [line for line in result.stderr.splitlines() if line.startswith("adrun: error: ")]
     assert "ran to its end without an optimizer apply: it created 1 variable(s) (Variable)" in line, line
