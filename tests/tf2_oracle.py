@@ -45,10 +45,12 @@ def plain(kind: str, out: Path, *args: str, env: dict[str, str] | None = None) -
     return out
 
 
-def adrun_fit(tmp_path: Path, kind: str, workers: int, *args: str, ps: int = 0) -> tuple[AdrunResult, Path]:
+def adrun_fit(tmp_path: Path, kind: str, workers: int, *args: str, ps: int = 0,
+              strategy: tuple[str, ...] = ()) -> tuple[AdrunResult, Path]:
+    """Train under adrun (`strategy`: its --strategy options; default: TF2's default plan)."""
     out = tmp_path / "out"
     spec = write_spec(tmp_path / f"cluster-{workers}w{ps}ps.yml", workers, ps)
-    result = run_adrun("--spec", str(spec), "--quiet", SCRIPT, "--kind", kind, "--out", str(out), *args,
+    result = run_adrun("--spec", str(spec), "--quiet", *strategy, SCRIPT, "--kind", kind, "--out", str(out), *args,
                        env=kind_env(kind))
     assert result.returncode == 0, result.output
     assert leftover_processes(result.job_id) == []
