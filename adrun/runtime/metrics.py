@@ -16,7 +16,7 @@ from adrun.launch.job.metrics import format_metric_line
 from adrun.runtime.capture import static_batch_size
 from adrun.runtime.grads import records_for
 
-_EMIT_INTERVAL_S = 0.5
+EMIT_INTERVAL_S = 0.5
 WAITING_AFTER_S = 2.0  # a step running this long is reported as waiting (a normal step is far shorter)
 
 
@@ -103,6 +103,11 @@ class StepReporter:
         self._step_began, self._waiting_reported = (time.monotonic(), time.time()), False
         self._start_reporting()
 
+    @property
+    def in_step(self) -> bool:
+        """Whether a training step has begun and not ended."""
+        return self._step_began is not None
+
     def step_failed(self) -> None:
         """The step raised (the script may catch it, e.g. an input's OutOfRangeError)."""
         self._step_began = None
@@ -125,7 +130,7 @@ class StepReporter:
         if self.steps == self.max_steps:
             self.end_worker()
         now = time.monotonic()
-        if now - self._last_emit >= _EMIT_INTERVAL_S:
+        if now - self._last_emit >= EMIT_INTERVAL_S:
             self.emit(now)
 
     def end_worker(self) -> None:
@@ -157,7 +162,7 @@ class StepReporter:
         launcher with the count from before the burst, and its stall message with a wrong step.
         Also report a step that has been running for WAITING_AFTER_S."""
         while True:
-            time.sleep(_EMIT_INTERVAL_S)
+            time.sleep(EMIT_INTERVAL_S)
             if self.steps != self._emitted:
                 self.emit()
             began = self._step_began

@@ -34,6 +34,7 @@ def _run_hook():
         from adrun.runtime.tf2.collective_runtime import start_collectives
         from adrun.runtime.tf2.keys import RuntimeKeys
         from adrun.runtime.tf2.reduction import TF2Collectives
+        from adrun.runtime.tf2.steps import StepCounters
         from adrun.runtime.tf2.sync import SynchronizedApply
 
         ctx = current()
@@ -49,7 +50,7 @@ def _run_hook():
             scope.__enter__()
             _scopes.append(scope)
         collectives = TF2Collectives(ctx.num_workers, timeout_s=timeout_s, keys=keys)
-        _hook = SynchronizedApply(ctx, collectives, StepReporter(ctx.settings.max_steps))
+        _hook = SynchronizedApply(ctx, collectives, StepCounters(StepReporter(ctx.settings.max_steps)))
     return _hook
 
 

@@ -2,9 +2,8 @@
 
 The reduction comes before the optimizer sees the gradients, so clipping, loss-scale unscaling and
 its finite check, weight decay and gradient accumulation all work on the mean, identically on every
-worker. Each apply is also one training step for the launcher's metrics (`StepReporter`): inside a
-`tf.function` through a `py_function` at the step's start and one after its collectives, so steps
-are counted when they run, not when they are traced.
+worker. Each apply is also one training step for the launcher's metrics (`steps.py`), counted in the
+graph when it runs, not when it is traced.
 """
 
 from __future__ import annotations
@@ -17,9 +16,9 @@ import tensorflow as tf
 
 from adrun.exit_codes import ERROR_PREFIX, PLAN_MISMATCH_EXIT_CODE
 from adrun.runtime.context import TaskContext
-from adrun.runtime.metrics import StepReporter
 from adrun.runtime.tf2.optimizer_hooks import VariableNames, is_sparse
 from adrun.runtime.tf2.reduction import TF2Collectives, mean_gradients
+from adrun.runtime.tf2.steps import StepCounters
 from adrun.strategies.document import VariablePlan
 
 
@@ -32,11 +31,11 @@ def refuse(message: str) -> None:
 
 
 class SynchronizedApply:
-    def __init__(self, ctx: TaskContext, collectives: TF2Collectives, reporter: StepReporter) -> None:
+    def __init__(self, ctx: TaskContext, collectives: TF2Collectives, steps: StepCounters) -> None:
         self._ctx = ctx
         self._plans = {v.name: v for v in ctx.strategy.variables}
         self._collectives = collectives
-        self._reporter = reporter
+        self._steps = steps
         self._names = VariableNames()
         self._wire_bytes: dict[int, int] = {}  # per optimizer: dense bytes its apply hands the collectives
 
@@ -45,37 +44,21 @@ class SynchronizedApply:
                    if grad is not None]
         if not planned:
             return grads
-        started = self._at_run(self._reporter.before_step)
-        if started is not None:
-            with tf.control_dependencies([started]):
-                planned = [(i, plan, _after(grad)) for i, plan, grad in planned]
+        with tf.control_dependencies([self._steps.started()]):
+            planned = [(i, plan, _after(grad)) for i, plan, grad in planned]
         self._collectives.wire_bytes = 0
         means = mean_gradients(self._collectives, [(plan, grad) for _, plan, grad in planned])
         self._wire_bytes[id(optimizer)] = self._collectives.wire_bytes
+        self._steps.wire_bytes = sum(self._wire_bytes.values())
         out = list(grads)
         for (i, _, _), mean in zip(planned, means):
             out[i] = mean
-        wire_bytes = sum(self._wire_bytes.values())
-        done = [_value(m) for m in means]
-        with tf.control_dependencies(done if not tf.executing_eagerly() else None):
-            self._at_run(lambda: self._reporter.step_done(None, wire_bytes))
+        with tf.control_dependencies([_value(m) for m in means]):
+            self._steps.done(None if tf.executing_eagerly() else _examples())
         return out
 
     def after(self, optimizer: Any) -> None:
         pass
-
-    @staticmethod
-    def _at_run(callback) -> tf.Tensor | None:
-        """Call `callback` when this part of the step runs: now if eager, else from the graph."""
-        if tf.executing_eagerly():
-            callback()
-            return None
-
-        def run() -> int:
-            callback()
-            return 0
-
-        return tf.py_function(run, [], tf.int32)
 
     def _plan(self, var: Any, grad: Any) -> VariablePlan:
         name = self._names(var)
@@ -93,6 +76,16 @@ class SynchronizedApply:
             refuse(f"worker {self._ctx.task_index}: '{name}' is not as planned: {', '.join(changed)}. "
                    "Plan again for this script.")
         return plan
+
+
+def _examples() -> tf.Tensor | None:
+    """The batch size of the function being traced: the leading size of its first argument with
+    one (Keras's train step and a custom loop's step take the batch first); None if it has none."""
+    graph = tf.compat.v1.get_default_graph()
+    for t in getattr(graph, "inputs", []):
+        if t.dtype not in (tf.resource, tf.variant) and t.shape.rank:
+            return tf.shape(t, out_type=tf.int32)[0]
+    return None
 
 
 def _after(grad: Any) -> Any:
