@@ -67,8 +67,6 @@ class CaptureAtApply:
             tf.py_function(self._finish_from_graph, [], tf.int32)
         return grads
 
-    def after(self, optimizer: Any) -> None:
-        pass
 
     def _finish_from_graph(self) -> int:
         self.finish()

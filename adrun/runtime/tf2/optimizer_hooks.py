@@ -23,9 +23,6 @@ class ApplyHook(Protocol):
     def before(self, optimizer: Any, grads: list, variables: list) -> list:
         """The gradients the optimizer applies instead of `grads` (same order, None kept)."""
 
-    def after(self, optimizer: Any) -> None:
-        """The outermost apply has been built (traced) or run (eagerly)."""
-
 
 def _outermost(original: Callable, hook: ApplyHook, split: Callable, join: Callable) -> Callable:
     """`original` with the hook around its outermost call; `split(args, kwargs)` gives
@@ -39,9 +36,7 @@ def _outermost(original: Callable, hook: ApplyHook, split: Callable, join: Calla
         try:
             grads, variables = split(self, args, kwargs)
             args, kwargs = join(args, kwargs, hook.before(self, grads, variables), variables)
-            result = original(self, *args, **kwargs)
-            hook.after(self)
-            return result
+            return original(self, *args, **kwargs)
         finally:
             _local.depth = 0
 
@@ -133,12 +128,6 @@ class _eager_only:
         if not ops.executing_eagerly_outside_functions():
             return grads
         return self._hook.before(optimizer, grads, variables)
-
-    def after(self, optimizer: Any) -> None:
-        from tensorflow.python.framework import ops
-
-        if ops.executing_eagerly_outside_functions():
-            self._hook.after(optimizer)
 
 
 class VariableNames:

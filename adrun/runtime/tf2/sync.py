@@ -45,7 +45,7 @@ class SynchronizedApply:
         if not planned:
             return grads
         with tf.control_dependencies([self._steps.started()]):
-            planned = [(i, plan, _after(grad)) for i, plan, grad in planned]
+            planned = [(i, plan, _ordered(grad)) for i, plan, grad in planned]
         self._collectives.wire_bytes = 0
         means = mean_gradients(self._collectives, [(plan, grad) for _, plan, grad in planned])
         self._wire_bytes[id(optimizer)] = self._collectives.wire_bytes
@@ -56,9 +56,6 @@ class SynchronizedApply:
         with tf.control_dependencies([_value(m) for m in means]):
             self._steps.done(None if tf.executing_eagerly() else _examples())
         return out
-
-    def after(self, optimizer: Any) -> None:
-        pass
 
     def _plan(self, var: Any, grad: Any) -> VariablePlan:
         name = self._names(var)
@@ -88,7 +85,8 @@ def _examples() -> tf.Tensor | None:
     return None
 
 
-def _after(grad: Any) -> Any:
+def _ordered(grad: Any) -> Any:
+    """`grad` read again under the caller's control dependencies."""
     if isinstance(grad, tf.IndexedSlices):
         return tf.IndexedSlices(tf.identity(grad.values), tf.identity(grad.indices), grad.dense_shape)
     return tf.identity(grad)
