@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from adrun.capture_run import capture_graph
 from adrun.launch.job.plan import HOOK_DIR
 from adrun.launch.job.teardown import leftover_processes
 from adrun.strategies.document import load_strategy
@@ -49,13 +50,16 @@ def test_capture_stops_at_the_first_apply(tmp_path: Path, kind: str, sparse: set
     assert leftover_processes(result.job_id) == []
 
 
-@pytest.mark.full
 def test_capture_of_two_optimizers_in_one_step(tmp_path: Path) -> None:
     """A GAN's train_step applies two optimizers: the capture waits for both (its traced step's
-    first run), so the plan has the generator's and the critic's variables."""
-    result, _ = dry_run(tmp_path, "gan")
-    assert result.returncode == 0, result.output
-    assert [v.shape for v in load_strategy(planned(result)).variables] == [[4, 1], [1], [8, 4], [4]]
+    first run), so the GraphItem has the generator's and the critic's variables, both optimizers
+    and the per-worker batch size."""
+    item = capture_graph(Path(SCRIPT), ["--kind", "gan", "--out", str(tmp_path / "out"), "--epochs", "100000"],
+                         2, "capture-gan")
+    assert (item.kind, item.optimizer, item.batch_size) == ("tf2", "Adam, SGD", 8)
+    assert [v.shape for v in item.variables] == [[4, 1], [1], [8, 4], [4]]
+    assert {v.grad for v in item.variables} == {"dense"}
+    assert not (tmp_path / "out" / "epochs.txt").exists()
 
 
 def test_parameter_servers_are_refused_for_tf2_when_planned(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from adrun.exit_codes import ERROR_PREFIX, HOOK_DONE_EXIT_CODE, PLAN_MISMATCH_EXIT_CODE
 from adrun.graph_item import GraphItem, VariableInfo, save_graph_item
-from adrun.runtime.tf2.optimizer_hooks import VariableNames, is_sparse
+from adrun.runtime.tf2.optimizer_hooks import VariableNames, is_sparse, traced_batch_size
 
 NO_APPLY = (
     "adrun synchronizes a TF2 script at its optimizer's apply (model.fit, optimizer.apply_gradients or "
@@ -64,17 +64,19 @@ class CaptureAtApply:
                 trainable=True, grad="sparse" if is_sparse(grad) else "dense",
             ))
         if not tf.executing_eagerly():
-            tf.py_function(self._finish_from_graph, [], tf.int32)
+            batch = traced_batch_size()
+            tf.py_function(self._finish_from_graph, [batch if batch is not None else tf.constant(0)], tf.int32)
         return grads
 
 
-    def _finish_from_graph(self) -> int:
-        self.finish()
+    def _finish_from_graph(self, batch: tf.Tensor) -> int:
+        self.finish(int(batch) or None)
         return 0
 
-    def finish(self) -> None:
+    def finish(self, batch_size: int | None = None) -> None:
         """Write the GraphItem and end the process (capture's usual end: exit code 0)."""
-        item = GraphItem(kind="tf2", variables=list(self._variables.values()), optimizer=", ".join(self._optimizers))
+        item = GraphItem(kind="tf2", variables=list(self._variables.values()), optimizer=", ".join(self._optimizers),
+                         batch_size=batch_size)
         save_graph_item(item, self._out)
         _end(HOOK_DONE_EXIT_CODE)
 

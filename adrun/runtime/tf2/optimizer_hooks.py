@@ -159,3 +159,15 @@ def is_sparse(grad: Any) -> bool:
     import tensorflow as tf
 
     return isinstance(grad, tf.IndexedSlices)
+
+
+def traced_batch_size():  # -> tf.Tensor | None
+    """The batch size of the function being traced: the leading size of its first argument with
+    one (Keras's train step and a custom loop's step take the batch first); None if it has none."""
+    import tensorflow as tf
+
+    graph = tf.compat.v1.get_default_graph()
+    for t in getattr(graph, "inputs", []):
+        if t.dtype not in (tf.resource, tf.variant) and t.shape.rank:
+            return tf.shape(t, out_type=tf.int32)[0]
+    return None

@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from adrun.exit_codes import ERROR_PREFIX, PLAN_MISMATCH_EXIT_CODE
 from adrun.runtime.context import TaskContext
-from adrun.runtime.tf2.optimizer_hooks import VariableNames, is_sparse
+from adrun.runtime.tf2.optimizer_hooks import VariableNames, is_sparse, traced_batch_size
 from adrun.runtime.tf2.reduction import TF2Collectives, mean_gradients
 from adrun.runtime.tf2.steps import StepCounters
 from adrun.strategies.document import VariablePlan
@@ -54,7 +54,7 @@ class SynchronizedApply:
         for (i, _, _), mean in zip(planned, means):
             out[i] = mean
         with tf.control_dependencies([_value(m) for m in means]):
-            self._steps.done(None if tf.executing_eagerly() else _examples())
+            self._steps.done(None if tf.executing_eagerly() else traced_batch_size())
         return out
 
     def _plan(self, var: Any, grad: Any) -> VariablePlan:
@@ -73,16 +73,6 @@ class SynchronizedApply:
             refuse(f"worker {self._ctx.task_index}: '{name}' is not as planned: {', '.join(changed)}. "
                    "Plan again for this script.")
         return plan
-
-
-def _examples() -> tf.Tensor | None:
-    """The batch size of the function being traced: the leading size of its first argument with
-    one (Keras's train step and a custom loop's step take the batch first); None if it has none."""
-    graph = tf.compat.v1.get_default_graph()
-    for t in getattr(graph, "inputs", []):
-        if t.dtype not in (tf.resource, tf.variant) and t.shape.rank:
-            return tf.shape(t, out_type=tf.int32)[0]
-    return None
 
 
 def _ordered(grad: Any) -> Any:
