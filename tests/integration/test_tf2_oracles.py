@@ -83,3 +83,16 @@ def test_compressors(tmp_path: Path, compressor: str, tolerance: float | None) -
     assert max_difference(found[0], found[1]) == 0.0
     if tolerance is not None:
         assert max_difference(found[0], expected) <= tolerance
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("kind", ["fit-sequential", "embed-adam"])
+def test_partitioned_allreduce(tmp_path: Path, kind: str) -> None:
+    """PartitionedAR: each gradient cut into the plan's shards, each reduced in its own group, and
+    joined again: still the mean gradient."""
+    expected = weights(plain(kind, tmp_path / "ref", "--data", "per-worker", "--reference", "2") / "reference.npz")
+    _, out = adrun_fit(tmp_path, kind, 2, "--data", "per-worker", strategy=(
+        "--strategy", "PartitionedAR", "--strategy-opt", "chunk_size=1"))
+    found = [weights(out / f"w{w}.npz") for w in range(2)]
+    assert max_difference(found[0], found[1]) == 0.0
+    assert max_difference(found[0], expected) <= TOLERANCE
