@@ -45,6 +45,7 @@ def test_capture_stops_at_the_first_apply(tmp_path: Path, kind: str, sparse: set
     assert not (out / "epochs.txt").exists(), "the capture trained a whole epoch"
     plan = load_strategy(planned(result))
     assert (plan.kind, plan.builder) == ("tf2", "AllReduce")
+    assert "strategy AllReduce (TF2 script): 2 workers, 1 PS" in result.output  # --dry-run prints the plan
     assert {v.name for v in plan.variables if v.grad == "sparse"} == sparse
     assert [v.shape for v in plan.variables if v.grad == "dense"][-2:] == [[4 if sparse else 16, 1], [1]]
     assert leftover_processes(result.job_id) == []
