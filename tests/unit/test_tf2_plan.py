@@ -11,7 +11,7 @@ from adrun.errors import UserError
 from adrun.graph_item import GraphItem, VariableInfo
 from adrun.spec import default_local_spec
 from adrun.strategies import build_strategy
-from adrun.strategies.document import strategy_to_yaml
+from adrun.strategies.document import load_strategy, strategy_to_yaml
 
 VARIABLES = [VariableInfo(name="model/dense/kernel", shape=[8, 16], dtype="float32", trainable=True, grad="dense"),
              VariableInfo(name="model/embedding", shape=[50, 4], dtype="float32", trainable=True, grad="sparse")]
@@ -52,3 +52,12 @@ def test_parameter_servers_are_refused_for_tf2(builder: str) -> None:
 
 def test_graph_plans_keep_parameter_servers() -> None:
     assert build_strategy("PS", item("graph"), default_local_spec()).uses_ps
+
+
+def test_in_graph_replicas_are_refused_for_tf2(tmp_path) -> None:
+    plan = build_strategy("AllReduce", item("tf2"), default_local_spec()).model_dump(mode="json")
+    plan["replica_devices"] = [["CPU:0", "CPU:1"]] * plan["num_workers"]
+    path = tmp_path / "plan.yml"
+    path.write_text(yaml.safe_dump(plan))
+    with pytest.raises(UserError, match=r"replica_devices\[0\]: 2 in-graph replicas: a TF2 script runs one replica"):
+        load_strategy(path)
