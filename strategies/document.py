@@ -81,17 +81,11 @@ Synchronizer = Annotated[PSSync | AllReduceSync, Field(discriminator="kind")]
 TF2_NO_PS = ("TF2 scripts are synchronized by collective all-reduce, and TensorFlow cannot use parameter "
              "servers in the same process (\"Cannot enable remote execution as well as collective ops at the "
              "moment\"); use AllReduce or PartitionedAR")
-# Compressors TF2 mode runs (adrun/runtime/tf2/reduction.py).
-TF2_COMPRESSORS = ("none", "fp16", "fp16-ef", "powersgd")
-
-
 def tf2_refusals(sync: PSSync | AllReduceSync) -> list[tuple[str, str]]:
-    """(field, reason) for each part of `sync` TF2 mode cannot run; empty when it can."""
+    """(field, reason) for each part of `sync` TF2 mode cannot run (every all-reduce option runs,
+    compressors included: adrun/runtime/tf2/reduction.py); empty when it can."""
     if isinstance(sync, PSSync):
         return [("kind", f"a 'ps' synchronizer: {TF2_NO_PS}")]
-    if sync.compressor not in TF2_COMPRESSORS:
-        return [("compressor", f"compressor '{sync.compressor}' is not available to TF2 scripts "
-                 f"(available: {', '.join(TF2_COMPRESSORS)})")]
     return []
 
 
