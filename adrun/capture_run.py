@@ -63,8 +63,8 @@ def run_in_hook_mode(
 
     `profile_steps` are profile mode's warm-up and timed training steps; the script's scratch
     directory (ADRUN_SCRATCH_DIR) is an empty one deleted afterwards, with the output file. Raises
-    UserError when the script fails, is refused by adrun's hook, times out, or ends without a
-    Session (not graph mode). The process is stopped with its whole process group in any case.
+    UserError when the script fails, is refused by adrun's hook (a TF2 script that never applies an
+    optimizer, adrun/runtime/tf2/capture.py), times out, or ends having trained nothing adrun sees. The process is stopped with its whole process group in any case.
     """
     with tempfile.TemporaryDirectory(prefix=f"adrun-{mode}-") as tmp:
         out = Path(tmp) / "found.json"
@@ -96,9 +96,10 @@ def run_in_hook_mode(
                 f"{script}: {failed} (exit code {code}); last lines of its stderr:\n{_tail(stderr)}"
             )
         raise UserError(
-            f"{script}: finished without creating a tf.compat.v1.Session, so there is no graph to "
-            "distribute. adrun runs graph-mode scripts: call tf.compat.v1.disable_eager_execution() "
-            "and train with a tf.compat.v1.Session or MonitoredTrainingSession."
+            f"{script}: finished without creating a tf.compat.v1.Session or applying an optimizer, so there is "
+            "nothing to distribute. adrun runs graph-mode scripts (a tf.compat.v1.Session or "
+            "MonitoredTrainingSession) and TF2 scripts (Keras model.fit, optimizer.apply_gradients or apply; "
+            "adrun profile and --strategy Auto take graph-mode scripts only)."
         )
 
 
@@ -118,13 +119,15 @@ def capture_graph(
 ) -> GraphItem:
     """Run `script` as worker 0 until its graph is captured and return what the graph holds.
 
-    Raises UserError when the script fails, is refused by adrun's hook, never creates a Session
-    (not graph mode), or has nothing to train.
+    Raises UserError when the script fails, is refused by adrun's hook, neither creates a Session
+    (graph mode) nor applies an optimizer (TF2 mode, captured at its first apply), or has nothing
+    to train.
     """
     item = run_in_hook_mode(
         script, script_args, num_workers, job_id, Mode.CAPTURE, load_graph_item,
         failed="failed before adrun captured its graph",
-        too_slow=f"did not create a tf.compat.v1.Session within {CAPTURE_TIMEOUT_S} s while adrun captured its graph",
+        too_slow=f"neither created a tf.compat.v1.Session nor applied an optimizer within {CAPTURE_TIMEOUT_S} s "
+                 "while adrun captured its graph",
         python=python,
     )
     return require_training_op(script, item)

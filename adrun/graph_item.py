@@ -54,6 +54,10 @@ DType = Annotated[str, AfterValidator(_check_dtype)]
 # -1 marks a dimension whose size is unknown when the graph is built; a shape of unknown rank is [-1].
 Shape = list[Annotated[StrictInt, Field(ge=-1)]]
 GradKind = Literal["dense", "sparse"]
+# How the script trains, so every task knows which runtime to start at `import tensorflow`:
+# `graph` (a tf.compat.v1 Session runs the graph adrun rewrites) or `tf2` (eager TensorFlow, Keras 3
+# or tf_keras; adrun synchronizes at the optimizer's apply, adrun/runtime/tf2/).
+ScriptKind = Literal["graph", "tf2"]
 
 
 class VariableInfo(BaseModel):
@@ -85,6 +89,7 @@ class GraphItem(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     version: Literal[1] = 1
+    kind: ScriptKind = "graph"
     variables: list[VariableInfo]  # creation order
     optimizer: str | None = None  # class name, e.g. "GradientDescentOptimizer"
     global_step: str | None = None  # op name of the global step variable, if any
@@ -108,11 +113,11 @@ class GraphItem(BaseModel):
     def fingerprint(self) -> str:
         """Identity of the graph's state: sha256 over (name, shape, dtype, trainable, grad) of every
         variable in creation order. Workers compare it with the plan's to refuse a different graph.
-        `partition_blocker` is deliberately left out, so plans made before it existed stay valid."""
-        canonical = json.dumps(
-            [[v.name, v.shape, v.dtype, v.trainable, v.grad] for v in self.variables],
-            separators=(",", ":"),
-        )
+        `partition_blocker` is deliberately left out, so plans made before it existed stay valid.
+        A TF2 script's kind is part of it (a plan made for one runtime cannot drive the other);
+        a graph script's is not, so graph plans made before kinds existed stay valid."""
+        variables = [[v.name, v.shape, v.dtype, v.trainable, v.grad] for v in self.variables]
+        canonical = json.dumps(variables if self.kind == "graph" else [self.kind, variables], separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
     def trainable_with_grads(self) -> list[VariableInfo]:

@@ -181,7 +181,8 @@ def print_plan(plan: Strategy, item: GraphItem | None, spec: ClusterSpec | None)
     """
     sizes = {v.name: v.nbytes for v in item.variables} if item is not None else {}
     table = Table(
-        title=f"strategy {plan.builder}: {plan.num_workers} workers, {plan.num_ps} PS",
+        title=f"strategy {plan.builder}{' (TF2 script)' if plan.kind == 'tf2' else ''}: {plan.num_workers} workers, "
+              f"{plan.num_ps} PS",
         title_justify="left",
     )
     for name in ("variable", "shape", "dtype", "grad"):

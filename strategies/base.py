@@ -121,8 +121,9 @@ class StrategyBuilder(ABC):
 
     def document(self, facts: PlanningFacts, variables: Sequence[VariablePlan]) -> Strategy:
         """The Strategy of `variables`, made by this builder with its options, for `facts`' graph and cluster."""
-        return Strategy(
+        return validate(Strategy, dict(
             version=1,
+            kind=facts.graph.kind,
             builder=type(self).__name__,
             # Unset options (None = "derive from the spec") are left out: the document holds only
             # what was asked; what was derived is visible in the variables.
@@ -132,7 +133,7 @@ class StrategyBuilder(ABC):
             num_ps=facts.spec.num_ps,
             variables=list(variables),
             replica_devices=replica_devices(facts.spec),
-        )
+        ), f"{type(self).__name__}'s plan")
 
 
 class PerVariableBuilder(StrategyBuilder):

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
 from adrun.errors import UserError
-from adrun.graph_item import DType, GradKind, GraphItem, Shape
+from adrun.graph_item import DType, GradKind, GraphItem, ScriptKind, Shape
 from adrun.model_io import Loc, Problems, Version1, dump_yaml, load_yaml_model
 from adrun.spec import MAX_GPUS, MAX_REPLICAS, ClusterSpec
 
@@ -75,6 +75,18 @@ class AllReduceSync(BaseModel):
 
 
 Synchronizer = Annotated[PSSync | AllReduceSync, Field(discriminator="kind")]
+
+# Why TF2 mode cannot hold a variable on a parameter server: it synchronizes with collectives, and
+# TF 2.21 refuses remote (PS) devices in a process that runs collectives (eager/context.py).
+TF2_NO_PS = ("TF2 scripts are synchronized by collective all-reduce, and TensorFlow cannot use parameter "
+             "servers in the same process (\"Cannot enable remote execution as well as collective ops at the "
+             "moment\"); use AllReduce or PartitionedAR")
+def tf2_refusals(sync: PSSync | AllReduceSync) -> list[tuple[str, str]]:
+    """(field, reason) for each part of `sync` TF2 mode cannot run (every all-reduce option runs,
+    compressors included: adrun/runtime/tf2/reduction.py); empty when it can."""
+    if isinstance(sync, PSSync):
+        return [("kind", f"a 'ps' synchronizer: {TF2_NO_PS}")]
+    return []
 
 
 def low_rank_applies(shape: Sequence[int], rank: int) -> bool:
@@ -225,6 +237,7 @@ class Strategy(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     version: Version1
+    kind: ScriptKind = "graph"  # the script's runtime (GraphItem.kind): what every task starts at import
     builder: str = Field(min_length=1)
     options: dict[str, bool | int | float | str] = {}
     fingerprint: str = Field(min_length=1)
@@ -249,6 +262,25 @@ class Strategy(BaseModel):
                 findings.append((loc, f"a device is listed twice in {devices}"))
             elif len({d.split(":")[0] for d in devices}) > 1:
                 findings.append((loc, f"{devices} mixes CPU and GPU devices; a worker's replicas use one kind"))
+        if findings:
+            raise Problems(findings)
+        return self
+
+    @model_validator(mode="after")
+    def _check_tf2_runnable(self) -> Strategy:
+        """A TF2 script is synchronized by collectives at its optimizer's apply (adrun/runtime/tf2/):
+        refuse, when planned, what that cannot run, naming the variable and why."""
+        if self.kind != "tf2":
+            return self
+        findings: list[tuple[Loc, str]] = []
+        for i, var in enumerate(self.variables):
+            for loc, sync in var.located_synchronizers():
+                findings += [(("variables", i, *loc, field), f"'{var.name}': {why}")
+                             for field, why in tf2_refusals(sync)]
+        for i, devices in enumerate(self.replica_devices or []):
+            if len(devices) > 1:
+                findings.append((("replica_devices", i), f"{len(devices)} in-graph replicas: a TF2 script runs one "
+                                 "replica per worker process (give each GPU its own worker)"))
         if findings:
             raise Problems(findings)
         return self
@@ -297,6 +329,8 @@ def strategy_to_yaml(strategy: Strategy) -> str:
         "# edit synchronizers freely, but keep names, shapes and dtypes as captured.\n"
     )
     data = strategy.model_dump(mode="json")
+    if data["kind"] == "graph":  # the default: graph plans read as they did before kinds existed
+        del data["kind"]
     for var in data["variables"]:
         _drop_noise(var)
     return header + dump_yaml(data)

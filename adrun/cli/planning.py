@@ -44,8 +44,10 @@ class ChosenPlan:
 
 
 def default_builder(item: GraphItem) -> str:
-    """The builder a run uses when no `--strategy` is given, for the script captured as `item`."""
-    return DEFAULT_BUILDER
+    """The builder a run uses when no `--strategy` is given, for the script captured as `item`:
+    PSLoadBalancing for graph mode; AllReduce for TF2 scripts, since TF2 mode synchronizes by
+    collectives only (strategies/document.py, TF2_NO_PS)."""
+    return "AllReduce" if item.kind == "tf2" else DEFAULT_BUILDER
 
 
 def chosen_plan(strategy: str | None, options: dict[str, str]) -> ChosenPlan:
@@ -77,6 +79,7 @@ def plan_script(chosen: ChosenPlan, sources: FactSources) -> tuple[GraphItem, St
         return facts.graph, chosen.document
     builder = chosen.builder or configured_builder(default_builder(facts.graph), chosen.options)
     return facts.graph, builder.build(facts)
+
 
 
 def _names_document(strategy: str) -> bool:

@@ -34,7 +34,7 @@ from adrun.cli.options import (
     spec_option,
     user_errors,
 )
-from adrun.cli.planning import DEFAULT_BUILDER, chosen_plan, plan_script
+from adrun.cli.planning import chosen_plan, plan_script
 from adrun.defaults import RESTART_BACKOFF_S, STALL_TIMEOUT_S
 from adrun.errors import UserError
 
@@ -57,7 +57,7 @@ class RunOptions:
     what the command does around it."""
 
     job: JobConfig
-    strategy: str | None  # a builder name or a strategy document's path; None: the default builder
+    strategy: str | None  # a builder name or a strategy document's path; None: the default for the script's kind
     strategy_options: dict[str, str]
     dry_run: bool = False
     result_json: Path | None = None
@@ -66,9 +66,8 @@ class RunOptions:
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @spec_option
-@click.option("--strategy", metavar="NAME|FILE",
-              help="Builder name (Auto: chosen per variable by the cost model) or a strategy document (.yml).  "
-                   f"[default: {DEFAULT_BUILDER}]")
+@click.option("--strategy", metavar="NAME|FILE", help="Builder name (Auto: chosen per variable by the cost model) or a "
+              "strategy document (.yml). Default: PSLoadBalancing for graph-mode scripts, AllReduce for TF2 scripts.")
 @click.option("--strategy-opt", "strategy_opts", multiple=True, metavar="KEY=VALUE", help="Builder option; repeatable.")
 @click.option("--quiet", is_flag=True, help="Do not print the processes' output (summary and errors only).")
 @click.option("--verbose", is_flag=True,

@@ -72,21 +72,69 @@ def _install_tf_keras_saving() -> None:
     install_tf_keras_saving()
 
 
-# module -> patch to run once it is imported
-PATCHES: dict[str, Callable[[], None]] = {
+# graph mode: module -> patch to run once it is imported
+GRAPH_PATCHES: dict[str, Callable[[], None]] = {
     "tensorflow": _install_tensorflow,
     "tf_keras.src.optimizers.legacy.optimizer_v2": _install_tf_keras,
     "tf_keras.src.engine.training": _install_tf_keras_saving,
 }
 
 
-def install_after_tensorflow_import() -> None:
-    """Run each patch now if its module is already imported, else right after it is."""
+def patches_for_task() -> dict[str, list[Callable[[], None]]]:
+    """Module -> the patches to run once it is imported, for this task's mode and script kind.
+
+    Run mode knows the kind from its plan (`Strategy.kind`): a TF2 script gets adrun/runtime/tf2/
+    only, a graph script the graph patches only. Capture does not know it yet: it installs both, and
+    whichever the script reaches first (a Session with an optimizer step, or an eager optimizer
+    apply) describes it. Profile mode is graph mode's. PS tasks run adrun's own PS program."""
+    from adrun.runtime.context import current
+
+    ctx = current()
+    if ctx.role != "worker":
+        return {}
+    if ctx.mode == "run" and ctx.strategy.kind == "tf2":
+        from adrun.runtime.tf2.install import patches
+
+        found = {module: [patch] for module, patch in patches("run").items()}
+        # TF2 mode's surroundings (chief-only saving, --shard-data, version check): the modules of
+        # adrun/runtime/tf2/around.py (AROUND_PATCHES) are registered here.
+        return found
+    found = {module: [patch] for module, patch in GRAPH_PATCHES.items()}
+    if ctx.mode == "capture":
+        from adrun.runtime.tf2.install import patches
+
+        for module, patch in patches("capture").items():
+            found.setdefault(module, []).append(patch)
+    return found
+
+
+def _after_imports(patches: dict[str, list[Callable[[], None]]]) -> None:
+    """Run each module's patches now if it is already imported, else right after it is."""
     pending = {}
-    for module, patch in PATCHES.items():
+    for module, listed in patches.items():
+        run = _in_order(listed)
         if module in sys.modules:
-            patch()
+            run()
         else:
-            pending[module] = patch
+            pending[module] = run
     if pending:
         sys.meta_path.insert(0, _PostImportFinder(pending))
+
+
+def _in_order(listed: list[Callable[[], None]]) -> Callable[[], None]:
+    def run() -> None:
+        for patch in listed:
+            patch()
+
+    return run
+
+
+def _dispatch() -> None:
+    _after_imports(patches_for_task())
+
+
+def install_after_tensorflow_import() -> None:
+    """Decide what to install once the script imports `tensorflow` (reading the task's context and
+    plan there, where a bad one fails the script's import instead of a start-up hook Python would
+    only warn about), and install it."""
+    _after_imports({"tensorflow": [_dispatch]})

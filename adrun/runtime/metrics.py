@@ -17,7 +17,7 @@ from adrun.runtime.grads import records_for
 from adrun.runtime.reporting import report
 from adrun.task_events import StepEvent, WaitingEvent
 
-_EMIT_INTERVAL_S = 0.5
+EMIT_INTERVAL_S = 0.5
 WAITING_AFTER_S = 2.0  # a step running this long is reported as waiting (a normal step is far shorter)
 
 
@@ -103,22 +103,34 @@ class StepReporter:
         self._step_began, self._waiting_reported = (time.monotonic(), time.time()), False
         self._start_reporting()
 
+    @property
+    def in_step(self) -> bool:
+        """Whether a training step has begun and not ended."""
+        return self._step_began is not None
+
     def step_failed(self) -> None:
         """The step raised (the script may catch it, e.g. an input's OutOfRangeError)."""
         self._step_began = None
 
     def after_step(self, graph: tf.Graph, feed_dict: dict | None, examples: int | None = None) -> None:
+        if not self._examples_read:
+            examples = examples or examples_in_feed(feed_dict) or static_batch_size(graph)
+        self.step_done(examples, records_for(graph).wire_bytes_per_step)
+
+    def step_done(self, examples: int | None, wire_bytes: int) -> None:
+        """A training step ended (graph mode: `after_step`; TF2 mode: an outermost optimizer
+        apply, adrun/runtime/tf2/sync.py); `examples` is read at the first step only."""
         self._step_began = None
         self.steps += 1
         self._start_reporting()
-        self.wire_bytes = records_for(graph).wire_bytes_per_step
+        self.wire_bytes = wire_bytes
         if not self._examples_read:
-            self.examples = examples or examples_in_feed(feed_dict) or static_batch_size(graph)
+            self.examples = examples
             self._examples_read = True
         if self.steps == self.max_steps:
             self.end_worker()
         now = time.monotonic()
-        if now - self._last_emit >= _EMIT_INTERVAL_S:
+        if now - self._last_emit >= EMIT_INTERVAL_S:
             self.emit(now)
 
     def end_worker(self) -> None:
@@ -150,7 +162,7 @@ class StepReporter:
         launcher with the count from before the burst, and its stall message with a wrong step.
         Also report a step that has been running for WAITING_AFTER_S."""
         while True:
-            time.sleep(_EMIT_INTERVAL_S)
+            time.sleep(EMIT_INTERVAL_S)
             if self.steps != self._emitted:
                 self.emit()
             began = self._step_began

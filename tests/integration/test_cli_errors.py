@@ -154,13 +154,17 @@ def test_training_in_a_session_created_before_the_optimizer_is_refused():
     assert "create the Session after minimize()/apply_gradients()" in line, line
 
 
-def test_eager_script_is_told_to_use_graph_mode():
+def test_eager_script_updating_its_variable_by_hand_is_told_what_was_seen():
+    """No Session and no optimizer apply: neither mode has a step to synchronize, and the message
+    says what the script did and what adrun needs."""
     script = str(SCRIPTS / "eager_script.py")
     result = run_adrun("--quiet", script)
     assert_clean_failure(result)
     [line] = error_lines(result)
-    assert line.startswith(f"adrun: error: {script}: finished without creating a tf.compat.v1.Session"), line
-    assert "graph-mode" in line and "disable_eager_execution()" in line
+    assert line.startswith(f"adrun: error: {script}: ran to its end without an optimizer apply: "
+                           "it created 1 variable(s) (Variable), but no Keras or tf_keras optimizer applied gradients"), line
+    assert "updates variables by hand (assign_sub, raw ops) is not supported" in line, line
+    assert "tf.compat.v1.Session" in line, line
 
 
 def test_script_failing_during_capture_shows_its_last_stderr_lines():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import zlib
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +66,14 @@ class Collectives:
                 flag = tf.constant(0.0)
             return self._reduce(flag, f"adrun/barrier/{label}", "Id").op
 
+    def state_variable(self, initial: Callable[[], tf.Tensor], name: str) -> tf.Variable:
+        """A compressor's state: adrun's own variable, initialized at session set-up."""
+        # outside the caller's control dependencies: the initializer runs at session set-up
+        with tf.control_dependencies(None):
+            var = tf.compat.v1.Variable(initial(), trainable=False, collections=[], name=name)
+        self.internal_initializers.append(var.initializer)
+        return var
+
     def _step_counter(self) -> tf.Variable:
         """This worker's count of sparse all-gather steps (every worker counts in lockstep)."""
         if self._gather_steps is None:
@@ -96,7 +105,7 @@ class Collectives:
                 with tf.name_scope("adrun_powersgd"):
                     averaged[name] = compression.powersgd_mean(
                         name, grad, sync.powersgd_rank, lambda t, label: self.mean(t, f"adrun/powersgd/{label}"),
-                        self.internal_initializers,
+                        self.state_variable,
                     )
                 continue
             compressor = "none" if sync.compressor == "powersgd" else sync.compressor
@@ -109,7 +118,7 @@ class Collectives:
                 if compressor == "fp16":
                     means = compression.fp16_mean([g for _, g in members], self.num_workers, self.sum, label)
                 elif compressor == "fp16-ef":
-                    means = compression.fp16_ef_mean(members, self.num_workers, self.sum, label, self.internal_initializers)
+                    means = compression.fp16_ef_mean(members, self.num_workers, self.sum, label, self.state_variable)
                 else:
                     means = self._plain_means([g for _, g in members], label)
             averaged.update({name: m for (name, _), m in zip(members, means, strict=True)})
@@ -130,26 +139,45 @@ class Collectives:
         if self.num_workers == 1:
             return grad
         label = f"adrun/allgather/{name}"
-        index_dtype = grad.indices.dtype
         grad = merged_rows(grad, worker)
         with tf.name_scope("adrun_allgather"):
             counter = self._step_counter()
             step = counter.read_value()
-            count = tf.shape(grad.indices, out_type=tf.int64)[:1]
-            counts = self.gather(count, label + "/count", step)
-            # at least one row: a gather of empty tensors (no worker touched this shard) crashes TF
-            longest = tf.maximum(tf.reduce_max(counts), 1)
-            pad = longest - count[0]
-            indices = tf.pad(grad.indices, [[0, pad]])
-            value_padding = tf.concat([[[0, pad]], tf.zeros([tf.rank(grad.values) - 1, 2], tf.int64)], 0)
-            values = tf.pad(grad.values, value_padding)
-            all_indices = self.gather(indices, label + "/indices", step)
-            all_values = self.gather(values, label + "/values", step)
-            with tf.control_dependencies([all_indices, all_values]):
-                advanced = counter.assign_add(1, read_value=False)
-            with tf.control_dependencies([advanced]):
-                all_values = tf.identity(all_values)
-            keep = tf.reshape(tf.sequence_mask(counts, longest), [-1])
-            kept_values = tf.boolean_mask(all_values, keep) / tf.cast(self.num_workers, grad.values.dtype)
-            kept_indices = tf.cast(tf.boolean_mask(all_indices, keep), index_dtype)
-            return tf.IndexedSlices(kept_values, kept_indices, grad.dense_shape)
+
+            def advanced(all_indices: tf.Tensor, all_values: tf.Tensor) -> tf.Tensor:
+                with tf.control_dependencies([all_indices, all_values]):
+                    advance = counter.assign_add(1, read_value=False)
+                with tf.control_dependencies([advance]):
+                    return tf.identity(all_values)
+
+            return gathered_rows(grad, self.num_workers, lambda t, part: self.gather(t, f"{label}/{part}", step),
+                                 advanced)
+
+
+Gather = Callable[[tf.Tensor, str], tf.Tensor]  # (tensor, part) -> every worker's tensor, along axis 0
+
+
+def gathered_rows(
+    grad: tf.IndexedSlices, num_workers: int, gather: Gather,
+    after: Callable[[tf.Tensor, tf.Tensor], tf.Tensor] | None = None,
+) -> tf.IndexedSlices:
+    """Every worker's rows of `grad` (worker order), values divided by N: the row counts are gathered
+    first, each worker pads its rows to the longest and the padding is dropped after the gather.
+    `after(indices, values)` may return the gathered values with dependencies of the caller's."""
+    index_dtype = grad.indices.dtype
+    count = tf.shape(grad.indices, out_type=tf.int64)[:1]
+    counts = gather(count, "count")
+    # at least one row: a gather of empty tensors (no worker touched this shard) crashes TF
+    longest = tf.maximum(tf.reduce_max(counts), 1)
+    pad = longest - count[0]
+    indices = tf.pad(tf.cast(grad.indices, tf.int64), [[0, pad]])
+    value_padding = tf.concat([[[0, pad]], tf.zeros([tf.rank(grad.values) - 1, 2], tf.int64)], 0)
+    values = tf.pad(grad.values, value_padding)
+    all_indices = gather(indices, "indices")
+    all_values = gather(values, "values")
+    if after is not None:
+        all_values = after(all_indices, all_values)
+    keep = tf.reshape(tf.sequence_mask(counts, longest), [-1])
+    kept_values = tf.boolean_mask(all_values, keep) / tf.cast(num_workers, grad.values.dtype)
+    kept_indices = tf.cast(tf.boolean_mask(all_indices, keep), index_dtype)
+    return tf.IndexedSlices(kept_values, kept_indices, grad.dense_shape)

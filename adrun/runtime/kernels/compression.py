@@ -7,8 +7,10 @@
   one power-iteration step per training step, warm-started from the previous Q, with error
   feedback. Workers all-reduce P (n×r) and Q (m×r) instead of the n×m gradient.
 
-Variables a compressor creates are adrun's own (no collection: not saved, not in the plan's
-fingerprint); their initializers are run by the session setup on every worker.
+A compressor's state (error feedback, PowerSGD's Q) is made by the caller's `StateFactory`: graph
+mode makes adrun's own v1 variables (no collection: not saved, not in the plan's fingerprint) whose
+initializers the session setup runs on every worker; TF2 mode makes each once, eagerly
+(adrun/runtime/tf2/reduction.py).
 """
 
 from __future__ import annotations
@@ -21,14 +23,8 @@ import tensorflow as tf
 from adrun.strategies.document import low_rank_applies
 
 Reduce = Callable[[tf.Tensor, str], tf.Tensor]  # (tensor, label) -> mean over workers
-
-
-def _internal_variable(initial: tf.Tensor, name: str, initializers: list[tf.Operation]) -> tf.Variable:
-    # outside the caller's control dependencies: the initializer runs at session set-up
-    with tf.control_dependencies(None):
-        var = tf.compat.v1.Variable(initial, trainable=False, collections=[], name=name)
-    initializers.append(var.initializer)
-    return var
+# (initial value's maker, name) -> this worker's state variable of that name
+StateFactory = Callable[[Callable[[], tf.Tensor], str], tf.Variable]
 
 
 def fp16_mean(grads: list[tf.Tensor], num_workers: int, reduce_sum: Reduce, label: str) -> list[tf.Tensor]:
@@ -39,12 +35,11 @@ def fp16_mean(grads: list[tf.Tensor], num_workers: int, reduce_sum: Reduce, labe
 
 
 def fp16_ef_mean(
-    named: list[tuple[str, tf.Tensor]], num_workers: int, reduce_sum: Reduce, label: str,
-    initializers: list[tf.Operation],
+    named: list[tuple[str, tf.Tensor]], num_workers: int, reduce_sum: Reduce, label: str, state: StateFactory,
 ) -> list[tf.Tensor]:
     compensated, residual_updates = [], []
     for name, grad in named:
-        residual = _internal_variable(tf.zeros(grad.shape, grad.dtype), f"adrun_ef/{name}", initializers)
+        residual = state(lambda grad=grad: tf.zeros(grad.shape, grad.dtype), f"adrun_ef/{name}")
         value = grad / tf.cast(num_workers, grad.dtype) + residual.read_value()
         sent = tf.cast(tf.cast(value, tf.float16), grad.dtype)
         residual_updates.append(residual.assign(value - sent, read_value=False))
@@ -63,13 +58,13 @@ def powersgd_applies(shape: tf.TensorShape, rank: int) -> bool:
 
 
 def powersgd_mean(
-    name: str, grad: tf.Tensor, rank: int, reduce_mean: Reduce, initializers: list[tf.Operation]
+    name: str, grad: tf.Tensor, rank: int, reduce_mean: Reduce, state: StateFactory
 ) -> tf.Tensor:
     n = grad.shape[0]
     m = grad.shape.num_elements() // n
     seed = [zlib.crc32(name.encode()) & 0x7FFFFFFF, 0]  # every worker starts from the same Q
-    q = _internal_variable(tf.random.stateless_normal([m, rank], seed, dtype=grad.dtype), f"adrun_powersgd/{name}/q", initializers)
-    error = _internal_variable(tf.zeros([n, m], grad.dtype), f"adrun_powersgd/{name}/error", initializers)
+    q = state(lambda: tf.random.stateless_normal([m, rank], seed, dtype=grad.dtype), f"adrun_powersgd/{name}/q")
+    error = state(lambda: tf.zeros([n, m], grad.dtype), f"adrun_powersgd/{name}/error")
     matrix = tf.reshape(grad, [n, m]) + error.read_value()
     p = reduce_mean(tf.matmul(matrix, q.read_value()), f"{name}/p")
     p, _ = tf.linalg.qr(p)

@@ -1,0 +1,119 @@
+"""Capture mode for TF2 scripts: describe the model at its first optimizer apply, then exit.
+
+Every apply (Keras 3 `apply`, tf_keras `apply_gradients`) adds its trained variables, as it builds
+(inside a `tf.function` trace) or runs (eagerly). The process ends, with the GraphItem written, once
+all applies of one training step are known:
+- traced: when the traced step first runs (a `py_function` placed at each apply; by then every apply
+  of the function, a GAN's two optimizers too, has been traced);
+- eager: at the second apply of an optimizer already seen (all of a step's optimizers have applied).
+A script that ends without any apply is refused with what it did (`refuse_at_exit`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import tensorflow as tf
+
+from adrun.exit_codes import ERROR_PREFIX, HOOK_DONE_EXIT_CODE, PLAN_MISMATCH_EXIT_CODE
+from adrun.graph_item import GraphItem, VariableInfo, save_graph_item
+from adrun.runtime.tf2.optimizer_hooks import VariableNames, is_sparse, traced_batch_size
+
+NO_APPLY = (
+    "adrun synchronizes a TF2 script at its optimizer's apply (model.fit, optimizer.apply_gradients or "
+    "optimizer.apply), and a script that updates variables by hand (assign_sub, raw ops) is not supported. "
+    "A graph-mode script trains in a tf.compat.v1.Session or MonitoredTrainingSession."
+)
+
+
+def _end(code: int) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+class CaptureAtApply:
+    """The ApplyHook of capture mode (optimizer_hooks.py)."""
+
+    def __init__(self, out_path: str) -> None:
+        self._out = out_path
+        self._names = VariableNames()
+        self._variables: dict[str, VariableInfo] = {}
+        self._optimizers: list[str] = []
+        self._applied: set[int] = set()
+        self.created = 0  # variables the script created (counted by `count_created`)
+        self.created_names: list[str] = []
+
+    def before(self, optimizer: Any, grads: list, variables: list) -> list:
+        if tf.executing_eagerly() and id(optimizer) in self._applied:
+            self.finish()
+        self._applied.add(id(optimizer))
+        name = type(optimizer).__name__
+        if name not in self._optimizers:
+            self._optimizers.append(name)
+        for grad, var in zip(grads, variables, strict=True):
+            if grad is None:
+                continue
+            path = self._names(var)
+            self._variables.setdefault(path, VariableInfo(
+                name=path, shape=[-1 if d is None else int(d) for d in var.shape], dtype=tf.as_dtype(var.dtype).name,
+                trainable=True, grad="sparse" if is_sparse(grad) else "dense",
+            ))
+        if not tf.executing_eagerly():
+            batch = traced_batch_size()
+            tf.py_function(self._finish_from_graph, [batch if batch is not None else tf.constant(0)], tf.int32)
+        return grads
+
+
+    def _finish_from_graph(self, batch: tf.Tensor) -> int:
+        self.finish(int(batch) or None)
+        return 0
+
+    def finish(self, batch_size: int | None = None) -> None:
+        """Write the GraphItem and end the process (capture's usual end: exit code 0)."""
+        item = GraphItem(kind="tf2", variables=list(self._variables.values()), optimizer=", ".join(self._optimizers),
+                         batch_size=batch_size)
+        save_graph_item(item, self._out)
+        _end(HOOK_DONE_EXIT_CODE)
+
+    def count_created(self, next_creator, **kwargs):
+        """A variable creator that only counts, for the refusal's words."""
+        var = next_creator(**kwargs)
+        self.created += 1
+        if len(self.created_names) < 3:
+            self.created_names.append(getattr(var, "name", "?").split(":")[0])
+        return var
+
+    def refuse_at_exit(self) -> None:
+        """At the end of a script that never applied an optimizer (and, graph mode, never made a
+        training Session, whose capture would have written the file): say what it did."""
+        if Path(self._out).exists() or not tf.compat.v1.executing_eagerly_outside_functions():
+            return
+        if self.created:
+            seen = f"it created {self.created} variable(s) ({', '.join(self.created_names)}{', ...' if self.created > 3 else ''})"
+        else:
+            seen = "it created no variable"
+        sys.stderr.write(f"{ERROR_PREFIX}ran to its end without an optimizer apply: {seen}, "
+                         f"but no Keras or tf_keras optimizer applied gradients. {NO_APPLY}\n")
+        _end(PLAN_MISMATCH_EXIT_CODE)
+
+
+_capture: CaptureAtApply | None = None
+_scopes: list[Any] = []  # entered for the process's life; a collected one would leave its scope
+
+
+def capture_hook(out_path: str) -> CaptureAtApply:
+    """The process's one capture hook: made, and its variable counter and exit check installed, at
+    the first call (right after `import tensorflow`)."""
+    global _capture
+    if _capture is None:
+        _capture = CaptureAtApply(out_path)
+        scope = tf.variable_creator_scope(_capture.count_created)
+        scope.__enter__()
+        _scopes.append(scope)
+        atexit.register(_capture.refuse_at_exit)
+    return _capture

@@ -1,0 +1,173 @@
+"""Where a TF2 script applies gradients: every optimizer's outermost apply.
+
+Keras 3 optimizers apply through `BaseOptimizer.apply` (its `apply_gradients` calls it), tf_keras
+through `apply_gradients` (the new `Optimizer` and the legacy `OptimizerV2`). Wrappers such as a
+`LossScaleOptimizer` override the method and call their inner optimizer's, so only the outermost call
+of a thread is handed to the hook (a thread-local depth): every worker's loss-scale finite check then
+sees the same gradients. Subclasses that override the method, defined before or after the patch, are
+wrapped too (`__init_subclass__`).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+_local = threading.local()
+_WRAPPED = "__adrun_tf2_wrapped__"
+
+
+class ApplyHook(Protocol):
+    def before(self, optimizer: Any, grads: list, variables: list) -> list:
+        """The gradients the optimizer applies instead of `grads` (same order, None kept)."""
+
+
+def _outermost(original: Callable, hook: ApplyHook, split: Callable, join: Callable) -> Callable:
+    """`original` with the hook around its outermost call; `split(args, kwargs)` gives
+    (grads, variables), `join(args, kwargs, grads)` the call's arguments with `grads` put back."""
+
+    @functools.wraps(original)
+    def apply(self, *args, **kwargs):
+        if getattr(_local, "depth", 0):
+            return original(self, *args, **kwargs)
+        _local.depth = 1
+        try:
+            grads, variables = split(self, args, kwargs)
+            args, kwargs = join(args, kwargs, hook.before(self, grads, variables), variables)
+            return original(self, *args, **kwargs)
+        finally:
+            _local.depth = 0
+
+    setattr(apply, _WRAPPED, True)
+    return apply
+
+
+def _keras3_split(optimizer, args, kwargs):
+    grads = list(args[0] if args else kwargs["grads"])
+    variables = args[1] if len(args) > 1 else kwargs.get("trainable_variables")
+    variables = list(variables) if variables is not None else list(optimizer._trainable_variables)
+    return grads, variables
+
+
+def _keras3_join(args, kwargs, grads, variables):
+    rest = {k: v for k, v in kwargs.items() if k not in ("grads", "trainable_variables")}
+    return (grads, variables), rest
+
+
+def _pairs_split(optimizer, args, kwargs):
+    pairs = list(args[0] if args else kwargs["grads_and_vars"])
+    return [g for g, _ in pairs], [v for _, v in pairs]
+
+
+def _pairs_join(args, kwargs, grads, variables):
+    rest = {k: v for k, v in kwargs.items() if k != "grads_and_vars"}
+    return (list(zip(grads, variables, strict=True)), *args[1:]), rest
+
+
+def _wrap_family(base: type, method: str, hook: ApplyHook, split: Callable, join: Callable) -> None:
+    """Wrap `method` of `base`, of its subclasses that override it, and of those defined later."""
+
+    def wrap(cls: type) -> None:
+        original = cls.__dict__.get(method)
+        if original is not None and not getattr(original, _WRAPPED, False):
+            setattr(cls, method, _outermost(original, hook, split, join))
+
+    def subclasses(cls: type):
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from subclasses(sub)
+
+    wrap(base)
+    for sub in list(subclasses(base)):
+        wrap(sub)
+    own = base.__dict__.get("__init_subclass__")
+
+    def __init_subclass__(cls, **kwargs):
+        if own is not None:
+            own.__func__(cls, **kwargs)
+        else:
+            super(base, cls).__init_subclass__(**kwargs)
+        wrap(cls)
+
+    base.__init_subclass__ = classmethod(__init_subclass__)
+
+
+def hook_keras3(hook: ApplyHook) -> None:
+    """Keras 3: `BaseOptimizer.apply(grads, trainable_variables=None)`."""
+    from keras.src.optimizers.base_optimizer import BaseOptimizer
+
+    _wrap_family(BaseOptimizer, "apply", hook, _keras3_split, _keras3_join)
+
+
+def hook_tf_keras(hook: ApplyHook) -> None:
+    """tf_keras's optimizers (`tf_keras.optimizers.*`): `apply_gradients(grads_and_vars, ...)`."""
+    from tf_keras.src.optimizers.optimizer import _BaseOptimizer
+
+    _wrap_family(_BaseOptimizer, "apply_gradients", _eager_only(hook), _pairs_split, _pairs_join)
+
+
+def hook_tf_keras_legacy(hook: ApplyHook) -> None:
+    """tf_keras's legacy optimizers (`tf_keras.optimizers.legacy.*`, OptimizerV2)."""
+    from tf_keras.src.optimizers.legacy.optimizer_v2 import OptimizerV2
+
+    _wrap_family(OptimizerV2, "apply_gradients", _eager_only(hook), _pairs_split, _pairs_join)
+
+
+class _eager_only:
+    """A hook that leaves graph-mode applies alone: a tf_keras script that disabled eager execution
+    is a graph-mode script, whose applies adrun's graph patches handle (adrun/runtime/patches.py)."""
+
+    def __init__(self, hook: ApplyHook) -> None:
+        self._hook = hook
+
+    def before(self, optimizer: Any, grads: list, variables: list) -> list:
+        from tensorflow.python.framework import ops
+
+        if not ops.executing_eagerly_outside_functions():
+            return grads
+        return self._hook.before(optimizer, grads, variables)
+
+
+class VariableNames:
+    """Each trained variable's name in the GraphItem and the plan: Keras 3's `path`, else the TF
+    name without `:0`; a second variable of an already-used name gets `#2` (then `#3`, ...), in the
+    order the applies name them, which every worker of the same script repeats."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, str] = {}
+        self._used: set[str] = set()
+        self._keep: list[Any] = []  # the variables named, so their ids stay theirs
+
+    def __call__(self, var: Any) -> str:
+        name = self._by_id.get(id(var))
+        if name is not None:
+            return name
+        base = getattr(var, "path", None) or var.name.split(":")[0]
+        name, n = base, 1
+        while name in self._used:
+            n += 1
+            name = f"{base}#{n}"
+        self._by_id[id(var)] = name
+        self._used.add(name)
+        self._keep.append(var)
+        return name
+
+
+def is_sparse(grad: Any) -> bool:
+    import tensorflow as tf
+
+    return isinstance(grad, tf.IndexedSlices)
+
+
+def traced_batch_size():  # -> tf.Tensor | None
+    """The batch size of the function being traced: the leading size of its first argument with
+    one (Keras's train step and a custom loop's step take the batch first); None if it has none."""
+    import tensorflow as tf
+
+    graph = tf.compat.v1.get_default_graph()
+    for t in getattr(graph, "inputs", []):
+        if t.dtype not in (tf.resource, tf.variant) and t.shape.rank:
+            return tf.shape(t, out_type=tf.int32)[0]
+    return None

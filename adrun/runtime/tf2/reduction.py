@@ -1,0 +1,84 @@
+"""The mean over the workers of one apply's gradients, with the same mathematics as graph mode.
+
+Dense gradients go through graph mode's grouping and compressors (`kernels/allreduce_sync.py`,
+`kernels/compression.py`: one fused buffer per plan group, dtype and compressor; fp16, fp16-ef,
+powersgd) under run-time instance keys (`keys.py`). A partitioned variable's gradient is cut into the
+plan's shards, each reduced in its own group (PartitionedAR), and joined again. Sparse gradients are
+all-gathered row for row (`gathered_rows`), not summed per distinct row first: Keras 3's sparse
+optimizers treat each row of an IndexedSlices on its own (Adam squares each), so only the very rows
+one process would have seen give the same step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import tensorflow as tf
+
+from adrun.runtime.kernels.allreduce_sync import GROUP_KEY, Collectives, gathered_rows
+from adrun.runtime.tf2.broadcast import internal
+from adrun.runtime.tf2.keys import RuntimeKeys
+from adrun.strategies.document import AllReduceSync, VariablePlan, shard_sizes
+
+
+@dataclass
+class TF2Collectives(Collectives):
+    """Graph mode's collectives with run-time instance keys, one ordering token and a timeout;
+    compressor state made once per name, eagerly, on this worker only."""
+
+    timeout_s: float = 0.0
+    keys: RuntimeKeys | None = None
+    _state: dict[str, tf.Variable] = field(default_factory=dict)
+
+    def _reduce(self, t: tf.Tensor, label: str, final_op: str) -> tf.Tensor:
+        return tf.raw_ops.CollectiveReduceV2(
+            input=t, group_size=self.num_workers, group_key=GROUP_KEY, instance_key=self.keys.next(),
+            ordering_token=self.keys.ordering_token, merge_op="Add", final_op=final_op,
+            timeout_seconds=self.timeout_s,
+        )
+
+    def gather(self, t: tf.Tensor, label: str, step: Any = None) -> tf.Tensor:
+        return tf.raw_ops.CollectiveGatherV2(
+            input=t, group_size=self.num_workers, group_key=GROUP_KEY, instance_key=self.keys.next(),
+            ordering_token=self.keys.ordering_token, timeout_seconds=self.timeout_s,
+        )
+
+    def state_variable(self, initial, name: str) -> tf.Variable:
+        var = self._state.get(name)
+        if var is None:
+            with tf.init_scope(), internal():
+                var = self._state[name] = tf.Variable(initial(), trainable=False, name=name.replace("#", "_"))
+        return var
+
+    def sparse_rows(self, name: str, grad: tf.IndexedSlices) -> tf.IndexedSlices:
+        if self.num_workers == 1:
+            return grad
+        with tf.name_scope("adrun_allgather"):
+            return gathered_rows(grad, self.num_workers, lambda t, part: self.gather(t, f"{name}/{part}"))
+
+
+def mean_gradients(collectives: TF2Collectives, planned: list[tuple[VariablePlan, Any]]) -> list[Any]:
+    """The mean over workers of each (plan, gradient), in order."""
+    dense: list[tuple[str, AllReduceSync, tf.Tensor]] = []
+    pieces: dict[int, list[str]] = {}  # position -> names of its shards in `dense`
+    out: list[Any] = [None] * len(planned)
+    for i, (plan, grad) in enumerate(planned):
+        if isinstance(grad, tf.IndexedSlices):
+            out[i] = collectives.sparse_rows(plan.name, grad)
+        elif plan.partition is None:
+            dense.append((plan.name, plan.sync, grad))
+            pieces[i] = [plan.name]
+        else:
+            axis = plan.partition.axis
+            sizes = shard_sizes(grad.shape[axis], len(plan.partition.shards))
+            names = plan.shard_names()
+            for name, sync, part in zip(names, plan.partition.shards, tf.split(grad, sizes, axis=axis), strict=True):
+                dense.append((name, sync, part))
+            pieces[i] = names
+    if dense:
+        means = collectives.dense_means(dense)
+        for i, names in pieces.items():
+            parts = [means[n] for n in names]
+            out[i] = parts[0] if len(parts) == 1 else tf.concat(parts, axis=planned[i][0].partition.axis)
+    return out

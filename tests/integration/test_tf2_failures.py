@@ -1,0 +1,25 @@
+"""A TF2 job whose workers run different numbers of optimizer steps fails, naming the worker that
+left, with no hang and nothing left running."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from adrun.launch.job.teardown import leftover_processes
+from tests.conftest import run_adrun, write_spec
+from tests.tf2_oracle import SCRIPT
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_unequal_step_counts_fail_naming_the_worker(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path / "cluster.yml", workers=2, ps=1)
+    result = run_adrun("--spec", str(spec), "--quiet", SCRIPT, "--kind", "fit-sequential", "--out",
+                       str(tmp_path / "out"), "--worker1-epochs", "1")
+    assert result.returncode == 1, result.output
+    text = " ".join(result.output.replace("│", " ").split())
+    assert "root cause: w0 failed" in text, result.output
+    assert "adrun: error: worker 0: a collective with worker 1 failed: that worker ended" in text, result.output
+    assert leftover_processes(result.job_id) == []
