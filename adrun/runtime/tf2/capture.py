@@ -90,8 +90,11 @@ class CaptureAtApply:
 
     def refuse_at_exit(self) -> None:
         """At the end of a script that never applied an optimizer (and, graph mode, never made a
-        training Session, whose capture would have written the file): say what it did."""
-        if Path(self._out).exists() or not tf.compat.v1.executing_eagerly_outside_functions():
+        training Session, whose capture would have written the file): say what it did. A script
+        ending on an uncaught exception (Python set `sys.last_value` when it reported it) failed
+        before that could be judged: its own error is what the user must read."""
+        if (Path(self._out).exists() or getattr(sys, "last_value", None) is not None
+                or not tf.compat.v1.executing_eagerly_outside_functions()):
             return
         if self.created:
             seen = f"it created {self.created} variable(s) ({', '.join(self.created_names)}{', ...' if self.created > 3 else ''})"
