@@ -46,10 +46,11 @@ def plain(kind: str, out: Path, *args: str, env: dict[str, str] | None = None) -
 
 
 def adrun_fit(tmp_path: Path, kind: str, workers: int, *args: str, ps: int = 0,
-              strategy: tuple[str, ...] = ()) -> tuple[AdrunResult, Path]:
-    """Train under adrun (`strategy`: its --strategy options; default: TF2's default plan)."""
+              strategy: tuple[str, ...] = (), spec: Path | None = None) -> tuple[AdrunResult, Path]:
+    """Train under adrun (`strategy`: its --strategy options; default: TF2's default plan) on
+    `spec`'s cluster (default: `workers` workers and `ps` PS on this machine)."""
     out = tmp_path / "out"
-    spec = write_spec(tmp_path / f"cluster-{workers}w{ps}ps.yml", workers, ps)
+    spec = spec or write_spec(tmp_path / f"cluster-{workers}w{ps}ps.yml", workers, ps)
     result = run_adrun("--spec", str(spec), "--quiet", *strategy, SCRIPT, "--kind", kind, "--out", str(out), *args,
                        env=kind_env(kind))
     assert result.returncode == 0, result.output
@@ -74,12 +75,12 @@ def equivalence(tmp_path: Path, kind: str, workers: int = 2) -> float:
     return max(max_difference(weights(out / f"w{w}.npz"), expected) for w in range(workers))
 
 
-def averaging(tmp_path: Path, kind: str, workers: int = 2) -> tuple[float, float]:
+def averaging(tmp_path: Path, kind: str, workers: int = 2, spec: Path | None = None) -> tuple[float, float]:
     """(max difference of any worker from the mean-gradient reference, max difference between
-    workers) with each worker on its own rows."""
+    workers) with each worker on its own rows; `spec` as for `adrun_fit`."""
     expected = weights(plain(kind, tmp_path / "ref", "--data", "per-worker", "--reference", str(workers))
                        / "reference.npz")
-    _, out = adrun_fit(tmp_path, kind, workers, "--data", "per-worker")
+    _, out = adrun_fit(tmp_path, kind, workers, "--data", "per-worker", spec=spec)
     found = [weights(out / f"w{w}.npz") for w in range(workers)]
     return (max(max_difference(f, expected) for f in found),
             max(max_difference(f, found[0]) for f in found[1:]))
