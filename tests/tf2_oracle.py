@@ -75,12 +75,12 @@ def equivalence(tmp_path: Path, kind: str, workers: int = 2) -> float:
     return max(max_difference(weights(out / f"w{w}.npz"), expected) for w in range(workers))
 
 
-def averaging(tmp_path: Path, kind: str, workers: int = 2, spec: Path | None = None) -> tuple[float, float]:
+def averaging(tmp_path: Path, kind: str, workers: int = 2) -> tuple[float, float]:
     """(max difference of any worker from the mean-gradient reference, max difference between
-    workers) with each worker on its own rows; `spec` as for `adrun_fit`."""
+    workers) with each worker on its own rows."""
     expected = weights(plain(kind, tmp_path / "ref", "--data", "per-worker", "--reference", str(workers))
                        / "reference.npz")
-    _, out = adrun_fit(tmp_path, kind, workers, "--data", "per-worker", spec=spec)
+    _, out = adrun_fit(tmp_path, kind, workers, "--data", "per-worker")
     found = [weights(out / f"w{w}.npz") for w in range(workers)]
     return (max(max_difference(f, expected) for f in found),
             max(max_difference(f, found[0]) for f in found[1:]))
