@@ -12,7 +12,13 @@ compare the ratios of one interleaved run. There, CPU time per step is the stead
 adrun's own work: the kernel shares a loaded CPU per thread, so a process with more threads gets
 more of it, and wall-clock throughput says as much about thread counts as about work.
 
+TF2 mode is measured the same way with a Keras 3 workload, bench/workloads/dense_keras.py (the
+dense model's `model.fit`): under adrun its optimizer applies go through TF2 mode's hook, with one
+worker nothing to reduce (docs/performance.md, "TF2 mode").
+
     .venv/bin/python bench/hook_overhead.py [--rounds 5] [--steps 600] [--warmup 100] [--out FILE]
+    .venv/bin/python bench/hook_overhead.py --script bench/workloads/dense_keras.py --steps 200 --warmup 20 \
+        --out bench/results/hook_overhead_tf2.json
 """
 
 from __future__ import annotations
@@ -78,8 +84,8 @@ def summarize(runs: dict[str, list[dict[str, float]]]) -> dict[str, float]:
     return medians
 
 
-def print_table(rounds: int, medians: dict[str, float]) -> None:
-    table = Table(title=f"hook overhead: 1 worker, 0 PS; medians of {rounds} interleaved rounds")
+def print_table(script: str, rounds: int, medians: dict[str, float]) -> None:
+    table = Table(title=f"hook overhead of {script}: 1 worker, 0 PS; medians of {rounds} interleaved rounds")
     for column in ("", "plain", "adrun", "adrun / plain", "per-round ratio"):
         table.add_column(column, justify="right")
     for key, label in MEASURES.items():
@@ -112,13 +118,14 @@ def main() -> None:
                 print(f"round {round_ + 1}/{args.rounds} {side:5s} {result['examples_per_s']:9,.0f} examples/s "
                       f"{result['cpu_us_per_step']:8,.0f} CPU µs/step", file=sys.stderr, flush=True)
     medians = summarize(runs)
+    script = str(args.script.relative_to(REPO) if args.script.is_relative_to(REPO) else args.script)
     args.out.write_text(json.dumps({
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
-        "script": str(args.script.relative_to(REPO) if args.script.is_relative_to(REPO) else args.script),
+        "script": script,
         "steps": args.steps, "warmup": args.warmup, "medians": medians, "runs": runs,
     }, indent=2) + "\n")
     print(f"wrote {args.out}", file=sys.stderr)
-    print_table(args.rounds, medians)
+    print_table(script, args.rounds, medians)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ TINY = {
     "dense": ["--image", "8", "--conv1", "2", "--conv2", "3", "--fc", "6", "--classes", "4", "--batch-size", "4"],
     "ncf": ["--users", "30", "--items", "20", "--dim", "4", "--hidden", "8", "--batch-size", "8"],
 }
+TINY["dense_keras"] = TINY["dense"]  # the dense model as Keras 3 fit: the same size flags
 RESULT_KEYS = {"workload", "worker", "steps", "seconds", "batch_size", "examples_per_s", "steps_per_s", "cpu_seconds"}
 
 

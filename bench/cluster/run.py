@@ -54,6 +54,9 @@ VARIANTS = (("PartitionedPS", (("max_shards", "8"),)), ("AllReduce", (("compress
             ("AllReduce", (("chunk_size", "1"),)), ("Parallax", (("compressor", "fp16"),)))
 PEERS = (PEER_TF_PS, PEER_TF_MWMS)
 WORKLOADS = ("sparse", "dense", "ncf")
+# TF2-mode versions of a workload (the same model as Keras 3 `fit`), chosen by --workloads only:
+# adrun against its graph mode (bench/RESULTS-tf2.md); the peers take the graph-mode models by name
+TF2_WORKLOADS = ("dense_keras",)
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,7 @@ FULL = (Block(WORKLOADS, ("commodity", "datacenter"), (2,), ("PS", "PartitionedP
 QUICK = Block(("sparse",), ("commodity",), (2,), BUILDERS, (PEER_TF_PS,))
 # (steps, warm-up) of even repetitions per workload: start-up (SSH, capture, TF import, ~30 s here)
 # dominates a sparse or ncf run; a dense step moves ~25 MB per worker, about a second at 100 Mbit/s
-LENGTHS = {"sparse": (40, 5), "ncf": (40, 5), "dense": (16, 3)}
+LENGTHS = {"sparse": (40, 5), "ncf": (40, 5), "dense": (16, 3), "dense_keras": (16, 3)}
 DEFAULT_LENGTH = (40, 5)
 QUICK_LENGTH = (30, 5)
 
@@ -187,7 +190,7 @@ def hook_overhead(scratch: Path) -> HookOverhead:
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--quick", is_flag=True, help="The sparse workload, commodity profile, 2 hosts, adrun's builders and tf_ps.")
-@click.option("--workloads", default=None, help=f"Comma-separated workload names [all: {','.join(WORKLOADS)}].")
+@click.option("--workloads", default=None, help=f"Comma-separated workload names [all: {','.join(WORKLOADS)}; TF2 mode, by name: {','.join(TF2_WORKLOADS)}].")
 @click.option("--profiles", default=None, help=f"Comma-separated profiles [all: {','.join(PROFILES)}].")
 @click.option("--hosts", "host_counts", default=None, help="Comma-separated host counts [1,2,4].")
 @click.option("--builders", default=None, help=f"Comma-separated adrun builders [all: {','.join(BUILDERS)}].")
@@ -235,10 +238,13 @@ def main(quick: bool, workloads: str | None, profiles: str | None, host_counts: 
     for w, (n, k) in lengths.items():
         if n <= k:
             _fail(f"{w}: --steps {n} must be more than --warmup {k}")
-    for field, known in (("workloads", WORKLOADS), ("profiles", tuple(PROFILES)), ("builders", BUILDERS), ("peers", PEERS)):
+    for field, known in (("workloads", WORKLOADS + TF2_WORKLOADS), ("profiles", tuple(PROFILES)), ("builders", BUILDERS), ("peers", PEERS)):
         unknown = [x for x in chosen[field] if x not in known]
         if unknown:
             _fail(f"unknown {field[:-1]}(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    tf2_with_peers = [w for w in chosen["workloads"] if w in TF2_WORKLOADS] if chosen["peers"] else []
+    if tf2_with_peers:
+        _fail(f"{', '.join(tf2_with_peers)}: adrun's TF2 mode only (the peers run the graph-mode workloads); add --peers ''")
     counts = chosen["hosts"]
     if not counts or counts[0] < 1 or counts[-1] > 16:
         _fail(f"--hosts {host_counts!r}: each count must be 1..16")

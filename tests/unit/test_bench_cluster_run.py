@@ -89,3 +89,18 @@ def test_estimate_takes_the_most_specific_earlier_runs():
     assert got.seconds == pytest.approx(40 + 50 + 50 + 40 + 40 + UNKNOWN_RUN_S + 200)
     assert (got.runs, got.exact) == (6, 2)
     assert estimate([], [], hook_overhead=True).seconds == UNKNOWN_HOOK_OVERHEAD_S
+
+
+def test_tf2_workloads_run_by_name_only_and_without_peers(monkeypatch):
+    """dense_keras (TF2 mode) is no part of the default matrix, and the peers, which run the
+    graph-mode models by name, are refused for it before any host is built."""
+    from click.testing import CliRunner
+
+    import bench.cluster.run as run
+
+    assert "dense_keras" in run.TF2_WORKLOADS and "dense_keras" not in {w for b in run.FULL for w in b.workloads}
+    assert run.LENGTHS["dense_keras"] == run.LENGTHS["dense"]  # the same runs as the graph-mode script it mirrors
+    monkeypatch.setattr(run, "missing_requirements", lambda: None)
+    refused = CliRunner().invoke(run.main, ["--workloads", "dense,dense_keras", "--peers", "tf_ps"])
+    assert refused.exit_code == 2
+    assert "dense_keras: adrun's TF2 mode only" in refused.output and "--peers ''" in refused.output

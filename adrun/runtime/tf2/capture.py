@@ -21,7 +21,9 @@ import tensorflow as tf
 
 from adrun.exit_codes import ERROR_PREFIX, HOOK_DONE_EXIT_CODE, PLAN_MISMATCH_EXIT_CODE
 from adrun.graph_item import GraphItem, VariableInfo, save_graph_item
+from adrun.runtime.reporting import report
 from adrun.runtime.tf2.optimizer_hooks import VariableNames, is_sparse, traced_batch_size
+from adrun.task_events import DoneEvent
 
 NO_APPLY = (
     "adrun synchronizes a TF2 script at its optimizer's apply (model.fit, optimizer.apply_gradients or "
@@ -78,6 +80,7 @@ class CaptureAtApply:
         item = GraphItem(kind="tf2", variables=list(self._variables.values()), optimizer=", ".join(self._optimizers),
                          batch_size=batch_size)
         save_graph_item(item, self._out)
+        report(DoneEvent(self._out))  # what capture_run reads as "written" (adrun/task_events.py)
         _end(HOOK_DONE_EXIT_CODE)
 
     def count_created(self, next_creator, **kwargs):
