@@ -26,7 +26,7 @@ def test_a_default_start_profiles_once_and_a_second_start_reuses_the_plan(spec_f
     first = run_adrun("--spec", spec, "--dry-run", TINY, "--steps", "20")
     assert first.returncode == 0, first.output
     assert "profiling" in first.stderr and "the plan made earlier" not in first.stderr
-    why = next(line for line in first.stdout.splitlines() if line.startswith("why Auto: "))
+    why = next(line for line in first.stderr.splitlines() if line.startswith("why Auto: "))
     # Auto's predicted step beside the next two builders'
     assert why.startswith("why Auto: predicted step ") and "; next: " in why and why.count(" ms") == 3, why
     with sqlite3.connect(records_db) as db:
@@ -36,7 +36,7 @@ def test_a_default_start_profiles_once_and_a_second_start_reuses_the_plan(spec_f
     assert second.returncode == 0, second.output
     assert "profiling" not in second.stderr and "measuring the network" not in second.stderr
     assert "Auto: the plan made earlier for this graph on this cluster" in flat(second.stderr)
-    assert why in second.stdout.splitlines()  # the remembered plan keeps its reason
+    assert why in second.stderr.splitlines()  # the remembered plan keeps its reason
 
 
 def test_a_one_step_script_on_a_cluster_without_ps_is_planned_from_its_facts_and_runs(spec_file):

@@ -16,7 +16,7 @@ from adrun.gathering import FactSources
 from adrun.graph_item import GraphItem
 from adrun.profile.run import NoStepTimed
 from adrun.records.store import SCHEMA_VERSION, cluster_key, open_records, plan_key
-from adrun.spec import ClusterSpec
+from adrun.spec import ClusterSpec, Node
 from adrun.strategies.document import AllReduceSync, PSSync
 from tests.cost_facts import hosts_spec, network, profile, var
 
@@ -98,10 +98,15 @@ def test_a_script_too_short_to_time_is_planned_from_its_facts_and_not_remembered
     assert calls["profile"] == 2  # not remembered: a longer run is profiled
 
 
-def test_a_cluster_without_ps_processes_gets_an_all_reduce_plan(calls, tmp_path):
-    spec = hosts_spec(2, ps=0)
+ONE_HOST = ClusterSpec(version=1, nodes=[Node(address="localhost", chief=True, workers=2, ps=0)])
+
+
+@pytest.mark.parametrize("spec,timed", [(hosts_spec(2, ps=0), True), (ONE_HOST, False)])
+def test_a_cluster_without_ps_processes_gets_an_all_reduce_plan(calls, tmp_path, spec, timed):
+    calls["timed"] = timed  # untimed on one host: compute 0 and loopback, the step is still a number
     with open_records(tmp_path / "records.sqlite") as records:
         _, made = plan(records, spec)
+    assert made.reason.startswith("predicted step ") and "nan" not in made.reason
     assert made.builder == "Auto" and made.num_ps == 0
     syncs = [s for v in made.variables for s in v.synchronizers()]
     assert syncs and all(isinstance(s, AllReduceSync) for s in syncs)
