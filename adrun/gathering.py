@@ -93,7 +93,7 @@ def _profile(sources: FactSources) -> ModelProfile:
     try:
         profile = profile_model(script, sources.script_args, spec.num_workers, sources.job_id, warmup=PROFILE_WARMUP)
     except NoStepTimed as e:
-        ui.print_status(f"{e}: planning from the model's facts and the network alone")
+        ui.print_status(f"{e.fact}: planning from the model's facts and the network alone")
         return ModelProfile.of_facts(e.graph)
     if sources.records is not None:
         sources.records.save_profile(profile)

@@ -14,7 +14,7 @@ the baseline's of the same round; the medians are reported. Absolute seconds are
 2-core machine, TensorFlow's import dominates); the differences are the figure. Writes JSON to
 bench/results/auto_start.json and a markdown table to bench/RESULTS-auto-start.md.
 
-    .venv/bin/python bench/auto_start.py [--rounds 3]
+    .venv/bin/python bench/auto_start.py [--rounds 3] [--example embedding.py ...]
 """
 
 from __future__ import annotations
@@ -66,9 +66,11 @@ def measure(script: str, args: list[str], rounds: int, home: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--example", action="append", choices=sorted(EXAMPLES),
+                        help="only this example (repeatable; default: all)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        results = [measure(script, script_args, args.rounds, Path(tmp)) for script, script_args in EXAMPLES.items()]
+        results = [measure(script, EXAMPLES[script], args.rounds, Path(tmp)) for script in args.example or EXAMPLES]
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     out = {"when": when, "host": platform.node(), "cpus": os.cpu_count(), "load_1m": os.getloadavg()[0],
            "goals_s": {"first": FIRST_GOAL_S, "repeat": REPEAT_GOAL_S}, "results": results}

@@ -75,11 +75,12 @@ def profile_model(
 
 class NoStepTimed(UserError):
     """The script ended before any timed step. `graph` is what was captured, so that a planner can
-    still plan from the model's facts (adrun/gathering.py)."""
+    still plan from the model's facts (adrun/gathering.py); `fact` says what happened, without the
+    advice the error adds."""
 
-    def __init__(self, message: str, graph: GraphItem) -> None:
-        super().__init__(message)
-        self.graph = graph
+    def __init__(self, fact: str, advice: str, graph: GraphItem) -> None:
+        super().__init__(f"{fact}; {advice}")
+        self.fact, self.graph = fact, graph
 
 
 def _profile_of(script: Path, samples: ProfileSamples, warmup: int) -> ModelProfile:
@@ -89,8 +90,8 @@ def _profile_of(script: Path, samples: ProfileSamples, warmup: int) -> ModelProf
     if not samples.step_s:
         raise NoStepTimed(
             f"{script}: ran {samples.training_steps} training step(s), all of them warm-up ({warmup}), so no "
-            "step was timed; let it run longer (e.g. its own steps or epochs argument) or profile with "
-            "fewer warm-up steps",
+            "step was timed",
+            "let it run longer (e.g. its own steps or epochs argument) or profile with fewer warm-up steps",
             graph,
         )
     sparse = [v.name for v in graph.trainable_with_grads() if v.grad == "sparse"]
