@@ -17,14 +17,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from adrun import ui
 from adrun.launch.job.provision import RemoteNodes
 from adrun.records.store import Records, cluster_key
 from adrun.spec import ClusterSpec
-from adrun.strategies.facts import NetworkFacts
+from adrun.strategies.facts import ModelProfile, NetworkFacts
 from adrun.strategies.fit import FitResult, fit
 from adrun.strategies.planning_facts import Fact, PlanningFacts
+
+if TYPE_CHECKING:
+    from adrun.graph_item import GraphItem
 
 # Auto plans whatever the script's length, so a script of a few steps must still leave timed steps
 # after the warm-up; the profile's median step time already discounts a slow early step or two.
@@ -48,35 +52,58 @@ class FactSources:
     measure_network: bool = False
 
 
-def gather_facts(needs: frozenset[Fact], sources: FactSources) -> PlanningFacts:
-    """The graph (profiled when the profile is needed, else captured) and the facts of `needs`."""
+def capture(sources: FactSources) -> GraphItem:
+    """The script's graph, captured (a run of the script up to its first training step)."""
     from adrun.capture_run import capture_graph
-    from adrun.profile.run import profile_model
 
-    script, spec, records = sources.script, sources.spec, sources.records
+    ui.print_status(f"capturing the graph of {sources.script} ...")
+    return capture_graph(sources.script, sources.script_args, sources.spec.num_workers, sources.job_id)
+
+
+def gather_facts(needs: frozenset[Fact], sources: FactSources, graph: GraphItem | None = None,
+                 network: NetworkFacts | None = None) -> PlanningFacts:
+    """The graph (profiled when the profile is needed, else `graph` when already captured, else
+    captured) and the facts of `needs`; `network`: the network facts when already gathered."""
+    spec, records = sources.spec, sources.records
     key = cluster_key(spec)
     profile = None
     if Fact.PROFILE in needs:
-        ui.print_status(f"profiling {script} on one process ...")
-        profile = profile_model(script, sources.script_args, spec.num_workers, sources.job_id, warmup=PROFILE_WARMUP)
+        profile = _profile(sources)
         graph = profile.graph
-        if records is not None:
-            records.save_profile(profile)
-    else:
-        ui.print_status(f"capturing the graph of {script} ...")
-        graph = capture_graph(script, sources.script_args, spec.num_workers, sources.job_id)
-    network = _network(sources) if Fact.NETWORK in needs else None
+    elif graph is None:
+        graph = capture(sources)
+    if Fact.NETWORK in needs and network is None:
+        network = network_facts(sources)
     fitted = None
     if Fact.FIT in needs:
         fitted = fit(records.trials(key) if records is not None else [], cluster_key=key)
         ui.print_status(fit_summary(fitted))
-    return PlanningFacts(spec=spec, graph=graph, profile=profile, network=network, fit=fitted)
+    return PlanningFacts(spec=spec, graph=graph, profile=profile, network=network if Fact.NETWORK in needs else None,
+                         fit=fitted)
 
 
-def _network(sources: FactSources) -> NetworkFacts:
+def _profile(sources: FactSources) -> ModelProfile:
+    """The script profiled on one process (and saved in the records); a script that ends before a
+    step could be timed gets the profile of its facts alone (`ModelProfile.of_facts`, not saved), so
+    that a smoke test of a script is planned rather than refused."""
+    from adrun.profile.run import NoStepTimed, profile_model
+
+    script, spec = sources.script, sources.spec
+    ui.print_status(f"profiling {script} on one process ...")
+    try:
+        profile = profile_model(script, sources.script_args, spec.num_workers, sources.job_id, warmup=PROFILE_WARMUP)
+    except NoStepTimed as e:
+        ui.print_status(f"{e.fact}: planning from the model's facts and the network alone")
+        return ModelProfile.of_facts(e.graph)
+    if sources.records is not None:
+        sources.records.save_profile(profile)
+    return profile
+
+
+def network_facts(sources: FactSources) -> NetworkFacts:
     """The spec's network facts, else those stored for this cluster unless `measure_network`, else
     measured (and stored)."""
-    from adrun.launch.nodes.network_facts import network_facts
+    from adrun.launch.nodes.network_facts import network_facts as measured_facts
 
     spec, records, remote = sources.spec, sources.records, sources.remote
     key = cluster_key(spec)
@@ -87,7 +114,7 @@ def _network(sources: FactSources) -> NetworkFacts:
         ui.print_status("measuring the network ...")
         if remote.nodes and not remote.links:
             remote.connect()
-    network = network_facts(spec, remote)
+    network = measured_facts(spec, remote)
     if records is not None:
         records.save_network(key, network)
     return network

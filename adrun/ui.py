@@ -177,7 +177,8 @@ def print_plan(plan: Strategy, item: GraphItem | None, spec: ClusterSpec | None)
 
     A partitioned variable's row also names its shards (`emb → emb/part_0..part_2`): TF's names,
     which is what the script sees when it lists `tf.trainable_variables()`. `item` (the captured
-    GraphItem) adds variable sizes and `spec` the cluster line, when given.
+    GraphItem) adds variable sizes and `spec` the cluster line, when given; the plan's `reason`, when
+    its builder gave one, is a line of its own.
     """
     sizes = {v.name: v.nbytes for v in item.variables} if item is not None else {}
     table = Table(
@@ -203,6 +204,8 @@ def print_plan(plan: Strategy, item: GraphItem | None, spec: ClusterSpec | None)
         captions.append(f"in-graph replicas: {_replicas_text(plan.replica_devices)}")
     table.caption = "\n".join(captions) or None
     console.print(table)
+    if plan.reason:
+        console.print(f"why {plan.builder}: {plan.reason}", soft_wrap=True, markup=False, highlight=False)
 
 
 def _replicas_text(replica_devices: list[list[str]]) -> str:

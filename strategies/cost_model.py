@@ -186,8 +186,11 @@ class Paths:
 
     def refilled(self, idle_s: float | np.ndarray) -> np.ndarray:
         """The bytes each resource's token bucket holds after `idle_s` seconds without traffic
-        (it refills at the path's rate, up to its size)."""
-        return np.minimum(self.burst, self.capacity * idle_s)
+        (it refills at the path's rate, up to its size). No idle time refills nothing, also on a
+        path of unbounded rate (an untimed profile's compute of 0, ModelProfile.untimed)."""
+        with np.errstate(invalid="ignore"):  # inf * 0, replaced by 0 below
+            refill = self.capacity * idle_s
+        return np.minimum(self.burst, np.where(np.asarray(idle_s) > 0, refill, 0.0))
 
     def _load(self, bytes_by_resource: np.ndarray, c: Coefficients) -> np.ndarray:
         return bytes_by_resource + np.where(self.is_local, 0.0,

@@ -245,6 +245,9 @@ class Strategy(BaseModel):
     num_ps: StrictInt = Field(ge=0)
     variables: list[VariablePlan]
     replica_devices: list[list[ReplicaDevice]] | None = None
+    # why this plan, in one line, from the builder that chose it (Auto: its predicted step time
+    # beside the next builders'); shown with the plan, kept when the plan is remembered
+    reason: str = ""
 
     @model_validator(mode="after")
     def _check_replica_devices(self) -> Strategy:
@@ -331,6 +334,8 @@ def strategy_to_yaml(strategy: Strategy) -> str:
     data = strategy.model_dump(mode="json")
     if data["kind"] == "graph":  # the default: graph plans read as they did before kinds existed
         del data["kind"]
+    if not data["reason"]:  # a builder that gives none: documents read as before reasons existed
+        del data["reason"]
     for var in data["variables"]:
         _drop_noise(var)
     return header + dump_yaml(data)

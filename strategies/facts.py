@@ -46,15 +46,27 @@ class ModelProfile(BaseModel):
 
     version: Literal[1] = 1
     graph: GraphItem
-    # seconds of one training step on one process at the script's batch size, warm-up excluded
-    compute_s: float = Field(gt=0, allow_inf_nan=False)
-    steps_measured: int = Field(ge=1)
+    # seconds of one training step on one process at the script's batch size, warm-up excluded;
+    # 0 with steps_measured 0 when the script ran no step beyond the warm-up (`untimed`)
+    compute_s: float = Field(ge=0, allow_inf_nan=False)
+    steps_measured: int = Field(ge=0)
     # by variable name (as in the GraphItem), for every variable with sparse gradients
     rows_touched: dict[str, RowsTouched] = {}
 
     @property
     def batch_size(self) -> int | None:
         return self.graph.batch_size
+
+    @property
+    def untimed(self) -> bool:
+        """No step was timed: a plan from this profile rests on the model's facts and the network
+        alone (communication; compute counts as 0)."""
+        return self.steps_measured == 0
+
+    @classmethod
+    def of_facts(cls, graph: GraphItem) -> ModelProfile:
+        """The profile of a script that ran too few steps to time one: its graph only."""
+        return cls(graph=graph, compute_s=0.0, steps_measured=0)
 
 
 class Link(BaseModel):

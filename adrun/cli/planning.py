@@ -2,10 +2,16 @@
 anything runs.
 
 One path: what `--strategy` names is checked first (`chosen_plan`: a document is loaded and
-validated, a builder name and its options configured), before the slow part; then the facts that
-builder declares it needs are gathered (adrun/gathering.py: capture or profile, records, network);
-then the builder builds the plan from them, a pure function (a document is checked against the
-captured graph instead).
+validated, a builder name and its options configured), before the slow part; then the script is
+captured (its graph names the default builder, `default_builder`, and the plans remembered for it);
+then the facts the builder declares it needs are gathered (adrun/gathering.py: profile, records,
+network) and the builder builds the plan from them, a pure function (a document is checked against
+the captured graph instead).
+
+A builder that needs a profiling run (Auto) is slow to plan; its plan is remembered in the records
+(`Records.save_plan`, by `plan_key`: graph, cluster, network facts, builder and options, adrun
+version), so that starting the same script on the same cluster again costs the capture only. A plan
+made without a timed step (`ModelProfile.untimed`) is not remembered: a longer run profiles anew.
 """
 
 from __future__ import annotations
@@ -23,7 +29,8 @@ if TYPE_CHECKING:
     from adrun.strategies.document import Strategy
     from adrun.strategies.planning_facts import Fact
 
-DEFAULT_BUILDER = "PSLoadBalancing"
+DEFAULT_BUILDER = "Auto"
+TF2_DEFAULT_BUILDER = "AllReduce"
 
 
 @dataclass(frozen=True)
@@ -39,15 +46,17 @@ class ChosenPlan:
 
     @property
     def needs(self) -> frozenset[Fact]:
-        """The facts to gather beyond the graph: the builder's (a document and the default builders need none)."""
+        """The facts to gather beyond the graph for a named builder (a document needs none; the
+        default builder is known once the script is captured)."""
         return self.builder.needs if self.builder is not None else frozenset()
 
 
 def default_builder(item: GraphItem) -> str:
-    """The builder a run uses when no `--strategy` is given, for the script captured as `item`:
-    PSLoadBalancing for graph mode; AllReduce for TF2 scripts, since TF2 mode synchronizes by
-    collectives only (strategies/document.py, TF2_NO_PS)."""
-    return "AllReduce" if item.kind == "tf2" else DEFAULT_BUILDER
+    """The builder a run uses when no `--strategy` is given, for the script captured as `item`: Auto
+    for graph mode (it plans what the cluster can run, from a profile or, for a script too short to
+    time, from the model's facts); AllReduce for TF2 scripts, which Auto does not plan yet (TF2 mode
+    synchronizes by collectives only, strategies/document.py TF2_NO_PS, and Auto may choose PS)."""
+    return TF2_DEFAULT_BUILDER if item.kind == "tf2" else DEFAULT_BUILDER
 
 
 def chosen_plan(strategy: str | None, options: dict[str, str]) -> ChosenPlan:
@@ -67,19 +76,61 @@ def chosen_plan(strategy: str | None, options: dict[str, str]) -> ChosenPlan:
 
 
 def plan_script(chosen: ChosenPlan, sources: FactSources) -> tuple[GraphItem, Strategy]:
-    """Gather the facts `chosen` needs from `sources` and turn them into the Strategy for this
-    cluster: the document (checked against the captured graph) or the builder's plan."""
-    from adrun.gathering import gather_facts
+    """The Strategy for this cluster and the script's graph: the document (checked against the
+    captured graph), a remembered plan, or the builder's plan from the facts it needs."""
+    from adrun.gathering import capture
     from adrun.strategies import configured_builder
     from adrun.strategies.document import check_matches
 
-    facts = gather_facts(chosen.needs, sources)
+    if chosen.builder is not None and not _remembers(chosen.builder, sources):
+        return _built(chosen.builder, sources, None)  # the profile, if any, captures the graph itself
+    graph = capture(sources)
     if chosen.document is not None:
-        check_matches(chosen.document, facts.graph, sources.spec, source=chosen.source)
-        return facts.graph, chosen.document
-    builder = chosen.builder or configured_builder(default_builder(facts.graph), chosen.options)
+        check_matches(chosen.document, graph, sources.spec, source=chosen.source)
+        return graph, chosen.document
+    builder = chosen.builder or configured_builder(default_builder(graph), chosen.options)
+    if not _remembers(builder, sources):
+        return _built(builder, sources, graph)
+    return _remembered_or_built(builder, graph, sources)
+
+
+def _remembers(builder: StrategyBuilder, sources: FactSources) -> bool:
+    """Whether `builder`'s plans are remembered: it profiles the script, and there are records."""
+    from adrun.strategies.planning_facts import Fact
+
+    return Fact.PROFILE in builder.needs and sources.records is not None
+
+
+def _built(builder: StrategyBuilder, sources: FactSources, graph: GraphItem | None) -> tuple[GraphItem, Strategy]:
+    from adrun.gathering import gather_facts
+
+    facts = gather_facts(builder.needs, sources, graph)
     return facts.graph, builder.build(facts)
 
+
+def _remembered_or_built(builder: StrategyBuilder, graph: GraphItem,
+                         sources: FactSources) -> tuple[GraphItem, Strategy]:
+    """The plan remembered for this graph, cluster, network, builder and adrun, else the builder's
+    (remembered unless made without a timed step)."""
+    from adrun import ui
+    from adrun.gathering import gather_facts, network_facts
+    from adrun.records.store import cluster_key, plan_key
+
+    records = sources.records
+    assert records is not None
+    name = type(builder).__name__
+    network = network_facts(sources)
+    key = plan_key(graph.fingerprint, cluster_key(sources.spec), network, name,
+                   builder.options.model_dump(mode="json"))
+    remembered = records.plan_for(key)
+    if remembered is not None:
+        ui.print_status(f"{name}: the plan made earlier for this graph on this cluster (records {records.path})")
+        return graph, remembered
+    facts = gather_facts(builder.needs, sources, graph, network)
+    plan = builder.build(facts)
+    if facts.profile is not None and not facts.profile.untimed:
+        records.save_plan(key, plan)
+    return facts.graph, plan
 
 
 def _names_document(strategy: str) -> bool:

@@ -61,6 +61,8 @@ def profile(spec: ClusterSpec, remote: RemoteNodes, script: Path, script_args: l
     facts = gather_facts(auto.needs, FactSources(script, script_args, spec, job_id, remote, records,
                                                  measure_network=options.measure_network))
     assert facts.profile is not None and facts.network is not None and facts.fit is not None
+    if facts.profile.untimed:  # a run plans from the facts alone; profiling is for measuring
+        raise UserError(f"{script}: no step was timed, so there is nothing to profile; let it run longer")
     ranked = auto.rank(facts)
     plans = {plan.builder: plan for plan, _ in ranked}
     candidates = _candidates(ranked)

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from adrun.capture_run import CAPTURE_TIMEOUT_S, require_training_op, run_in_hook_mode
 from adrun.errors import UserError
+from adrun.graph_item import GraphItem
 from adrun.profile_samples import ProfileSamples, load_samples
 from adrun.strategies.facts import ModelProfile, RowsTouched
 from adrun.task_context import Mode
@@ -72,16 +73,27 @@ def profile_model(
     return _profile_of(script, samples, warmup)
 
 
+class NoStepTimed(UserError):
+    """The script ended before any timed step. `graph` is what was captured, so that a planner can
+    still plan from the model's facts (adrun/gathering.py); `fact` says what happened, without the
+    advice the error adds."""
+
+    def __init__(self, fact: str, advice: str, graph: GraphItem) -> None:
+        super().__init__(f"{fact}; {advice}")
+        self.fact, self.graph = fact, graph
+
+
 def _profile_of(script: Path, samples: ProfileSamples, warmup: int) -> ModelProfile:
-    if not samples.step_s:
-        raise UserError(
-            f"{script}: ran {samples.training_steps} training step(s), all of them warm-up ({warmup}), so no "
-            "step was timed; let it run longer (e.g. its own steps or epochs argument) or profile with "
-            "fewer warm-up steps"
-        )
     graph = samples.graph
     if graph.batch_size is None and samples.examples:
         graph = graph.model_copy(update={"batch_size": samples.examples})
+    if not samples.step_s:
+        raise NoStepTimed(
+            f"{script}: ran {samples.training_steps} training step(s), all of them warm-up ({warmup}), so no "
+            "step was timed",
+            "let it run longer (e.g. its own steps or epochs argument) or profile with fewer warm-up steps",
+            graph,
+        )
     sparse = [v.name for v in graph.trainable_with_grads() if v.grad == "sparse"]
     return ModelProfile(
         graph=graph,

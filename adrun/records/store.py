@@ -6,7 +6,12 @@ another) keeps
 - every recorded run as a `TrialRecord` (strategies/facts.py), the data the cost model is fitted on;
 - the latest `ModelProfile` per graph fingerprint and batch size, so that a plain run of a graph
   that `adrun profile` profiled earlier is recorded with that profile;
-- the latest `NetworkFacts` per cluster (`cluster_key`), so later runs on the same hosts reuse them.
+- the latest `NetworkFacts` per cluster (`cluster_key`), so later runs on the same hosts reuse them;
+- the plans a profiling builder (Auto) made, per `plan_key` (graph, cluster, network facts, builder
+  and options, adrun version), so that starting the same script on the same cluster again skips the
+  profiling (adrun/cli/planning.py).
+
+Schema version 2 added the plans table; a version 1 file is migrated on opening (the table added).
 
 Records are stored as their JSON documents, so the table layout does not follow every field of
 facts.py; `meta` names the file as adrun's and carries the schema version. Several adrun runs may
@@ -16,6 +21,8 @@ another's lock instead of failing.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import sqlite3
 from collections.abc import Iterator, Mapping
@@ -28,16 +35,18 @@ from pydantic import BaseModel, ValidationError
 from adrun.errors import UserError
 from adrun.home import adrun_home, connect_database
 from adrun.spec import ClusterSpec
+from adrun.strategies.document import Strategy
 from adrun.strategies.facts import ModelProfile, NetworkFacts, TrialRecord
 
 RECORDS_ENV = "ADRUN_RECORDS"
 RECORDS_FILE = "records.sqlite"  # in adrun's home directory (adrun/home.py)
 SCHEMA_NAME = "adrun-records"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _NO_BATCH = -1  # the batch-size key of a profile whose batch size capture could not read
 _M = TypeVar("_M", bound=BaseModel)
 CANTOPEN_TEXT = "unable to open database file"  # sqlite3_errstr(SQLITE_CANTOPEN)
 
+_PLANS_TABLE = "CREATE TABLE IF NOT EXISTS plans (key TEXT PRIMARY KEY, plan TEXT NOT NULL)"
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS trials (id INTEGER PRIMARY KEY AUTOINCREMENT, cluster_key TEXT NOT NULL,"
@@ -46,7 +55,10 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS profiles (fingerprint TEXT NOT NULL, batch_size INTEGER NOT NULL,"
     " profile TEXT NOT NULL, PRIMARY KEY (fingerprint, batch_size))",
     "CREATE TABLE IF NOT EXISTS networks (cluster_key TEXT PRIMARY KEY, facts TEXT NOT NULL)",
+    _PLANS_TABLE,
 )
+# schema version -> the statements that bring a file of that version to the next one
+_MIGRATIONS = {1: (_PLANS_TABLE,)}
 
 
 def records_path(option: str | None = None, env: Mapping[str, str] | None = None) -> Path:
@@ -68,6 +80,18 @@ def cluster_key(spec: ClusterSpec) -> str:
             part += f"+{node.gpus}gpu"
         parts.append(part)
     return ",".join(parts)
+
+
+def plan_key(fingerprint: str, cluster: str, network: NetworkFacts, builder: str,
+             options: Mapping[str, object]) -> str:
+    """The key a plan is remembered by: what it was planned from, beyond the records' fit: the graph,
+    the cluster (`cluster_key`), its network facts, the builder with its options, and this adrun's
+    version (another version may plan otherwise). A hash: the network facts make a long text."""
+    from adrun import __version__
+
+    text = json.dumps([fingerprint, cluster, network.model_dump(mode="json"), builder, dict(options), __version__],
+                      sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 class Records:
@@ -124,6 +148,16 @@ class Records:
         """The latest network facts of the cluster `cluster_key`, if any were saved."""
         rows = self._reading("SELECT facts FROM networks WHERE cluster_key = ?", (cluster_key,))
         return self._parse(NetworkFacts, rows[0][0], f"the network facts of {cluster_key}") if rows else None
+
+    def save_plan(self, key: str, plan: Strategy) -> None:
+        """Remember `plan` under `key` (`plan_key`)."""
+        with self._writing() as db:
+            db.execute("INSERT OR REPLACE INTO plans (key, plan) VALUES (?, ?)", (key, plan.model_dump_json()))
+
+    def plan_for(self, key: str) -> Strategy | None:
+        """The plan remembered under `key`, if any."""
+        rows = self._reading("SELECT plan FROM plans WHERE key = ?", (key,))
+        return self._parse(Strategy, rows[0][0], f"the plan remembered as {key[:12]}") if rows else None
 
     @contextmanager
     def _writing(self) -> Iterator[sqlite3.Connection]:
@@ -208,6 +242,8 @@ def _check_or_create_schema(db: sqlite3.Connection, path: Path) -> None:
                     db.execute(statement)
                 db.executemany("INSERT INTO meta (key, value) VALUES (?, ?)",
                                [("schema", SCHEMA_NAME), ("version", str(SCHEMA_VERSION))])
+            elif "meta" in tables:
+                _migrate(db)
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -226,3 +262,17 @@ def _check_or_create_schema(db: sqlite3.Connection, path: Path) -> None:
     if version != str(SCHEMA_VERSION):
         raise _unusable(path, f"its schema version {version or '(none)'} is not {SCHEMA_VERSION}, the one this "
                               "adrun reads (written by another adrun version)")
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """Bring adrun's records of an older schema version to this one, inside the caller's
+    transaction; any other file is left as it is for the checks that follow to name."""
+    meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+    if meta.get("schema") != SCHEMA_NAME:
+        return
+    version = meta.get("version", "")
+    while version.isdigit() and int(version) in _MIGRATIONS:
+        for statement in _MIGRATIONS[int(version)]:
+            db.execute(statement)
+        version = str(int(version) + 1)
+        db.execute("UPDATE meta SET value = ? WHERE key = 'version'", (version,))

@@ -72,7 +72,7 @@ def live():
 def long_job(netns_cluster, tmp_path, live):
     """A 2-host job (w0 + ps0 on host 1, w1 on host 2) training until stopped, both workers stepping."""
     c = netns_cluster
-    job = live("--spec", str(write_spec(tmp_path / "cluster.yml", c)), TINY, "--steps", "100000", "--step-sleep", "0.05")
+    job = live("--strategy", "PSLoadBalancing", "--spec", str(write_spec(tmp_path / "cluster.yml", c)), TINY, "--steps", "100000", "--step-sleep", "0.05")
     job.wait_for_line(rf"^\[w1@{c.hosts[1].address}\] step 2$")
     job.wait_for_line(rf"^\[w0@{c.hosts[0].address}\] step 2$")
     return job
@@ -223,13 +223,13 @@ def test_missing_script_then_sync_code(netns_cluster, tmp_path):
     spec = write_spec(tmp_path / "cluster.yml", netns_cluster, h2={"workdir": str(workdir)})
     h2 = netns_cluster.hosts[1].address
 
-    missing = run_adrun("--spec", str(spec), "--quiet", RELATIVE_TINY, cwd=REPO, timeout=120)
+    missing = run_adrun("--strategy", "PSLoadBalancing", "--spec", str(spec), "--quiet", RELATIVE_TINY, cwd=REPO, timeout=120)
     assert missing.returncode == 2, missing.output
     assert (f"adrun: error: {RELATIVE_TINY} not found on {h2} (at {workdir}/{RELATIVE_TINY}): copy it there, "
             "set ssh.workdir, or pass --sync-code") in flat(missing.stderr), missing.output
     assert "capturing" not in missing.output  # refused before the capture
 
-    synced = run_adrun("--spec", str(spec), "--quiet", "--sync-code", RELATIVE_TINY, cwd=REPO, timeout=300)
+    synced = run_adrun("--strategy", "PSLoadBalancing", "--spec", str(spec), "--quiet", "--sync-code", RELATIVE_TINY, cwd=REPO, timeout=300)
     assert synced.returncode == 0, synced.output
     assert (workdir / RELATIVE_TINY).read_bytes() == (REPO / RELATIVE_TINY).read_bytes()
     assert not list(workdir.rglob("__pycache__")) and not list(workdir.rglob("*.pyc"))
@@ -249,7 +249,7 @@ def test_taken_fixed_port_on_a_node_is_named(netns_cluster, tmp_path):
                                 stdout=subprocess.PIPE, text=True)
     try:
         assert listener.stdout.readline().strip() == "up"
-        result = run_adrun("--spec", str(spec), "--quiet", TINY, timeout=120)
+        result = run_adrun("--strategy", "PSLoadBalancing", "--spec", str(spec), "--quiet", TINY, timeout=120)
     finally:
         listener.kill()
         listener.wait()
@@ -261,7 +261,7 @@ def test_taken_fixed_port_on_a_node_is_named(netns_cluster, tmp_path):
 def test_unreachable_node_is_named_before_the_capture(netns_cluster, tmp_path):
     h2 = netns_cluster.hosts[1].address
     spec = write_spec(tmp_path / "cluster.yml", netns_cluster, h2={"port": 2})
-    result = run_adrun("--spec", str(spec), "--quiet", TINY, timeout=120)
+    result = run_adrun("--strategy", "PSLoadBalancing", "--spec", str(spec), "--quiet", TINY, timeout=120)
     assert result.returncode == 2, result.output
     assert f"nothing accepts SSH connections on {h2}:2 (connection refused)" in flat(result.stderr), result.output
     assert "capturing" not in result.output

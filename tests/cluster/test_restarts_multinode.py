@@ -24,7 +24,8 @@ def _start(netns_cluster, tmp_path, live, *options: str):
     out = tmp_path / "adrun"
     out.mkdir()
     spec = write_spec(tmp_path / "cluster.yml", netns_cluster)
-    job = live("--spec", str(spec), "--max-restarts", "1", "--restart-backoff", "0", "--result-json",
+    job = live("--spec", str(spec), "--strategy", "PSLoadBalancing", "--max-restarts", "1", "--restart-backoff", "0",
+               "--result-json",
                str(tmp_path / "result.json"), *options, MODEL, "--checkpoint-dir", str(out / "ckpt"), "--out", str(out),
                "--steps", str(STEPS), "--pause-on", "1", "--pause-at", str(PAUSE_AT))
     _wait_for(out / "paused", job)

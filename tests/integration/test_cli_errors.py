@@ -261,7 +261,7 @@ def test_strategy_document_of_another_script_is_refused(tmp_path, spec_file):
 
 
 def test_worker_building_another_graph_is_the_root_cause(spec_file):
-    result = run_adrun("--spec", str(spec_file()), "--quiet", TINY, "--extra-var-on", "1")
+    result = run_adrun("--spec", str(spec_file()), "--strategy", "PSLoadBalancing", "--quiet", TINY, "--extra-var-on", "1")
     assert result.returncode == PLAN_MISMATCH_EXIT_CODE, result.output
     assert "Traceback" not in result.output, result.output
     assert leftover_processes(result.job_id) == []

@@ -130,7 +130,7 @@ def live():
 
 
 def test_worker_exception_is_root_cause_and_stops_the_job(spec_file):
-    result = run_adrun("--spec", str(spec_file()), TINY, "--steps", "6", "--fail-on", "1", "--fail-at", "2")
+    result = run_adrun("--strategy", "PSLoadBalancing", "--spec", str(spec_file()), TINY, "--steps", "6", "--fail-on", "1", "--fail-at", "2")
     assert result.returncode == 1, result.output
     assert no_adrun_traceback(result), result.output
     assert leftover_processes(result.job_id) == []
@@ -152,7 +152,7 @@ NOISY = str(SCRIPTS / "noisy_failure.py")
 
 def test_root_cause_is_the_traceback_and_tf_noise_is_folded(tmp_path, spec_file):
     logs = tmp_path / "logs"
-    result = run_adrun("--spec", str(spec_file()), "--log-dir", str(logs), NOISY, "--fail-on", "1", "--fail-at", "2")
+    result = run_adrun("--strategy", "PSLoadBalancing", "--spec", str(spec_file()), "--log-dir", str(logs), NOISY, "--fail-on", "1", "--fail-at", "2")
     assert result.returncode == 1, result.output
     cause = root_cause(result)
     assert cause.endswith("ValueError: worker 1: batch 2 has no labels"), cause
@@ -172,7 +172,7 @@ def test_root_cause_is_the_traceback_and_tf_noise_is_folded(tmp_path, spec_file)
     assert report.root_cause_stderr[-1] == "ValueError: worker 1: batch 2 has no labels"
     assert report.root_cause_stdout == ["step 1"]
 
-    verbose = run_adrun("--spec", str(spec_file()), "--verbose", NOISY, "--fail-on", "1", "--fail-at", "1")
+    verbose = run_adrun("--strategy", "PSLoadBalancing", "--spec", str(spec_file()), "--verbose", NOISY, "--fail-on", "1", "--fail-at", "1")
     assert verbose.returncode == 1, verbose.output
     assert re.search(r"^\[w1\] I0000 .* oneDNN custom operations are on", verbose.stdout, re.MULTILINE), verbose.stdout
     assert "start-up messages folded" not in verbose.output
@@ -180,7 +180,7 @@ def test_root_cause_is_the_traceback_and_tf_noise_is_folded(tmp_path, spec_file)
 
 
 def test_failure_during_capture_quotes_the_traceback_without_tf_noise():
-    result = run_adrun(NOISY, "--fail-on", "0", "--fail-at", "0")
+    result = run_adrun("--strategy", "PSLoadBalancing", NOISY, "--fail-on", "0", "--fail-at", "0")
     assert result.returncode == 2, result.output
     lines = result.stderr.splitlines()
     start = lines.index(f"adrun: error: {NOISY}: failed before adrun captured its graph (exit code 1); "
@@ -194,7 +194,7 @@ def test_failure_during_capture_quotes_the_traceback_without_tf_noise():
 
 def test_worker_sigkill_is_reported_as_such(tmp_path, spec_file):
     result_json = tmp_path / "result.json"
-    result = run_adrun("--spec", str(spec_file()), "--quiet", "--result-json", str(result_json), TINY, "--steps", "4",
+    result = run_adrun("--strategy", "PSLoadBalancing", "--spec", str(spec_file()), "--quiet", "--result-json", str(result_json), TINY, "--steps", "4",
                        "--fail-on", "1", "--fail-at", "1", "--fail-how", "sigkill")
     assert result.returncode == 137, result.output
     assert "Traceback" not in result.output
@@ -222,7 +222,7 @@ def _job_processes(job_id: str, role: str) -> list[psutil.Process]:
 
 def test_killed_parameter_server_fails_the_job(spec_file, live, tmp_path):
     result_json = tmp_path / "result.json"
-    job = live("--spec", str(spec_file()), "--result-json", str(result_json), TINY, "--steps", "100000",
+    job = live("--strategy", "PSLoadBalancing", "--spec", str(spec_file()), "--result-json", str(result_json), TINY, "--steps", "100000",
                "--step-sleep", "0.05")
     job.wait_for_line(r"^\[w1\] step 2$")
     [ps] = _job_processes(job.job_id, "ps")
@@ -242,7 +242,7 @@ def test_killed_parameter_server_fails_the_job(spec_file, live, tmp_path):
 
 
 def test_ctrl_c_stops_the_job_with_130(spec_file, live):
-    job = live("--spec", str(spec_file()), TINY, "--steps", "100000", "--step-sleep", "0.05")
+    job = live("--strategy", "PSLoadBalancing", "--spec", str(spec_file()), TINY, "--steps", "100000", "--step-sleep", "0.05")
     job.wait_for_line(r"^\[w0\] step 2$")
     assert len(_job_processes(job.job_id, "worker")) == 2
     job.proc.send_signal(signal.SIGINT)
@@ -256,7 +256,7 @@ def test_ctrl_c_stops_the_job_with_130(spec_file, live):
 
 def test_ctrl_c_during_capture_exits_130(tmp_path, live):
     marker = tmp_path / "capturing"
-    job = live(str(SCRIPTS / "touch_and_sleep.py"), str(marker), "3600")
+    job = live("--strategy", "PSLoadBalancing", str(SCRIPTS / "touch_and_sleep.py"), str(marker), "3600")
     deadline = time.monotonic() + GUARD_S
     while not marker.exists():
         assert time.monotonic() < deadline and job.proc.poll() is None, job.output
@@ -272,7 +272,7 @@ def test_ctrl_c_during_capture_exits_130(tmp_path, live):
 
 
 def test_killed_launcher_takes_every_task_with_it(spec_file, live):
-    job = live("--spec", str(spec_file()), TINY, "--steps", "100000", "--step-sleep", "0.05")
+    job = live("--strategy", "PSLoadBalancing", "--spec", str(spec_file()), TINY, "--steps", "100000", "--step-sleep", "0.05")
     job.wait_for_line(r"^\[w1\] step 2$")
     assert len(leftover_processes(job.job_id)) == 3  # ps0, w0, w1 (the launcher itself has no ADRUN_JOB_ID)
     job.proc.kill()
@@ -292,7 +292,7 @@ def test_env_contract_and_chained_sitecustomize(tmp_path, spec_file):
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(_SITECUSTOMIZE)
-    result = run_adrun("--spec", str(spec_file()), TINY, "--steps", "1", "--print-env", "--print-marker", "--print-pid",
+    result = run_adrun("--strategy", "PSLoadBalancing", "--spec", str(spec_file()), TINY, "--steps", "1", "--print-env", "--print-marker", "--print-pid",
                        env={"PYTHONPATH": str(site)})
     assert result.returncode == 0, result.output
     assert leftover_processes(result.job_id) == []
@@ -316,7 +316,7 @@ def test_env_contract_and_chained_sitecustomize(tmp_path, spec_file):
 
 def test_log_dir_has_one_file_per_task_and_quiet_still_summarizes(tmp_path, spec_file):
     logs = tmp_path / "logs"
-    result = run_adrun("--spec", str(spec_file()), "--quiet", "--log-dir", str(logs), TINY, "--steps", "3",
+    result = run_adrun("--strategy", "PSLoadBalancing", "--spec", str(spec_file()), "--quiet", "--log-dir", str(logs), TINY, "--steps", "3",
                        "--print-env")
     assert result.returncode == 0, result.output
     assert leftover_processes(result.job_id) == []
@@ -363,7 +363,7 @@ def test_hook_is_inert_without_adrun_mode():
 
 
 def test_worker_exit_code_after_training_is_the_job_exit_code(spec_file):
-    result = run_adrun("--spec", str(spec_file()), "--quiet", TINY, "--steps", "2", "--fail-on", "1",
+    result = run_adrun("--strategy", "PSLoadBalancing", "--spec", str(spec_file()), "--quiet", TINY, "--steps", "2", "--fail-on", "1",
                        "--fail-how", "exit3")
     assert result.returncode == 3, result.output
     assert "Traceback" not in result.output

@@ -46,7 +46,7 @@ def capturing(live, tmp_path: Path, *args: str) -> LiveAdrun:
 
 def test_stop_ends_a_running_job_and_logs_follow_it_to_the_end(tmp_path, spec_file, live):
     logs = tmp_path / "logs"
-    job = live("--spec", str(spec_file()), "--log-dir", str(logs), TINY, "--steps", "100000", "--step-sleep", "0.05")
+    job = live("--strategy", "PSLoadBalancing", "--spec", str(spec_file()), "--log-dir", str(logs), TINY, "--steps", "100000", "--step-sleep", "0.05")
     job.wait_for_line(r"^\[w1\] step 2$")
 
     running = recorded_jobs()[job.job_id]  # without --all: the running jobs

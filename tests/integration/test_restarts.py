@@ -62,7 +62,7 @@ def _kill_and_resume(tmp_path: Path, spec_file, live, role: str, index: int, pau
     that the job resumes from its checkpoint, ends as the plain run, and left nothing of attempt 0."""
     out, result_json = tmp_path / "adrun", tmp_path / "result.json"
     out.mkdir()
-    job = live("--spec", str(spec_file()), "--max-restarts", "1", "--restart-backoff", "0",
+    job = live("--strategy", "PSLoadBalancing", "--spec", str(spec_file()), "--max-restarts", "1", "--restart-backoff", "0",
                "--result-json", str(result_json), MODEL, "--checkpoint-dir", str(out / "ckpt"), "--out", str(out),
                "--steps", str(STEPS), "--pause-on", str(pause_on), "--pause-at", str(PAUSE_AT))
     _wait_for(out / "paused", job)
@@ -113,7 +113,7 @@ def test_a_killed_parameter_server_is_restarted_from_the_checkpoint_and_ends_as_
 ])
 def test_errors_of_the_script_are_not_restarted(tmp_path, spec_file, fault, exit_code, verdict):
     result_json = tmp_path / "result.json"
-    result = run_adrun("--spec", str(spec_file()), "--max-restarts", "3", "--restart-backoff", "0",
+    result = run_adrun("--strategy", "PSLoadBalancing", "--spec", str(spec_file()), "--max-restarts", "3", "--restart-backoff", "0",
                        "--result-json", str(result_json), TINY, "--steps", "3", *fault)
     assert result.returncode == exit_code, result.output
     assert leftover_processes(result.job_id) == []
@@ -127,7 +127,7 @@ def test_errors_of_the_script_are_not_restarted(tmp_path, spec_file, fault, exit
 def test_a_worker_that_hangs_fails_the_job_by_name_with_on_stall_fail(tmp_path, spec_file, live):
     out, result_json = tmp_path / "adrun", tmp_path / "result.json"
     out.mkdir()
-    job = live("--spec", str(spec_file()), "--on-stall", "fail", "--stall-timeout", "8", "--result-json",
+    job = live("--strategy", "PSLoadBalancing", "--spec", str(spec_file()), "--on-stall", "fail", "--stall-timeout", "8", "--result-json",
                str(result_json), MODEL, "--checkpoint-dir", str(out / "ckpt"), "--out", str(out), "--steps", "1000",
                "--pause-on", "1", "--pause-at", "3")
     _wait_for(out / "paused", job)

@@ -1,7 +1,8 @@
 """From `--strategy NAME|FILE` to a plan (adrun/cli/planning.py): one path for every choice. What
 `--strategy` names is checked before anything is gathered; the facts gathered are those the chosen
-builder declares it needs (the gathering itself is replaced by a recorder here); the plan is the
-builder's, or the document checked against the captured graph."""
+builder declares it needs (the capture and the gathering are replaced by recorders here); the plan
+is the builder's, or the document checked against the captured graph. Remembered plans:
+tests/unit/test_remembered_plans.py."""
 
 from __future__ import annotations
 
@@ -27,15 +28,21 @@ OTHER = GraphItem(batch_size=8, variables=[var("v", [4, 4])])
 
 @pytest.fixture
 def gathered(monkeypatch):
-    """Replaces the gathering: records the needs it was asked for, answers with every fact of GRAPH."""
-    asked = []
+    """Replaces the capture and the gathering: records the needs it was asked for ("capture" for a
+    capture), answers with every fact of GRAPH."""
+    asked: list = []
 
-    def gather_facts(needs, sources):
+    def capture(sources):
+        asked.append("capture")
+        return GRAPH
+
+    def gather_facts(needs, sources, graph=None, known_network=None):
         asked.append(needs)
         return PlanningFacts(spec=sources.spec, graph=GRAPH, profile=profile(GRAPH, 0.01, {"emb": 5}),
                              network=network(SPEC, 1e8), fit=fit([]))
 
     monkeypatch.setattr("adrun.gathering.gather_facts", gather_facts)
+    monkeypatch.setattr("adrun.gathering.capture", capture)
     return asked
 
 
@@ -54,18 +61,19 @@ def test_a_builder_name_gathers_what_that_builder_needs_and_builds(gathered):
 
 
 def test_without_a_strategy_the_default_builder_for_the_script_plans_with_the_options(gathered):
-    chosen = chosen_plan(None, {"staleness": "1"})
-    assert chosen.needs == frozenset() and default_builder(GRAPH) == DEFAULT_BUILDER == "PSLoadBalancing"
+    chosen = chosen_plan(None, {"allow_lossy": "true"})
+    assert chosen.needs == frozenset() and default_builder(GRAPH) == DEFAULT_BUILDER == "Auto"
     _, plan = plan_script(chosen, sources())
-    assert gathered == [frozenset()]
-    assert plan == build_strategy("PSLoadBalancing", GRAPH, SPEC, {"staleness": "1"})
+    assert gathered == ["capture", Auto.needs]  # the capture says which builder is the default
+    assert plan.builder == "Auto" and plan.options == AutoOptions(allow_lossy=True).model_dump()
+    assert plan.reason.startswith("predicted step ")
 
 
 def test_a_document_is_checked_against_the_captured_graph(gathered, tmp_path):
     path = tmp_path / "plan.yml"
     dump_strategy(build_strategy("PS", GRAPH, SPEC), path)
     item, plan = plan_script(chosen_plan(str(path), {}), sources())
-    assert gathered == [frozenset()] and plan == build_strategy("PS", GRAPH, SPEC)
+    assert gathered == ["capture"] and plan == build_strategy("PS", GRAPH, SPEC)
 
     dump_strategy(build_strategy("PS", OTHER, SPEC), path)
     with pytest.raises(UserError, match=f"{path}: planned for a different graph"):
@@ -101,6 +109,7 @@ def test_strategy_build_opens_the_records_only_for_a_builder_that_reads_them(gat
     result = CliRunner().invoke(main, ["strategy", "build", builder, "--spec", str(spec), "-o", str(output),
                                        str(script)])
     assert result.exit_code == 0, result.output
-    assert gathered == [Auto.needs if reads_records else frozenset()]
+    # Auto captures first: its plan may be remembered for the graph (not here: none was made before)
+    assert gathered == (["capture", Auto.needs] if reads_records else [frozenset()])
     assert load_strategy(output).builder == builder
     assert records_db.exists() == reads_records

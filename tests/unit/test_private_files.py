@@ -144,7 +144,7 @@ def test_a_run_refuses_a_run_directory_someone_else_created_before_anything_star
     planted = tmp_path / f"adrun-runs-{os.geteuid()}"
     planted.mkdir(mode=0o777)
     os.chown(planted, 65534, 65534)  # nobody got there first
-    result = run_adrun(str(SCRIPTS / "tiny_model.py"), env={"TMPDIR": str(tmp_path)})
+    result = run_adrun("--strategy", "PSLoadBalancing", str(SCRIPTS / "tiny_model.py"), env={"TMPDIR": str(tmp_path)})
     assert result.returncode == 2, result.output
     assert (f"adrun: error: run directory refused: {planted} belongs to uid 65534, not to you (uid 0)"
             in " ".join(result.stderr.split()))

@@ -30,7 +30,7 @@ def test_kind_enters_the_fingerprint_of_tf2_items_only() -> None:
 
 def test_default_builder_by_kind() -> None:
     assert default_builder(item("tf2")) == "AllReduce"
-    assert default_builder(item("graph")) == "PSLoadBalancing"
+    assert default_builder(item("graph")) == "Auto"
 
 
 def test_tf2_plan_records_its_kind() -> None:
