@@ -7,7 +7,17 @@ import pytest
 
 from bench.cluster.estimate import UNKNOWN_HOOK_OVERHEAD_S, UNKNOWN_RUN_S, estimate
 from bench.cluster.results import BenchResults, HookOverhead, RunConfig, RunResult
-from bench.cluster.run import BUILDERS, QUICK, Block, chosen_blocks, matrix, run_lengths, schedule
+from bench.cluster.run import (
+    BUILDERS,
+    QUICK,
+    Block,
+    _given_plans,
+    chosen_blocks,
+    matrix,
+    run_lengths,
+    schedule,
+    with_given_plans,
+)
 
 
 def block(workloads=("sparse",), profiles=("commodity",), hosts=(2,), builders=(), peers=()) -> Block:
@@ -37,7 +47,7 @@ def test_full_matrix_answers_each_question_of_the_issue_once():
 
 def test_selection_options_make_one_block_of_their_product():
     assert chosen_blocks(False, None, None, "4,2", "AllReduce", "") == (
-        block(("sparse", "dense", "ncf"), ("commodity", "datacenter"), (2, 4), ("AllReduce",), ()),)
+        block(("sparse", "dense", "ncf", "embed"), ("commodity", "datacenter"), (2, 4), ("AllReduce",), ()),)
     with pytest.raises(ValueError):
         chosen_blocks(False, None, None, "two", None, None)
 
@@ -89,3 +99,24 @@ def test_estimate_takes_the_most_specific_earlier_runs():
     assert got.seconds == pytest.approx(40 + 50 + 50 + 40 + 40 + UNKNOWN_RUN_S + 200)
     assert (got.runs, got.exact) == (6, 2)
     assert estimate([], [], hook_overhead=True).seconds == UNKNOWN_HOOK_OVERHEAD_S
+
+
+def test_a_given_plan_runs_in_every_group_after_its_builders(tmp_path):
+    configs = matrix((block(["embed"], ["commodity"], [2, 4], ["AllReduce", "Auto"]),), False)
+    given = with_given_plans(configs, {"Mixed": tmp_path / "mixed.yml"})
+    assert [(c.hosts, c.system) for c in given] == [(2, "AllReduce"), (2, "Auto"), (4, "AllReduce"), (4, "Auto"),
+                                                    (2, "Mixed"), (4, "Mixed")]
+    assert all(c.kind == "adrun" and c.workload == "embed" for c in given)
+
+
+@pytest.mark.parametrize("item, message", [
+    ("Mixed", "--plan 'Mixed': expected LABEL=FILE"),
+    ("AllReduce=x.yml", "--plan 'AllReduce=x.yml': the label 'AllReduce' is already a builder, a peer or another --plan"),
+    ("Mixed=missing.yml", "--plan 'Mixed=missing.yml': "),
+])
+def test_a_bad_given_plan_is_one_message_and_exit_2(item, message, capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        _given_plans((item,))
+    assert exit_info.value.code == 2
+    assert f"bench-cluster: error: {message}" in capsys.readouterr().err
