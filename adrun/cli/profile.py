@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shlex
+import sys
 from pathlib import Path
 from typing import Literal
 
@@ -123,7 +125,9 @@ def profile(spec_path: str | None, trials: int | Literal["all"] | None, strategy
     if host_counts:
         require_host_path(spec)
     options = ProfileOptions(trials=trials, trial_steps=trial_steps, auto=auto, hosts=tuple(host_counts or ()),
-                             measure_network=measure_network, allow_exposed=allow_exposed)
+                             measure_network=measure_network, allow_exposed=allow_exposed,
+                             command=shlex.join(["adrun", *sys.argv[1:]]),
+                             spec_path=Path(spec_path) if spec_path else None)
     with opened_records(records_option, no_record) as records, RemoteNodes(spec) as remote:
         check_fixed_ports(spec)
         remote.connect()

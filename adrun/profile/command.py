@@ -52,6 +52,8 @@ class ProfileOptions:
     measure_network: bool = False  # measure even when the records hold this cluster's network facts
     allow_exposed: bool = False  # trials install no packet-filter rule (--allow-exposed)
     hosts: tuple[int, ...] = ()  # --hosts: also predict on this many hosts of the cluster's kind
+    command: str = "adrun profile"  # as typed: each trial's record in the record of jobs shows it
+    spec_path: Path | None = None  # the cluster spec's file (None: the default local cluster), for the same
 
 
 def profile(spec: ClusterSpec, remote: RemoteNodes, script: Path, script_args: list[str], job_id: str, options: ProfileOptions,
@@ -113,7 +115,8 @@ def _run_trials(candidates: list[Candidate], trials: TrialCount, plans: dict[str
         ui.print_status(f"trial {number}/{count}: {candidate.builder}, {options.trial_steps} steps per worker ...")
         trial_id = f"{job_id}-t{number}-{candidate.builder.lower()}"
         candidate.trial, report = run_trial(facts.spec, remote, script, script_args, plan, options.trial_steps,
-                                            trial_id, allow_exposed=options.allow_exposed)
+                                            trial_id, command=options.command, spec_path=options.spec_path,
+                                            allow_exposed=options.allow_exposed)
         if records is None or report is None:
             continue
         record = trial_from_report(report, facts.spec, plan, workload_name(script, script_args), facts.profile,
