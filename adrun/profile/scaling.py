@@ -19,7 +19,7 @@ from adrun.strategies.auto import Auto
 from adrun.strategies.facts import HostLink, Link, NetworkFacts
 from adrun.strategies.planning_facts import PlanningFacts
 
-MAX_HOSTS = 1024  # beyond this the model's per-pair resources (N^2 paths) make a prediction slow
+MAX_HOSTS = 64  # the model has N^2 paths and Auto searches N shard counts: 64 hosts take minutes
 AUTO = "Auto"
 
 

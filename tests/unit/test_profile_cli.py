@@ -87,8 +87,8 @@ def test_host_counts_are_parsed_before_the_script() -> None:
 
 
 @pytest.mark.parametrize("value, message", [
-    ("2,x", "'x' is not a whole number of hosts from 1 to 1024 (in '2,x')"),
-    ("0", "'0' is not a whole number of hosts from 1 to 1024 (in '0')"),
+    ("2,x", "'x' is not a whole number of hosts from 1 to 64 (in '2,x')"),
+    ("0", "'0' is not a whole number of hosts from 1 to 64 (in '0')"),
     ("2,,4", "expected comma-separated host counts such as 2,4,8, got '2,,4'"),
 ])
 def test_bad_host_counts_are_one_message_and_exit_2(value: str, message: str, tmp_path) -> None:
