@@ -71,6 +71,27 @@ def test_embedding_report_and_its_plan_runs(tmp_path: Path, spec_file) -> None:
     assert leftover_processes(run.job_id) == []
 
 
+def test_more_hosts_are_predicted_and_plotted(tmp_path: Path) -> None:
+    """One machine whose spec gives the path between hosts: every builder and Auto at 1, 2 and 8
+    hosts in the JSON, the PNG written, nothing left running."""
+    spec = tmp_path / "one.yml"
+    spec.write_text("version: 1\nnodes:\n  - {address: localhost, workers: 2, ps: 1}\n"
+                    "network: {bandwidth_mbit: 100, latency_ms: 0.5, local: {bandwidth_mbit: 20000, latency_ms: 0.02}}\n")
+    plot = tmp_path / "scaling.png"
+    _, report = profiled("--spec", str(spec), "--no-record", "--hosts", "8,1,2", "--plot", str(plot),
+                         EMBEDDING, "--steps", "40", job_id="profile-hosts")
+    no_leftovers(report, "profile-hosts")
+    scaling = report.scaling
+    assert scaling is not None and scaling.host_counts == [1, 2, 8]
+    assert (scaling.link_mbit_s, scaling.link_latency_ms) == (100, 0.5) and scaling.link_source.startswith("spec")
+    assert {c.builder for c in scaling.curves} == EVERY_CANDIDATE and scaling.curves[-1].builder == "Auto"
+    for curve in scaling.curves:
+        assert [p.hosts for p in curve.points] == [1, 2, 8]
+        # the cluster's examples/s is its workers' batches over the step: 2 workers per host
+        assert all(p.examples_per_s == pytest.approx(64 * 2 * p.hosts / p.step_s) for p in curve.points)
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+
+
 @pytest.mark.full
 def test_recommended_plan_is_data_parallel_sgd(tmp_path: Path, spec_file) -> None:
     """The `-o` document of the sparse oracle model, run through the averaging oracle."""
