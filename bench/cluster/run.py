@@ -138,10 +138,11 @@ def chosen_blocks(quick: bool, workloads: str | None, profiles: str | None, host
                   peers=tuple(_csv(peers if peers is not None else ",".join(PEERS)))),)
 
 
-def with_given_plans(configs: list[RunConfig], plans: Mapping[str, Path]) -> list[RunConfig]:
-    """`configs` and, for every (workload, profile, hosts) among them, one configuration per given
-    plan document (by its label), after that group's own."""
-    groups = list(dict.fromkeys((c.workload, c.profile, c.hosts) for c in configs))
+def with_given_plans(configs: list[RunConfig], blocks: tuple[Block, ...], plans: Mapping[str, Path]) -> list[RunConfig]:
+    """`configs` and, for every (workload, profile, hosts) of the blocks (1 host under a block's
+    first profile only, as in `matrix`), one configuration per given plan document (by its label)."""
+    groups = dict.fromkeys((w, p, h) for b in blocks for w in b.workloads for p in b.profiles for h in b.hosts
+                           if h > 1 or p == b.profiles[0])
     extra = [RunConfig(workload=w, profile=p, hosts=h, kind="adrun", system=label) for w, p, h in groups for label in plans]
     return configs + extra
 
@@ -276,7 +277,7 @@ def main(quick: bool, workloads: str | None, profiles: str | None, host_counts: 
             _fail(f"{path} not found")
 
     given_plans = _given_plans(plan_files)
-    configs = with_given_plans(matrix(blocks, variants), given_plans)
+    configs = with_given_plans(matrix(blocks, variants), blocks, given_plans)
     order = schedule(configs, reps, lengths)
     guess = estimate([(c, n) for _, c, n, _ in order], load_history((REPO / "bench" / "results").glob("*.json")), measure_hook)
     click.echo(f"bench-cluster: {len(configs)} configurations × {reps} repetitions = {len(order)} runs on up to "

@@ -102,11 +102,15 @@ def test_estimate_takes_the_most_specific_earlier_runs():
 
 
 def test_a_given_plan_runs_in_every_group_after_its_builders(tmp_path):
-    configs = matrix((block(["embed"], ["commodity"], [2, 4], ["AllReduce", "Auto"]),), False)
-    given = with_given_plans(configs, {"Mixed": tmp_path / "mixed.yml"})
+    blocks = (block(["embed"], ["commodity"], [2, 4], ["AllReduce", "Auto"]),)
+    given = with_given_plans(matrix(blocks, False), blocks, {"Mixed": tmp_path / "mixed.yml"})
     assert [(c.hosts, c.system) for c in given] == [(2, "AllReduce"), (2, "Auto"), (4, "AllReduce"), (4, "Auto"),
                                                     (2, "Mixed"), (4, "Mixed")]
     assert all(c.kind == "adrun" and c.workload == "embed" for c in given)
+    # without any builder (--builders ''), the given plan alone
+    alone = (block(["embed"], ["commodity"], [4]),)
+    assert [(c.hosts, c.system) for c in with_given_plans(matrix(alone, False), alone, {"Mixed": tmp_path})] == [
+        (4, "Mixed")]
 
 
 @pytest.mark.parametrize("item, message", [
