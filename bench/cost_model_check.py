@@ -45,7 +45,7 @@ from adrun.capture_run import capture_graph
 from adrun.graph_item import GraphItem
 from adrun.profile.scaling import scaled_network, scaled_spec
 from adrun.spec import ClusterSpec, Node
-from adrun.strategies import build_strategy
+from adrun.strategies import BUILDERS, build_strategy
 from adrun.strategies.auto import Auto
 from adrun.strategies.cost_model import Coefficients, predict
 from adrun.strategies.document import AllReduceSync, Partition, Strategy, load_strategy
@@ -194,16 +194,20 @@ def measured_rates(results: Sequence[Path]) -> tuple[dict[Group, dict[RunConfig,
 
 def link_planned(results: Sequence[Path], plans_dir: Path) -> dict[tuple[Group, str], Strategy]:
     """The strategy document each run of a link-planned builder used, by (group, builder), from
-    `plans_dir/<results file's stem>/WORKLOAD-HOSTS-PROFILE-BUILDER.yml`. Such a plan was made by
+    `plans_dir/<results file's stem>/WORKLOAD-HOSTS-PROFILE-BUILDER.yml`, and each given plan's
+    (a system that is no builder) from `.../WORKLOAD-HOSTS-LABEL.yml`. Such a plan was made by
     the cost model of the day of the run: planning it again with today's model would judge a plan
     nobody measured. A missing document is a UsageError naming it."""
     plans = {}
     for results_path in results:
         for run in BenchResults.model_validate_json(results_path.read_text()).runs:
             c = run.config
-            if c.kind != "adrun" or c.system not in LINK_PLANNED:
+            if c.kind != "adrun" or (c.system in BUILDERS and c.system not in LINK_PLANNED):
                 continue
-            path = plans_dir / results_path.stem / f"{c.workload}-{c.hosts}-{c.profile}-{c.system}.yml"
+            # a given plan (`bench.cluster.run --plan LABEL=FILE`) is the same on every link
+            name = (f"{c.workload}-{c.hosts}-{c.profile}-{c.system}.yml" if c.system in LINK_PLANNED
+                    else f"{c.workload}-{c.hosts}-{c.system}.yml")
+            path = plans_dir / results_path.stem / name
             if not path.is_file():
                 raise click.UsageError(f"{path}: no strategy document for the {c.system} runs of {c.workload}, "
                                        f"{c.profile}, {c.hosts} hosts in {results_path} (copy the one the "

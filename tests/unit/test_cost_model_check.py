@@ -127,6 +127,20 @@ def test_a_link_planned_builder_is_judged_on_the_plan_it_ran(tmp_path):
         link_planned([results], tmp_path / "none")
 
 
+def test_a_given_plan_is_read_by_its_label_whatever_the_link(tmp_path):
+    """A plan run with `bench.cluster.run --plan Mix=FILE` is no builder: its document is read from
+    PLANS/<stem>/WORKLOAD-HOSTS-LABEL.yml (the same on every link), never replanned."""
+    spec = cluster_spec(HOSTS)
+    mix = build_strategy("Parallax", MIXED.graph, spec).model_copy(update={"builder": "hand"})
+    config = RunConfig(workload="mixed", profile="commodity", hosts=HOSTS, kind="adrun", system="Mix")
+    results = tmp_path / "run-b.json"
+    results.write_text(BenchResults(started="now", command="test", machine={}, versions={}, profiles=[COMMODITY],
+                                    runs=[one_run(config, 0, 100.0)]).model_dump_json())
+    (tmp_path / "plans" / "run-b").mkdir(parents=True)
+    dump_strategy(mix, tmp_path / "plans" / "run-b" / f"mixed-{HOSTS}-Mix.yml")
+    assert link_planned([results], tmp_path / "plans") == {(("mixed", "commodity", HOSTS), "Mix"): mix}
+
+
 def test_two_result_files_of_the_same_group_are_refused(tmp_path):
     config = RunConfig(workload="sparse", profile="commodity", hosts=1, kind="adrun", system="AllReduce")
     paths = [tmp_path / "a.json", tmp_path / "b.json"]
