@@ -43,12 +43,13 @@ from scipy.stats import kendalltau
 
 from adrun.capture_run import capture_graph
 from adrun.graph_item import GraphItem
+from adrun.profile.scaling import scaled_network, scaled_spec
 from adrun.spec import ClusterSpec, Node
-from adrun.strategies import build_strategy
+from adrun.strategies import BUILDERS, build_strategy
 from adrun.strategies.auto import Auto
 from adrun.strategies.cost_model import Coefficients, predict
 from adrun.strategies.document import AllReduceSync, Partition, Strategy, load_strategy
-from adrun.strategies.facts import HostLink, Link, ModelProfile, NetworkFacts, RowsTouched, TrialRecord
+from adrun.strategies.facts import Link, ModelProfile, NetworkFacts, RowsTouched, TrialRecord
 from adrun.strategies.fit import FitResult, fit
 from adrun.strategies.planning_facts import PlanningFacts
 from tests.cluster.netns import bucket_bytes
@@ -69,19 +70,19 @@ LINK_PLANNED = ("Auto",)  # builders whose plan depends on the link: read from -
 
 
 def cluster_spec(hosts: int) -> ClusterSpec:
-    """The benchmark's cluster shape: each host 1 worker + 1 PS, the first the chief."""
-    return ClusterSpec(version=1, nodes=[Node(address=f"10.0.0.{i + 1}", chief=i == 0, workers=1, ps=1)
-                                         for i in range(hosts)])
+    """The benchmark's cluster shape: each host 1 worker + 1 PS, the first the chief; made as
+    `adrun profile --hosts` makes the clusters it simulates, from a sample of two such hosts."""
+    sample = ClusterSpec(version=1, nodes=[Node(address=f"10.0.0.{i + 1}", chief=i == 0, workers=1, ps=1)
+                                           for i in range(2)])
+    return scaled_spec(sample, hosts)
 
 
 def network_facts(profile: Profile, spec: ClusterSpec) -> NetworkFacts:
-    """The profile's shaping as the links' facts: its rate, added delay and token bucket."""
-    hosts = [node.address for node in spec.nodes]
-    rate = profile.rate_mbit * 1e6 / 8
-    return NetworkFacts(local=LOCAL, links=[
-        HostLink(src=a, dst=b, bytes_per_s=rate, latency_s=profile.delay_ms / 1000,
-                 burst_bytes=bucket_bytes(profile.rate_mbit), source="spec")
-        for a in hosts for b in hosts if a != b])
+    """The profile's shaping as the links' facts: its rate, added delay and token bucket, given to
+    every pair of `spec`'s hosts as `adrun profile --hosts` does (adrun/profile/scaling.py)."""
+    link = Link(bytes_per_s=profile.rate_mbit * 1e6 / 8, latency_s=profile.delay_ms / 1000,
+                burst_bytes=bucket_bytes(profile.rate_mbit), source="spec")
+    return scaled_network(NetworkFacts(local=LOCAL), link, spec)
 
 
 def measured_compute_s(workload: str) -> float:
@@ -193,16 +194,20 @@ def measured_rates(results: Sequence[Path]) -> tuple[dict[Group, dict[RunConfig,
 
 def link_planned(results: Sequence[Path], plans_dir: Path) -> dict[tuple[Group, str], Strategy]:
     """The strategy document each run of a link-planned builder used, by (group, builder), from
-    `plans_dir/<results file's stem>/WORKLOAD-HOSTS-PROFILE-BUILDER.yml`. Such a plan was made by
+    `plans_dir/<results file's stem>/WORKLOAD-HOSTS-PROFILE-BUILDER.yml`, and each given plan's
+    (a system that is no builder) from `.../WORKLOAD-HOSTS-LABEL.yml`. Such a plan was made by
     the cost model of the day of the run: planning it again with today's model would judge a plan
     nobody measured. A missing document is a UsageError naming it."""
     plans = {}
     for results_path in results:
         for run in BenchResults.model_validate_json(results_path.read_text()).runs:
             c = run.config
-            if c.kind != "adrun" or c.system not in LINK_PLANNED:
+            if c.kind != "adrun" or (c.system in BUILDERS and c.system not in LINK_PLANNED):
                 continue
-            path = plans_dir / results_path.stem / f"{c.workload}-{c.hosts}-{c.profile}-{c.system}.yml"
+            # a given plan (`bench.cluster.run --plan LABEL=FILE`) is the same on every link
+            name = (f"{c.workload}-{c.hosts}-{c.profile}-{c.system}.yml" if c.system in LINK_PLANNED
+                    else f"{c.workload}-{c.hosts}-{c.system}.yml")
+            path = plans_dir / results_path.stem / name
             if not path.is_file():
                 raise click.UsageError(f"{path}: no strategy document for the {c.system} runs of {c.workload}, "
                                        f"{c.profile}, {c.hosts} hosts in {results_path} (copy the one the "
@@ -316,6 +321,7 @@ def render(report: dict, out: Path) -> str:
                          f"| {_two(g.get('repetition_tau'))} |")
     lines += _means(report["groups"])
     lines += _host_count_means(report["groups"])
+    lines += _per_builder(report["groups"])
     for g in report["groups"]:
         auto = g["models"]["analytical"]["auto"]
         same = f"the same plan as {', '.join(auto['same_plan_as'])}" if auto["same_plan_as"] else "a plan no builder made"
@@ -351,6 +357,47 @@ def _means(groups: list[dict]) -> list[str]:
             lines.append(f"| {k} | {_two(float(np.mean(taus)) if taus else None)} | "
                          f"{np.mean([g['models'][k]['mean_relative_error'] for g in some]):.0%} | "
                          f"{_two(float(np.mean(reps)) if reps else None)} |")
+    return lines
+
+
+SIMULATION_GOAL = 0.20  # issue 21: predicted step time within 20 % of measured, every builder and host count
+
+
+def builder_errors(groups: list[dict]) -> dict[tuple[str, str, str], dict[int, tuple[float, float]]]:
+    """{(workload, profile, builder label): {hosts: (measured, predicted) step seconds}}, with
+    the analytical coefficients: the figures `adrun profile --hosts` would have predicted."""
+    out: dict[tuple[str, str, str], dict[int, tuple[float, float]]] = defaultdict(dict)
+    for g in groups:
+        for s in g["models"]["analytical"]["systems"]:
+            out[g["workload"], g["profile"], s["system"]][g["hosts"]] = (s["measured_step_s"], s["predicted_step_s"])
+    return out
+
+
+def _per_builder(groups: list[dict]) -> list[str]:
+    """The simulation's error per builder and host count (analytical coefficients), and how many
+    figures meet the goal."""
+    errors = builder_errors(groups)
+    counts = sorted({h for by_hosts in errors.values() for h in by_hosts})
+    lines = ["", "## Simulation: error of the predicted step time per builder (analytical coefficients)", "",
+             "The clusters are made as `adrun profile --hosts` makes them (adrun/profile/scaling.py: a sample "
+             "host repeated, the profile's link between every pair). Each cell: predicted / measured step time "
+             f"- 1; goal: within {SIMULATION_GOAL:.0%}.", "",
+             "| workload | profile | builder | " + " | ".join(f"{h} host(s)" for h in counts) + " |",
+             "|---|---|---|" + "---|" * len(counts)]
+    met = total = 0
+    for (workload, profile, system), by_hosts in sorted(errors.items()):
+        cells = []
+        for h in counts:
+            if h not in by_hosts:
+                cells.append("-")
+                continue
+            measured, predicted = by_hosts[h]
+            error = predicted / measured - 1
+            total += 1
+            met += abs(error) <= SIMULATION_GOAL
+            cells.append(f"{error:+.0%}" + ("" if abs(error) <= SIMULATION_GOAL else " ✗"))
+        lines.append(f"| {workload} | {profile} | {system} | " + " | ".join(cells) + " |")
+    lines += ["", f"Within {SIMULATION_GOAL:.0%}: **{met} of {total}** (builder, group) figures."]
     return lines
 
 

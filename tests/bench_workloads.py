@@ -16,6 +16,7 @@ PEERS_DIR = REPO / "bench" / "peers"
 TINY = {
     "sparse": ["--vocab", "50", "--dim", "4", "--bag", "3", "--hidden", "8", "--classes", "5", "--batch-size", "4"],
     "dense": ["--image", "8", "--conv1", "2", "--conv2", "3", "--fc", "6", "--classes", "4", "--batch-size", "4"],
+    "embed": ["--vocab", "60", "--dim", "4", "--bag", "3", "--hidden", "8", "--batch-size", "4"],
     "ncf": ["--users", "30", "--items", "20", "--dim", "4", "--hidden", "8", "--batch-size", "8"],
 }
 TINY["dense_keras"] = TINY["dense"]  # the dense model as Keras 3 fit: the same size flags

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shlex
+import sys
 from pathlib import Path
 from typing import Literal
 
@@ -42,6 +44,23 @@ class _TrialCount(click.ParamType):
         return int(value)
 
 
+class _HostCounts(click.ParamType):
+    """`--hosts 2,4,8`: whole numbers of hosts, at least 1 (adrun.profile.scaling.parse_host_counts)."""
+
+    name = "N,N,..."
+
+    def convert(self, value: list[int] | str, param: click.Parameter | None,
+                ctx: click.Context | None) -> list[int]:
+        from adrun.profile.scaling import parse_host_counts
+
+        if isinstance(value, list):
+            return value
+        try:
+            return parse_host_counts(value)
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
 def _reads_as_trial_count(text: str) -> bool:
     """Whether the word after a bare `--trials` is its value (else it is the script)."""
     return text == "all" or (text.isascii() and text.isdigit())
@@ -58,6 +77,10 @@ def _reads_as_trial_count(text: str) -> bool:
               help="Auto's option, repeatable: allow_lossy=true, allow_staleness=true.")
 @click.option("--trial-steps", type=click.IntRange(min=2), default=30, show_default=True, metavar="N",
               help="Training steps per worker of each trial.")
+@click.option("--hosts", "host_counts", type=_HostCounts(), default=None,
+              help="Also predict every builder and Auto on N hosts of this cluster's kind, e.g. 2,4,8,16 (no runs).")
+@click.option("--plot", type=click.Path(dir_okay=False), metavar="FILE",
+              help="With --hosts: draw the predicted examples/s against hosts as a PNG (needs matplotlib).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the recommended strategy document here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document on stdout.")
 @click.option("--sync-code", is_flag=True,
@@ -69,7 +92,7 @@ def _reads_as_trial_count(text: str) -> bool:
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @user_errors
 def profile(spec_path: str | None, trials: int | Literal["all"] | None, strategy_opts: tuple[str, ...], trial_steps: int,
-            output: str | None, as_json: bool, sync_code: bool, records_option: str | None, no_record: bool,
+            host_counts: list[int] | None, plot: str | None, output: str | None, as_json: bool, sync_code: bool, records_option: str | None, no_record: bool,
             measure_network: bool, allow_exposed: bool, job_id: str | None, script: str,
             script_args: tuple[str, ...]) -> None:
     """Profile SCRIPT, predict every strategy on the cluster (and try the best with --trials), and
@@ -81,6 +104,8 @@ def profile(spec_path: str | None, trials: int | Literal["all"] | None, strategy
     from adrun.launch.job.provision import RemoteNodes
     from adrun.profile.command import ProfileOptions
     from adrun.profile.command import profile as profile_script
+    from adrun.profile.plot import require_matplotlib, write_scaling_plot
+    from adrun.profile.scaling import require_host_path
     from adrun.profile.view import render
     from adrun.strategies.auto import Auto
     from adrun.strategies.document import dump_strategy
@@ -92,8 +117,18 @@ def profile(spec_path: str | None, trials: int | Literal["all"] | None, strategy
     script_path = existing_script(script)
     if output and not Path(output).parent.is_dir():
         raise UserError(f"-o {output}: directory {Path(output).parent} does not exist")
-    options = ProfileOptions(trials=trials, trial_steps=trial_steps, auto=auto,
-                             measure_network=measure_network, allow_exposed=allow_exposed)
+    if plot is not None:
+        if not host_counts:
+            raise UserError(f"--plot {plot}: the plot shows the --hosts predictions; give --hosts too (e.g. --hosts 2,4,8)")
+        if not Path(plot).parent.is_dir():
+            raise UserError(f"--plot {plot}: directory {Path(plot).parent} does not exist")
+        require_matplotlib()
+    if host_counts:
+        require_host_path(spec)
+    options = ProfileOptions(trials=trials, trial_steps=trial_steps, auto=auto, hosts=tuple(host_counts or ()),
+                             measure_network=measure_network, allow_exposed=allow_exposed,
+                             command=shlex.join(["adrun", *sys.argv[1:]]),
+                             spec_path=Path(spec_path) if spec_path else None)
     with handling_interrupts(), opened_records(records_option, no_record) as records, RemoteNodes(spec) as remote:
         check_fixed_ports(spec)
         remote.connect()
@@ -104,6 +139,9 @@ def profile(spec_path: str | None, trials: int | Literal["all"] | None, strategy
             dump_strategy(plan, Path(output))
         except OSError as e:
             raise UserError(f"-o {output}: cannot write the strategy document: {e.strerror or e}") from None
+    if plot is not None:
+        assert report.scaling is not None
+        write_scaling_plot(report.scaling, Path(plot), f"{Path(script).name}: predicted scaling")
     if as_json:
         click.echo(report.model_dump_json(indent=2))
     else:

@@ -3,7 +3,8 @@ trials) what each actually does, ending in one recommended strategy document.
 
 Auto's facts gathered (adrun/gathering.py: profile run, network facts, fit on this cluster's
 records) → every builder and Auto predicted (`Auto.rank`) → optional bounded trials of the
-best-predicted → a `ProfileReport`. Status lines go to stderr
+best-predicted → with --hosts, every builder and Auto predicted on more hosts of the cluster's
+kind (adrun/profile/scaling.py) → a `ProfileReport`. Status lines go to stderr
 (adrun.ui), so `--json` leaves stdout to the report alone.
 """
 
@@ -29,6 +30,7 @@ from adrun.profile.report import (
     same_plan,
     trials_section,
 )
+from adrun.profile.scaling import scaling_section
 from adrun.profile.trials import run_trial
 from adrun.records.recording import trial_from_report, workload_name
 from adrun.records.store import Records
@@ -49,6 +51,9 @@ class ProfileOptions:
     auto: AutoOptions  # what Auto may consider (lossy compression, staleness)
     measure_network: bool = False  # measure even when the records hold this cluster's network facts
     allow_exposed: bool = False  # trials install no packet-filter rule (--allow-exposed)
+    hosts: tuple[int, ...] = ()  # --hosts: also predict on this many hosts of the cluster's kind
+    command: str = "adrun profile"  # as typed: each trial's record in the record of jobs shows it
+    spec_path: Path | None = None  # the cluster spec's file (None: the default local cluster), for the same
 
 
 def profile(spec: ClusterSpec, remote: RemoteNodes, script: Path, script_args: list[str], job_id: str, options: ProfileOptions,
@@ -70,6 +75,7 @@ def profile(spec: ClusterSpec, remote: RemoteNodes, script: Path, script_args: l
     if options.trials is not None:
         _run_trials(candidates, options.trials, plans, facts, remote, script, script_args, job_id, options, records)
         trials = trials_section(candidates, options.trial_steps)
+    scaling = scaling_section(facts, auto, list(options.hosts)) if options.hosts else None
     chosen, chosen_by = recommend(candidates)
     fitted = facts.fit
     report = ProfileReport(
@@ -80,7 +86,7 @@ def profile(spec: ClusterSpec, remote: RemoteNodes, script: Path, script_args: l
         candidates=candidates,
         unavailable={name: why for name in BUILDERS if name not in plans
                      for why in [_refusal(name, facts.graph, spec)] if why},
-        trials=trials, recommended=chosen.builder, recommended_by=chosen_by, recommended_plan=plans[chosen.builder],
+        trials=trials, scaling=scaling, recommended=chosen.builder, recommended_by=chosen_by, recommended_plan=plans[chosen.builder],
         elapsed_s=time.monotonic() - started,
     )
     return report, plans[chosen.builder]
@@ -111,7 +117,8 @@ def _run_trials(candidates: list[Candidate], trials: TrialCount, plans: dict[str
         ui.print_status(f"trial {number}/{count}: {candidate.builder}, {options.trial_steps} steps per worker ...")
         trial_id = f"{job_id}-t{number}-{candidate.builder.lower()}"
         candidate.trial, report = run_trial(facts.spec, remote, script, script_args, plan, options.trial_steps,
-                                            trial_id, allow_exposed=options.allow_exposed)
+                                            trial_id, command=options.command, spec_path=options.spec_path,
+                                            allow_exposed=options.allow_exposed)
         if records is None or report is None:
             continue
         record = trial_from_report(report, facts.spec, plan, workload_name(script, script_args), facts.profile,

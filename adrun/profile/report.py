@@ -137,6 +137,54 @@ class TrialsSection(BaseModel):
     mean_relative_error: float | None = None  # of the predicted step time, over the trials
 
 
+# Published scaling figures of other systems to read the curves against (their hardware is not
+# this cluster's: GPUs and 25-100 Gbit/s links); the sources and their confidence are in the
+# repository's reference notes on communication costs (docs/profiling.md cites them).
+ANCHORS = (
+    "Horovod: 90 % scaling efficiency at 512 GPUs for Inception V3 and ResNet-101, 68 % for VGG-16 (25 Gbit/s RoCE)",
+    "Horovod paper: 88 % at 128 GPUs against about 50 % for TensorFlow's parameter servers (25 GbE)",
+    "AutoDist, BERT-large on 8 nodes (32 GPUs, 50 Gbit/s): PartitionedPS about 45 % efficiency, AllReduce about 27 %",
+    "Parallax, LM1B from 1 to 8 machines: the hybrid (sparse on PS, dense all-reduced) 3.1x for 8x the hardware",
+)
+
+
+class ScalingPoint(BaseModel):
+    """One builder's prediction on a cluster of `hosts` hosts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    hosts: int = Field(ge=1)
+    step_s: float = Field(gt=0)
+    examples_per_s: float | None = None  # the cluster's; None when the batch size is unknown
+    # examples/s over N times one host's compute-bound rate (its workers stepping with no sync)
+    efficiency: float | None = None
+    bound: str  # what bounds the step, as in a Prediction
+
+
+class ScalingCurve(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    builder: str
+    points: list[ScalingPoint]  # by host count; a count the builder cannot plan is left out
+
+
+class ScalingSection(BaseModel):
+    """The predicted curves, and what they assume: the host shape repeated and the one path
+    between hosts every pair gets."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    host_counts: list[int]
+    workers_per_host: list[int]  # the sample cluster's nodes, repeated in this order
+    ps_per_host: list[int]
+    link_mbit_s: float
+    link_latency_ms: float
+    link_source: str  # measured / spec / assumed, and which path was taken
+    curves: list[ScalingCurve]  # every builder that planned at least one host count, Auto last
+    auto_builders: dict[int, str] = {}  # host count -> the built-in plan Auto's equals, if it does
+    anchors: list[str] = list(ANCHORS)
+
+
 class ProfileReport(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -148,6 +196,7 @@ class ProfileReport(BaseModel):
     # built-in builders that cannot plan this graph on this cluster (e.g. PS builders without a PS), and why
     unavailable: dict[str, str] = {}
     trials: TrialsSection | None = None
+    scaling: ScalingSection | None = None  # --hosts: predictions for more hosts of this kind
     recommended: str  # a candidate's builder
     recommended_by: Literal["prediction", "trials"]
     recommended_plan: Strategy

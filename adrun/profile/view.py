@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .report import Candidate, ProfileReport, TrialsSection
+from .report import Candidate, ProfileReport, ScalingSection, TrialsSection
 
 MAX_VARIABLE_ROWS = 12  # the rest is summed in one row; --json has them all
 BAR_WIDTH = 10
@@ -22,6 +22,8 @@ def render(report: ProfileReport, console: Console, plan_path: str | None = None
     tables = [_model_table(report), _cluster_table(report), _strategies_table(report)]
     if report.trials is not None:
         tables.append(_trials_table(report, report.trials))
+    if report.scaling is not None:
+        tables.append(_scaling_table(report.scaling))
     for heading, table, note in tables:
         console.print(heading, soft_wrap=True)
         console.print(table)
@@ -126,6 +128,31 @@ def _trials_table(report: ProfileReport, trials: TrialsSection) -> tuple[Text, T
                      Text(_bar(fastest / measured), style="green")]
         table.add_row(candidate.builder, _ms(predicted), *cells, style=_row_style(report, candidate))
     return heading, table, _agreement_line(trials)
+
+
+def _scaling_table(scaling: ScalingSection) -> tuple[Text, Table, str]:
+    """Predicted examples/s per builder (rows) and host count (columns), Auto last."""
+    heading = _heading("scaling", f"predicted examples/s on more hosts of this kind, every path between hosts "
+                                  f"{scaling.link_mbit_s:,.0f} Mbit/s, {scaling.link_latency_ms:.2f} ms "
+                                  f"({scaling.link_source})")
+    table = Table(box=box.SIMPLE_HEAD)
+    table.add_column("builder", no_wrap=True)
+    for hosts in scaling.host_counts:
+        table.add_column(f"{hosts} host{'s' if hosts > 1 else ''}", justify="right", no_wrap=True)
+    for curve in scaling.curves:
+        rate = {p.hosts: p.examples_per_s for p in curve.points}
+        table.add_row(curve.builder, *(_rate(rate[h]) if h in rate else "-" for h in scaling.host_counts),
+                      style="bold" if curve.builder == "Auto" else None)
+    same = ", ".join(f"{hosts}: {builder}" for hosts, builder in scaling.auto_builders.items())
+    efficiency = {p.hosts: p.efficiency for c in scaling.curves if c.builder == "Auto" for p in c.points}
+    notes = []
+    if same:
+        notes.append(f"Auto's plan is a built-in one at {same} host(s)")
+    if any(e is not None for e in efficiency.values()):
+        notes.append("Auto's scaling efficiency (of linear compute-bound scaling): "
+                     + ", ".join(f"{h}: {e:.0%}" for h, e in efficiency.items() if e is not None))
+    notes.append("published: " + "; ".join(scaling.anchors))
+    return heading, table, "\n".join(notes)
 
 
 def _builder_text(candidate: Candidate) -> Text:

@@ -48,6 +48,7 @@ class Launcher:
     python: str = sys.executable
     runs_started: int = field(default=0, init=False)
     captured: dict[tuple[str, int], GraphItem] = field(default_factory=dict, init=False)
+    plan_files: dict[str, Path] = field(default_factory=dict)  # given strategy documents, by system label
 
     def workload_args(self, workload: str, steps: int, warmup: int, result_dir: Path) -> list[str]:
         return [str(self.workloads / f"{workload}.py"), "--steps", str(steps), "--warmup", str(warmup),
@@ -68,6 +69,8 @@ class Launcher:
         every builder, as `adrun strategy build` would; Auto's plan is made by `adrun strategy build
         Auto` itself, as a user would (profiling the workload and measuring the shaped link, fitted
         on no records: the analytical model). UserError when capture or planning fails."""
+        if config.system in self.plan_files:
+            return self.plan_files[config.system]
         if config.system == AUTO:
             return self._build_auto_plan(config)
         key = (config.workload, config.hosts)

@@ -53,7 +53,7 @@ BUILDERS = ("PS", "PSLoadBalancing", "PartitionedPS", "UnevenPartitionedPS", "Al
 VARIANTS = (("PartitionedPS", (("max_shards", "8"),)), ("AllReduce", (("compressor", "fp16"),)),
             ("AllReduce", (("chunk_size", "1"),)), ("Parallax", (("compressor", "fp16"),)))
 PEERS = (PEER_TF_PS, PEER_TF_MWMS)
-WORKLOADS = ("sparse", "dense", "ncf")
+WORKLOADS = ("sparse", "dense", "ncf", "embed")
 # TF2-mode versions of a workload (the same model as Keras 3 `fit`), chosen by --workloads only:
 # adrun against its graph mode (bench/RESULTS-tf2.md); the peers take the graph-mode models by name
 TF2_WORKLOADS = ("dense_keras",)
@@ -76,13 +76,13 @@ class Block:
 # the quick run: --builders brings them back); then scaling (1 and 4 hosts; 2 is in the first
 # block) for the sparse workload on the commodity link, with the two fastest builders at 2 and 4
 # hosts and both peers.
-FULL = (Block(WORKLOADS, ("commodity", "datacenter"), (2,), ("PS", "PartitionedPS", "AllReduce", "Parallax", "Auto"),
+FULL = (Block(("sparse", "dense", "ncf"), ("commodity", "datacenter"), (2,), ("PS", "PartitionedPS", "AllReduce", "Parallax", "Auto"),
               PEERS),
         Block(("sparse",), ("commodity",), (1, 4), ("AllReduce", "Parallax"), PEERS))
 QUICK = Block(("sparse",), ("commodity",), (2,), BUILDERS, (PEER_TF_PS,))
 # (steps, warm-up) of even repetitions per workload: start-up (SSH, capture, TF import, ~30 s here)
 # dominates a sparse or ncf run; a dense step moves ~25 MB per worker, about a second at 100 Mbit/s
-LENGTHS = {"sparse": (40, 5), "ncf": (40, 5), "dense": (16, 3), "dense_keras": (16, 3)}
+LENGTHS = {"sparse": (40, 5), "ncf": (40, 5), "dense": (16, 3), "dense_keras": (16, 3), "embed": (40, 5)}
 DEFAULT_LENGTH = (40, 5)
 QUICK_LENGTH = (30, 5)
 
@@ -141,6 +141,33 @@ def chosen_blocks(quick: bool, workloads: str | None, profiles: str | None, host
                   peers=tuple(_csv(peers if peers is not None else ",".join(PEERS)))),)
 
 
+def with_given_plans(configs: list[RunConfig], blocks: tuple[Block, ...], plans: Mapping[str, Path]) -> list[RunConfig]:
+    """`configs` and, for every (workload, profile, hosts) of the blocks (1 host under a block's
+    first profile only, as in `matrix`), one configuration per given plan document (by its label)."""
+    groups = dict.fromkeys((w, p, h) for b in blocks for w in b.workloads for p in b.profiles for h in b.hosts
+                           if h > 1 or p == b.profiles[0])
+    extra = [RunConfig(workload=w, profile=p, hosts=h, kind="adrun", system=label) for w, p, h in groups for label in plans]
+    return configs + extra
+
+
+def _given_plans(items: tuple[str, ...]) -> dict[str, Path]:
+    """--plan LABEL=FILE options as {label: path}; exits 2 on a malformed item, a label that names a
+    builder or peer, or a missing or invalid document."""
+    plans: dict[str, Path] = {}
+    for item in items:
+        label, sep, file = item.partition("=")
+        if not sep or not label or not file:
+            _fail(f"--plan {item!r}: expected LABEL=FILE")
+        if label in BUILDERS or label in PEERS or label in plans:
+            _fail(f"--plan {item!r}: the label {label!r} is already a builder, a peer or another --plan")
+        try:
+            load_strategy(Path(file))
+        except (OSError, UserError) as e:
+            _fail(f"--plan {item!r}: {e}")
+        plans[label] = Path(file).resolve()
+    return plans
+
+
 def _csv(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
@@ -195,6 +222,9 @@ def hook_overhead(scratch: Path) -> HookOverhead:
 @click.option("--hosts", "host_counts", default=None, help="Comma-separated host counts [1,2,4].")
 @click.option("--builders", default=None, help=f"Comma-separated adrun builders [all: {','.join(BUILDERS)}].")
 @click.option("--peers", default=None, help=f"Comma-separated peers, empty for none [all: {','.join(PEERS)}].")
+@click.option("--plan", "plan_files", multiple=True, metavar="LABEL=FILE",
+              help="Also run this strategy document as system LABEL in every group (repeatable): a hand-made plan "
+                   "beside the builders', e.g. to tell the cost model's choice from the runtime's speed.")
 @click.option("--variants/--no-variants", default=False, show_default=True,
               help="Also the chosen builders with non-default options (fp16, chunk_size, max_shards).")
 @click.option("--reps", type=click.IntRange(min=3), default=3, show_default=True, help="Repetitions of each configuration.")
@@ -215,7 +245,7 @@ def hook_overhead(scratch: Path) -> HookOverhead:
 @click.option("--markdown", type=click.Path(dir_okay=False, path_type=Path), default=REPO / "bench" / "RESULTS-cluster.md",
               show_default=True)
 def main(quick: bool, workloads: str | None, profiles: str | None, host_counts: str | None, builders: str | None,
-         peers: str | None, variants: bool, reps: int, steps: int | None, warmup: int | None, measure_hook: bool | None,
+         peers: str | None, plan_files: tuple[str, ...], variants: bool, reps: int, steps: int | None, warmup: int | None, measure_hook: bool | None,
          timeout: float, workloads_dir: Path, extra_args: str, out: Path | None, notes: tuple[str, ...],
          markdown: Path) -> None:
     """Run the benchmark matrix on namespace hosts and write JSON, markdown and plots. Without
@@ -223,11 +253,6 @@ def main(quick: bool, workloads: str | None, profiles: str | None, host_counts: 
     workload at 1 and 4 hosts); with any of them, their product."""
     measure_hook = not quick if measure_hook is None else measure_hook
     out = out or REPO / "bench" / "results" / ("cluster-quick.json" if quick else "cluster.json")
-    reason = missing_requirements()
-    if reason:
-        _fail(reason)
-    if importlib.util.find_spec("matplotlib") is None:
-        _fail("matplotlib is missing: install the bench extra (.venv/bin/pip install -e '.[bench]')")
     try:
         blocks = chosen_blocks(quick, workloads, profiles, host_counts, builders, peers)
     except ValueError:
@@ -252,7 +277,14 @@ def main(quick: bool, workloads: str | None, profiles: str | None, host_counts: 
         if not path.is_file():
             _fail(f"{path} not found")
 
-    configs = matrix(blocks, variants)
+    given_plans = _given_plans(plan_files)
+    # what this machine lacks is said after the command line's own mistakes
+    reason = missing_requirements()
+    if reason:
+        _fail(reason)
+    if importlib.util.find_spec("matplotlib") is None:
+        _fail("matplotlib is missing: install the bench extra (.venv/bin/pip install -e '.[bench]')")
+    configs = with_given_plans(matrix(blocks, variants), blocks, given_plans)
     order = schedule(configs, reps, lengths)
     guess = estimate([(c, n) for _, c, n, _ in order], load_history((REPO / "bench" / "results").glob("*.json")), measure_hook)
     click.echo(f"bench-cluster: {len(configs)} configurations × {reps} repetitions = {len(order)} runs on up to "
@@ -268,7 +300,8 @@ def main(quick: bool, workloads: str | None, profiles: str | None, host_counts: 
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         with tempfile.TemporaryDirectory(prefix="adrun-bench-") as scratch, NetnsCluster(counts[-1]) as cluster:
-            launcher = Launcher(cluster, REPO, Path(scratch), workloads_dir, tuple(shlex.split(extra_args)), timeout)
+            launcher = Launcher(cluster, REPO, Path(scratch), workloads_dir, tuple(shlex.split(extra_args)), timeout,
+                                plan_files=given_plans)
             _run_matrix(launcher, cluster, order, reps, results, out)
         if measure_hook:
             click.echo("bench-cluster: hook overhead (bench/hook_overhead.py)")

@@ -17,7 +17,7 @@ import numpy as np
 from adrun.strategies.document import Strategy, shard_sizes
 
 # which input array of a workload's batch holds the ids of which embedding (models.py's `data`)
-ID_INPUTS = {"sparse": {"embedding": 0}, "ncf": {"user_embedding": 0, "item_embedding": 1}}
+ID_INPUTS = {"sparse": {"embedding": 0}, "embed": {"embedding": 0}, "ncf": {"user_embedding": 0, "item_embedding": 1}}
 SEED = 0  # the workload scripts' default --seed
 
 

@@ -1,4 +1,4 @@
-"""The benchmark's three models and their synthetic data, shared by the workload scripts and the peers.
+"""The benchmark's four models and their synthetic data, shared by the workload scripts and the peers.
 
 A model is its variables (name, shape, initializer) plus a per-example loss computed from a dict of
 those variables. Keeping the variables out of the loss function lets one definition serve the
@@ -162,7 +162,45 @@ class NCF:
         return user, item, click
 
 
-WORKLOADS: dict[str, type] = {model.name: model for model in (Sparse, Dense, NCF)}
+@dataclass(frozen=True)
+class Embed:
+    """Sparse-dominant: one embedding of a million rows (99 % of the parameters) read by bags of
+    uniformly drawn ids (`zipf` 0; a skew would put most touched rows in the first shard), mean-pooled, through a small dense head (two 512-wide layers, about 1 MB) to
+    one logit. A step touches a few thousand rows: all-gathering them sends every worker's rows to
+    every worker, so the bytes per host grow with the number of hosts, while a PS sharded over the
+    hosts receives each worker's rows once (strategies/wire_bound.py; bench/README.md has the
+    figures). The head is sized so that its all-reduce and the embedding's sharded PS traffic are
+    of the same order: a plan that mixes the two families has something to win from each."""
+
+    name: ClassVar[str] = "embed"
+    default_batch_size: ClassVar[int] = 256
+    learning_rate: ClassVar[float] = 0.1
+    vocab: int = 1_000_000
+    dim: int = 32
+    bag: int = 32
+    hidden: int = 512
+    zipf: float = 0.0
+
+    def variables(self) -> list[VariableSpec]:
+        return [VariableSpec("embedding", (self.vocab, self.dim), tf1.random_normal_initializer(stddev=0.05)),
+                _glorot("hidden1/kernel", (self.dim, self.hidden)), _zeros("hidden1/bias", (self.hidden,)),
+                _glorot("hidden2/kernel", (self.hidden, self.hidden)), _zeros("hidden2/bias", (self.hidden,)),
+                _glorot("logit/kernel", (self.hidden, 1)), _zeros("logit/bias", (1,))]
+
+    def per_example_loss(self, params: dict, inputs: tuple) -> tf.Tensor:
+        ids, label = inputs
+        pooled = tf.reduce_mean(tf.nn.embedding_lookup(params["embedding"], ids), axis=1)
+        x = _dense(params, _dense(params, pooled, "hidden1", relu=True), "hidden2", relu=True)
+        logit = tf.squeeze(_dense(params, x, "logit", relu=False), axis=1)
+        return tf.nn.sigmoid_cross_entropy_with_logits(labels=label, logits=logit)
+
+    def data(self, rng: np.random.Generator, examples: int) -> tuple[np.ndarray, ...]:
+        ids = _zipf_ids(rng, self.vocab, self.zipf, (examples, self.bag))
+        label = (ids.sum(axis=1) % 2).astype(np.float32)  # a function of the bag: learnable
+        return ids, label
+
+
+WORKLOADS: dict[str, type] = {model.name: model for model in (Sparse, Dense, NCF, Embed)}
 POOL_BATCHES = 8  # distinct batches per worker, cycled: enough variety, little memory
 
 

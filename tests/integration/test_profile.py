@@ -5,6 +5,7 @@ with one message and nothing left running."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -70,6 +71,27 @@ def test_embedding_report_and_its_plan_runs(tmp_path: Path, spec_file) -> None:
     assert leftover_processes(run.job_id) == []
 
 
+def test_more_hosts_are_predicted_and_plotted(tmp_path: Path) -> None:
+    """One machine whose spec gives the path between hosts: every builder and Auto at 1, 2 and 8
+    hosts in the JSON, the PNG written, nothing left running."""
+    spec = tmp_path / "one.yml"
+    spec.write_text("version: 1\nnodes:\n  - {address: localhost, workers: 2, ps: 1}\n"
+                    "network: {bandwidth_mbit: 100, latency_ms: 0.5, local: {bandwidth_mbit: 20000, latency_ms: 0.02}}\n")
+    plot = tmp_path / "scaling.png"
+    _, report = profiled("--spec", str(spec), "--no-record", "--hosts", "8,1,2", "--plot", str(plot),
+                         EMBEDDING, "--steps", "40", job_id="profile-hosts")
+    no_leftovers(report, "profile-hosts")
+    scaling = report.scaling
+    assert scaling is not None and scaling.host_counts == [1, 2, 8]
+    assert (scaling.link_mbit_s, scaling.link_latency_ms) == (100, 0.5) and scaling.link_source.startswith("spec")
+    assert {c.builder for c in scaling.curves} == EVERY_CANDIDATE and scaling.curves[-1].builder == "Auto"
+    for curve in scaling.curves:
+        assert [p.hosts for p in curve.points] == [1, 2, 8]
+        # the cluster's examples/s is its workers' batches over the step: 2 workers per host
+        assert all(p.examples_per_s == pytest.approx(64 * 2 * p.hosts / p.step_s) for p in curve.points)
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+
+
 @pytest.mark.full
 def test_recommended_plan_is_data_parallel_sgd(tmp_path: Path, spec_file) -> None:
     """The `-o` document of the sparse oracle model, run through the averaging oracle."""
@@ -114,6 +136,24 @@ def test_two_trials_are_measured_recorded_and_ranked(tmp_path: Path, spec_file) 
     assert again.fit.error_after <= again.fit.error_before
 
 
+def test_a_trial_is_a_job_in_adrun_jobs_with_its_state(tmp_path: Path, spec_file) -> None:
+    spec = spec_file(workers=2, ps=1)
+    job_id = "profile-trial-job"
+    _, report = profiled("--spec", str(spec), "--no-record", "--trials", "1", "--trial-steps", "3",
+                         TINY, "--steps", "20", job_id=job_id)
+    no_leftovers(report, job_id)
+    tried = [c.trial for c in report.candidates if c.trial is not None]
+    assert len(tried) == 1 and tried[0].succeeded and tried[0].job_id.startswith(f"{job_id}-t1-")
+    listed = run_adrun("jobs", "--all", "--json")
+    assert listed.returncode == 0, listed.output
+    jobs = {job["id"]: job for job in json.loads(listed.stdout)}
+    trial = jobs[tried[0].job_id]
+    assert (trial["state"], trial["exit_code"], trial["script"]) == ("succeeded", 0, TINY)
+    assert trial["spec"] == str(spec.resolve()) and trial["ended"] is not None
+    assert trial["command"].startswith("adrun profile --job-id profile-trial-job")
+    assert tried[0].job_id not in {job["id"] for job in json.loads(run_adrun("jobs", "--json").stdout)}  # ended
+
+
 def test_failed_trial_is_reported_not_fatal(tmp_path: Path, spec_file) -> None:
     """Worker 1 raises at its first step in every run (never in the one-process profiling run). The
     cluster has no PS, so the PS builders are named as impossible rather than predicted."""
@@ -129,6 +169,8 @@ def test_failed_trial_is_reported_not_fatal(tmp_path: Path, spec_file) -> None:
     [tried] = [c for c in report.candidates if c.trial is not None]
     assert not tried.trial.succeeded and tried.trial.step_s is None
     assert "w1 (worker 1 on localhost) exited with code 1" in tried.trial.root_cause, tried.trial
+    listed = json.loads(run_adrun("jobs", "--all", "--json").stdout)
+    assert [(j["state"], j["exit_code"]) for j in listed if j["id"] == tried.trial.job_id] == [("failed", 1)]
     assert any("RuntimeError" in line or "Error" in line for line in tried.trial.root_cause_stderr)
     assert (report.trials.tried, report.trials.succeeded, report.trials.kendall_tau) == (1, 0, None)
     assert report.recommended == report.candidates[0].builder and report.recommended_by == "prediction"

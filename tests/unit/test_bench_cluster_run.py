@@ -7,7 +7,17 @@ import pytest
 
 from bench.cluster.estimate import UNKNOWN_HOOK_OVERHEAD_S, UNKNOWN_RUN_S, estimate
 from bench.cluster.results import BenchResults, HookOverhead, RunConfig, RunResult
-from bench.cluster.run import BUILDERS, QUICK, Block, chosen_blocks, matrix, run_lengths, schedule
+from bench.cluster.run import (
+    BUILDERS,
+    QUICK,
+    Block,
+    _given_plans,
+    chosen_blocks,
+    matrix,
+    run_lengths,
+    schedule,
+    with_given_plans,
+)
 
 
 def block(workloads=("sparse",), profiles=("commodity",), hosts=(2,), builders=(), peers=()) -> Block:
@@ -37,7 +47,7 @@ def test_full_matrix_answers_each_question_of_the_issue_once():
 
 def test_selection_options_make_one_block_of_their_product():
     assert chosen_blocks(False, None, None, "4,2", "AllReduce", "") == (
-        block(("sparse", "dense", "ncf"), ("commodity", "datacenter"), (2, 4), ("AllReduce",), ()),)
+        block(("sparse", "dense", "ncf", "embed"), ("commodity", "datacenter"), (2, 4), ("AllReduce",), ()),)
     with pytest.raises(ValueError):
         chosen_blocks(False, None, None, "two", None, None)
 
@@ -104,3 +114,28 @@ def test_tf2_workloads_run_by_name_only_and_without_peers(monkeypatch):
     refused = CliRunner().invoke(run.main, ["--workloads", "dense,dense_keras", "--peers", "tf_ps"])
     assert refused.exit_code == 2
     assert "dense_keras: adrun's TF2 mode only" in refused.output and "--peers ''" in refused.output
+
+
+def test_a_given_plan_runs_in_every_group_after_its_builders(tmp_path):
+    blocks = (block(["embed"], ["commodity"], [2, 4], ["AllReduce", "Auto"]),)
+    given = with_given_plans(matrix(blocks, False), blocks, {"Mixed": tmp_path / "mixed.yml"})
+    assert [(c.hosts, c.system) for c in given] == [(2, "AllReduce"), (2, "Auto"), (4, "AllReduce"), (4, "Auto"),
+                                                    (2, "Mixed"), (4, "Mixed")]
+    assert all(c.kind == "adrun" and c.workload == "embed" for c in given)
+    # without any builder (--builders ''), the given plan alone
+    alone = (block(["embed"], ["commodity"], [4]),)
+    assert [(c.hosts, c.system) for c in with_given_plans(matrix(alone, False), alone, {"Mixed": tmp_path})] == [
+        (4, "Mixed")]
+
+
+@pytest.mark.parametrize("item, message", [
+    ("Mixed", "--plan 'Mixed': expected LABEL=FILE"),
+    ("AllReduce=x.yml", "--plan 'AllReduce=x.yml': the label 'AllReduce' is already a builder, a peer or another --plan"),
+    ("Mixed=missing.yml", "--plan 'Mixed=missing.yml': "),
+])
+def test_a_bad_given_plan_is_one_message_and_exit_2(item, message, capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        _given_plans((item,))
+    assert exit_info.value.code == 2
+    assert f"bench-cluster: error: {message}" in capsys.readouterr().err

@@ -29,7 +29,24 @@ def test_default_sizes_are_the_benchmarks():
     assert ncf["user_embedding"] == (100_000, 32) and ncf["item_embedding"] == (20_000, 32)
 
 
-@pytest.mark.parametrize("name", ["sparse", "dense", "ncf"])
+def test_embed_is_sparse_dominant_a_million_rows_and_a_small_head():
+    embed = models.Embed()
+    shapes = {spec.name: spec.shape for spec in embed.variables()}
+    assert shapes["embedding"] == (1_000_000, 32)
+    head_mb = sum(4 * np.prod(shape) for name, shape in shapes.items() if name != "embedding") / 1e6
+    assert 0.5 < head_mb < 2 and head_mb < 0.01 * _megabytes(embed)  # under 1 % of the parameters
+    assert shapes["hidden2/kernel"] == (512, 512) and shapes["logit/kernel"] == (512, 1)
+
+
+def test_embed_ids_are_uniform_so_every_shard_gets_its_share_of_rows():
+    ids, label = models.worker_data(models.Embed(vocab=1000, bag=8), 0, 0, 256, 8)
+    assert ids.shape == (2048, 8) and ids.min() >= 0 and ids.max() < 1000
+    assert set(np.unique(label)) == {0.0, 1.0}
+    quarters = np.bincount(ids.ravel() // 250, minlength=4) / ids.size
+    assert np.all(np.abs(quarters - 0.25) < 0.03)  # a Zipf skew would put most ids in the first quarter
+
+
+@pytest.mark.parametrize("name", ["sparse", "dense", "ncf", "embed"])
 def test_data_is_fixed_by_seed_and_worker_and_differs_between_workers(name):
     model, batch = tiny_model(models, name)
     first = models.worker_data(model, 0, 0, batch, 3)

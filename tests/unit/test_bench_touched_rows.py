@@ -43,3 +43,14 @@ def test_ncf_uniform_users_and_zipf_items():
 
 def test_dense_workload_has_no_sparse_rows():
     assert distinct_rows(WORKLOADS, "dense", _plan([_sparse("embedding", 10)])) == {}
+
+
+def test_embed_touches_nearly_every_lookup_and_even_shards():
+    whole = distinct_rows(WORKLOADS, "embed", _plan([_sparse("embedding", 1_000_000)]))
+    split = distinct_rows(WORKLOADS, "embed", _plan([_sparse("embedding", 1_000_000, shards=4)]))
+    lookups = 256 * 32
+    for worker in (0, 1):
+        # uniform ids over a million rows: about lookups * (1 - lookups / 2e6) distinct, 8,159 here
+        assert 0.98 * lookups < whole["embedding"][worker] <= lookups
+        quarters = [split[f"embedding/part_{i}"][worker] for i in range(4)]
+        assert max(quarters) < 1.1 * min(quarters)  # no hot shard

@@ -87,7 +87,7 @@ def test_a_profile_trial_is_bounded_by_its_own_settings(monkeypatch, spec_file, 
 
     seen = {}
 
-    def run_shown(config, remote):
+    def run_shown(config, remote, on_attempt=None):
         seen["settings"] = config.settings
         raise UserError(STOP)
 
@@ -97,6 +97,7 @@ def test_a_profile_trial_is_bounded_by_its_own_settings(monkeypatch, spec_file, 
     plan = Strategy.model_validate({"version": 1, "builder": "PS", "fingerprint": "f", "num_workers": 2, "num_ps": 1,
                                     "variables": []})
     with RemoteNodes(spec) as remote:
-        result, report = trials.run_trial(spec, remote, TINY, [], plan, 7, "trial-test")
+        result, report = trials.run_trial(spec, remote, TINY, [], plan, 7, "trial-test", command="adrun profile",
+                                          spec_path=None)
     assert seen["settings"].max_steps == 7 and not result.succeeded and report is None
     assert dict(os.environ) == before

@@ -30,7 +30,7 @@ LAYERS = [
     ("services", 4, [  # the launching machine's work the commands compose; shows nothing
         "adrun.home",  # private directories through the node tools launch/ ships to every node
         "adrun.capture_run", "adrun.records", "adrun.records.", "adrun.jobs", "adrun.jobs.registry",
-        "adrun.jobs.control", "adrun.jobs.logs", "adrun.profile", "adrun.profile.run", "adrun.profile.report",
+        "adrun.jobs.control", "adrun.jobs.logs", "adrun.profile", "adrun.profile.run", "adrun.profile.report", "adrun.profile.scaling", "adrun.profile.plot",
     ]),
     ("cli", 5, [  # the commands and the terminal
         "adrun.__main__", "adrun.cli", "adrun.cli.", "adrun.ui", "adrun.shown_job", "adrun.jobs.view",

@@ -78,3 +78,68 @@ def test_a_bad_setting_in_the_environment_is_refused_before_anything_runs(monkey
     result = CliRunner().invoke(main, ["profile", "missing.py"])  # refused before the script is looked for
     assert result.exit_code == 2
     assert "adrun: error: ADRUN_MAX_STEPS='ten'" in result.output and "missing.py" not in result.output
+
+
+def test_host_counts_are_parsed_before_the_script() -> None:
+    params = parsed(profile, "--hosts", "8,2,4", "--plot", "s.png", "train.py", "--hosts", "3")
+    assert params["host_counts"] == [2, 4, 8] and params["plot"] == "s.png"
+    assert params["script_args"] == ("--hosts", "3")  # after SCRIPT: the script's
+
+
+@pytest.mark.parametrize("value, message", [
+    ("2,x", "'x' is not a whole number of hosts from 1 to 64 (in '2,x')"),
+    ("0", "'0' is not a whole number of hosts from 1 to 64 (in '0')"),
+    ("2,,4", "expected comma-separated host counts such as 2,4,8, got '2,,4'"),
+])
+def test_bad_host_counts_are_one_message_and_exit_2(value: str, message: str, tmp_path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("raise SystemExit('must not run')\n")
+    result = CliRunner().invoke(main, ["profile", "--hosts", value, str(script)])
+    assert result.exit_code == 2
+    assert f"Invalid value for '--hosts': {message}" in result.output
+    assert result.output.count("Error") == 1 and "Traceback" not in result.output
+
+
+def _one_node_spec(tmp_path, network: str = "") -> str:
+    spec = tmp_path / "one.yml"
+    spec.write_text("version: 1\nnodes:\n  - {address: localhost, workers: 2, ps: 1}\n" + network)
+    return str(spec)
+
+
+def test_hosts_without_a_path_between_hosts_are_refused_before_profiling(tmp_path, monkeypatch) -> None:
+    import adrun.profile.command as command
+
+    monkeypatch.setattr(command, "profile", lambda *a, **k: pytest.fail("profiled"))
+    script = tmp_path / "train.py"
+    script.write_text("pass\n")
+    result = CliRunner().invoke(main, ["profile", "--spec", _one_node_spec(tmp_path), "--hosts", "2,4", str(script)])
+    assert result.exit_code == 2
+    assert "adrun: error: --hosts: the cluster spec has one node" in result.output
+    assert "network: {bandwidth_mbit: ..., latency_ms: ...}" in result.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--plot", "s.png"], "--plot s.png: the plot shows the --hosts predictions; give --hosts too"),
+    (["--hosts", "2", "--plot", "no/such/dir/s.png"], "--plot no/such/dir/s.png: directory no/such/dir does not exist"),
+])
+def test_a_plot_needs_host_counts_and_a_directory(args: list[str], message: str, tmp_path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("pass\n")
+    spec = _one_node_spec(tmp_path, "network: {bandwidth_mbit: 100, latency_ms: 0.1}\n")
+    result = CliRunner().invoke(main, ["profile", "--spec", spec, *args, str(script)])
+    assert result.exit_code == 2 and f"adrun: error: {message}" in result.output
+
+
+def test_a_plot_without_matplotlib_names_the_install_before_profiling(tmp_path, monkeypatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    script = tmp_path / "train.py"
+    script.write_text("pass\n")
+    spec = _one_node_spec(tmp_path, "network: {bandwidth_mbit: 100, latency_ms: 0.1}\n")
+    result = CliRunner().invoke(main, ["profile", "--spec", spec, "--hosts", "2", "--plot", str(tmp_path / "s.png"),
+                                       str(script)])
+    assert result.exit_code == 2
+    assert "adrun: error: --plot needs matplotlib, which adrun does not install by default: " \
+           "pip install 'adrun[plot]'" in result.output

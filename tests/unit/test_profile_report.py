@@ -272,3 +272,20 @@ def test_builders_that_cannot_plan_here_are_named_with_the_reason() -> None:
     assert ProfileReport.model_validate_json(value.model_dump_json()) == value
     assert ("not on this cluster: PS: strategy PS puts variables on parameter servers, but the cluster spec has no "
             "PS process") in rendered(value)
+
+
+def test_report_with_scaling_round_trips_and_shows_a_table_per_host_count() -> None:
+    from adrun.profile.scaling import scaling_section
+    from adrun.strategies.auto import Auto
+    from adrun.strategies.fit import fit
+    from adrun.strategies.planning_facts import PlanningFacts
+
+    facts = PlanningFacts(spec=TWO_HOSTS, graph=graph(), profile=model(), network=network(), fit=fit([]))
+    original = report([candidate("Auto", 0.010), candidate("AllReduce", 0.020)]).model_copy(
+        update={"scaling": scaling_section(facts, Auto(), [2, 8])})
+    assert ProfileReport.model_validate_json(original.model_dump_json()) == original
+    text = rendered(original)
+    assert "scaling: predicted examples/s on more hosts of this kind" in text and "100 Mbit/s, 1.00 ms" in text
+    assert "2 hosts" in text and "8 hosts" in text and "published: Horovod" in text
+    auto = next(c for c in original.scaling.curves if c.builder == "Auto")
+    assert f"{auto.points[1].examples_per_s:,.0f}" in text  # Auto's 8-host figure, as the JSON has it
