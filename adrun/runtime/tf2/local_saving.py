@@ -17,7 +17,6 @@ from collections.abc import Callable
 from typing import Any
 
 from adrun.runtime.context import TaskContext
-from adrun.runtime.tf2.broadcast import internal
 
 
 def _unbroadcast(owner: object, name: str) -> None:
@@ -25,6 +24,9 @@ def _unbroadcast(owner: object, name: str) -> None:
 
     @functools.wraps(original)
     def local(*args: Any, **kwargs: Any) -> Any:
+        # imported here: broadcast.py imports TensorFlow, which may be half imported at install time
+        from adrun.runtime.tf2.broadcast import internal
+
         with internal():
             return original(*args, **kwargs)
 
