@@ -46,12 +46,14 @@ def plain(kind: str, out: Path, *args: str, env: dict[str, str] | None = None) -
 
 
 def adrun_fit(tmp_path: Path, kind: str, workers: int, *args: str, ps: int = 0,
-              strategy: tuple[str, ...] = (), spec: Path | None = None) -> tuple[AdrunResult, Path]:
-    """Train under adrun (`strategy`: its --strategy options; default: TF2's default plan) on
-    `spec`'s cluster (default: `workers` workers and `ps` PS on this machine)."""
+              strategy: tuple[str, ...] = (), adrun_options: tuple[str, ...] = (),
+              spec: Path | None = None) -> tuple[AdrunResult, Path]:
+    """Train under adrun (`strategy`: its --strategy options; default: TF2's default plan;
+    `adrun_options`: adrun's other options, such as --shard-data) on `spec`'s cluster (default:
+    `workers` workers and `ps` PS on this machine)."""
     out = tmp_path / "out"
     spec = spec or write_spec(tmp_path / f"cluster-{workers}w{ps}ps.yml", workers, ps)
-    result = run_adrun("--spec", str(spec), "--quiet", *strategy, SCRIPT, "--kind", kind, "--out", str(out), *args,
+    result = run_adrun("--spec", str(spec), "--quiet", *strategy, *adrun_options, SCRIPT, "--kind", kind, "--out", str(out), *args,
                        env=kind_env(kind))
     assert result.returncode == 0, result.output
     assert leftover_processes(result.job_id) == []

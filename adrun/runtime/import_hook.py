@@ -7,12 +7,17 @@ after its module has finished executing.
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
 from collections.abc import Callable
 from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from adrun.runtime.context import TaskContext
 
 
 class _AfterImportLoader(importlib.abc.Loader):
@@ -86,25 +91,39 @@ def patches_for_task() -> dict[str, list[Callable[[], None]]]:
     Run mode knows the kind from its plan (`Strategy.kind`): a TF2 script gets adrun/runtime/tf2/
     only, a graph script the graph patches only. Capture does not know it yet: it installs both, and
     whichever the script reaches first (a Session with an optimizer step, or an eager optimizer
-    apply) describes it. Profile mode is graph mode's. PS tasks run adrun's own PS program."""
+    apply) describes it. Profile mode is graph mode's; its TF2 hook refuses a TF2 script at its first
+    apply. PS tasks run adrun's own PS program."""
     from adrun.runtime.context import current
 
     ctx = current()
     if ctx.role != "worker":
         return {}
     if ctx.mode == "run" and ctx.strategy.kind == "tf2":
-        from adrun.runtime.tf2.install import patches
-
-        found = {module: [patch] for module, patch in patches("run").items()}
-        # TF2 mode's surroundings (chief-only saving, --shard-data, version check): the modules of
-        # adrun/runtime/tf2/around.py (AROUND_PATCHES) are registered here.
-        return found
+        return _tf2_run_patches(ctx)
     found = {module: [patch] for module, patch in GRAPH_PATCHES.items()}
-    if ctx.mode == "capture":
+    if ctx.mode in ("capture", "profile"):
         from adrun.runtime.tf2.install import patches
 
-        for module, patch in patches("capture").items():
+        for module, patch in patches(ctx.mode).items():
             found.setdefault(module, []).append(patch)
+    return found
+
+
+def _tf2_run_patches(ctx: TaskContext) -> dict[str, list[Callable[[], None]]]:
+    """TF2 run mode: the version check first, once TensorFlow has loaded; then, per module, its
+    surroundings (adrun/runtime/tf2/around.py: chief-only writes, --shard-data, the module's private
+    attributes checked) before the core's patch (install.py), which relies on those attributes. The
+    `tensorflow.python` modules are loaded by `import tensorflow` itself, so theirs run at once. A
+    UserError of any of them (an untested version, a missing attribute) refuses the script."""
+    from adrun.runtime.refusal import refusing
+    from adrun.runtime.tf2.around import AROUND_PATCHES, check_versions
+    from adrun.runtime.tf2.install import patches
+
+    found: dict[str, list[Callable[[], None]]] = {"tensorflow": [refusing(check_versions)]}
+    for module, install in AROUND_PATCHES.items():
+        found.setdefault(module, []).append(refusing(functools.partial(install, ctx)))
+    for module, patch in patches("run").items():
+        found.setdefault(module, []).append(patch)
     return found
 
 

@@ -16,28 +16,15 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 import sys
 import threading
 from typing import Any
 
-from adrun.exit_codes import ERROR_PREFIX, PLAN_MISMATCH_EXIT_CODE
 from adrun.runtime.context import current
-from adrun.runtime.reporting import report
-from adrun.task_events import MESSAGE_CHARS, RefusalEvent
+from adrun.runtime.refusal import refuse
 
 _installed = False
 _local = threading.local()
-
-
-def _fail(message: str) -> None:
-    """Refuse the script: the reason for its reader (an `adrun: error:` line) and for the
-    launcher (a refusal event), then exit PLAN_MISMATCH_EXIT_CODE."""
-    sys.stdout.flush()
-    sys.stderr.write(f"{ERROR_PREFIX}{message}\n")
-    sys.stderr.flush()
-    report(RefusalEvent(message[:MESSAGE_CHARS]))
-    os._exit(PLAN_MISMATCH_EXIT_CODE)
 
 
 def _patch_apply_gradients(optimizer_class, ctx) -> None:
@@ -72,7 +59,7 @@ def _patch_apply_gradients(optimizer_class, ctx) -> None:
                 try:
                     op = synchronized_apply(self, apply, _replicated(pairs), ctx, len(records.calls) - 1)
                 except PlanMismatchError as e:
-                    _fail(str(e))
+                    refuse(str(e))
             call.train_op = op
             records.add_train_op(op)
             if ctx.mode == "profile":
@@ -91,7 +78,7 @@ def _patch_apply_gradients(optimizer_class, ctx) -> None:
         try:
             pairs = replicate(ops.get_default_graph(), pairs, [own_device(ctx, d) for d in devices])
         except ReplicationError as e:
-            _fail(f"worker {ctx.task_index}: cannot split the training step over replicas {devices}: {e}")
+            refuse(f"worker {ctx.task_index}: cannot split the training step over replicas {devices}: {e}")
         sys.stderr.write(f"adrun: worker {ctx.task_index}: {len(devices)} in-graph replicas on {', '.join(devices)}; "
                          "each takes a slice of every batch\n")
         return pairs
@@ -122,7 +109,7 @@ def _patch_session(ctx) -> None:
         try:
             prepare_graph(graph, ctx)
         except PlanMismatchError as e:
-            _fail(str(e))
+            refuse(str(e))
 
     @functools.wraps(original_init)
     def __init__(self, target="", graph=None, config=None):
@@ -159,7 +146,7 @@ def _patch_session(ctx) -> None:
         try:
             return take_start_op(graph)
         except LocalTrainingError as e:
-            _fail(f"worker {ctx.task_index}: {e}" if ctx.mode == "run" else str(e))
+            refuse(f"worker {ctx.task_index}: {e}" if ctx.mode == "run" else str(e))
 
     tf_session.Session.__init__ = __init__
 

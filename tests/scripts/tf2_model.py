@@ -10,8 +10,10 @@ Worker w (ADRUN_WORKER_INDEX, of ADRUN_NUM_WORKERS) trains in batches of B on th
 another seed (equivalence: adrun must give it worker 0's values). `--reference N` trains one plain
 process whose step k sees the union of the N workers' step-k batches (a batch of N*B): with a mean
 loss its gradient is the mean of theirs, the step synchronous data parallelism must take. Writes the
-final weights to OUT/w<index>.npz (or OUT/reference.npz); `--epoch-marks` appends a line to
-OUT/epochs.txt at each epoch end (how far a capture got).
+final weights to OUT/w<index>.npz (or OUT/reference.npz); each epoch end appends a line to
+OUT/epochs.txt (how far a capture got), each epoch begin `worker attempt epoch` to OUT/begun.txt (where
+a restart resumed). `--save`, `--backup` and `--kill-after-epoch` exercise chief-only saving and
+`--max-restarts` resuming from BackupAndRestore.
 """
 
 import argparse
@@ -30,6 +32,11 @@ parser.add_argument("--reference", type=int, default=0, help="one process, the m
 parser.add_argument("--epochs", type=int, default=2)
 parser.add_argument("--worker1-epochs", type=int, help="worker 1 trains this many epochs instead")
 parser.add_argument("--out", required=True)
+parser.add_argument("--save", help="fit kinds: also save under SAVE, in files named after the worker (chief-only "
+                    "saving): ModelCheckpoint each epoch, model.save and a tf.train.CheckpointManager at the end")
+parser.add_argument("--backup", help="fit kinds: fit with BackupAndRestore on this directory")
+parser.add_argument("--kill-after-epoch", type=int, help="fit kinds: on attempt 0 (ADRUN_RESTART_COUNT), worker 0 "
+                    "kills itself (SIGKILL) at this epoch's end, after its backup")
 args = parser.parse_args()
 
 import tensorflow as tf  # noqa: E402
@@ -113,17 +120,46 @@ def optimizer():
     return keras.optimizers.Adam(1e-2)
 
 
+attempt = int(os.environ.get("ADRUN_RESTART_COUNT", "0"))
+
+
 class EpochMarks(keras.callbacks.Callback):
+    def on_epoch_begin(self, epoch, logs=None):
+        with open(os.path.join(args.out, "begun.txt"), "a") as f:
+            f.write(f"{worker} {attempt} {epoch}\n")
+
     def on_epoch_end(self, epoch, logs=None):
         with open(os.path.join(args.out, "epochs.txt"), "a") as f:
             f.write(f"{epoch}\n")
+        if epoch == args.kill_after_epoch and attempt == 0 and worker == 0:
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def callbacks():
+    """BackupAndRestore first, so that its epoch-end backup is written before EpochMarks may kill."""
+    found = [keras.callbacks.BackupAndRestore(args.backup)] if args.backup else []
+    if args.save:
+        found.append(keras.callbacks.ModelCheckpoint(
+            os.path.join(args.save, f"ckpt-w{worker}", "e{epoch}.weights.h5"), save_weights_only=True))
+    return [*found, EpochMarks()]
+
+
+def save_at_end(model):
+    if args.save:
+        model.save(os.path.join(args.save, f"model-w{worker}.keras"))
+        manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), os.path.join(args.save, f"manager-w{worker}"),
+                                             max_to_keep=1)
+        manager.save()
 
 
 def fit(model, **compile_options):
     model.compile(optimizer=compile_options.pop("optimizer", optimizer()), loss="mse", **compile_options)
     half = len(x) // 2
     model.fit(x, y, batch_size=batch, epochs=args.epochs, shuffle=False, verbose=0,
-              validation_data=(x[:half], y[:half]), callbacks=[EpochMarks()])
+              validation_data=(x[:half], y[:half]), callbacks=callbacks())
+    save_at_end(model)
     return model.get_weights()
 
 

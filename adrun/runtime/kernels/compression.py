@@ -15,6 +15,8 @@ initializers the session setup runs on every worker; TF2 mode makes each once, e
 
 from __future__ import annotations
 
+import functools
+
 import zlib
 from collections.abc import Callable
 
@@ -39,7 +41,7 @@ def fp16_ef_mean(
 ) -> list[tf.Tensor]:
     compensated, residual_updates = [], []
     for name, grad in named:
-        residual = state(lambda grad=grad: tf.zeros(grad.shape, grad.dtype), f"adrun_ef/{name}")
+        residual = state(functools.partial(tf.zeros, grad.shape, grad.dtype), f"adrun_ef/{name}")
         value = grad / tf.cast(num_workers, grad.dtype) + residual.read_value()
         sent = tf.cast(tf.cast(value, tf.float16), grad.dtype)
         residual_updates.append(residual.assign(value - sent, read_value=False))

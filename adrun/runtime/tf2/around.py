@@ -1,5 +1,6 @@
 """What surrounds a TF2-mode run, as post-import installers the hook runs in a run-mode task:
-chief-only writes (chief_only.py), `--shard-data` for `fit` (input_sharding.py) and the check that
+chief-only writes (chief_only.py), the variables of saving kept unbroadcast (local_saving.py),
+`--shard-data` for `fit` (input_sharding.py) and the check that
 each private module adrun patches still has what it needs (versions.py).
 
 `AROUND_PATCHES` maps a module name to its installer, run right after the script's import of that
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from adrun.runtime.context import TaskContext
-from adrun.runtime.tf2 import chief_only, input_sharding
+from adrun.runtime.tf2 import chief_only, input_sharding, local_saving
 from adrun.runtime.tf2.versions import PRIVATE_API, check_module, check_versions
 
 __all__ = ["AROUND_PATCHES", "check_versions"]
@@ -39,7 +40,7 @@ def _patches() -> dict[str, Callable[[TaskContext], None]]:
     # TensorFlow's modules are checked by check_versions(); the Keras ones when they are imported
     by_module: dict[str, list[Callable[[TaskContext], None]]] = {
         name: [] for name in PRIVATE_API if not name.startswith("tensorflow.")}
-    for patches in (chief_only.PATCHES, input_sharding.PATCHES):
+    for patches in (chief_only.PATCHES, input_sharding.PATCHES, local_saving.PATCHES):
         for module_name, install in patches.items():
             by_module.setdefault(module_name, []).append(install)
     return {name: _checked(name, installs) for name, installs in by_module.items()}

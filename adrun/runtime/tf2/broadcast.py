@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import tensorflow as tf
@@ -51,7 +51,7 @@ class Broadcaster:
         self._timeout_s = timeout_s
         self._keys = CreationKeys()
 
-    def __call__(self, next_creator, **kwargs: Any):
+    def __call__(self, next_creator: Callable[..., Any], **kwargs: Any) -> Any:
         if getattr(_local, "internal", 0):
             return next_creator(**kwargs)
         initial = kwargs.get("initial_value")

@@ -6,7 +6,9 @@ all applies of one training step are known:
 - traced: when the traced step first runs (a `py_function` placed at each apply; by then every apply
   of the function, a GAN's two optimizers too, has been traced);
 - eager: at the second apply of an optimizer already seen (all of a step's optimizers have applied).
-A script that ends without any apply is refused with what it did (`refuse_at_exit`).
+A script that ends without any apply is refused with what it did (`refuse_at_exit`). At the first
+apply, the script being known to be a TF2 script, the installed versions are checked (versions.py):
+an untested one is refused there, by capture, before any run starts.
 """
 
 from __future__ import annotations
@@ -14,15 +16,18 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import tensorflow as tf
 
-from adrun.exit_codes import ERROR_PREFIX, HOOK_DONE_EXIT_CODE, PLAN_MISMATCH_EXIT_CODE
+from adrun.exit_codes import HOOK_DONE_EXIT_CODE
 from adrun.graph_item import GraphItem, VariableInfo, save_graph_item
+from adrun.runtime.refusal import refuse, refusing
 from adrun.runtime.reporting import report
 from adrun.runtime.tf2.optimizer_hooks import VariableNames, is_sparse, traced_batch_size
+from adrun.runtime.tf2.versions import check_versions
 from adrun.task_events import DoneEvent
 
 NO_APPLY = (
@@ -50,7 +55,9 @@ class CaptureAtApply:
         self.created = 0  # variables the script created (counted by `count_created`)
         self.created_names: list[str] = []
 
-    def before(self, optimizer: Any, grads: list, variables: list) -> list:
+    def before(self, optimizer: Any, grads: list[Any], variables: list[Any]) -> list[Any]:
+        if not self._applied:
+            refusing(check_versions)()  # now known to be a TF2 script: one clear message, from capture
         if tf.executing_eagerly() and id(optimizer) in self._applied:
             self.finish()
         self._applied.add(id(optimizer))
@@ -83,7 +90,7 @@ class CaptureAtApply:
         report(DoneEvent(self._out))  # what capture_run reads as "written" (adrun/task_events.py)
         _end(HOOK_DONE_EXIT_CODE)
 
-    def count_created(self, next_creator, **kwargs):
+    def count_created(self, next_creator: Callable[..., Any], **kwargs: Any) -> Any:
         """A variable creator that only counts, for the refusal's words."""
         var = next_creator(**kwargs)
         self.created += 1
@@ -103,9 +110,8 @@ class CaptureAtApply:
             seen = f"it created {self.created} variable(s) ({', '.join(self.created_names)}{', ...' if self.created > 3 else ''})"
         else:
             seen = "it created no variable"
-        sys.stderr.write(f"{ERROR_PREFIX}ran to its end without an optimizer apply: {seen}, "
-                         f"but no Keras or tf_keras optimizer applied gradients. {NO_APPLY}\n")
-        _end(PLAN_MISMATCH_EXIT_CODE)
+        refuse(f"ran to its end without an optimizer apply: {seen}, "
+               f"but no Keras or tf_keras optimizer applied gradients. {NO_APPLY}")
 
 
 _capture: CaptureAtApply | None = None

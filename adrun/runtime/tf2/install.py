@@ -18,13 +18,22 @@ _hook: Any = None  # this process's ApplyHook
 _scopes: list[Any] = []  # entered for the process's life; a collected one would leave its scope
 
 
-def _capture_hook():
+def _capture_hook() -> Any:
     from adrun.runtime.tf2.capture import capture_hook
 
-    return capture_hook(current().capture_out)
+    out = current().capture_out
+    if out is None:
+        raise RuntimeError("a capture-mode task without ADRUN_CAPTURE_OUT: the launcher sets it (capture_run.py)")
+    return capture_hook(out)
 
 
-def _run_hook():
+def _profile_hook() -> Any:
+    from adrun.runtime.tf2.not_profiled import RefuseProfile
+
+    return RefuseProfile()
+
+
+def _run_hook() -> Any:
     global _hook
     if _hook is None:
         import tensorflow as tf
@@ -71,8 +80,9 @@ def _start(hook_of: Callable[[], Any]) -> Callable[[], None]:
 
 
 def patches(mode: str) -> dict[str, Callable[[], None]]:
-    """Module -> patch, for a TF2 worker in `mode` (`run` or `capture`)."""
-    hook_of = _run_hook if mode == "run" else _capture_hook
+    """Module -> patch, for a TF2 worker in `mode` (`run`, `capture`, or `profile`, which refuses
+    a TF2 script at its first apply)."""
+    hook_of = {"run": _run_hook, "capture": _capture_hook, "profile": _profile_hook}[mode]
     found: dict[str, Callable[[], None]] = {
         "tensorflow": _start(hook_of),
         "keras.src.optimizers.base_optimizer": _installer(hook_of, "hook_keras3"),

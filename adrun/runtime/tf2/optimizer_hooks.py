@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 _local = threading.local()
@@ -20,16 +20,24 @@ _WRAPPED = "__adrun_tf2_wrapped__"
 
 
 class ApplyHook(Protocol):
-    def before(self, optimizer: Any, grads: list, variables: list) -> list:
+    def before(self, optimizer: Any, grads: list[Any], variables: list[Any]) -> list[Any]:
         """The gradients the optimizer applies instead of `grads` (same order, None kept)."""
 
 
-def _outermost(original: Callable, hook: ApplyHook, split: Callable, join: Callable) -> Callable:
-    """`original` with the hook around its outermost call; `split(args, kwargs)` gives
-    (grads, variables), `join(args, kwargs, grads)` the call's arguments with `grads` put back."""
+Args = tuple[Any, ...]
+Kwargs = dict[str, Any]
+# (optimizer, args, kwargs) -> (grads, variables) of an apply call
+Split = Callable[[Any, Args, Kwargs], tuple[list[Any], list[Any]]]
+# (args, kwargs, grads, variables) -> the call's (args, kwargs) with `grads` put in
+Join = Callable[[Args, Kwargs, list[Any], list[Any]], tuple[Args, Kwargs]]
+
+
+def _outermost(original: Callable[..., Any], hook: ApplyHook, split: Split, join: Join) -> Callable[..., Any]:
+    """`original` with the hook around its outermost call; `split` gives the call's (grads,
+    variables), `join` the call's arguments with the hook's gradients put in."""
 
     @functools.wraps(original)
-    def apply(self, *args, **kwargs):
+    def apply(self: Any, *args: Any, **kwargs: Any) -> Any:
         if getattr(_local, "depth", 0):
             return original(self, *args, **kwargs)
         _local.depth = 1
@@ -44,29 +52,29 @@ def _outermost(original: Callable, hook: ApplyHook, split: Callable, join: Calla
     return apply
 
 
-def _keras3_split(optimizer, args, kwargs):
+def _keras3_split(optimizer: Any, args: Args, kwargs: Kwargs) -> tuple[list[Any], list[Any]]:
     grads = list(args[0] if args else kwargs["grads"])
     variables = args[1] if len(args) > 1 else kwargs.get("trainable_variables")
     variables = list(variables) if variables is not None else list(optimizer._trainable_variables)
     return grads, variables
 
 
-def _keras3_join(args, kwargs, grads, variables):
+def _keras3_join(args: Args, kwargs: Kwargs, grads: list[Any], variables: list[Any]) -> tuple[Args, Kwargs]:
     rest = {k: v for k, v in kwargs.items() if k not in ("grads", "trainable_variables")}
     return (grads, variables), rest
 
 
-def _pairs_split(optimizer, args, kwargs):
+def _pairs_split(optimizer: Any, args: Args, kwargs: Kwargs) -> tuple[list[Any], list[Any]]:
     pairs = list(args[0] if args else kwargs["grads_and_vars"])
     return [g for g, _ in pairs], [v for _, v in pairs]
 
 
-def _pairs_join(args, kwargs, grads, variables):
+def _pairs_join(args: Args, kwargs: Kwargs, grads: list[Any], variables: list[Any]) -> tuple[Args, Kwargs]:
     rest = {k: v for k, v in kwargs.items() if k != "grads_and_vars"}
     return (list(zip(grads, variables, strict=True)), *args[1:]), rest
 
 
-def _wrap_family(base: type, method: str, hook: ApplyHook, split: Callable, join: Callable) -> None:
+def _wrap_family(base: type, method: str, hook: ApplyHook, split: Split, join: Join) -> None:
     """Wrap `method` of `base`, of its subclasses that override it, and of those defined later."""
 
     def wrap(cls: type) -> None:
@@ -74,8 +82,9 @@ def _wrap_family(base: type, method: str, hook: ApplyHook, split: Callable, join
         if original is not None and not getattr(original, _WRAPPED, False):
             setattr(cls, method, _outermost(original, hook, split, join))
 
-    def subclasses(cls: type):
-        for sub in cls.__subclasses__():
+    def subclasses(cls: type) -> Iterator[type]:
+        direct: list[type] = cls.__subclasses__()
+        for sub in direct:
             yield sub
             yield from subclasses(sub)
 
@@ -84,14 +93,16 @@ def _wrap_family(base: type, method: str, hook: ApplyHook, split: Callable, join
         wrap(sub)
     own = base.__dict__.get("__init_subclass__")
 
-    def __init_subclass__(cls, **kwargs):
+    def __init_subclass__(cls: type, /, **kwargs: Any) -> None:
         if own is not None:
             own.__func__(cls, **kwargs)
         else:
-            super(base, cls).__init_subclass__(**kwargs)
+            # mypy reads a variable typed `type` as an instance here; `base` is the class itself
+            super(base, cls).__init_subclass__(**kwargs)  # type: ignore[arg-type]
         wrap(cls)
 
-    base.__init_subclass__ = classmethod(__init_subclass__)
+    # replacing a class's hook at run time is the point: mypy types a method as fixed
+    base.__init_subclass__ = classmethod(__init_subclass__)  # type: ignore[method-assign,assignment]
 
 
 def hook_keras3(hook: ApplyHook) -> None:
@@ -122,7 +133,7 @@ class _eager_only:
     def __init__(self, hook: ApplyHook) -> None:
         self._hook = hook
 
-    def before(self, optimizer: Any, grads: list, variables: list) -> list:
+    def before(self, optimizer: Any, grads: list[Any], variables: list[Any]) -> list[Any]:
         from tensorflow.python.framework import ops
 
         if not ops.executing_eagerly_outside_functions():
@@ -161,7 +172,7 @@ def is_sparse(grad: Any) -> bool:
     return isinstance(grad, tf.IndexedSlices)
 
 
-def traced_batch_size():  # -> tf.Tensor | None
+def traced_batch_size() -> Any:  # a tf.Tensor or None; Any: TensorFlow's types are not checked here
     """The batch size of the function being traced: the leading size of its first argument with
     one (Keras's train step and a custom loop's step take the batch first); None if it has none."""
     import tensorflow as tf

@@ -11,6 +11,7 @@ one process would have seen give the same step.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +20,7 @@ import tensorflow as tf
 from adrun.runtime.kernels.allreduce_sync import GROUP_KEY, Collectives, gathered_rows
 from adrun.runtime.tf2.broadcast import internal
 from adrun.runtime.tf2.keys import RuntimeKeys
-from adrun.strategies.document import AllReduceSync, VariablePlan, shard_sizes
+from adrun.strategies.document import AllReduceSync, PSSync, VariablePlan, shard_sizes
 
 
 @dataclass
@@ -31,20 +32,28 @@ class TF2Collectives(Collectives):
     keys: RuntimeKeys | None = None
     _state: dict[str, tf.Variable] = field(default_factory=dict)
 
+    def _keys(self) -> RuntimeKeys:
+        """The run-time keys; a run of one worker has none and never reaches a collective."""
+        if self.keys is None:
+            raise RuntimeError("TF2Collectives: a collective op in a run of one worker (no RuntimeKeys)")
+        return self.keys
+
     def _reduce(self, t: tf.Tensor, label: str, final_op: str) -> tf.Tensor:
+        keys = self._keys()
         return tf.raw_ops.CollectiveReduceV2(
-            input=t, group_size=self.num_workers, group_key=GROUP_KEY, instance_key=self.keys.next(),
-            ordering_token=self.keys.ordering_token, merge_op="Add", final_op=final_op,
+            input=t, group_size=self.num_workers, group_key=GROUP_KEY, instance_key=keys.next(),
+            ordering_token=keys.ordering_token, merge_op="Add", final_op=final_op,
             timeout_seconds=self.timeout_s,
         )
 
     def gather(self, t: tf.Tensor, label: str, step: Any = None) -> tf.Tensor:
+        keys = self._keys()
         return tf.raw_ops.CollectiveGatherV2(
-            input=t, group_size=self.num_workers, group_key=GROUP_KEY, instance_key=self.keys.next(),
-            ordering_token=self.keys.ordering_token, timeout_seconds=self.timeout_s,
+            input=t, group_size=self.num_workers, group_key=GROUP_KEY, instance_key=keys.next(),
+            ordering_token=keys.ordering_token, timeout_seconds=self.timeout_s,
         )
 
-    def state_variable(self, initial, name: str) -> tf.Variable:
+    def state_variable(self, initial: Callable[[], tf.Tensor], name: str) -> tf.Variable:
         var = self._state.get(name)
         if var is None:
             with tf.init_scope(), internal():
@@ -62,23 +71,32 @@ def mean_gradients(collectives: TF2Collectives, planned: list[tuple[VariablePlan
     """The mean over workers of each (plan, gradient), in order."""
     dense: list[tuple[str, AllReduceSync, tf.Tensor]] = []
     pieces: dict[int, list[str]] = {}  # position -> names of its shards in `dense`
+    axes: dict[int, int] = {}  # position of a partitioned gradient -> the axis its shards join on
     out: list[Any] = [None] * len(planned)
     for i, (plan, grad) in enumerate(planned):
         if isinstance(grad, tf.IndexedSlices):
             out[i] = collectives.sparse_rows(plan.name, grad)
         elif plan.partition is None:
-            dense.append((plan.name, plan.sync, grad))
+            dense.append((plan.name, _all_reduce(plan.name, plan.sync), grad))
             pieces[i] = [plan.name]
         else:
-            axis = plan.partition.axis
+            axis = axes[i] = plan.partition.axis
             sizes = shard_sizes(grad.shape[axis], len(plan.partition.shards))
             names = plan.shard_names()
             for name, sync, part in zip(names, plan.partition.shards, tf.split(grad, sizes, axis=axis), strict=True):
-                dense.append((name, sync, part))
+                dense.append((name, _all_reduce(name, sync), part))
             pieces[i] = names
     if dense:
         means = collectives.dense_means(dense)
         for i, names in pieces.items():
             parts = [means[n] for n in names]
-            out[i] = parts[0] if len(parts) == 1 else tf.concat(parts, axis=planned[i][0].partition.axis)
+            out[i] = parts[0] if len(parts) == 1 else tf.concat(parts, axis=axes[i])
     return out
+
+
+def _all_reduce(name: str, sync: PSSync | AllReduceSync | None) -> AllReduceSync:
+    """`sync`, which a TF2 plan's dense gradient always has (planning refuses PS synchronizers for
+    TF2 scripts: strategies/document.py, TF2_NO_PS)."""
+    if not isinstance(sync, AllReduceSync):
+        raise RuntimeError(f"'{name}': a TF2 plan must all-reduce a dense gradient; it says {sync!r}")
+    return sync

@@ -8,26 +8,16 @@ graph when it runs, not when it is traced.
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Any
 
 import tensorflow as tf
 
-from adrun.exit_codes import ERROR_PREFIX, PLAN_MISMATCH_EXIT_CODE
 from adrun.runtime.context import TaskContext
+from adrun.runtime.refusal import refuse
 from adrun.runtime.tf2.optimizer_hooks import VariableNames, is_sparse, traced_batch_size
 from adrun.runtime.tf2.reduction import TF2Collectives, mean_gradients
 from adrun.runtime.tf2.steps import StepCounters
 from adrun.strategies.document import VariablePlan
-
-
-def refuse(message: str) -> None:
-    """End this worker as the hook's refusal (exit 65), the launcher shows `message`."""
-    sys.stdout.flush()
-    sys.stderr.write(f"{ERROR_PREFIX}{message}\n")
-    sys.stderr.flush()
-    os._exit(PLAN_MISMATCH_EXIT_CODE)
 
 
 class SynchronizedApply:

@@ -37,7 +37,7 @@ PRIVATE_API: dict[str, tuple[str, ...]] = {
         "all_reduce_v2", "all_gather_v2", "broadcast_send_v2", "broadcast_recv_v2",
     ),
     "tensorflow.python.ops.gen_summary_ops": ("create_summary_file_writer",),
-    "tensorflow.python.checkpoint.checkpoint": ("Checkpoint._write",),
+    "tensorflow.python.checkpoint.checkpoint": ("Checkpoint._write", "Checkpoint._maybe_create_save_counter"),
     "tensorflow.python.checkpoint.checkpoint_management": (
         "CheckpointManager._directory", "CheckpointManager._checkpoint_prefix",
         "CheckpointManager._maybe_delete",

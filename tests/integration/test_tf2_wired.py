@@ -1,0 +1,113 @@
+"""TF2 mode's surroundings wired into real 2-worker adrun jobs (adrun/runtime/import_hook.py
+registers adrun/runtime/tf2/around.py): chief-only saving with --shard-data under the averaging
+oracle, --max-restarts resuming exactly from BackupAndRestore, the refusal of an untested TensorFlow
+(and ADRUN_ALLOW_UNTESTED_VERSIONS=1 running it anyway), and `adrun profile` / `--strategy Auto`
+refusing a TF2 script at its first apply instead of after its training."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from adrun.launch.job.teardown import leftover_processes
+from tests.conftest import REPO, SCRIPTS, run_adrun, write_spec
+from tests.tf2_oracle import SCRIPT, TOLERANCE, adrun_fit, max_difference, plain, weights
+
+pytestmark = pytest.mark.timeout(600)
+
+UNTESTED_TF = "2.99.0"
+
+
+def test_chief_only_saving_and_shard_data_in_a_two_worker_fit(tmp_path: Path) -> None:
+    """Every worker gets the whole data and saves into files named after it; --shard-data gives
+    worker w rows w::2 (the averaging oracle), and only worker 0's files exist, holding its weights."""
+    save = tmp_path / "saved"
+    _, out = adrun_fit(tmp_path, "fit-sequential", 2, "--save", str(save), adrun_options=("--shard-data",))
+    expected = weights(plain("fit-sequential", tmp_path / "ref", "--data", "per-worker", "--reference", "2")
+                       / "reference.npz")
+    found = [weights(out / f"w{w}.npz") for w in range(2)]
+    assert max(max_difference(f, expected) for f in found) < TOLERANCE
+
+    files = sorted(str(p.relative_to(save)) for p in save.rglob("*") if p.is_file())
+    assert files == ["ckpt-w0/e1.weights.h5", "ckpt-w0/e2.weights.h5", "manager-w0/checkpoint",
+                     "manager-w0/ckpt-1.data-00000-of-00001", "manager-w0/ckpt-1.index", "model-w0.keras"]
+    assert not any("w1" in str(p) for p in tmp_path.rglob("*") if p.name not in ("w1.npz",)), \
+        "a file of worker 1 appeared"
+    loaded = tmp_path / "loaded"
+    subprocess.run([sys.executable, str(SCRIPTS / "tf2_load_saved.py"), str(save), str(loaded)], check=True,
+                   cwd=REPO, capture_output=True, timeout=300)
+    for name in ("model", "epoch", "manager"):
+        assert max_difference(weights(loaded / f"{name}.npz"), found[0]) == 0.0, name
+
+
+@pytest.mark.full  # two attempts of a 2-worker job and a plain run
+def test_max_restarts_resumes_exactly_from_backup_and_restore(tmp_path: Path) -> None:
+    """Worker 0 is killed at the end of epoch 1 of 3 on the first attempt (after its backup); the
+    second attempt resumes at epoch 2 and ends where an uninterrupted plain run ends."""
+    backup = tmp_path / "backup"
+    result, out = adrun_fit(tmp_path, "fit-sequential", 2, "--epochs", "3", "--backup", str(backup),
+                            "--kill-after-epoch", "1", adrun_options=("--max-restarts", "1"))
+    begun = [tuple(map(int, line.split())) for line in (out / "begun.txt").read_text().splitlines()]
+    assert sorted({e for w, a, e in begun if a == 0 and w == 0}) == [0, 1]  # killed at epoch 1 (and the capture)
+    assert sorted(e for w, a, e in begun if a == 1) == [2, 2]  # both workers resumed at epoch 2
+    expected = weights(plain("fit-sequential", tmp_path / "plain", "--epochs", "3") / "w0.npz")
+    assert max(max_difference(weights(out / f"w{w}.npz"), expected) for w in range(2)) < TOLERANCE
+    assert not backup.exists()  # BackupAndRestore deleted it at the end of the completed fit
+
+
+def _untested_tensorflow(tmp_path: Path) -> dict[str, str]:
+    """PYTHONPATH with a sitecustomize that makes the package metadata report an untested TensorFlow
+    (adrun's own sitecustomize chains to it) in every process of the job."""
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(
+        "import importlib.metadata as metadata\n"
+        "_version = metadata.version\n"
+        f"metadata.version = lambda name: {UNTESTED_TF!r} if name == 'tensorflow' else _version(name)\n")
+    return {"PYTHONPATH": str(shim)}
+
+
+def test_an_untested_tensorflow_is_refused_by_capture(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path / "cluster.yml", 2, 0)
+    out = tmp_path / "out"
+    refused = run_adrun("--spec", str(spec), "--quiet", SCRIPT, "--kind", "fit-sequential", "--out", str(out),
+                        env=_untested_tensorflow(tmp_path))
+    assert refused.returncode == 2, refused.output
+    assert "Traceback" not in refused.output
+    [line] = [line for line in refused.stderr.splitlines() if line.startswith("adrun: error: ")]
+    assert f"TF2 mode was tested with tensorflow 2.21.x, keras 3.15.x, tf_keras 2.21.x, and found tensorflow " \
+           f"{UNTESTED_TF}" in line, line
+    assert "set ADRUN_ALLOW_UNTESTED_VERSIONS=1 to try anyway" in line, line
+    assert not (out / "epochs.txt").exists()  # refused at the first apply, before an epoch ended
+    assert leftover_processes(refused.job_id) == []
+
+
+@pytest.mark.full  # a whole 2-worker job more
+def test_an_untested_tensorflow_runs_when_allowed(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path / "cluster.yml", 2, 0)
+    out = tmp_path / "out"
+    allowed = run_adrun("--spec", str(spec), "--quiet", SCRIPT, "--kind", "fit-sequential", "--out", str(out),
+                        env={**_untested_tensorflow(tmp_path), "ADRUN_ALLOW_UNTESTED_VERSIONS": "1"})
+    assert allowed.returncode == 0, allowed.output
+    expected = weights(plain("fit-sequential", tmp_path / "plain") / "w0.npz")
+    assert max(max_difference(weights(out / f"w{w}.npz"), expected) for w in range(2)) < TOLERANCE
+    assert leftover_processes(allowed.job_id) == []
+
+
+@pytest.mark.parametrize("command", [pytest.param("profile", marks=pytest.mark.full), "run-auto"])
+def test_profile_and_auto_refuse_a_tf2_script_at_its_first_apply(tmp_path: Path, command: str) -> None:
+    spec = write_spec(tmp_path / "cluster.yml", 2, 0)
+    out = tmp_path / "out"
+    options = ("profile", "--spec", str(spec)) if command == "profile" else ("--spec", str(spec), "--strategy", "Auto")
+    result = run_adrun(*options, "--no-record", SCRIPT, "--kind", "fit-sequential", "--out", str(out),
+                       "--epochs", "50")
+    assert result.returncode == 2, result.output
+    assert "Traceback" not in result.output
+    [line] = [line for line in result.stderr.splitlines() if line.startswith("adrun: error: ")]
+    assert "adrun profile and --strategy Auto do not support TF2 scripts yet: run it with --strategy AllReduce" \
+        in line, line
+    assert not (out / "epochs.txt").exists()  # refused at the first apply, not after 50 epochs
+    assert leftover_processes(result.job_id) == []
