@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from adrun.capture_run import capture_graph
-from adrun.launch.job.plan import HOOK_DIR
+from adrun.launch.env import HOOK_DIR
 from adrun.launch.job.teardown import leftover_processes
 from adrun.strategies.document import load_strategy
 from tests.conftest import run_adrun
