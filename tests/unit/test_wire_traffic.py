@@ -236,11 +236,17 @@ def test_a_step_moves_exactly_the_lower_bound(tmp_path, monkeypatch, strategy, o
         expected = [(t.source, t.destination, t.nbytes) for t in bound
                     if me in (t.source, t.destination) and "ps" in (t.source.role, t.destination.role)]
         assert _by_pair(measured) == _by_pair(expected), f"{me}: {sorted(measured)}"
-        # one tensor per dense variable (or shard) each way; per sparse variable (or shard): the
-        # distinct ids and the gradient rows to the PS, the rows back
+        # one tensor per dense variable (or shard) pulled; per sparse variable (or shard): the
+        # distinct ids and the gradient rows to the PS, the rows back; synchronous dense gradients
+        # (all small here) go to each PS task as one buffer (ps_sync.ps_aggregations), applied
+        # ones (asynchronous) one per variable
         pulls = [t for t in expected if t[1] == me]
         sparse_pulls = [t for t in bound if t.destination == me and "distinct rows" in t.what]
-        assert len(measured) == 2 * len(pulls) + len(sparse_pulls), sorted(measured)
+        dense_pushes = [t for t in bound if t.source == me and "gradient pushed" in t.what]
+        batched = options.get("sync", "true") == "true" and options.get("staleness", "0") == "0"
+        pushes_per_task = Counter(t.destination for t in dense_pushes)
+        assert len(measured) == (len(pulls) + 2 * len(sparse_pulls)
+                                 + (len(pushes_per_task) if batched else len(dense_pushes))), sorted(measured)
 
 
 def test_each_worker_all_gathers_its_distinct_rows_once(tmp_path, monkeypatch):

@@ -33,7 +33,7 @@ from adrun.runtime.kernels.allreduce_sync import Collectives
 from adrun.runtime.kernels.devices import own_device
 from adrun.runtime.kernels.distinct_rows import merged_rows
 from adrun.runtime.kernels.placement import variable_devices
-from adrun.runtime.kernels.ps_sync import PSAggregation, StalenessBarrier, StepTokens
+from adrun.runtime.kernels.ps_sync import StalenessBarrier, StepTokens, ps_aggregations
 from adrun.runtime.kernels.step_order import CollectiveStepOrder
 
 
@@ -117,6 +117,7 @@ def synchronized_apply(
     synced: dict[str, Any] = {}
     pushes: list[tf.Operation] = []
     bsp_vars: list[str] = []  # PS, fully synchronous: the chief applies
+    bsp_grads: list[tuple[str, Any, int]] = []  # their (variable, gradient, PS task)
     own_update_vars: list[str] = []  # replicas and async PS variables: every worker applies
     staleness_bounds: list[int] = []
     dense_ar: list[tuple[str, Any, tf.Tensor]] = []
@@ -134,10 +135,7 @@ def synchronized_apply(
                 f"({ctx.strategy_file}); the script's graph differs from the one captured"
             )
         if sync.kind == "ps" and sync.sync and sync.staleness == 0 and n > 1:
-            agg = PSAggregation(name, grad, sync.ps_task, n, here)
-            pushes.append(agg.push)
-            if ctx.is_chief:
-                synced[name] = agg.take_mean()
+            bsp_grads.append((name, grad, sync.ps_task))
             bsp_vars.append(name)
             continue
         own_update_vars.append(name)
@@ -153,6 +151,10 @@ def synchronized_apply(
         else:
             dense_ar.append((name, sync, grad))
     synced.update(collectives.dense_means(dense_ar))
+    for aggregation in ps_aggregations(bsp_grads, n, here):
+        pushes.append(aggregation.push)
+        if ctx.is_chief:
+            synced.update(aggregation.take_means())
 
     graph = tf.compat.v1.get_default_graph()
     records = records_for(graph)

@@ -10,9 +10,20 @@ rows summed on the worker, indices sorted as the accumulator expects). Accumulat
 reduction SUM and the mean is taken by dividing by N: TF's MEAN for sparse accumulators averages
 each row over the workers that touched it, which is not data-parallel SGD (a row touched by one of
 N workers must get 1/N of its gradient).
+
+Small dense gradients bound for one PS task share one accumulator (`ps_aggregations`): each worker
+pushes them as one flat buffer and the chief takes one sum, split back per variable on the PS. A
+push is one tensor sent and one accumulator op whatever its size, so a step of many small
+variables paid a round of per-tensor transfers and accumulator ops per variable; the sums and the
+division are elementwise, so the batched mean equals the per-variable one exactly. Large gradients
+keep their own accumulator: batching saves them nothing, and pushing each alone lets it leave the
+worker while the rest of the backward pass still runs.
 """
 
 from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
 
 import tensorflow as tf
 
@@ -23,11 +34,18 @@ from adrun.runtime.kernels.distinct_rows import merged_rows
 _ACCEPT_ALWAYS = tf.int64.max
 
 
+# Dense gradients below this size share their PS task's accumulator. Above it a transfer's fixed
+# cost (a RecvTensor call, ~0.1-0.5 ms of CPU here) is small beside its bytes even at 1 Gbit/s, and a
+# lone push (e.g. a 256 x 1000 layer's 1 MB) leaves while the rest of the backward pass still runs.
+BATCH_BELOW_BYTES = 256 * 1024
+
+
 class PSAggregation:
     """Push (every worker) and take (the chief) ops for one variable's gradient."""
 
     def __init__(self, var_name: str, grad: tf.Tensor | tf.IndexedSlices, ps_task: int, num_workers: int, worker: str) -> None:
         """`worker`: this worker's device, where a sparse gradient's equal rows are summed."""
+        self.name = var_name
         self.device = ps_device(ps_task)
         self.num_workers = num_workers
         dtype = grad.dtype.base_dtype
@@ -53,19 +71,79 @@ class PSAggregation:
                 )
                 self.push = self._acc.apply_grad(grad, local_step=_ACCEPT_ALWAYS)
 
-    def take_mean(self) -> tf.Tensor | tf.IndexedSlices:
+    def take_means(self) -> dict[str, tf.Tensor | tf.IndexedSlices]:
         """The mean over all workers' gradients; blocks until every worker has pushed."""
         with tf.device(self.device), tf.control_dependencies([self.push]):
             n = self.num_workers
             if self.sparse:
                 total = self._acc.take_indexed_slices_grad(n)
-                return tf.IndexedSlices(
+                return {self.name: tf.IndexedSlices(
                     total.values / tf.cast(n, total.values.dtype),
                     tf.cast(total.indices, self._index_dtype),
                     self._dense_shape,
-                )
+                )}
             total = self._acc.take_grad(n)
-            return total / tf.cast(n, total.dtype)
+            return {self.name: total / tf.cast(n, total.dtype)}
+
+
+class BatchedPSAggregation:
+    """Push and take ops for several small dense gradients of one dtype bound for one PS task:
+    one flat buffer, one accumulator, one take per step."""
+
+    def __init__(self, members: list[tuple[str, tf.Tensor]], ps_task: int, num_workers: int, worker: str) -> None:
+        """`members`: (variable name, gradient) with static shapes, in an order every worker shares."""
+        self.names = [name for name, _ in members]
+        self.shapes = [grad.shape for _, grad in members]
+        self.device = ps_device(ps_task)
+        self.num_workers = num_workers
+        dtype = members[0][1].dtype.base_dtype
+        digest = hashlib.sha1(",".join(self.names).encode()).hexdigest()[:16]
+        shared = f"adrun/accumulator/ps{ps_task}/{dtype.name}/{digest}"
+        with tf.device(worker), tf.name_scope("adrun_push_buffer"):
+            buffer = tf.concat([tf.reshape(grad, [-1]) for _, grad in members], axis=0)
+        with tf.device(self.device):
+            self._acc = tf.compat.v1.ConditionalAccumulator(
+                dtype, shape=buffer.shape, shared_name=shared, reduction_type="SUM", name="adrun_acc"
+            )
+            self.push = self._acc.apply_grad(buffer, local_step=_ACCEPT_ALWAYS)
+
+    def take_means(self) -> dict[str, tf.Tensor | tf.IndexedSlices]:
+        """Each variable's mean over all workers' gradients; blocks until every worker has pushed."""
+        with tf.device(self.device), tf.control_dependencies([self.push]):
+            total = self._acc.take_grad(self.num_workers)
+            mean = total / tf.cast(self.num_workers, total.dtype)
+            pieces = tf.split(mean, [shape.num_elements() for shape in self.shapes])
+            return {name: tf.reshape(piece, shape) for name, piece, shape in zip(self.names, pieces, self.shapes, strict=True)}
+
+
+Aggregation = PSAggregation | BatchedPSAggregation
+
+
+def _batchable(grad: tf.Tensor | tf.IndexedSlices) -> bool:
+    if isinstance(grad, tf.IndexedSlices) or not grad.shape.is_fully_defined():
+        return False
+    return grad.shape.num_elements() * grad.dtype.base_dtype.size < BATCH_BELOW_BYTES
+
+
+def ps_aggregations(
+    grads: list[tuple[str, tf.Tensor | tf.IndexedSlices, int]], num_workers: int, worker: str
+) -> list[Aggregation]:
+    """The accumulators of one step's synchronous PS gradients, given as (variable, gradient, PS
+    task): small dense gradients batched per (PS task, dtype), every other gradient alone."""
+    aggregations: list[Aggregation] = []
+    batches: dict[tuple[int, str], list[tuple[str, tf.Tensor]]] = defaultdict(list)
+    for name, grad, ps_task in grads:
+        if _batchable(grad):
+            batches[(ps_task, grad.dtype.base_dtype.name)].append((name, grad))
+        else:
+            aggregations.append(PSAggregation(name, grad, ps_task, num_workers, worker))
+    for (ps_task, _), members in sorted(batches.items()):
+        members.sort(key=lambda member: member[0])  # one layout on every worker
+        if len(members) == 1:
+            aggregations.append(PSAggregation(*members[0], ps_task, num_workers, worker))
+        else:
+            aggregations.append(BatchedPSAggregation(members, ps_task, num_workers, worker))
+    return aggregations
 
 
 def _token_queue(name: str, capacity: int) -> tf.queue.FIFOQueue:
