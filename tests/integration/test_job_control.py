@@ -52,7 +52,7 @@ def test_stop_ends_a_running_job_and_logs_follow_it_to_the_end(tmp_path, spec_fi
     running = recorded_jobs()[job.job_id]  # without --all: the running jobs
     assert running["state"] == "running", running
     assert (running["launcher_pid"], running["log_dir"], running["script"]) == (job.proc.pid, str(logs), TINY)
-    assert running["command"] == f"adrun --job-id {job.job_id} --spec {spec_file()} --log-dir {logs} {TINY} " \
+    assert running["command"] == f"adrun --job-id {job.job_id} --strategy PSLoadBalancing --spec {spec_file()} --log-dir {logs} {TINY} " \
                                  "--steps 100000 --step-sleep 0.05"
     assert (running["ended"], running["exit_code"], running["attempt"]) == (None, None, 0)
     table = run_adrun("jobs")
