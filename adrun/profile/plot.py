@@ -14,8 +14,7 @@ from pathlib import Path
 
 from adrun.errors import UserError
 from adrun.profile.report import ScalingSection
-
-AUTO = "Auto"
+from adrun.strategies.auto import AUTO
 
 
 def require_matplotlib() -> None:

@@ -15,12 +15,11 @@ from __future__ import annotations
 from adrun.errors import UserError
 from adrun.profile.report import ScalingCurve, ScalingPoint, ScalingSection, same_plan
 from adrun.spec import ClusterSpec
-from adrun.strategies.auto import Auto
+from adrun.strategies.auto import AUTO, Auto
 from adrun.strategies.facts import HostLink, Link, NetworkFacts
 from adrun.strategies.planning_facts import PlanningFacts
 
 MAX_HOSTS = 64  # the model has N^2 paths and Auto searches N shard counts: 64 hosts take minutes
-AUTO = "Auto"
 
 
 def parse_host_counts(text: str) -> list[int]:
