@@ -105,7 +105,7 @@ def test_a_killed_parameter_server_is_restarted_from_the_checkpoint_and_ends_as_
     _kill_and_resume(tmp_path, spec_file, live, "ps", 0, pause_on=0)
 
 
-@pytest.mark.full  # the fast suite has the rule and the loop around real jobs (tests/unit/test_launch_restarts.py)
+@pytest.mark.full  # the fast suite has the rule and the loop around real jobs (tests/unit/launch/job/test_restarts.py)
 @pytest.mark.parametrize("fault,exit_code,verdict", [
     (["--extra-var-on", "1"], 65, "the script built a different graph than the one planned; it would again"),
     (["--fail-on", "1", "--fail-at", "1"], 1,

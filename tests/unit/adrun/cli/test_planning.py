@@ -2,7 +2,7 @@
 `--strategy` names is checked before anything is gathered; the facts gathered are those the chosen
 builder declares it needs (the capture and the gathering are replaced by recorders here); the plan
 is the builder's, or the document checked against the captured graph. Remembered plans:
-tests/unit/test_remembered_plans.py."""
+tests/unit/adrun/cli/test_remembered_plans.py."""
 
 from __future__ import annotations
 

@@ -27,6 +27,7 @@ from adrun.strategies.document import (
 )
 from adrun.strategies.partitioned_ps import UnevenPartitionedPS
 from adrun.strategies.ps import least_loaded_assignment
+from tests.conftest import REPO
 
 
 def float_var(name: str, nbytes: int, grad: str | None = "dense", trainable: bool = True) -> VariableInfo:
@@ -314,7 +315,7 @@ def test_strategies_import_neither_tensorflow_nor_launch() -> None:
         " or m.startswith('adrun.runtime')];"
         "assert not bad, bad"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
 
 
 # --- partitioning: shard sizes and the document -----------------------------------------------

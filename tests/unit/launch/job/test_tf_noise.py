@@ -1,5 +1,5 @@
 """TensorFlow's start-up noise (adrun.launch.job.tf_noise) on stderr captured from real TF 2.21 runs
-on this kind of machine (tests/unit/tf_stderr/): what is folded, what is kept, how many."""
+on this kind of machine (tests/unit/launch/job/tf_stderr/): what is folded, what is kept, how many."""
 
 from __future__ import annotations
 

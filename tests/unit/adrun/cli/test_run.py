@@ -4,7 +4,6 @@ turned into the job's typed Settings, never into the launcher's own environment.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -14,10 +13,11 @@ from adrun.cli import main
 from adrun.env_vars import Settings
 from adrun.errors import UserError
 from adrun.launch.job.plan import plan_job
+from tests.conftest import SCRIPTS
 
 pytestmark = pytest.mark.timeout(240)  # one capture of the script: TensorFlow starts once
 
-TINY = Path(__file__).resolve().parents[1] / "scripts" / "tiny_model.py"
+TINY = SCRIPTS / "tiny_model.py"
 STOP = "stopped by the test before any task started"
 
 
