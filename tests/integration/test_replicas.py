@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.oracle import NUM_WORKERS, ORACLE_BUILDERS, train_and_compare
+from tests.support.oracle import NUM_WORKERS, ORACLE_BUILDERS, train_and_compare
 
 pytestmark = pytest.mark.integration
 

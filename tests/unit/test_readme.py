@@ -14,14 +14,14 @@ import pytest
 from adrun.cli import main
 from adrun.strategies import BUILDERS
 from adrun.strategies.auto import AUTO, AutoOptions
-from tests.readme_usage import README, readme_block, render_usage
+from tests.support.readme_usage import README, readme_block, render_usage
 
 pytestmark = pytest.mark.timeout(30)
 
 
 def test_the_usage_block_is_generated_from_the_click_options():
     """Fails when an option, its help, metavar or default changed without the README: run
-    `.venv/bin/python -m tests.readme_usage` to regenerate the block."""
+    `.venv/bin/python -m tests.support.readme_usage` to regenerate the block."""
     assert readme_block(README.read_text()) == render_usage(main)
 
 

@@ -16,50 +16,22 @@ from adrun.strategies.auto import Auto
 from adrun.strategies.cost_model import Coefficients
 from adrun.strategies.fit import FitResult
 from adrun.strategies.planning_facts import Fact
-from tests.cost_facts import hosts_spec, network, profile, var
+from tests.support.cost_facts import hosts_spec, network, var
+from tests.support.slow_parts import FakeRemote, SlowParts
 
 SPEC = hosts_spec(2)
 GRAPH = GraphItem(batch_size=8, variables=[var("emb", [1000, 8], "sparse"), var("w", [8, 4])])
 STORED, MEASURED = network(SPEC, 1e6), network(SPEC, 2e6)
 
 
-class Remote:
-    """Stands in for RemoteNodes: another node, not connected until asked."""
-
-    nodes = ["10.0.0.2"]
-    links: dict = {}
-    connects = 0
-
-    def connect(self) -> None:
-        self.connects += 1
-
-
 @pytest.fixture
-def calls(monkeypatch):
+def calls(monkeypatch) -> SlowParts:
     """What the gathering asked of the slow parts, and the status lines it printed."""
-    seen: dict[str, list] = {"capture": [], "profile": [], "measure": [], "status": []}
-
-    def capture_graph(script, args, num_workers, job_id):
-        seen["capture"].append((script, args, num_workers, job_id))
-        return GRAPH
-
-    def profile_model(script, args, num_workers, job_id, warmup):
-        seen["profile"].append((script, args, num_workers, job_id, warmup))
-        return profile(GRAPH, 0.01, {"emb": 5})
-
-    def network_facts(spec, remote):
-        seen["measure"].append(spec)
-        return MEASURED
-
-    monkeypatch.setattr("adrun.capture_run.capture_graph", capture_graph)
-    monkeypatch.setattr("adrun.profile.run.profile_model", profile_model)
-    monkeypatch.setattr("adrun.launch.nodes.network_facts.network_facts", network_facts)
-    monkeypatch.setattr("adrun.ui.print_status", seen["status"].append)
-    return seen
+    return SlowParts(GRAPH, {"emb": 5}, MEASURED).install(monkeypatch)
 
 
 def sources(records, remote=None, measure_network=False):
-    return gathering.FactSources(Path("train.py"), ["--steps", "3"], SPEC, "job-1", remote or Remote(), records,
+    return gathering.FactSources(Path("train.py"), ["--steps", "3"], SPEC, "job-1", remote or FakeRemote(), records,
                                  measure_network=measure_network)
 
 
@@ -68,23 +40,23 @@ def test_a_builder_of_the_graph_alone_gets_the_capture_and_nothing_else(calls, t
         facts = gathering.gather_facts(frozenset(), sources(records))
         assert records.network_for(cluster_key(SPEC)) is None and records.profile_for(GRAPH.fingerprint, 8) is None
     assert (facts.spec, facts.graph, facts.profile, facts.network, facts.fit) == (SPEC, GRAPH, None, None, None)
-    assert calls["capture"] == [(Path("train.py"), ["--steps", "3"], 2, "job-1")]
-    assert calls["profile"] == calls["measure"] == []
-    assert calls["status"] == ["capturing the graph of train.py ..."]
+    assert calls.captures == [(Path("train.py"), ["--steps", "3"], 2, "job-1")]
+    assert calls.profiles == calls.measures == []
+    assert calls.status == ["capturing the graph of train.py ..."]
 
 
 def test_autos_facts_profile_measure_fit_and_are_kept(calls, tmp_path):
-    remote = Remote()
+    remote = FakeRemote()
     with open_records(tmp_path / "records.sqlite") as records:
         facts = gathering.gather_facts(Auto.needs, sources(records, remote))
         assert records.network_for(cluster_key(SPEC)) == MEASURED
         assert records.profile_for(GRAPH.fingerprint, 8) == facts.profile
-    assert calls["capture"] == []  # the profile holds the captured graph
-    assert calls["profile"] == [(Path("train.py"), ["--steps", "3"], 2, "job-1", gathering.PROFILE_WARMUP)]
+    assert calls.captures == []  # the profile holds the captured graph
+    assert calls.profiles == [(Path("train.py"), ["--steps", "3"], 2, "job-1", gathering.PROFILE_WARMUP)]
     assert facts.graph == GRAPH and facts.profile.graph == GRAPH and facts.network == MEASURED
     assert remote.connects == 1  # the other node was reached to measure the path to it
     assert facts.fit.records_used == 0 and facts.fit.coefficients == Coefficients.analytical()
-    assert calls["status"] == ["profiling train.py on one process ...", "measuring the network ...",
+    assert calls.status == ["profiling train.py on one process ...", "measuring the network ...",
                                "cost model: analytical coefficients (no usable records of this cluster)"]
     assert not facts.missing(Auto.needs)
 
@@ -96,8 +68,8 @@ def test_stored_network_facts_are_reused_unless_measuring_is_asked(calls, tmp_pa
         facts = gathering.gather_facts(frozenset({Fact.NETWORK}), sources(records, measure_network=measure_network))
         assert records.network_for(cluster_key(SPEC)) == facts.network
     assert facts.network == (MEASURED if measure_network else STORED)
-    assert len(calls["measure"]) == measure_network
-    assert ("measuring the network ..." in calls["status"]) == measure_network
+    assert len(calls.measures) == measure_network
+    assert ("measuring the network ..." in calls.status) == measure_network
 
 
 def test_without_records_nothing_is_read_or_kept_and_the_network_is_measured(calls):
@@ -107,13 +79,13 @@ def test_without_records_nothing_is_read_or_kept_and_the_network_is_measured(cal
 
 def test_the_network_the_spec_gives_wins_over_the_records_and_is_not_measured(calls, tmp_path):
     given = ClusterSpec(version=1, nodes=SPEC.nodes, network=NetworkSpec(bandwidth_mbit=100, latency_ms=1))
-    remote = Remote()
+    remote = FakeRemote()
     with open_records(tmp_path / "records.sqlite") as records:
         records.save_network(cluster_key(given), STORED)
         facts = gathering.gather_facts(frozenset({Fact.NETWORK}), gathering.FactSources(
             Path("t.py"), [], given, "j", remote, records))
-    assert facts.network == MEASURED and calls["measure"] == [given]  # network_facts turns the spec's figures into facts
-    assert remote.connects == 0 and "measuring the network ..." not in calls["status"]
+    assert facts.network == MEASURED and calls.measures == [given]  # network_facts turns the spec's figures into facts
+    assert remote.connects == 0 and "measuring the network ..." not in calls.status
 
 
 @pytest.mark.parametrize("used,skipped,before,after,line", [

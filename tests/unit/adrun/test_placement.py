@@ -14,7 +14,7 @@ from adrun.runtime.kernels.devices import ps_device, worker_device
 from adrun.spec import ClusterSpec, Node
 from adrun.strategies import build_strategy
 from adrun.strategies.wire_bound import step_transfers
-from tests.cost_facts import var
+from tests.support.cost_facts import var
 
 # the chief in the middle, a node with PS tasks only, a node with GPU replicas
 SPEC = ClusterSpec(version=1, nodes=[

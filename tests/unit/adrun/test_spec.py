@@ -10,8 +10,7 @@ import pytest
 from adrun.errors import UserError
 from adrun.placement import replica_devices
 from adrun.spec import ClusterSpec, Node, default_local_spec, load_spec, spec_to_yaml
-from tests.conftest import REPO
-
+from tests.support.paths import REPO
 
 
 def write(tmp_path: Path, text: str, name: str = "cluster.yml") -> Path:

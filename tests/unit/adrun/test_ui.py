@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import os
-import sys
-import uuid
 
 import pytest
 
 from adrun import ui
-from adrun.launch.env import run_context, task_env
 from adrun.launch.job.failures import Failure, TaskExited, TaskKilled, TaskRaised, TaskRefused
 from adrun.launch.job.metrics import Throughput
-from adrun.launch.job.plan import TaskLaunch
 from adrun.launch.job.results import JobResult, TaskOutcome
 from adrun.launch.job.supervisor import supervise
 from adrun.launch.job.tasks import Task
 from adrun.launch.job.teardown import kill_leftovers
 from adrun.task_events import ErrorEvent, StepEvent
-from tests.job_configs import job_config
+from tests.support.adrun_cli import new_job_id
+from tests.support.job_configs import job_config
+from tests.support.supervision import python_task
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -143,19 +140,17 @@ def test_plan_table_names_the_shards_a_script_will_see(capsys, monkeypatch):
 
 
 def test_job_view_prints_tagged_task_lines_and_no_metric_lines(tmp_path, capsys):
-    job_id = f"test-{uuid.uuid4().hex[:12]}"
+    job_id = new_job_id()
     code = (
         "import sys\n"
         "print('hello')\n"
         "print('@@ADRUN {\"event\": \"step\", \"step\": 1, \"time\": 1.0}', file=sys.stderr)\n"
         "print('warning: x', file=sys.stderr)\n"
     )
-    context = run_context(W0, job_id, 1, {"worker": [W0.address]}, strategy_file=None)
-    env = task_env(context, os.environ, hook_dir=str(tmp_path))
-    env.pop("ADRUN_MODE")
+    launch = python_task(W0, job_id, code, tmp_path, {"worker": [W0.address]}, num_workers=1)
     try:
         with ui.JobView() as view:
-            result = supervise([TaskLaunch(W0, [sys.executable, "-c", code], env, tmp_path)], job_config(job_id), view)
+            result = supervise([launch], job_config(job_id), view)
     finally:
         kill_leftovers(job_id)
 

@@ -22,7 +22,7 @@ from bench.cost_model_check import (
     network_facts,
     repetition_tau,
 )
-from tests.cost_facts import profile, var
+from tests.support.cost_facts import profile, var
 
 COMMODITY = Profile(name="commodity", rate_mbit=100)
 BUILDERS = ("AllReduce", "PartitionedAR", "Parallax", "PartitionedPS", "PSLoadBalancing", "PS")

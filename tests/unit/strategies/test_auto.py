@@ -14,7 +14,7 @@ from adrun.strategies.cost_model import predict
 from adrun.strategies.document import AllReduceSync, PSSync, Strategy, check_matches, strategy_to_yaml
 from adrun.strategies.fit import fit
 from adrun.strategies.planning_facts import Fact, PlanningFacts
-from tests.cost_facts import hosts_spec, network, profile, var
+from tests.support.cost_facts import hosts_spec, network, profile, var
 
 SLOW, FAST = 12.5e6, 1.25e9  # 100 Mbit/s, 10 Gbit/s
 

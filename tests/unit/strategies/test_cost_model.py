@@ -10,7 +10,7 @@ from adrun.spec import ClusterSpec, Node
 from adrun.strategies.cost_model import Coefficients, distinct_rows_of, predict
 from adrun.strategies.document import AllReduceSync, Partition, PSSync
 from adrun.strategies.facts import ModelProfile, NodeBytes, RowsTouched
-from tests.cost_facts import BANDWIDTH_ONLY, hosts_spec, network, plan, planned, profile, var
+from tests.support.cost_facts import BANDWIDTH_ONLY, hosts_spec, network, plan, planned, profile, var
 
 B = 1e8  # bytes/s between hosts
 W = var("w", [1000, 1000])  # a dense 1000 x 1000 float32 variable

@@ -11,7 +11,7 @@ from adrun.strategies.cost_model import Coefficients, predict
 from adrun.strategies.facts import TrialRecord
 from adrun.strategies.fit import fit
 from adrun.strategies.planning_facts import PlanningFacts
-from tests.cost_facts import network, profile, var
+from tests.support.cost_facts import network, profile, var
 
 # a cluster where the local path bounds some plans (PS 0 serves three workers on its host) and the
 # path between the hosts others (the ring)

@@ -27,7 +27,7 @@ from adrun.strategies.document import (
 )
 from adrun.strategies.partitioned_ps import UnevenPartitionedPS
 from adrun.strategies.ps import least_loaded_assignment
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 
 def float_var(name: str, nbytes: int, grad: str | None = "dense", trainable: bool = True) -> VariableInfo:

@@ -19,7 +19,7 @@ from adrun.strategies.auto import Auto, AutoOptions
 from adrun.strategies.document import dump_strategy
 from adrun.strategies.fit import fit
 from adrun.strategies.planning_facts import PlanningFacts
-from tests.cost_facts import hosts_spec, network, profile, var
+from tests.support.cost_facts import hosts_spec, network, profile, var
 
 SPEC = hosts_spec(2)
 GRAPH = GraphItem(batch_size=8, variables=[var("emb", [1000, 8], "sparse"), var("w", [8, 4])])

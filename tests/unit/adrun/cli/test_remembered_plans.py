@@ -14,61 +14,31 @@ import pytest
 from adrun.cli.planning import chosen_plan, plan_script
 from adrun.gathering import FactSources
 from adrun.graph_item import GraphItem
-from adrun.profile.run import NoStepTimed
 from adrun.records.store import SCHEMA_VERSION, cluster_key, open_records, plan_key
 from adrun.spec import ClusterSpec, Node
 from adrun.strategies.document import AllReduceSync, PSSync
-from tests.cost_facts import hosts_spec, network, profile, var
+from tests.support.cost_facts import hosts_spec, network, var
+from tests.support.slow_parts import FakeRemote, SlowParts
 
 GRAPH = GraphItem(batch_size=8, variables=[var("emb", [100_000, 16], "sparse"), var("w", [16, 4])])
 MEASURED = network(hosts_spec(2), 1e8, 1e-4)
 
 
-class Remote:
-    nodes = ["10.0.0.2"]
-    links = {"10.0.0.2": object()}
-
-    def connect(self) -> None:
-        raise AssertionError("already connected")
-
-
 @pytest.fixture
-def calls(monkeypatch):
-    """What planning asked of the slow parts, and the status lines it printed; `timed` False makes
-    the profiling run end before a timed step."""
-    seen: dict = {"capture": 0, "profile": 0, "measure": 0, "status": [], "timed": True, "graph": GRAPH}
-
-    def capture_graph(script, args, num_workers, job_id):
-        seen["capture"] += 1
-        return seen["graph"]
-
-    def profile_model(script, args, num_workers, job_id, warmup):
-        seen["profile"] += 1
-        if not seen["timed"]:
-            raise NoStepTimed("train.py: ran 1 training step(s), all of them warm-up (1), so no step was timed",
-                              "let it run longer", seen["graph"])
-        return profile(seen["graph"], 0.01, {"emb": 50})
-
-    def network_facts(spec, remote):
-        seen["measure"] += 1
-        return MEASURED
-
-    monkeypatch.setattr("adrun.capture_run.capture_graph", capture_graph)
-    monkeypatch.setattr("adrun.profile.run.profile_model", profile_model)
-    monkeypatch.setattr("adrun.launch.nodes.network_facts.network_facts", network_facts)
-    monkeypatch.setattr("adrun.ui.print_status", seen["status"].append)
-    return seen
+def calls(monkeypatch) -> SlowParts:
+    """What planning asked of the slow parts, and the status lines it printed."""
+    return SlowParts(GRAPH, {"emb": 50}, MEASURED).install(monkeypatch)
 
 
 def plan(records, spec: ClusterSpec | None = None, options: dict[str, str] | None = None):
     return plan_script(chosen_plan(None, options or {}),
-                       FactSources(Path("train.py"), [], spec or hosts_spec(2), "job", Remote(), records))
+                       FactSources(Path("train.py"), [], spec or hosts_spec(2), "job", FakeRemote(connected=True), records))
 
 
 def test_a_default_start_profiles_once_and_the_next_start_reuses_the_remembered_plan(calls, tmp_path):
     with open_records(tmp_path / "records.sqlite") as records:
         _, first = plan(records)
-        assert (calls["capture"], calls["profile"], calls["measure"]) == (1, 1, 1)
+        assert (len(calls.captures), len(calls.profiles), len(calls.measures)) == (1, 1, 1)
         assert first.builder == "Auto"
         # Auto's predicted step beside the next two builders'
         assert first.reason.startswith("predicted step ") and first.reason.count(" ms") == 3
@@ -76,27 +46,27 @@ def test_a_default_start_profiles_once_and_the_next_start_reuses_the_remembered_
                        {"allow_lossy": False, "allow_staleness": False})
         assert records.plan_for(key) == first
 
-        calls["status"].clear()
+        calls.status.clear()
         _, again = plan(records)
         assert again == first
-        assert (calls["capture"], calls["profile"], calls["measure"]) == (2, 1, 1)  # captured only
-        assert any("the plan made earlier for this graph on this cluster" in s for s in calls["status"])
+        assert (len(calls.captures), len(calls.profiles), len(calls.measures)) == (2, 1, 1)  # captured only
+        assert any("the plan made earlier for this graph on this cluster" in s for s in calls.status)
 
         _, lossy = plan(records, options={"allow_lossy": "true"})  # other options: planned anew
-        assert calls["profile"] == 2 and lossy.options["allow_lossy"] is True
+        assert len(calls.profiles) == 2 and lossy.options["allow_lossy"] is True
 
 
 def test_a_script_too_short_to_time_is_planned_from_its_facts_and_not_remembered(calls, tmp_path):
-    calls["timed"] = False
+    calls.timed = False
     with open_records(tmp_path / "records.sqlite") as records:
         _, first = plan(records)
         assert first.builder == "Auto"
         assert "no step was timed: planned from the model's facts and the network alone" in first.reason
         assert ("train.py: ran 1 training step(s), all of them warm-up (1), so no step was timed: planning from "
-                "the model's facts and the network alone") in calls["status"]
+                "the model's facts and the network alone") in calls.status
         assert records.profile_for(GRAPH.fingerprint, 8) is None  # an untimed profile is no measurement
         plan(records)
-    assert calls["profile"] == 2  # not remembered: a longer run is profiled
+    assert len(calls.profiles) == 2  # not remembered: a longer run is profiled
 
 
 ONE_HOST = ClusterSpec(version=1, nodes=[Node(address="localhost", chief=True, workers=2, ps=0)])
@@ -104,7 +74,7 @@ ONE_HOST = ClusterSpec(version=1, nodes=[Node(address="localhost", chief=True, w
 
 @pytest.mark.parametrize("spec,timed", [(hosts_spec(2, ps=0), True), (ONE_HOST, False)])
 def test_a_cluster_without_ps_processes_gets_an_all_reduce_plan(calls, tmp_path, spec, timed):
-    calls["timed"] = timed  # untimed on one host: compute 0 and loopback, the step is still a number
+    calls.timed = timed  # untimed on one host: compute 0 and loopback, the step is still a number
     with open_records(tmp_path / "records.sqlite") as records:
         _, made = plan(records, spec)
     assert made.reason.startswith("predicted step ") and "nan" not in made.reason
@@ -115,10 +85,10 @@ def test_a_cluster_without_ps_processes_gets_an_all_reduce_plan(calls, tmp_path,
 
 
 def test_a_tf2_script_defaults_to_all_reduce_without_profiling(calls, tmp_path):
-    calls["graph"] = GRAPH.model_copy(update={"kind": "tf2"})
+    calls.graph = GRAPH.model_copy(update={"kind": "tf2"})
     with open_records(tmp_path / "records.sqlite") as records:
         _, made = plan(records)
-    assert made.builder == "AllReduce" and calls["profile"] == 0 and made.reason == ""
+    assert made.builder == "AllReduce" and len(calls.profiles) == 0 and made.reason == ""
 
 
 def test_records_of_schema_version_1_gain_the_plans_table(tmp_path):

@@ -13,7 +13,7 @@ from adrun.cli import main
 from adrun.env_vars import Settings
 from adrun.errors import UserError
 from adrun.launch.job.plan import plan_job
-from tests.conftest import SCRIPTS
+from tests.support.paths import SCRIPTS
 
 pytestmark = pytest.mark.timeout(240)  # one capture of the script: TensorFlow starts once
 

@@ -16,7 +16,7 @@ from adrun.strategies import build_strategy
 from adrun.strategies.facts import HostLink, Link, NetworkFacts
 from adrun.strategies.fit import fit
 from adrun.strategies.planning_facts import PlanningFacts
-from tests.cost_facts import hosts_spec, network, profile, var
+from tests.support.cost_facts import hosts_spec, network, profile, var
 
 SLOW = 12.5e6  # 100 Mbit/s
 # a large embedding whose touched rows all-gathered outweigh its sharded PS traffic beyond 2 hosts

@@ -12,7 +12,7 @@ from adrun.records.recording import record_run, trial_from_report, workload_name
 from adrun.spec import ClusterSpec, Node
 from adrun.strategies import build_strategy
 from adrun.strategies.facts import NodeBytes
-from tests.unit.adrun.records.test_store import item, network, profile
+from tests.support.record_facts import item, network, profile
 
 TWO_HOSTS = ClusterSpec(version=1, nodes=[Node(address="10.0.0.1", chief=True, workers=1, ps=1),
                                           Node(address="10.0.0.2", workers=1, ps=0)])

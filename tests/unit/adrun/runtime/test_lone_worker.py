@@ -29,7 +29,7 @@ from adrun.runtime.kernels.gradient_sync import synchronized_apply  # noqa: E402
 from adrun.spec import ClusterSpec, Node  # noqa: E402
 from adrun.strategies import build_strategy  # noqa: E402
 from adrun.strategies.document import dump_strategy  # noqa: E402
-from tests.graph_walk import ops_run_by  # noqa: E402
+from tests.support.graph_walk import ops_run_by  # noqa: E402
 
 LR = 0.5
 IDS = np.array([1, 3, 3, 7])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from adrun.strategies.document import Partition, PSSync, Strategy, VariablePlan
 from bench.cluster.touched_rows import distinct_rows
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 WORKLOADS = REPO / "bench" / "workloads"
 

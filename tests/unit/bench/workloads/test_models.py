@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.bench_workloads import load_workload_module, tiny_model
+from tests.support.bench_workloads import load_workload_module, tiny_model
 
 models = load_workload_module("models")
 

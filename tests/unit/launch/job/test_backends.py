@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import socket
 import sys
-import uuid
 from pathlib import Path
 
 import psutil
@@ -20,7 +19,9 @@ from adrun.launch.job.supervisor import supervise
 from adrun.launch.job.tasks import Task
 from adrun.launch.job.teardown import kill_leftovers, leftover_processes
 from adrun.spec import ClusterSpec
-from tests.job_configs import job_config
+from tests.support.adrun_cli import new_job_id
+from tests.support.job_configs import job_config
+from tests.support.supervision import Recorder
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -92,22 +93,8 @@ class Machine(LocalNode):
         return self.problems
 
 
-class Warnings:
-    def __init__(self) -> None:
-        self.warnings: list[str] = []
-
-    def job_started(self, job_id, tasks): pass
-    def task_output(self, task, stream, line): pass
-    def noise_folded(self, task, count): pass
-    def progress(self, throughput, elapsed_s): pass
-    def stopping(self, reason): pass
-
-    def warning(self, message):
-        self.warnings.append(message)
-
-
 def test_supervise_starts_each_task_on_its_machine_and_sweeps_every_machine_once(tmp_path):
-    job_id = f"test-{uuid.uuid4().hex[:12]}"
+    job_id = new_job_id()
     log: list[tuple[str, str, str]] = []
     a = Machine("a", [], log)
     b = Machine("b", ["b: processes [4242] survived SIGKILL"], log)
@@ -119,7 +106,7 @@ def test_supervise_starts_each_task_on_its_machine_and_sweeps_every_machine_once
 
     launches = [launch(Task("worker", 0, "a", 0), a), launch(Task("worker", 1, "b", 0), b),
                 launch(Task("ps", 0, "a", 0), a)]
-    listener = Warnings()
+    listener = Recorder()
     try:
         result = supervise(launches, job_config(job_id, grace_s=1.0), listener)
     finally:

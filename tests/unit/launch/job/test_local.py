@@ -8,13 +8,12 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 
 import psutil
 import pytest
 
 from adrun.launch.job.local import LocalProcess
-from adrun.launch.job.teardown import kill_leftovers, leftover_processes
+from adrun.launch.job.teardown import leftover_processes
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -28,7 +27,7 @@ from adrun.cli.interrupts import handling_interrupts
 from adrun.launch.job.plan import TaskLaunch
 from adrun.launch.job.supervisor import supervise
 from adrun.launch.job.tasks import Task
-from tests.job_configs import job_config
+from tests.support.job_configs import job_config
 
 job_id = sys.argv[2]
 sleep = [sys.executable, "-c", "import time; time.sleep(600)"]
@@ -47,13 +46,6 @@ with handling_interrupts() as interrupts, interrupts.handed_down() as interrupt:
 print("interrupted" if result.interrupted else "not interrupted", flush=True)
 sys.exit(result.exit_code)
 """
-
-
-@pytest.fixture
-def job_id():
-    job = f"test-{uuid.uuid4().hex[:12]}"
-    yield job
-    kill_leftovers(job)
 
 
 def _wait_for(predicate, timeout_s: float) -> bool:

@@ -10,8 +10,8 @@ import pytest
 
 from adrun.launch.job.progress_bars import ProgressBars, on_screen
 from adrun.launch.job.supervisor import supervise
-from tests.job_configs import job_config
-from tests.unit.launch.job.test_supervisor import Recorder, job_id, make  # noqa: F401 (fixtures)
+from tests.support.job_configs import job_config
+from tests.support.supervision import Recorder
 
 pytestmark = pytest.mark.timeout(60)
 

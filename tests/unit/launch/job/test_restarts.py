@@ -9,7 +9,6 @@ import re
 import sys
 import textwrap
 import threading
-import uuid
 from pathlib import Path
 
 import pytest
@@ -25,9 +24,10 @@ from adrun.launch.job.report import job_report
 from adrun.launch.job.restarts import judge, run_attempts
 from adrun.launch.job.supervisor import supervise
 from adrun.launch.job.tasks import Task
-from adrun.launch.job.teardown import kill_leftovers, leftover_processes
+from adrun.launch.job.teardown import leftover_processes
 from adrun.task_events import ErrorEvent, encode
-from tests.job_configs import job_config
+from tests.support.job_configs import job_config
+from tests.support.supervision import Recorder
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -102,39 +102,6 @@ def test_the_same_failure_at_the_same_step_twice_in_a_row_is_not_restarted():
 
 
 # --- the loop, around real jobs -------------------------------------------------------------------
-
-
-class Recorder:
-    """An AttemptListener that remembers what it was told."""
-
-    def __init__(self) -> None:
-        self.started: list[int] = []
-        self.ended: list[tuple[int, float | None]] = []
-        self.warnings: list[str] = []
-        self.stops: list[str] = []
-
-    def job_started(self, job_id, tasks): pass
-    def task_output(self, task, stream, line): pass
-    def progress(self, throughput, elapsed_s): pass
-
-    def stopping(self, reason):
-        self.stops.append(reason)
-
-    def warning(self, message):
-        self.warnings.append(message)
-
-    def attempt_started(self, number, max_restarts):
-        self.started.append(number)
-
-    def attempt_ended(self, attempt, next_in_s):
-        self.ended.append((attempt.number, next_in_s))
-
-
-@pytest.fixture
-def job_id():
-    job = f"test-{uuid.uuid4().hex[:12]}"
-    yield job
-    kill_leftovers(job)
 
 
 # A worker that reports `steps` steps, then does what its attempt's entry in `plan` says:

@@ -2,52 +2,41 @@
 
 from __future__ import annotations
 
-import os
-import sys
-import textwrap
-import uuid
 
 import pytest
 
-from adrun.launch.env import run_context, task_env
 from adrun.launch.job.plan import TaskLaunch
 from adrun.launch.job.supervisor import supervise
 from adrun.launch.job.tasks import Task
 from adrun.launch.job.teardown import kill_leftovers
-from tests.job_configs import job_config
+from tests.support.adrun_cli import new_job_id
+from tests.support.job_configs import job_config
+from tests.support.supervision import Recorder, python_task
 
 pytestmark = pytest.mark.timeout(60)
 
 
-class Listener:
-    """Records the warnings, and touches `warned` at the first: the workers end on that event."""
+class Listener(Recorder):
+    """Records, and touches `warned` at the first warning: the workers end on that event."""
 
     def __init__(self, warned) -> None:
-        self.warnings: list[str] = []
+        super().__init__()
         self.warned = warned
 
-    def job_started(self, job_id, tasks): pass
-    def task_output(self, task, stream, line): pass
-    def progress(self, throughput, elapsed_s): pass
-    def stopping(self, reason): pass
-
     def warning(self, message):
-        self.warnings.append(message)
+        super().warning(message)
         self.warned.touch()
 
 
 def _worker(job_id: str, tmp_path, index: int, code: str) -> TaskLaunch:
-    task = Task("worker", index, "localhost", 0)
-    context = run_context(task, job_id, 2, {"worker": ["localhost:1", "localhost:2"]}, strategy_file=None)
-    env = task_env(context, os.environ, hook_dir=str(tmp_path))
-    env.pop("ADRUN_MODE")
-    return TaskLaunch(task, [sys.executable, "-c", textwrap.dedent(code)], env, tmp_path)
+    return python_task(Task("worker", index, "localhost", 0), job_id, code, tmp_path,
+                       {"worker": ["localhost:1", "localhost:2"]}, num_workers=2)
 
 
 def test_a_stalled_worker_is_named_once_and_the_stepping_one_never(tmp_path):
     """w1 takes one step once w0 steps (so neither is waited for at start-up), then stands still until
     the warning came; w0 steps every 0.1 s until then, and a few steps more."""
-    job_id = f"test-{uuid.uuid4().hex[:12]}"
+    job_id = new_job_id()
     stepping_file, warned = tmp_path / "w0-stepping", tmp_path / "warned"
     stepping = f"""
         import json, pathlib, sys, time

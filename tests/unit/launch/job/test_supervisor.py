@@ -2,77 +2,20 @@
 
 from __future__ import annotations
 
-import os
-import sys
-import textwrap
-import uuid
 from pathlib import Path
 
 import psutil
 import pytest
 
 from adrun.errors import UserError
-from adrun.launch.env import run_context, task_env
 from adrun.launch.job.failures import TaskExited, TaskKilled
 from adrun.launch.job.plan import TaskLaunch
 from adrun.launch.job.supervisor import supervise
-from adrun.launch.job.tasks import Task
-from adrun.launch.job.teardown import kill_leftovers, leftover_processes
-from tests.job_configs import job_config
+from adrun.launch.job.teardown import leftover_processes
+from tests.support.job_configs import job_config
+from tests.support.supervision import SLEEP, Recorder
 
 pytestmark = pytest.mark.timeout(60)
-
-SLEEP = "import time; time.sleep(600)"
-
-
-class Recorder:
-    """A JobListener that remembers what it was told."""
-
-    def __init__(self) -> None:
-        self.tasks: list[Task] = []
-        self.lines: list[tuple[str, str, str]] = []
-        self.stops: list[str] = []
-        self.folds: list[tuple[str, int]] = []
-        self.events: list[tuple[str, str]] = []  # ("line" | "folded", task tag), in order
-
-    def job_started(self, job_id, tasks):
-        self.tasks = list(tasks)
-
-    def task_output(self, task, stream, line):
-        self.lines.append((task.tag, stream, line))
-        self.events.append(("line", task.tag))
-
-    def noise_folded(self, task, count):
-        self.folds.append((task.tag, count))
-        self.events.append(("folded", task.tag))
-
-    def progress(self, throughput, elapsed_s):
-        pass
-
-    def stopping(self, reason):
-        self.stops.append(reason)
-
-
-@pytest.fixture
-def job_id():
-    job = f"test-{uuid.uuid4().hex[:12]}"
-    yield job
-    kill_leftovers(job)
-
-
-@pytest.fixture
-def make(job_id, tmp_path):
-    """make(role, index, code) -> a TaskLaunch running `python -c code` under the env contract."""
-    cluster = {"ps": ["localhost:1"], "worker": ["localhost:2", "localhost:3"]}
-
-    def _make(role: str, index: int, code: str) -> TaskLaunch:
-        task = Task(role, index, "localhost", 0)
-        env = task_env(run_context(task, job_id, 2, cluster, strategy_file=None), os.environ, hook_dir=str(tmp_path))
-        env.pop("ADRUN_MODE")  # keep the real sitecustomize inert, should one be on the path
-        return TaskLaunch(task, [sys.executable, "-c", textwrap.dedent(code)], env, tmp_path)
-
-    return _make
-
 
 def _gone(pids: list[int]) -> bool:
     return not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)

@@ -22,7 +22,7 @@ from adrun.runtime.kernels.start_sync import build_start_op  # noqa: E402
 from adrun.spec import ClusterSpec, Node  # noqa: E402
 from adrun.strategies import build_strategy  # noqa: E402
 from adrun.strategies.document import dump_strategy  # noqa: E402
-from tests.graph_walk import ops_run_by  # noqa: E402
+from tests.support.graph_walk import ops_run_by  # noqa: E402
 
 WORKERS = 2
 VARIABLES = GraphItem(variables=[

@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from adrun.launch.job.teardown import leftover_processes
-from tests.conftest import REPO, SCRIPTS, AdrunResult, run_adrun, write_spec
+from tests.support.adrun_cli import AdrunResult, run_adrun, write_spec
+from tests.support.paths import REPO, SCRIPTS
 
 SCRIPT = str(SCRIPTS / "tf2_model.py")
 TOLERANCE = 1e-6  # float32 reordering of the same sums; a missing synchronization is ~1e-2 off

@@ -1,19 +1,19 @@
 """README.md's "Usage" block, generated from the click commands: their options' help is the one
 place the options are documented, and tests/unit/test_readme.py checks the README against it.
 
-    .venv/bin/python -m tests.readme_usage     # rewrite the block in README.md after changing an option
+    .venv/bin/python -m tests.support.readme_usage     # rewrite the block in README.md after changing an option
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from pathlib import Path
-
 import click
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-BEGIN = "<!-- usage: generated from adrun's click options by `python -m tests.readme_usage`; do not edit -->"
+from tests.support.paths import REPO
+
+README = REPO / "README.md"
+BEGIN = "<!-- usage: generated from adrun's click options by `python -m tests.support.readme_usage`; do not edit -->"
 END = "<!-- end of usage -->"
 WIDTH = 110
 

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 WORKLOADS_DIR = REPO / "bench" / "workloads"
 PEERS_DIR = REPO / "bench" / "peers"

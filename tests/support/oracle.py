@@ -18,7 +18,8 @@ import numpy as np
 import yaml
 
 from adrun.launch.job.teardown import leftover_processes
-from tests.conftest import REPO, SCRIPTS, AdrunResult, run_adrun
+from tests.support.adrun_cli import AdrunResult, run_adrun
+from tests.support.paths import REPO, SCRIPTS
 
 STEPS = 3
 NUM_WORKERS = 2
