@@ -3,7 +3,7 @@
 Worker 0 runs on host 1 and worker 1 on host 2, each through its host's sshd, with the job's
 nftables fence up on both hosts (only the job's nodes reach its TF ports; no "left open" warning):
 the collectives' group forms across the hosts, every worker ends where the mean-gradient reference
-ends (tests/tf2_oracle.py), bit-identical to the other, and `adrun_fit` asserts that nothing of the
+ends (tests/support/tf2_oracle.py), bit-identical to the other, and `adrun_fit` asserts that nothing of the
 job is left on any host.
 """
 

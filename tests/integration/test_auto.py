@@ -1,5 +1,5 @@
 """`--strategy Auto` in a run and in `strategy build` (adrun/gathering.py, strategies/auto.py): its plan trains as
-exactly data-parallel SGD (the averaging oracle, tests/oracle.py), the run is recorded with the
+exactly data-parallel SGD (the averaging oracle, tests/support/oracle.py), the run is recorded with the
 profile and network facts Auto saved, a later plan reuses the network facts and is fitted on the
 record, Auto's options reach the plan, and scripts Auto cannot plan get one clear message."""
 

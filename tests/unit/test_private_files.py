@@ -3,6 +3,8 @@ owner-only databases, and --sync-code sending nothing from outside the script's 
 
 "Another user" is simulated by making the process's effective uid look different
 (`os.geteuid` patched), so the refusals are tested without root and without a second account.
+
+At the root of tests/unit: the rule spans adrun/ (home, jobs, records) and launch/ (the node helper, provisioning).
 """
 
 from __future__ import annotations

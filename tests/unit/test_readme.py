@@ -1,8 +1,10 @@
 """README.md's option references agree with the code that defines the options.
 
 The command-line options are documented once, in their click `help`; the README's "Usage" block is
-generated from them (tests/readme_usage.py). The builders' options are documented in their pydantic
+generated from them (tests/support/readme_usage.py). The builders' options are documented in their pydantic
 `Options` (names, defaults, descriptions); the README's "Strategies" table is checked against them.
+
+At the root of tests/unit: README.md is the whole tree's.
 """
 
 from __future__ import annotations
