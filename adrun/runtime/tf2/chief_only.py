@@ -55,10 +55,12 @@ _saved: dict[str, str] = {}  # path the script asked to save to -> where this ta
 
 
 def scratch_root(ctx: TaskContext) -> str:
-    """This task's scratch directory, made on first use and removed when the process exits."""
+    """This task's scratch directory, made on first use and removed when the process exits; in
+    the launcher's scratch directory when it gives one (profile mode, which may end by `os._exit`,
+    past atexit: the launcher deletes its directory)."""
     global _scratch
     if _scratch is None:
-        _scratch = tempfile.mkdtemp(prefix=f"adrun-w{ctx.task_index}-")
+        _scratch = tempfile.mkdtemp(prefix=f"adrun-w{ctx.task_index}-", dir=ctx.scratch_dir)
         atexit.register(shutil.rmtree, _scratch, True)
     return _scratch
 
