@@ -36,10 +36,9 @@ from adrun.model_io import validate
 from adrun.placement import ps
 from adrun.spec import ClusterSpec
 
-from . import BUILDERS
+from . import BUILDERS, document
 from .base import BuilderOptions, Decision, StrategyBuilder, axis0_rows, planned_grad
 from .cost_model import Coefficients, Load, Paths, StepCost, compute_seconds, predict, variable_load
-from . import document
 from .document import AllReduceSync, Partition, PSSync, Strategy, VariablePlan
 from .facts import ModelProfile, NetworkFacts, Prediction
 from .planning_facts import Fact, PlanningFacts
