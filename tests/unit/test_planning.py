@@ -69,6 +69,12 @@ def test_without_a_strategy_the_default_builder_plans_with_the_options(gathered)
     assert plan.reason.startswith("predicted step ")
 
 
+def test_a_bad_option_of_the_default_builder_is_refused_before_anything_is_gathered(gathered):
+    with pytest.raises(UserError, match="allow_lossi"):
+        chosen_plan(None, {"allow_lossi": "true"})
+    assert gathered == []
+
+
 def test_a_document_is_checked_against_the_captured_graph(gathered, tmp_path):
     path = tmp_path / "plan.yml"
     dump_strategy(build_strategy("PS", GRAPH, SPEC), path)
