@@ -98,8 +98,7 @@ def run_in_hook_mode(
         raise UserError(
             f"{script}: finished without creating a tf.compat.v1.Session or applying an optimizer, so there is "
             "nothing to distribute. adrun runs graph-mode scripts (a tf.compat.v1.Session or "
-            "MonitoredTrainingSession) and TF2 scripts (Keras model.fit, optimizer.apply_gradients or apply; "
-            "adrun profile and --strategy Auto take graph-mode scripts only)."
+            "MonitoredTrainingSession) and TF2 scripts (Keras model.fit, optimizer.apply_gradients or apply)."
         )
 
 

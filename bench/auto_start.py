@@ -1,5 +1,6 @@
 """What Auto as the default adds to a start (issue 21's goal: a first start at most 10 s more, a repeated
-start at most 1 s more).
+start at most 1 s more), for graph-mode scripts and a TF2 one (examples/keras_embedding.py: Keras 3
+`fit`, profiled at its optimizer applies).
 
 For each example, ROUNDS rounds, interleaved so that the machine's load falls on all three alike:
 
@@ -31,7 +32,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-EXAMPLES = {"embedding.py": ["--steps", "60"], "linear_regression.py": ["--steps", "60"]}
+EXAMPLES = {"embedding.py": ["--steps", "60"], "linear_regression.py": ["--steps", "60"],
+            "keras_embedding.py": ["--steps", "60"]}
 FIRST_GOAL_S, REPEAT_GOAL_S = 10.0, 1.0
 
 

@@ -10,6 +10,12 @@ one of the groups in use or a new one (the chunking of the all-reduce groups). B
 data-parallel SGD: synchronous, uncompressed. `allow_lossy` adds the fp16 and PowerSGD compressors
 for dense gradients and `allow_staleness` adds a staleness of one step on PS variables.
 
+A TF2 script (`GraphItem.kind` "tf2") is planned among what TF2 mode can run, as
+`document.tf2_refusals` says per synchronizer: built-in plans it refuses are not started from, and a
+variable's choices it refuses are not offered. A rule about whole plans (the document's own checks)
+is met too: a descent whose end point the document refuses is run again within the kinds of
+synchronizer its start uses (all PS, or all all-reduce), and ends at its start if that is refused too.
+
 The result is an ordinary Strategy document (builder "Auto"), each variable's choice and its
 predicted share of the synchronization time in its `note`. Deterministic: the same inputs give the
 same plan (fixed visiting order, ties keep the current choice). Auto is a builder like the others:
@@ -20,7 +26,7 @@ coefficients besides the graph and the spec, gathered beforehand by adrun/gather
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from pydantic import Field
 
@@ -30,7 +36,7 @@ from adrun.model_io import validate
 from adrun.placement import ps
 from adrun.spec import ClusterSpec
 
-from . import BUILDERS
+from . import BUILDERS, document
 from .base import BuilderOptions, Decision, StrategyBuilder, axis0_rows, planned_grad
 from .cost_model import Coefficients, Load, Paths, StepCost, compute_seconds, predict, variable_load
 from .document import AllReduceSync, Partition, PSSync, Strategy, VariablePlan
@@ -95,10 +101,20 @@ class Auto(StrategyBuilder):
         spec, profile, network = facts.spec, facts.profile, facts.network
         plans = builtin_plans(facts)
         ranked = [(plan, predict(plan, profile, spec, network, c)) for plan in plans]
-        variables = _search(facts.graph, spec, profile, network, c, self.options, [p for _, p in ranked], plans)
+        variables = _search(facts.graph, spec, profile, network, c, self.options, [p for _, p in ranked], plans,
+                            runnable=lambda variables: self._runnable(facts, variables))
         auto = self._document(facts, c, variables)
         ranked.append((auto, predict(auto, profile, spec, network, c)))
         return sorted(ranked, key=lambda pair: pair[1].step_s)
+
+    def _runnable(self, facts: PlanningFacts, variables: Sequence[VariablePlan]) -> bool:
+        """Whether the document accepts `variables` as a plan of `facts` (for a TF2 script: whether
+        TF2 mode can run it as a whole)."""
+        try:
+            self.document(facts, variables)
+        except UserError:
+            return False
+        return True
 
     def _document(self, facts: PlanningFacts, c: Coefficients, plans: Sequence[VariablePlan]) -> Strategy:
         """The Strategy of `plans`, validated by the document's own checks, with each variable's
@@ -155,20 +171,32 @@ def _search(
     options: AutoOptions,
     predictions: Sequence[Prediction],
     plans: Sequence[Strategy],
+    runnable: Callable[[Sequence[VariablePlan]], bool],
 ) -> list[VariablePlan]:
     """Coordinate descent from each of the START_PLANS best-predicted distinct built-in plans; the
-    best end point wins (ties: the better start), its all-reduce groups renumbered."""
+    best end point wins (ties: the better start), its all-reduce groups renumbered. An end point
+    that is not `runnable` as a whole: the descent again within the start's kinds of synchronizer,
+    else the start itself (a built-in plan, runnable)."""
     descent = _Descent(item, spec, profile, network, c, options, compute_seconds(plans[0], profile))
-    starts: dict[tuple[str, ...], Strategy] = {}
+    starts: dict[tuple[str, ...], tuple[Strategy, float]] = {}
     for i in sorted(range(len(plans)), key=lambda i: predictions[i].step_s):
-        starts.setdefault(tuple(_key(v) for v in plans[i].variables), plans[i])
+        starts.setdefault(tuple(_key(v) for v in plans[i].variables), (plans[i], predictions[i].step_s))
     best: tuple[list[VariablePlan], float] | None = None
-    for start in list(starts.values())[:START_PLANS]:
+    for start, start_s in list(starts.values())[:START_PLANS]:
         variables, seconds = descent.run(start.variables)
+        if not runnable(variables):
+            variables, seconds = descent.run(start.variables, kinds=_sync_kinds(start.variables))
+        if not runnable(variables):
+            variables, seconds = list(start.variables), start_s
         if best is None or seconds < best[1] * (1 - MIN_GAIN):
             best = variables, seconds
     assert best is not None
     return _renumber_groups(best[0])
+
+
+def _sync_kinds(plans: Sequence[VariablePlan]) -> frozenset[str]:
+    """The kinds of synchronizer (`ps`, `allreduce`) `plans` use."""
+    return frozenset(s.kind for plan in plans for s in plan.synchronizers())
 
 
 def _key(plan: VariablePlan) -> str:
@@ -190,8 +218,10 @@ class _Descent:
         self.infos = item.trainable_with_grads()
         self.spec, self.profile, self.c, self.compute_s = spec, profile, c, compute_s
         self.paths = Paths.of(spec, network)
-        self.placements = [_placements(v, spec, options) for v in self.infos]
-        self.compressors = [_compressors(v, options) for v in self.infos]
+        runs = _runs_in(item.kind)
+        self.placements = [[p for p in _placements(v, spec, options) if runs(_plan(v, p))] for v in self.infos]
+        self.compressors = [[k for k in _compressors(v, options) if runs(_plan(v, ("allreduce", 0, k)))]
+                            for v in self.infos]
         self.given: dict[str, VariablePlan] = {}
         self.plans: dict[tuple[int, Choice], VariablePlan] = {}
         # variables of one shape, dtype and kind load the links alike (a sparse one by its own rows)
@@ -222,8 +252,10 @@ class _Descent:
     def step_s(self, total: Load) -> float:
         return StepCost(self.paths, total, self.compute_s).time(self.c).step
 
-    def run(self, start: Sequence[VariablePlan]) -> tuple[list[VariablePlan], float]:
-        """The end point of the descent from `start`, and its predicted step time."""
+    def run(self, start: Sequence[VariablePlan],
+            kinds: frozenset[str] = frozenset({"ps", "allreduce"})) -> tuple[list[VariablePlan], float]:
+        """The end point of the descent from `start` among choices of synchronizers of `kinds`, and
+        its predicted step time."""
         current: list[Choice] = []
         for plan in start:
             key = _key(plan)
@@ -241,7 +273,9 @@ class _Descent:
                 mine = self.groups(i, current[i])
                 others = sorted(g for g, n in in_use.items() if n - (g in mine) > 0)
                 groups = [*others, max(others, default=-1) + 1]  # a group in use, or a new one
-                candidates = self.placements[i] + [("allreduce", g, comp) for comp in self.compressors[i] for g in groups]
+                candidates = ((self.placements[i] if "ps" in kinds else [])
+                              + [("allreduce", g, comp) for comp in self.compressors[i] for g in groups
+                                 if "allreduce" in kinds])
                 for candidate in candidates:
                     if candidate == current[i]:
                         continue
@@ -268,6 +302,14 @@ def _placements(var: VariableInfo, spec: ClusterSpec, options: AutoOptions) -> l
         choices += [("split", tuple((first + i) % spec.num_ps for i in range(k)), s)
                     for s in staleness for k in range(2, most + 1) for first in range(spec.num_ps)]
     return choices
+
+
+def _runs_in(kind: str) -> Callable[[VariablePlan], bool]:
+    """Whether a script of `kind` can run a variable's plan: a TF2 script, when `tf2_refusals` refuses
+    none of its synchronizers; a graph-mode script, always."""
+    if kind != "tf2":
+        return lambda plan: True
+    return lambda plan: not any(document.tf2_refusals(s) for s in plan.synchronizers())
 
 
 def _compressors(var: VariableInfo, options: AutoOptions) -> list[str]:

@@ -2,9 +2,9 @@
 anything runs.
 
 One path: what `--strategy` names is checked first (`chosen_plan`: a document is loaded and
-validated, a builder name and its options configured), before the slow part; then the script is
-captured (its graph names the default builder, `default_builder`, and the plans remembered for it);
-then the facts the builder declares it needs are gathered (adrun/gathering.py: profile, records,
+validated, a builder name and its options configured; no `--strategy`: the default builder, Auto,
+for graph-mode and TF2 scripts alike), before the slow part; then the script is captured (its graph
+is the key of the plans remembered for it); then the facts the builder declares it needs are gathered (adrun/gathering.py: profile, records,
 network) and the builder builds the plan from them, a pure function (a document is checked against
 the captured graph instead).
 
@@ -16,7 +16,7 @@ made without a timed step (`ModelProfile.untimed`) is not remembered: a longer r
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,44 +30,34 @@ if TYPE_CHECKING:
     from adrun.strategies.planning_facts import Fact
 
 DEFAULT_BUILDER = "Auto"
-TF2_DEFAULT_BUILDER = "AllReduce"
 
 
 @dataclass(frozen=True)
 class ChosenPlan:
     """What `--strategy` and `--strategy-opt` ask for, checked: a strategy document read from
-    `source`, or a configured builder, or neither: the default builder for the script
-    (`default_builder`, known once the script is captured), configured with `options`."""
+    `source`, or a configured builder (no `--strategy`: DEFAULT_BUILDER with the options)."""
 
-    source: str = ""  # what --strategy said: the document's path or the builder's name
+    source: str = ""  # what --strategy said: the document's path or the builder's name ("": not given)
     document: Strategy | None = None
     builder: StrategyBuilder | None = None
-    options: dict[str, str] = field(default_factory=dict)
 
     @property
     def needs(self) -> frozenset[Fact]:
-        """The facts to gather beyond the graph for a named builder (a document needs none; the
-        default builder is known once the script is captured)."""
+        """The facts to gather beyond the graph (a document needs none)."""
         return self.builder.needs if self.builder is not None else frozenset()
 
 
-def default_builder(item: GraphItem) -> str:
-    """The builder a run uses when no `--strategy` is given, for the script captured as `item`: Auto
-    for graph mode (it plans what the cluster can run, from a profile or, for a script too short to
-    time, from the model's facts); AllReduce for TF2 scripts, which Auto does not plan yet (TF2 mode
-    synchronizes by collectives only, strategies/document.py TF2_NO_PS, and Auto may choose PS)."""
-    return TF2_DEFAULT_BUILDER if item.kind == "tf2" else DEFAULT_BUILDER
-
-
 def chosen_plan(strategy: str | None, options: dict[str, str]) -> ChosenPlan:
-    """What `--strategy` names (None: not given) with `--strategy-opt` `options`; UserError for an
-    unknown builder or option, options given to a document, or an invalid document. Everything
-    that can be checked without the script is checked here, before the capture, which takes seconds."""
+    """What `--strategy` names (None: not given, the default builder, Auto: it plans what the
+    cluster and the script's runtime can run, a TF2 script included) with `--strategy-opt`
+    `options`; UserError for an unknown builder or option, options given to a document, or an
+    invalid document. Everything that can be checked without the script is checked here, before
+    the capture, which takes seconds."""
     from adrun.strategies import configured_builder
     from adrun.strategies.document import load_strategy
 
     if strategy is None:
-        return ChosenPlan(options=options)
+        return ChosenPlan(builder=configured_builder(DEFAULT_BUILDER, options))
     if _names_document(strategy):
         if options:
             raise UserError("--strategy-opt applies to a builder name, not to a strategy document")
@@ -79,7 +69,6 @@ def plan_script(chosen: ChosenPlan, sources: FactSources) -> tuple[GraphItem, St
     """The Strategy for this cluster and the script's graph: the document (checked against the
     captured graph), a remembered plan, or the builder's plan from the facts it needs."""
     from adrun.gathering import capture
-    from adrun.strategies import configured_builder
     from adrun.strategies.document import check_matches
 
     if chosen.builder is not None and not _remembers(chosen.builder, sources):
@@ -88,10 +77,8 @@ def plan_script(chosen: ChosenPlan, sources: FactSources) -> tuple[GraphItem, St
     if chosen.document is not None:
         check_matches(chosen.document, graph, sources.spec, source=chosen.source)
         return graph, chosen.document
-    builder = chosen.builder or configured_builder(default_builder(graph), chosen.options)
-    if not _remembers(builder, sources):
-        return _built(builder, sources, graph)
-    return _remembered_or_built(builder, graph, sources)
+    assert chosen.builder is not None
+    return _remembered_or_built(chosen.builder, graph, sources)
 
 
 def _remembers(builder: StrategyBuilder, sources: FactSources) -> bool:

@@ -67,8 +67,8 @@ class RunOptions:
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @spec_option
 @click.option("--strategy", metavar="NAME|FILE", help="Builder name (Auto: chosen per variable by the cost model) or a "
-              "strategy document (.yml). Default: Auto for graph-mode scripts (its plan remembered for the "
-              "next start), AllReduce for TF2 scripts.")
+              "strategy document (.yml). Default: Auto, for graph-mode and TF2 scripts (its plan remembered for "
+              "the next start).")
 @click.option("--strategy-opt", "strategy_opts", multiple=True, metavar="KEY=VALUE", help="Builder option; repeatable.")
 @click.option("--quiet", is_flag=True, help="Do not print the processes' output (summary and errors only).")
 @click.option("--verbose", is_flag=True,

@@ -15,7 +15,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from scipy.stats import kendalltau
 
-from adrun.graph_item import GradKind
+from adrun.graph_item import GradKind, ScriptKind
 from adrun.spec import ClusterSpec
 from adrun.strategies.document import Strategy
 from adrun.strategies.facts import FactSource, Link, ModelProfile, NetworkFacts, Prediction
@@ -41,6 +41,7 @@ class ModelSection(BaseModel):
 
     script: str
     script_args: list[str]
+    kind: ScriptKind = "graph"  # the script's runtime: a tf.compat.v1 Session's graph, or TF2 (added within version 1)
     fingerprint: str
     optimizer: str | None
     batch_size: int | None  # examples per step per worker, when capture could read it
@@ -225,7 +226,7 @@ def model_section(profile: ModelProfile, script: str, script_args: list[str]) ->
         row.step_share = row.step_mb / step_total if step_total > 0 else 0.0
     rows.sort(key=lambda r: r.step_mb, reverse=True)
     return ModelSection(
-        script=script, script_args=script_args, fingerprint=profile.graph.fingerprint,
+        script=script, script_args=script_args, kind=profile.graph.kind, fingerprint=profile.graph.fingerprint,
         optimizer=profile.graph.optimizer, batch_size=profile.batch_size, compute_s=profile.compute_s,
         steps_measured=profile.steps_measured, variables=rows, total_mb=sum(r.mb for r in rows),
         step_mb=step_total,

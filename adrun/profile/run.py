@@ -4,7 +4,9 @@
 sizes its batch by ADRUN_NUM_WORKERS profiles a worker's batch), with ADRUN_MODE=profile. The hook
 (`adrun/runtime/profiler.py`) lets it train on one process with its own plain local Sessions, for
 `warmup` + `steps` training steps, then the process writes what it measured and ends, however long
-the script would have trained.
+the script would have trained. A TF2 script is timed at its optimizer's applies instead
+(adrun/runtime/tf2/profiler.py), into the same ProfileSamples; what follows holds for both, with
+the TF2 step's bounds its applies (docs/profiling.md, "TF2 scripts").
 
 Measured:
 - `compute_s`: the median time of the timed steps at the script's batch size; a step lasts from the
@@ -53,8 +55,8 @@ def profile_model(
 ) -> ModelProfile:
     """Profile `script` on one process (see the module's docstring).
 
-    Raises UserError when the script fails, is refused by adrun's hook, is not a graph-mode script,
-    has no training op, does not finish within PROFILE_TIMEOUT_S, or ends before any timed step
+    Raises UserError when the script fails, is refused by adrun's hook, trains nothing adrun sees
+    (neither a Session's optimizer step nor a Keras or tf_keras optimizer apply), has no training op, does not finish within PROFILE_TIMEOUT_S, or ends before any timed step
     (a script that ends earlier than `warmup + steps` steps is profiled on the steps it ran).
     """
     if not 1 <= steps <= MAX_STEPS:

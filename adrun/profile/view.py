@@ -46,7 +46,8 @@ def _heading(name: str, text: str) -> Text:
 def _model_table(report: ProfileReport) -> tuple[Text, Table, str]:
     model = report.model
     batch = f"batch {model.batch_size}" if model.batch_size else "batch size unknown"
-    heading = _heading("model", f"{model.script} · {len(model.variables)} variables, {_mb(model.total_mb)} · "
+    kind = " (TF2 script)" if model.kind == "tf2" else ""
+    heading = _heading("model", f"{model.script}{kind} · {len(model.variables)} variables, {_mb(model.total_mb)} · "
                                 f"{model.optimizer or 'optimizer unknown'} · {batch} · "
                                 f"compute {_ms(model.compute_s)}/step (one process, {model.steps_measured} steps)")
     table = Table()

@@ -91,8 +91,9 @@ def patches_for_task() -> dict[str, list[Callable[[], None]]]:
     Run mode knows the kind from its plan (`Strategy.kind`): a TF2 script gets adrun/runtime/tf2/
     only, a graph script the graph patches only. Capture does not know it yet: it installs both, and
     whichever the script reaches first (a Session with an optimizer step, or an eager optimizer
-    apply) describes it. Profile mode is graph mode's; its TF2 hook refuses a TF2 script at its first
-    apply. PS tasks run adrun's own PS program."""
+    apply) describes it. Profile mode installs both too: graph mode's profiler times Session steps,
+    TF2 mode's (tf2/profiler.py) optimizer applies, and a TF2 script's writes go to a scratch
+    directory (tf2/around.PROFILE_PATCHES). PS tasks run adrun's own PS program."""
     from adrun.runtime.context import current
 
     ctx = current()
@@ -106,6 +107,12 @@ def patches_for_task() -> dict[str, list[Callable[[], None]]]:
 
         for module, patch in patches(ctx.mode).items():
             found.setdefault(module, []).append(patch)
+    if ctx.mode == "profile":
+        from adrun.runtime.refusal import refusing
+        from adrun.runtime.tf2.around import PROFILE_PATCHES
+
+        for module, install in PROFILE_PATCHES.items():
+            found.setdefault(module, []).append(refusing(functools.partial(install, ctx)))
     return found
 
 

@@ -61,7 +61,9 @@ class RowCounter:
     by_slice: tf.Tensor | None
 
 
-def _slice_counts(ids: tf.Tensor, rows: int | None) -> tf.Tensor | None:
+def slice_counts(ids: tf.Tensor, rows: int | None) -> tf.Tensor | None:
+    """How many of `ids` fall in each of ROW_SLICES slices of `rows` rows (cut as shards are); None
+    when the row count is unknown. TF2 mode's profiler counts with it too (tf2/profiler.py)."""
     if not rows or rows < 1:
         return None
     ends = np.cumsum(shard_sizes(rows, min(ROW_SLICES, rows)))
@@ -86,7 +88,7 @@ def add_row_counters(graph: tf.Graph, call: GradientRecord) -> None:
         for grad, var in sparse:
             ids = tf.unique(tf.reshape(grad.indices, [-1])).y
             rows = var.shape[0] if var.shape.rank else None
-            counters.append(RowCounter(call.train_op.name, variable_name(var), tf.size(ids), _slice_counts(ids, rows)))
+            counters.append(RowCounter(call.train_op.name, variable_name(var), tf.size(ids), slice_counts(ids, rows)))
     _counters.setdefault(graph, []).extend(counters)
     _run_by.pop(graph, None)
 

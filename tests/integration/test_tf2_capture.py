@@ -38,9 +38,9 @@ def planned(result) -> Path:
     ("embed-adam", {"sequential/embedding/embeddings"}),
 ])
 def test_capture_stops_at_the_first_apply(tmp_path: Path, kind: str, sparse: set[str]) -> None:
-    """A script that would train 100,000 epochs is captured before its first epoch ends, and
-    planned with AllReduce, TF2 mode's default."""
-    result, out = dry_run(tmp_path, kind)
+    """A script that would train 100,000 epochs is captured before its first epoch ends (and
+    planned with the AllReduce asked for: Auto, the default, would profile it first)."""
+    result, out = dry_run(tmp_path, kind, "--strategy", "AllReduce")
     assert result.returncode == 0, result.output
     assert not (out / "epochs.txt").exists(), "the capture trained a whole epoch"
     plan = load_strategy(planned(result))

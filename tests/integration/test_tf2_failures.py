@@ -16,7 +16,7 @@ pytestmark = pytest.mark.timeout(300)
 
 def test_unequal_step_counts_fail_naming_the_worker(tmp_path: Path) -> None:
     spec = write_spec(tmp_path / "cluster.yml", workers=2, ps=1)
-    result = run_adrun("--spec", str(spec), "--quiet", SCRIPT, "--kind", "fit-sequential", "--out",
+    result = run_adrun("--spec", str(spec), "--quiet", "--strategy", "AllReduce", SCRIPT, "--kind", "fit-sequential", "--out",
                        str(tmp_path / "out"), "--worker1-epochs", "1")
     assert result.returncode == 1, result.output
     text = " ".join(result.output.replace("│", " ").split())

@@ -20,7 +20,7 @@ def test_max_steps_inside_a_steps_per_execution_loop(tmp_path: Path) -> None:
     spec = write_spec(tmp_path / "cluster.yml", workers=2, ps=0)
     report = tmp_path / "result.json"
     result = run_adrun("--spec", str(spec), "--quiet", "--max-steps", "3", "--result-json", str(report),
-                       SCRIPT, "--kind", "spe", "--out", str(tmp_path / "out"))
+                       "--strategy", "AllReduce", SCRIPT, "--kind", "spe", "--out", str(tmp_path / "out"))
     assert result.returncode == 0, result.output
     tasks = json.loads(report.read_text())["tasks"]
     # 4 dense variables of 8x16, 16, 16x1 and 1 float32 values: 161 * 4 bytes in one buffer

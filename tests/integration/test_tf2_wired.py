@@ -1,8 +1,8 @@
 """TF2 mode's surroundings wired into real 2-worker adrun jobs (adrun/runtime/import_hook.py
 registers adrun/runtime/tf2/around.py): chief-only saving with --shard-data under the averaging
-oracle, --max-restarts resuming exactly from BackupAndRestore, the refusal of an untested TensorFlow
-(and ADRUN_ALLOW_UNTESTED_VERSIONS=1 running it anyway), and `adrun profile` / `--strategy Auto`
-refusing a TF2 script at its first apply instead of after its training."""
+oracle, --max-restarts resuming exactly from BackupAndRestore, and the refusal of an untested
+TensorFlow (and ADRUN_ALLOW_UNTESTED_VERSIONS=1 running it anyway). Auto and `adrun profile` on TF2
+scripts: tests/integration/test_tf2_auto.py."""
 
 from __future__ import annotations
 
@@ -96,19 +96,3 @@ def test_an_untested_tensorflow_runs_when_allowed(tmp_path: Path) -> None:
     expected = weights(plain("fit-sequential", tmp_path / "plain") / "w0.npz")
     assert max(max_difference(weights(out / f"w{w}.npz"), expected) for w in range(2)) < TOLERANCE
     assert leftover_processes(allowed.job_id) == []
-
-
-@pytest.mark.parametrize("command", [pytest.param("profile", marks=pytest.mark.full), "run-auto"])
-def test_profile_and_auto_refuse_a_tf2_script_at_its_first_apply(tmp_path: Path, command: str) -> None:
-    spec = write_spec(tmp_path / "cluster.yml", 2, 0)
-    out = tmp_path / "out"
-    options = ("profile", "--spec", str(spec)) if command == "profile" else ("--spec", str(spec), "--strategy", "Auto")
-    result = run_adrun(*options, "--no-record", SCRIPT, "--kind", "fit-sequential", "--out", str(out),
-                       "--epochs", "50")
-    assert result.returncode == 2, result.output
-    assert "Traceback" not in result.output
-    [line] = [line for line in result.stderr.splitlines() if line.startswith("adrun: error: ")]
-    assert "adrun profile and --strategy Auto do not support TF2 scripts yet: run it with --strategy AllReduce" \
-        in line, line
-    assert not (out / "epochs.txt").exists()  # refused at the first apply, not after 50 epochs
-    assert leftover_processes(result.job_id) == []

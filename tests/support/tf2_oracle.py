@@ -21,6 +21,8 @@ from tests.support.paths import REPO, SCRIPTS
 
 SCRIPT = str(SCRIPTS / "tf2_model.py")
 TOLERANCE = 1e-6  # float32 reordering of the same sums; a missing synchronization is ~1e-2 off
+# what the tests that are about something else run (no profiling run of Auto, the default, first)
+ALL_REDUCE = ("--strategy", "AllReduce")
 
 
 def weights(path: Path) -> list[np.ndarray]:
@@ -47,9 +49,9 @@ def plain(kind: str, out: Path, *args: str, env: dict[str, str] | None = None) -
 
 
 def adrun_fit(tmp_path: Path, kind: str, workers: int, *args: str, ps: int = 0,
-              strategy: tuple[str, ...] = (), adrun_options: tuple[str, ...] = (),
+              strategy: tuple[str, ...] = ALL_REDUCE, adrun_options: tuple[str, ...] = (),
               spec: Path | None = None) -> tuple[AdrunResult, Path]:
-    """Train under adrun (`strategy`: its --strategy options; default: TF2's default plan;
+    """Train under adrun (`strategy`: its --strategy options, () for the default, Auto;
     `adrun_options`: adrun's other options, such as --shard-data) on `spec`'s cluster (default:
     `workers` workers and `ps` PS on this machine)."""
     out = tmp_path / "out"
@@ -78,12 +80,13 @@ def equivalence(tmp_path: Path, kind: str, workers: int = 2) -> float:
     return max(max_difference(weights(out / f"w{w}.npz"), expected) for w in range(workers))
 
 
-def averaging(tmp_path: Path, kind: str, workers: int = 2) -> tuple[float, float]:
+def averaging(tmp_path: Path, kind: str, workers: int = 2,
+              strategy: tuple[str, ...] = ALL_REDUCE) -> tuple[float, float]:
     """(max difference of any worker from the mean-gradient reference, max difference between
-    workers) with each worker on its own rows."""
+    workers) with each worker on its own rows, under `strategy` (adrun_fit's)."""
     expected = weights(plain(kind, tmp_path / "ref", "--data", "per-worker", "--reference", str(workers))
                        / "reference.npz")
-    _, out = adrun_fit(tmp_path, kind, workers, "--data", "per-worker")
+    _, out = adrun_fit(tmp_path, kind, workers, "--data", "per-worker", strategy=strategy)
     found = [weights(out / f"w{w}.npz") for w in range(workers)]
     return (max(max_difference(f, expected) for f in found),
             max(max_difference(f, found[0]) for f in found[1:]))

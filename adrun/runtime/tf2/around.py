@@ -17,7 +17,7 @@ from adrun.runtime.context import TaskContext
 from adrun.runtime.tf2 import chief_only, input_sharding, local_saving
 from adrun.runtime.tf2.versions import PRIVATE_API, check_module, check_versions
 
-__all__ = ["AROUND_PATCHES", "check_versions"]
+__all__ = ["AROUND_PATCHES", "PROFILE_PATCHES", "check_versions"]
 
 
 _installed: set[str] = set()
@@ -47,3 +47,10 @@ def _patches() -> dict[str, Callable[[TaskContext], None]]:
 
 
 AROUND_PATCHES: dict[str, Callable[[TaskContext], None]] = _patches()
+
+# profile mode (the profiling run of `adrun profile` and Auto, one process that is worker 0): every
+# write of the script goes where a non-chief's goes, so the real run finds no checkpoint, backup or
+# saved model of the profile's to resume from (graph mode's profile writes nothing either,
+# adrun/runtime/no_trace.py)
+PROFILE_PATCHES: dict[str, Callable[[TaskContext], None]] = {
+    name: _checked(name, [install]) for name, install in chief_only.WRITES.items()}

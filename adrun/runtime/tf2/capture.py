@@ -23,10 +23,11 @@ from typing import Any
 import tensorflow as tf
 
 from adrun.exit_codes import HOOK_DONE_EXIT_CODE
-from adrun.graph_item import GraphItem, VariableInfo, save_graph_item
+from adrun.graph_item import save_graph_item
 from adrun.runtime.refusal import refuse, refusing
 from adrun.runtime.reporting import report
-from adrun.runtime.tf2.optimizer_hooks import VariableNames, is_sparse, traced_batch_size
+from adrun.runtime.tf2.applied import AppliedVariables
+from adrun.runtime.tf2.optimizer_hooks import traced_batch_size
 from adrun.runtime.tf2.versions import check_versions
 from adrun.task_events import DoneEvent
 
@@ -48,9 +49,7 @@ class CaptureAtApply:
 
     def __init__(self, out_path: str) -> None:
         self._out = out_path
-        self._names = VariableNames()
-        self._variables: dict[str, VariableInfo] = {}
-        self._optimizers: list[str] = []
+        self._seen = AppliedVariables()
         self._applied: set[int] = set()
         self.created = 0  # variables the script created (counted by `count_created`)
         self.created_names: list[str] = []
@@ -61,17 +60,7 @@ class CaptureAtApply:
         if tf.executing_eagerly() and id(optimizer) in self._applied:
             self.finish()
         self._applied.add(id(optimizer))
-        name = type(optimizer).__name__
-        if name not in self._optimizers:
-            self._optimizers.append(name)
-        for grad, var in zip(grads, variables, strict=True):
-            if grad is None:
-                continue
-            path = self._names(var)
-            self._variables.setdefault(path, VariableInfo(
-                name=path, shape=[-1 if d is None else int(d) for d in var.shape], dtype=tf.as_dtype(var.dtype).name,
-                trainable=True, grad="sparse" if is_sparse(grad) else "dense",
-            ))
+        self._seen.add(optimizer, grads, variables)
         if not tf.executing_eagerly():
             batch = traced_batch_size()
             tf.py_function(self._finish_from_graph, [batch if batch is not None else tf.constant(0)], tf.int32)
@@ -84,9 +73,7 @@ class CaptureAtApply:
 
     def finish(self, batch_size: int | None = None) -> None:
         """Write the GraphItem and end the process (capture's usual end: exit code 0)."""
-        item = GraphItem(kind="tf2", variables=list(self._variables.values()), optimizer=", ".join(self._optimizers),
-                         batch_size=batch_size)
-        save_graph_item(item, self._out)
+        save_graph_item(self._seen.graph_item(batch_size), self._out)
         report(DoneEvent(self._out))  # what capture_run reads as "written" (adrun/task_events.py)
         _end(HOOK_DONE_EXIT_CODE)
 

@@ -55,10 +55,12 @@ _saved: dict[str, str] = {}  # path the script asked to save to -> where this ta
 
 
 def scratch_root(ctx: TaskContext) -> str:
-    """This task's scratch directory, made on first use and removed when the process exits."""
+    """This task's scratch directory, made on first use and removed when the process exits; in
+    the launcher's scratch directory when it gives one (profile mode, which may end by `os._exit`,
+    past atexit: the launcher deletes its directory)."""
     global _scratch
     if _scratch is None:
-        _scratch = tempfile.mkdtemp(prefix=f"adrun-w{ctx.task_index}-")
+        _scratch = tempfile.mkdtemp(prefix=f"adrun-w{ctx.task_index}-", dir=ctx.scratch_dir)
         atexit.register(shutil.rmtree, _scratch, True)
     return _scratch
 
@@ -230,15 +232,18 @@ def _on_non_chief(install: Callable[[TaskContext], None]) -> Callable[[TaskConte
     return installer
 
 
-# module -> installer, run right after the module is imported in a TF2 run-mode task
-PATCHES: dict[str, Callable[[TaskContext], None]] = {
-    "keras.src.saving.saving_api": _on_non_chief(_keras_saving),
-    "keras.src.callbacks.backup_and_restore": _on_non_chief(_keras_backup_and_restore),
-    "keras.src.callbacks.model_checkpoint": _on_non_chief(_keras_model_checkpoint),
-    "keras.src.callbacks.tensorboard": _on_non_chief(_keras_tensorboard),
-    "tf_keras.src.saving.saving_api": _on_non_chief(_tf_keras_saving),
-    "tf_keras.src.distribute.distributed_file_utils": _on_non_chief(_tf_keras_file_utils),
-    "tensorflow.python.ops.gen_summary_ops": _on_non_chief(_summary_writers),
-    "tensorflow.python.checkpoint.checkpoint": _on_non_chief(_tf_checkpoint),
-    "tensorflow.python.checkpoint.checkpoint_management": _on_non_chief(_tf_checkpoint_manager),
+# module -> what moves its writes into the scratch directory (or drops them), as on a non-chief
+WRITES: dict[str, Callable[[TaskContext], None]] = {
+    "keras.src.saving.saving_api": _keras_saving,
+    "keras.src.callbacks.backup_and_restore": _keras_backup_and_restore,
+    "keras.src.callbacks.model_checkpoint": _keras_model_checkpoint,
+    "keras.src.callbacks.tensorboard": _keras_tensorboard,
+    "tf_keras.src.saving.saving_api": _tf_keras_saving,
+    "tf_keras.src.distribute.distributed_file_utils": _tf_keras_file_utils,
+    "tensorflow.python.ops.gen_summary_ops": _summary_writers,
+    "tensorflow.python.checkpoint.checkpoint": _tf_checkpoint,
+    "tensorflow.python.checkpoint.checkpoint_management": _tf_checkpoint_manager,
 }
+
+# module -> installer, run right after the module is imported in a TF2 run-mode task
+PATCHES: dict[str, Callable[[TaskContext], None]] = {module: _on_non_chief(install) for module, install in WRITES.items()}

@@ -28,9 +28,12 @@ def _capture_hook() -> Any:
 
 
 def _profile_hook() -> Any:
-    from adrun.runtime.tf2.not_profiled import RefuseProfile
+    from adrun.runtime.tf2.profiler import profile_hook
 
-    return RefuseProfile()
+    ctx = current()
+    if ctx.capture_out is None:
+        raise RuntimeError("a profile-mode task without ADRUN_CAPTURE_OUT: the launcher sets it (capture_run.py)")
+    return profile_hook(ctx.profile_warmup, ctx.profile_steps, ctx.capture_out)
 
 
 def _run_hook() -> Any:
@@ -80,8 +83,8 @@ def _start(hook_of: Callable[[], Any]) -> Callable[[], None]:
 
 
 def patches(mode: str) -> dict[str, Callable[[], None]]:
-    """Module -> patch, for a TF2 worker in `mode` (`run`, `capture`, or `profile`, which refuses
-    a TF2 script at its first apply)."""
+    """Module -> patch, for a TF2 worker in `mode` (`run`, `capture`, or `profile`, which times the
+    script's steps at its applies: profiler.py)."""
     hook_of = {"run": _run_hook, "capture": _capture_hook, "profile": _profile_hook}[mode]
     found: dict[str, Callable[[], None]] = {
         "tensorflow": _start(hook_of),

@@ -1,12 +1,11 @@
-"""A TF2 script's GraphItem and plan: the kind is recorded and fingerprinted, AllReduce is its
-default builder, and what TF2 mode cannot run is refused when planned, naming the variable."""
+"""A TF2 script's GraphItem and plan: the kind is recorded and fingerprinted, and what TF2 mode cannot
+run is refused when planned, naming the variable."""
 
 from __future__ import annotations
 
 import pytest
 import yaml
 
-from adrun.cli.planning import default_builder
 from adrun.errors import UserError
 from adrun.graph_item import GraphItem, VariableInfo
 from adrun.spec import default_local_spec
@@ -26,11 +25,6 @@ def test_kind_enters_the_fingerprint_of_tf2_items_only() -> None:
     assert item("graph").fingerprint == legacy.fingerprint  # plans made before kinds existed stay valid
     assert item("tf2").fingerprint != legacy.fingerprint
     assert GraphItem.from_json(item("tf2").to_json()).kind == "tf2"
-
-
-def test_default_builder_by_kind() -> None:
-    assert default_builder(item("tf2")) == "AllReduce"
-    assert default_builder(item("graph")) == "Auto"
 
 
 def test_tf2_plan_records_its_kind() -> None:

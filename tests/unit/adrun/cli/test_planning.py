@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from adrun.cli.planning import DEFAULT_BUILDER, chosen_plan, default_builder, plan_script
+from adrun.cli.planning import DEFAULT_BUILDER, chosen_plan, plan_script
 from adrun.errors import UserError
 from adrun.gathering import FactSources
 from adrun.graph_item import GraphItem
@@ -60,13 +60,19 @@ def test_a_builder_name_gathers_what_that_builder_needs_and_builds(gathered):
     assert plan.builder == "Auto" and plan.options == AutoOptions(allow_lossy=True).model_dump()
 
 
-def test_without_a_strategy_the_default_builder_for_the_script_plans_with_the_options(gathered):
+def test_without_a_strategy_the_default_builder_plans_with_the_options(gathered):
     chosen = chosen_plan(None, {"allow_lossy": "true"})
-    assert chosen.needs == frozenset() and default_builder(GRAPH) == DEFAULT_BUILDER == "Auto"
+    assert DEFAULT_BUILDER == "Auto" and chosen.needs == Auto.needs and chosen.source == ""
     _, plan = plan_script(chosen, sources())
-    assert gathered == ["capture", Auto.needs]  # the capture says which builder is the default
+    assert gathered == [Auto.needs]  # no records: the profiling run captures the graph itself
     assert plan.builder == "Auto" and plan.options == AutoOptions(allow_lossy=True).model_dump()
     assert plan.reason.startswith("predicted step ")
+
+
+def test_a_bad_option_of_the_default_builder_is_refused_before_anything_is_gathered(gathered):
+    with pytest.raises(UserError, match="allow_lossi"):
+        chosen_plan(None, {"allow_lossi": "true"})
+    assert gathered == []
 
 
 def test_a_document_is_checked_against_the_captured_graph(gathered, tmp_path):

@@ -1,7 +1,8 @@
 """Auto as the default (adrun/cli/planning.py): the plan is remembered in the records per graph,
 cluster, network facts, builder options and adrun version, so a second start profiles nothing; a
 script too short to time is planned from its facts (and that plan is not remembered); a cluster
-without PS processes gets an all-reduce plan; a TF2 script gets AllReduce. The slow parts (capture,
+without PS processes gets an all-reduce plan; a TF2 script gets Auto too, among what TF2 mode runs, and
+its plan is remembered under its own key (its fingerprint holds the kind). The slow parts (capture,
 profile, network measurement) are replaced by recorders; the records database is real."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from adrun.gathering import FactSources
 from adrun.graph_item import GraphItem
 from adrun.records.store import SCHEMA_VERSION, cluster_key, open_records, plan_key
 from adrun.spec import ClusterSpec, Node
-from adrun.strategies.document import AllReduceSync, PSSync
+from adrun.strategies.document import AllReduceSync, PSSync, tf2_refusals
 from tests.support.cost_facts import hosts_spec, network, var
 from tests.support.slow_parts import FakeRemote, SlowParts
 
@@ -84,11 +85,18 @@ def test_a_cluster_without_ps_processes_gets_an_all_reduce_plan(calls, tmp_path,
     assert not any(isinstance(s, PSSync) for s in syncs)
 
 
-def test_a_tf2_script_defaults_to_all_reduce_without_profiling(calls, tmp_path):
-    calls.graph = GRAPH.model_copy(update={"kind": "tf2"})
+def test_a_tf2_script_is_planned_by_auto_among_what_tf2_runs_and_remembered_apart(calls, tmp_path):
     with open_records(tmp_path / "records.sqlite") as records:
-        _, made = plan(records)
-    assert made.builder == "AllReduce" and len(calls.profiles) == 0 and made.reason == ""
+        _, graph_plan = plan(records, hosts_spec(2, ps=1))
+        calls.graph = GRAPH.model_copy(update={"kind": "tf2"})
+        _, made = plan(records, hosts_spec(2, ps=1))
+        assert len(calls.profiles) == 2  # another kind is another graph: not the graph script's plan
+        assert made.builder == "Auto" and made.kind == "tf2" and made.reason.startswith("predicted step ")
+        syncs = [s for v in made.variables for s in v.synchronizers()]
+        assert syncs and not any(tf2_refusals(s) for s in syncs)
+        assert graph_plan.kind == "graph"
+        _, again = plan(records, hosts_spec(2, ps=1))
+        assert again == made and len(calls.profiles) == 2  # remembered
 
 
 def test_records_of_schema_version_1_gain_the_plans_table(tmp_path):

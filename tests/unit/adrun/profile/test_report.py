@@ -155,6 +155,14 @@ def test_terminal_report_without_trials() -> None:
     assert "recommended: Auto (fastest predicted)" in text and "-o plan.yml; measure the best with --trials K" in text
 
 
+def test_a_tf2_script_is_named_so_in_the_report() -> None:
+    value = report([candidate("Auto", 0.010)])
+    assert value.model.kind == "graph" and "(TF2 script)" not in rendered(value)
+    value.model.kind = "tf2"
+    assert "model: train.py (TF2 script) · 2 variables" in rendered(value)
+    assert ProfileReport.model_validate_json(value.model_dump_json()).model.kind == "tf2"
+
+
 def row(text: str, builder: str, table: str = "strategies:") -> list[str]:
     """The cells of `builder`'s row in the table after the line starting with `table`."""
     after = text[text.index(table):]

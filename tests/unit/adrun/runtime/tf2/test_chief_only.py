@@ -27,6 +27,14 @@ def test_elsewhere_mirrors_the_path_under_the_scratch_directory_once():
     assert chief_only.elsewhere(OTHER, "gs://bucket/ckpt") == os.path.join(root, "gs", "bucket", "ckpt")
 
 
+def test_a_profile_process_scratch_is_inside_the_launchers(tmp_path, monkeypatch):
+    """Profile mode may end by os._exit, past atexit: its scratch is where the launcher deletes it."""
+    monkeypatch.setattr(chief_only, "_scratch", None)
+    profiling = TaskContext(mode="profile", role="worker", task_index=0, num_workers=2, job_id="j", cluster={},
+                            strategy_file=None, capture_out=str(tmp_path / "out.json"), scratch_dir=str(tmp_path))
+    assert os.path.dirname(chief_only.scratch_root(profiling)) == str(tmp_path)
+
+
 def test_backup_and_restore_recovers_from_the_previous_backup_without_touching_the_chiefs_files(tmp_path, monkeypatch):
     from keras.src.callbacks.backup_and_restore import BackupAndRestore
 
