@@ -34,6 +34,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from adrun.errors import UserError
+from adrun.graph_item import dtype_itemsize
 from adrun.placement import TaskId, ps, task_hosts, worker
 from adrun.spec import ClusterSpec
 
@@ -42,6 +43,10 @@ from .facts import Link, ModelProfile, NetworkFacts, NodeBytes, Prediction, Rows
 from .wire_bound import variable_transfers
 
 
+# Dense gradients under this size bound for one PS task share one accumulator (one push and one
+# take per task, dtype and step): the runtime's BATCH_BELOW_BYTES (runtime/kernels/ps_sync.py, which
+# imports TensorFlow; tests/unit/test_cost_model_structure.py keeps the two equal).
+PS_BATCH_BELOW_BYTES = 256 * 1024
 # The analytical values of the two terms no textbook figure gives: fitted once by `fit`, from
 # priors of 0, on the earliest recorded benchmark run (seven builders of the sparse workload on 2
 # hosts at 100 Mbit/s, bench/results/cluster-quick.json) and rounded to one digit; docs/cost-model.md
@@ -224,6 +229,10 @@ class Load:
     after: np.ndarray  # synchronous PS pushes and collectives, after compute
     overlapped: np.ndarray  # PS variables with staleness or asynchronous updates: both directions
     sync_ps: Counter = field(default_factory=Counter)  # PS task -> synchronous pieces on it
+    # accumulators of the synchronous PS pieces: one each for a sparse or large dense gradient, one
+    # per (PS task, dtype) for the small dense ones, which share it (`batched_in_accumulator`)
+    own_accumulators: int = 0
+    shared_accumulators: Counter = field(default_factory=Counter)  # (PS task, dtype) -> pieces sharing it
     stale_ps: Counter = field(default_factory=Counter)  # PS task -> stale/asynchronous pieces
     dense_groups: Counter = field(default_factory=Counter)  # all-reduce group -> dense pieces in it
     sparse_collectives: int = 0  # sparse pieces all-gathered, each its own collectives
@@ -235,25 +244,41 @@ class Load:
 
     def copy(self) -> Load:
         return Load(self.pull.copy(), self.after.copy(), self.overlapped.copy(), Counter(self.sync_ps),
-                    Counter(self.stale_ps), Counter(self.dense_groups), self.sparse_collectives, self.pieces)
+                    self.own_accumulators, Counter(self.shared_accumulators), Counter(self.stale_ps),
+                    Counter(self.dense_groups), self.sparse_collectives, self.pieces)
+
+    @property
+    def accumulators(self) -> int:
+        """Accumulators the synchronous PS pieces push into: what each pays o_ps for."""
+        return self.own_accumulators + len(self.shared_accumulators)
 
     def add(self, other: Load, sign: int = 1) -> None:
         """Add `other` (sign 1) or take it away (sign -1)."""
         self.pull += sign * other.pull
         self.after += sign * other.after
         self.overlapped += sign * other.overlapped
-        for mine, theirs in ((self.sync_ps, other.sync_ps), (self.stale_ps, other.stale_ps),
-                             (self.dense_groups, other.dense_groups)):
+        for mine, theirs in ((self.sync_ps, other.sync_ps), (self.shared_accumulators, other.shared_accumulators),
+                             (self.stale_ps, other.stale_ps), (self.dense_groups, other.dense_groups)):
             for key, count in theirs.items():
                 mine[key] += sign * count
                 if mine[key] == 0:
                     del mine[key]
+        self.own_accumulators += sign * other.own_accumulators
         self.sparse_collectives += sign * other.sparse_collectives
         self.pieces += sign * other.pieces
 
 
 def _is_synchronous(sync: PSSync) -> bool:
     return sync.sync and sync.staleness == 0
+
+
+def batched_in_accumulator(var: VariablePlan, shape: Sequence[int]) -> bool:
+    """Whether a synchronous PS piece (the variable, or a shard of `shape`) shares its PS task's
+    accumulator: a dense gradient of known shape under PS_BATCH_BELOW_BYTES, as the runtime batches
+    them (runtime/kernels/ps_sync.py)."""
+    if var.grad == "sparse" or any(d < 0 for d in shape):
+        return False
+    return math.prod(shape) * dtype_itemsize(var.dtype) < PS_BATCH_BELOW_BYTES
 
 
 def distinct_rows_of(var: VariablePlan, profile: ModelProfile, num_workers: int) -> dict[str, list[int]]:
@@ -295,11 +320,18 @@ def _rows_between(touched: RowsTouched, lo: int, hi: int, rows: int) -> float:
 def variable_load(var: VariablePlan, profile: ModelProfile, paths: Paths) -> Load:
     """One planned variable's part of a step's load."""
     load = Load.empty(paths)
-    for shard in variable_transfers(var, paths.num_workers, distinct_rows_of(var, profile, paths.num_workers)):
+    shards = variable_transfers(var, paths.num_workers, distinct_rows_of(var, profile, paths.num_workers))
+    for shard, shape in zip(shards, var.shard_shapes(), strict=True):
         load.pieces += 1
         sync = shard.sync
-        if isinstance(sync, PSSync):
-            (load.sync_ps if _is_synchronous(sync) else load.stale_ps)[sync.ps_task] += 1
+        if isinstance(sync, PSSync) and _is_synchronous(sync):
+            load.sync_ps[sync.ps_task] += 1
+            if batched_in_accumulator(var, shape):
+                load.shared_accumulators[sync.ps_task, var.dtype] += 1
+            else:
+                load.own_accumulators += 1
+        elif isinstance(sync, PSSync):
+            load.stale_ps[sync.ps_task] += 1
         elif var.grad == "sparse":
             load.sparse_collectives += 1
         else:
@@ -388,7 +420,7 @@ class StepCost:
         if load.stale_ps:
             worst = max(paths.ps_latency[p] for p in load.stale_ps)
             overlapped += 4 * (worst + c.message_latency_s)
-        overhead = (load.pieces * c.variable_overhead_s + sum(load.sync_ps.values()) * c.ps_variable_overhead_s
+        overhead = (load.pieces * c.variable_overhead_s + load.accumulators * c.ps_variable_overhead_s
                     + n * len(load.sync_ps) * c.ps_task_overhead_s)
         critical = pull + compute + after + latency + overhead
         return StepTime(max(critical, overlapped), compute, pull, after, latency, overhead, overlapped,
@@ -497,19 +529,22 @@ def variable_shares(
 ) -> dict[str, float]:
     """Each variable's share of the step's synchronization time: its seconds on the busiest resource
     of each transfer part (its bytes there and its reverse-traffic share of that link's other
-    direction, over the effective capacity), its per-variable overheads, each PS task's overhead
-    split over the synchronous pieces on that task, and the latencies split evenly over the
+    direction, over the effective capacity), its per-variable overheads (a shared accumulator's
+    split over the pieces sharing it), each PS task's overhead split over the synchronous pieces
+    on that task, and the latencies split evenly over the
     synchronous pieces (variables or shards); normalized to sum to 1 (all 0 when nothing is
     synchronized)."""
     loads = [variable_load(v, profile, paths) for v in variables]
     synchronous = [ld.pieces - sum(ld.stale_ps.values()) for ld in loads]
     latency_per_piece = t.latency / sum(synchronous) if sum(synchronous) else 0.0
     pieces_on_task = sum((ld.sync_ps for ld in loads), Counter())
+    sharing = sum((ld.shared_accumulators for ld in loads), Counter())
     per_task = paths.num_workers * c.ps_task_overhead_s
     raw = [
         float(paths.seconds(ld.pull, c)[t.pull_resource] + paths.seconds(ld.after, c)[t.after_resource]
               + paths.seconds(ld.overlapped, c)[t.all_resource]
-              + ld.pieces * c.variable_overhead_s + sum(ld.sync_ps.values()) * c.ps_variable_overhead_s
+              + ld.pieces * c.variable_overhead_s + ld.own_accumulators * c.ps_variable_overhead_s
+              + sum(c.ps_variable_overhead_s * k / sharing[key] for key, k in ld.shared_accumulators.items())
               + sum(per_task * k / pieces_on_task[task] for task, k in ld.sync_ps.items())
               + pieces * latency_per_piece)
         for ld, pieces in zip(loads, synchronous, strict=True)
