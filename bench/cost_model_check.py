@@ -6,7 +6,8 @@ For every (workload, link profile, host count) of the given result files, each a
 that ran is planned again (same builder and options on the same cluster shape: hosts of 1 worker +
 1 PS) and predicted by strategies/cost_model.py. A plan made from the link (Auto's, by the cost
 model of its day) is not planned again but read from `--plans` (the document the run used), so the
-check judges the plan that was measured. Two result files may not measure the same group.
+check judges the plan that was measured. A group measured in several result files is taken
+from the last of them given (a re-measurement replaces the earlier runs of that group whole).
 Reported per group: Kendall's tau (tau-b) between predicted and measured examples/s, and the mean
 relative error of the predicted step time, with the analytical coefficients; when the same cluster
 (profile, hosts) has other workloads, with coefficients fitted on those (leave one workload out)
@@ -34,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import click
@@ -173,21 +174,35 @@ def main(results: tuple[Path, ...], compute_given: tuple[str, ...], plans_dir: P
     click.echo(f"cost-model-check: wrote {out} and {markdown}")
 
 
+def group_sources(results: Sequence[Path]) -> dict[Group, Path]:
+    """The file each group's adrun runs are taken from: the last of `results` that measured it, so
+    a group measured again (after a runtime change) replaces the earlier file's runs of it whole."""
+    sources: dict[Group, Path] = {}
+    for path, bench in _runs(results):
+        for run in bench.runs:
+            c = run.config
+            if c.kind == "adrun":
+                sources[c.workload, c.profile, c.hosts] = path
+    return sources
+
+
+def _runs(results: Sequence[Path]) -> Iterator[tuple[Path, BenchResults]]:
+    for path in results:
+        yield path, BenchResults.model_validate_json(path.read_text())
+
+
 def measured_rates(results: Sequence[Path]) -> tuple[dict[Group, dict[RunConfig, float]], dict[str, Profile]]:
-    """The median examples/s of every adrun configuration that ran, by group; the link profiles."""
+    """The median examples/s of every adrun configuration that ran, by group (from the group's
+    source file, `group_sources`); the link profiles."""
     measured: dict[Group, dict[RunConfig, float]] = defaultdict(dict)
     profiles: dict[str, Profile] = {}
-    source: dict[Group, Path] = {}
-    for path in results:
-        bench = BenchResults.model_validate_json(path.read_text())
+    source = group_sources(results)
+    for path, bench in _runs(results):
         profiles |= {p.name: p for p in bench.profiles}
         for summary in summarize(bench):
             c = summary.config
-            if c.kind == "adrun" and summary.median:
-                group = (c.workload, c.profile, c.hosts)
-                if source.setdefault(group, path) != path:  # medians of two runs would be mixed
-                    raise click.UsageError(f"{path} and {source[group]} both measured {c.workload}, {c.profile}, "
-                                           f"{c.hosts} hosts: check them one at a time")
+            group = (c.workload, c.profile, c.hosts)
+            if c.kind == "adrun" and summary.median and source[group] == path:
                 measured[group][c] = summary.median
     return measured, profiles
 
@@ -199,10 +214,13 @@ def link_planned(results: Sequence[Path], plans_dir: Path) -> dict[tuple[Group, 
     the cost model of the day of the run: planning it again with today's model would judge a plan
     nobody measured. A missing document is a UsageError naming it."""
     plans = {}
-    for results_path in results:
-        for run in BenchResults.model_validate_json(results_path.read_text()).runs:
+    source = group_sources(results)
+    for results_path, bench in _runs(results):
+        for run in bench.runs:
             c = run.config
             if c.kind != "adrun" or (c.system in BUILDERS and c.system not in LINK_PLANNED):
+                continue
+            if source[c.workload, c.profile, c.hosts] != results_path:
                 continue
             # a given plan (`bench.cluster.run --plan LABEL=FILE`) is the same on every link
             name = (f"{c.workload}-{c.hosts}-{c.profile}-{c.system}.yml" if c.system in LINK_PLANNED
@@ -221,10 +239,11 @@ def repetition_tau(results: Sequence[Path]) -> dict[Group, float]:
     repetitions, over every pair of repetitions in which all of them ran: how well the measurement
     ranks the builders against itself, the most any model can be expected to agree with it."""
     rates: dict[Group, dict[RunConfig, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
-    for path in results:
-        for run in BenchResults.model_validate_json(path.read_text()).runs:
+    source = group_sources(results)
+    for path, bench in _runs(results):
+        for run in bench.runs:
             c = run.config
-            if c.kind == "adrun" and run.examples_per_s is not None:
+            if c.kind == "adrun" and run.examples_per_s is not None and source[c.workload, c.profile, c.hosts] == path:
                 rates[c.workload, c.profile, c.hosts][c][run.repetition] = run.examples_per_s
     out = {}
     for group, by_config in rates.items():

@@ -18,6 +18,7 @@ from bench.cost_model_check import (
     check,
     cluster_spec,
     link_planned,
+    group_sources,
     measured_rates,
     network_facts,
     repetition_tau,
@@ -141,14 +142,21 @@ def test_a_given_plan_is_read_by_its_label_whatever_the_link(tmp_path):
     assert link_planned([results], tmp_path / "plans") == {(("mixed", "commodity", HOSTS), "Mix"): mix}
 
 
-def test_two_result_files_of_the_same_group_are_refused(tmp_path):
-    config = RunConfig(workload="sparse", profile="commodity", hosts=1, kind="adrun", system="AllReduce")
-    paths = [tmp_path / "a.json", tmp_path / "b.json"]
-    for path in paths:
-        path.write_text(BenchResults(started="now", command="test", machine={}, versions={}, profiles=[COMMODITY],
-                                     runs=[one_run(config, 0, 100.0)]).model_dump_json())
-    with pytest.raises(click.UsageError, match="both measured sparse, commodity, 1 hosts"):
-        measured_rates(paths)
+def test_a_group_measured_again_replaces_the_earlier_files_runs(tmp_path):
+    """The later file's group replaces the earlier's whole (a configuration it did not run again is
+    dropped, not mixed in); other groups of the earlier file stay."""
+    ring = RunConfig(workload="sparse", profile="commodity", hosts=1, kind="adrun", system="AllReduce")
+    ps = ring.model_copy(update={"system": "PS"})
+    other = ring.model_copy(update={"workload": "dense"})
+    old, new = tmp_path / "a.json", tmp_path / "b.json"
+    old.write_text(BenchResults(started="now", command="test", machine={}, versions={}, profiles=[COMMODITY],
+                                runs=[one_run(ring, 0, 100.0), one_run(ps, 0, 50.0), one_run(other, 0, 70.0)]
+                                ).model_dump_json())
+    new.write_text(BenchResults(started="now", command="test", machine={}, versions={}, profiles=[COMMODITY],
+                                runs=[one_run(ring, 0, 300.0)]).model_dump_json())
+    measured, _ = measured_rates([old, new])
+    assert measured == {("sparse", "commodity", 1): {ring: 300.0}, ("dense", "commodity", 1): {other: 70.0}}
+    assert group_sources([old, new]) == {("sparse", "commodity", 1): new, ("dense", "commodity", 1): old}
 
 
 def test_coefficients_fitted_at_other_host_counts_carry_over():
