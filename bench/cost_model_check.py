@@ -78,12 +78,29 @@ def cluster_spec(hosts: int) -> ClusterSpec:
     return scaled_spec(sample, hosts)
 
 
-def network_facts(profile: Profile, spec: ClusterSpec) -> NetworkFacts:
-    """The profile's shaping as the links' facts: its rate, added delay and token bucket, given to
-    every pair of `spec`'s hosts as `adrun profile --hosts` does (adrun/profile/scaling.py)."""
-    link = Link(bytes_per_s=profile.rate_mbit * 1e6 / 8, latency_s=profile.delay_ms / 1000,
-                burst_bytes=bucket_bytes(profile.rate_mbit), source="spec")
-    return scaled_network(NetworkFacts(local=LOCAL), link, spec)
+# TCP payload of one full frame as the shaper counts it: tc's token bucket on a veth counts the
+# Ethernet frame without preamble and check sum, 1514 bytes at an MTU of 1500, of which 1448 carry
+# data (20 bytes of IP header, 32 of TCP header with timestamps, 14 of Ethernet header)
+PAYLOAD_SHARE = 1448 / 1514
+
+
+def network_facts(profile: Profile, spec: ClusterSpec, shared_cpus: int | None = None) -> NetworkFacts:
+    """The profile's shaping as the links' facts: its rate and token bucket in payload bytes
+    (`PAYLOAD_SHARE` of the frames the shaper counts), its added delay, given to every pair of
+    `spec`'s hosts as `adrun profile --hosts` does (adrun/profile/scaling.py); with `shared_cpus`,
+    the hosts as what they are on the benchmark, namespaces of one machine with that many CPUs."""
+    link = Link(bytes_per_s=profile.rate_mbit * 1e6 / 8 * PAYLOAD_SHARE, latency_s=profile.delay_ms / 1000,
+                burst_bytes=bucket_bytes(profile.rate_mbit) * PAYLOAD_SHARE, source="spec")
+    return scaled_network(NetworkFacts(local=LOCAL, shared_cpus=shared_cpus), link, spec)
+
+
+def machine_cpus(results: Sequence[Path]) -> int:
+    """The CPUs of the machine the result files were measured on (one machine: a UsageError if
+    they disagree)."""
+    cpus = {int(bench.machine["cpus"]) for _, bench in _runs(results)}
+    if len(cpus) != 1:
+        raise click.UsageError(f"the result files were measured on machines of {sorted(cpus)} CPUs: check one machine's")
+    return cpus.pop()
 
 
 def measured_compute_s(workload: str) -> float:
@@ -144,6 +161,7 @@ def mean_error(predicted_step: list[float], measured_step: list[float]) -> float
 def main(results: tuple[Path, ...], compute_given: tuple[str, ...], plans_dir: Path, out: Path,
          markdown: Path) -> None:
     measured, profiles = measured_rates(results)
+    cpus = machine_cpus(results)
     plans = link_planned(results, plans_dir)
     repeatability = repetition_tau(results)
     compute = {w: float(s) for w, s in (item.split("=", 1) for item in compute_given)}
@@ -167,7 +185,8 @@ def main(results: tuple[Path, ...], compute_given: tuple[str, ...], plans_dir: P
     model_profiles = {(w, hosts): model_profile(w, items[w], hosts, compute[w]) for w, _, hosts in measured}
     report = {"inputs": [str(p) for p in results], "compute_s": compute, "compute_source": compute_source,
               "local_path": LOCAL.model_dump(),
-              "groups": check(measured, profiles, model_profiles, repeatability, plans)}
+              "machine_cpus": cpus,
+              "groups": check(measured, profiles, model_profiles, repeatability, plans, cpus)}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
     markdown.write_text(render(report, out))
@@ -258,14 +277,15 @@ def repetition_tau(results: Sequence[Path]) -> dict[Group, float]:
 def check(measured: dict[Group, dict[RunConfig, float]], profiles: dict[str, Profile],
           model_profiles: dict[tuple[str, int], ModelProfile],
           repeatability: dict[Group, float] | None = None,
-          plans: dict[tuple[Group, str], Strategy] | None = None) -> list[dict]:
+          plans: dict[tuple[Group, str], Strategy] | None = None, shared_cpus: int | None = None) -> list[dict]:
     """Per group: the predictions of every configuration with the analytical coefficients; when the
     cluster (profile, hosts) has records of other workloads, fitted without this workload's (leave
     one workload out) and with all (in-sample); when the profile has records at other host counts,
     fitted on those (leave one host count out, the records taken as one cluster). Kendall tau and
     mean relative error of each, beside the tau between repetitions of the measurement
     (`repetition_tau`) when given. A configuration of a link-planned builder (Auto) is predicted for
-    the plan it ran, from `plans`."""
+    the plan it ran, from `plans`. `shared_cpus`: the CPUs of the one machine all hosts ran on
+    (NetworkFacts.shared_cpus), None to predict them as separate machines."""
     records: dict[tuple[str, int], list[TrialRecord]] = defaultdict(list)
     rows: dict[Group, list[tuple[str, Strategy, float, float]]] = {}  # label, plan, examples/s, step s
     for (workload, profile, hosts), configs in sorted(measured.items()):
@@ -278,13 +298,13 @@ def check(measured: dict[Group, dict[RunConfig, float]], profiles: dict[str, Pro
             steps_per_s = rate / (prof.graph.batch_size * spec.num_workers)
             records[profile, hosts].append(TrialRecord(
                 recorded_at="bench", cluster_key=f"{profile}-{hosts}h", workload=workload, spec=spec,
-                strategy=strategy, profile=prof, network=network_facts(profiles[profile], spec),
+                strategy=strategy, profile=prof, network=network_facts(profiles[profile], spec, shared_cpus),
                 steps_per_s=steps_per_s))
             rows[workload, profile, hosts].append((config.label, strategy, rate, 1 / steps_per_s))
     groups = []
     for (workload, profile, hosts), group_rows in rows.items():
         spec, prof = cluster_spec(hosts), model_profiles[workload, hosts]
-        net = network_facts(profiles[profile], spec)
+        net = network_facts(profiles[profile], spec, shared_cpus)
         others = [r for r in records[profile, hosts] if r.workload != workload]
         variants: dict[str, tuple[Coefficients, int]] = {"analytical": (Coefficients.analytical(), 0)}
         if others:

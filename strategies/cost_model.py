@@ -58,6 +58,9 @@ REVERSE_TRAFFIC_SHARE = 0.07
 # (bench/results/cluster.json: 3 workloads x 4 builders, 0.397 ms) and rounded to one digit; the
 # 4-host runs it is checked against (bench/results/cluster-ncf-4h.json) did not set it.
 PS_TASK_OVERHEAD_S = 4e-4
+# The analytical value of the shared machine's CPU rate for moving bytes between tasks: see
+# docs/cost-model.md ("Hosts sharing one machine") for the run it was fitted on.
+STACK_BYTES_PER_CPU_S = 1.5e8
 
 
 class Coefficients(BaseModel):
@@ -85,6 +88,10 @@ class Coefficients(BaseModel):
     ps_task_overhead_s: float = Field(default=PS_TASK_OVERHEAD_S, ge=0, allow_inf_nan=False)
     # measured compute time per step -> compute time in the distributed run
     compute_factor: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    # bytes one CPU passes between tasks per second (RPC serialization, the kernel's stack and a
+    # software switch), a byte counted once where it is sent and once where it is received; a
+    # resource only where the facts say the hosts share one machine's CPUs (NetworkFacts.shared_cpus)
+    stack_bytes_per_cpu_s: float = Field(default=STACK_BYTES_PER_CPU_S, gt=0, allow_inf_nan=False)
 
     @classmethod
     def analytical(cls) -> Coefficients:
@@ -116,6 +123,11 @@ class Paths:
     ps_latency: dict[int, float]  # PS task -> worst one-way latency to any worker's host
     ring_latency: float  # worst one-way latency between ring neighbours (workers in task order)
     num_workers: int
+    # hosts sharing one machine's CPUs (NetworkFacts.shared_cpus): the resource of its CPUs' work on
+    # the bytes between tasks (capacity in CPUs), and how much slower each worker computes and
+    # runs its per-message and per-variable work than alone: workers / CPUs, at least 1
+    cpu_resource: int | None = None
+    cpu_contention: float = 1.0
 
     @classmethod
     def of(cls, spec: ClusterSpec, network: NetworkFacts) -> Paths:
@@ -150,7 +162,12 @@ class Paths:
                 into.burst_bytes if into else 0.0, False)
             add(("local", host, ""), f"{host} local", network.local.bytes_per_s, network.local.burst_bytes, True)
 
-        reverse = {"pair": "pair", "sent": "received", "received": "sent", "local": "local"}
+        cpu_resource, contention = None, 1.0
+        if network.shared_cpus is not None:
+            cpu_resource = len(names)
+            add(("cpu", "", ""), "the machine's CPUs", float(network.shared_cpus), 0.0, False)
+            contention = max(1.0, spec.num_workers / network.shared_cpus)
+        reverse = {"pair": "pair", "sent": "received", "received": "sent", "local": "local", "cpu": "cpu"}
         opposite = np.array([index[reverse[kind], b, a] if kind == "pair" else index[reverse[kind], a, b]
                              for kind, a, b in index])
         workers = [task_host[worker(w)] for w in range(spec.num_workers)]
@@ -160,7 +177,7 @@ class Paths:
         n = len(workers)
         ring = max((link(workers[w], workers[(w + 1) % n]).latency_s for w in range(n)), default=0.0)
         return cls(hosts, task_host, names, np.array(capacity, dtype=float), np.array(burst, dtype=float),
-                   np.array(is_local), index, opposite, ps_latency, ring, spec.num_workers)
+                   np.array(is_local), index, opposite, ps_latency, ring, spec.num_workers, cpu_resource, contention)
 
     def zeros(self) -> np.ndarray:
         return np.zeros(len(self.names))
@@ -168,6 +185,8 @@ class Paths:
     def load(self, bytes_by_resource: np.ndarray, source: TaskId, destination: TaskId, nbytes: float) -> None:
         """Add one transfer between two tasks to `bytes_by_resource`."""
         src, dst = self.task_host[source], self.task_host[destination]
+        if self.cpu_resource is not None:  # sent by one task, received by another, on the machine's CPUs
+            bytes_by_resource[self.cpu_resource] += 2 * nbytes
         if src == dst:
             bytes_by_resource[self.index["local", src, ""]] += nbytes
         else:
@@ -176,7 +195,10 @@ class Paths:
             bytes_by_resource[self.index["received", dst, ""]] += nbytes
 
     def effective(self, c: Coefficients) -> np.ndarray:
-        return self.capacity * np.where(self.is_local, c.local_bandwidth_factor, c.remote_bandwidth_factor)
+        factor = np.where(self.is_local, c.local_bandwidth_factor, c.remote_bandwidth_factor)
+        if self.cpu_resource is not None:
+            factor[self.cpu_resource] = c.stack_bytes_per_cpu_s
+        return self.capacity * factor
 
     def seconds(self, bytes_by_resource: np.ndarray, c: Coefficients) -> np.ndarray:
         """Seconds each resource spends on some bytes at its rate: the bytes, plus the
@@ -198,8 +220,8 @@ class Paths:
         return np.minimum(self.burst, np.where(np.asarray(idle_s) > 0, refill, 0.0))
 
     def _load(self, bytes_by_resource: np.ndarray, c: Coefficients) -> np.ndarray:
-        return bytes_by_resource + np.where(self.is_local, 0.0,
-                                            c.reverse_traffic_share * bytes_by_resource[self.opposite])
+        one_way = self.opposite != np.arange(len(self.opposite))  # a link's direction, not local or CPUs
+        return bytes_by_resource + np.where(one_way, c.reverse_traffic_share * bytes_by_resource[self.opposite], 0.0)
 
 
 def _link_lookup(network: NetworkFacts) -> Callable[[str, str], Link]:
@@ -388,7 +410,8 @@ class StepCost:
 
     def time(self, c: Coefficients) -> StepTime:
         paths, load = self.paths, self.load
-        compute = self.compute_s * c.compute_factor
+        slower = paths.cpu_contention  # the CPU-bound parts, on a machine shared by more workers than CPUs
+        compute = self.compute_s * c.compute_factor * slower
         # token buckets: a resource idle after compute (no pushes or collectives on it) starts the
         # next step's reads full; one busy then has only the short gap of the latencies: none. The
         # pushes and collectives find what the compute (and the reads, if the resource had none)
@@ -405,10 +428,11 @@ class StepCost:
         # worker's own updates (after the all-reduces), one that ends the step after the chief's PS
         # updates
         mixed = n > 1 and bool(load.sync_ps or load.stale_ps) and collectives > 0
-        one_collective = 2 * (n - 1) * (paths.ring_latency + c.message_latency_s) if n > 1 else 0.0
+        alpha = c.message_latency_s * slower
+        one_collective = 2 * (n - 1) * (paths.ring_latency + alpha) if n > 1 else 0.0
         read_ps = ps_after = 0.0
         if load.sync_ps:
-            one_way = max(paths.ps_latency[p] for p in load.sync_ps) + c.message_latency_s
+            one_way = max(paths.ps_latency[p] for p in load.sync_ps) + alpha
             read_ps = 2 * one_way  # the read's request and reply
             # the push reaches the PS and the chief's apply reports back; without collectives, the
             # chief's release reaches PS 0 and the workers' token comes back from it
@@ -419,9 +443,9 @@ class StepCost:
         latency = read_ps + max(ps_after, collectives * one_collective) + end_barrier
         if load.stale_ps:
             worst = max(paths.ps_latency[p] for p in load.stale_ps)
-            overlapped += 4 * (worst + c.message_latency_s)
-        overhead = (load.pieces * c.variable_overhead_s + load.accumulators * c.ps_variable_overhead_s
-                    + n * len(load.sync_ps) * c.ps_task_overhead_s)
+            overlapped += 4 * (worst + alpha)
+        overhead = slower * (load.pieces * c.variable_overhead_s + load.accumulators * c.ps_variable_overhead_s
+                             + n * len(load.sync_ps) * c.ps_task_overhead_s)
         critical = pull + compute + after + latency + overhead
         return StepTime(max(critical, overlapped), compute, pull, after, latency, overhead, overlapped,
                         pull_at, after_at, all_at)
