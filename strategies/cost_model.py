@@ -58,8 +58,10 @@ REVERSE_TRAFFIC_SHARE = 0.07
 # (bench/results/cluster.json: 3 workloads x 4 builders, 0.397 ms) and rounded to one digit; the
 # 4-host runs it is checked against (bench/results/cluster-ncf-4h.json) did not set it.
 PS_TASK_OVERHEAD_S = 4e-4
-# The analytical value of the shared machine's CPU rate for moving bytes between tasks: see
-# docs/cost-model.md ("Hosts sharing one machine") for the run it was fitted on.
+# The analytical value of a shared machine's CPU rate for moving bytes between hosts: fitted by a
+# grid (the other coefficients at their analytical values) on the 1 Gbit/s runs of an earlier
+# benchmark (bench/results/psperf-before.json: dense, 2 hosts, 4 builders), 1.53e8, rounded to one
+# digit; the runs it is judged on (docs/cost-model.md) did not set it.
 STACK_BYTES_PER_CPU_S = 1.5e8
 
 
@@ -88,9 +90,10 @@ class Coefficients(BaseModel):
     ps_task_overhead_s: float = Field(default=PS_TASK_OVERHEAD_S, ge=0, allow_inf_nan=False)
     # measured compute time per step -> compute time in the distributed run
     compute_factor: float = Field(default=1.0, gt=0, allow_inf_nan=False)
-    # bytes one CPU passes between tasks per second (RPC serialization, the kernel's stack and a
-    # software switch), a byte counted once where it is sent and once where it is received; a
-    # resource only where the facts say the hosts share one machine's CPUs (NetworkFacts.shared_cpus)
+    # bytes one CPU passes between hosts per second (the tasks' RPC layer, the kernel's stack and the
+    # software switch between namespaces), a byte counted once where it is sent and once where it is
+    # received; a resource only where the facts say the hosts share one machine's CPUs
+    # (NetworkFacts.shared_cpus). Transfers inside a host (loopback) are left to its local path.
     stack_bytes_per_cpu_s: float = Field(default=STACK_BYTES_PER_CPU_S, gt=0, allow_inf_nan=False)
 
     @classmethod
@@ -185,11 +188,11 @@ class Paths:
     def load(self, bytes_by_resource: np.ndarray, source: TaskId, destination: TaskId, nbytes: float) -> None:
         """Add one transfer between two tasks to `bytes_by_resource`."""
         src, dst = self.task_host[source], self.task_host[destination]
-        if self.cpu_resource is not None:  # sent by one task, received by another, on the machine's CPUs
-            bytes_by_resource[self.cpu_resource] += 2 * nbytes
         if src == dst:
             bytes_by_resource[self.index["local", src, ""]] += nbytes
         else:
+            if self.cpu_resource is not None:  # sent by one host's stack, switched, received by another's
+                bytes_by_resource[self.cpu_resource] += 2 * nbytes
             bytes_by_resource[self.index["pair", src, dst]] += nbytes
             bytes_by_resource[self.index["sent", src, ""]] += nbytes
             bytes_by_resource[self.index["received", dst, ""]] += nbytes
