@@ -92,3 +92,38 @@ def test_a_sparse_gradient_keeps_its_own_accumulator():
     strategy = plan(graph, spec, [planned(small, sync=PSSync(ps_task=0)), planned(dense, sync=PSSync(ps_task=0))])
     assert step(strategy, profile(graph, 0.01, {"emb": 10}), spec, network(spec, 1e15), c) == pytest.approx(
         0.01 + 2 * 0.003)
+
+
+def _shared(spec, bytes_per_s, cpus):
+    return network(spec, bytes_per_s).model_copy(update={"shared_cpus": cpus})
+
+
+@pytest.mark.parametrize("hosts, slower", [(1, 1.0), (2, 1.0), (4, 2.0), (8, 4.0)])
+def test_workers_sharing_a_machines_cpus_compute_slower_beyond_one_each(hosts, slower):
+    """Namespace hosts of one 2-CPU machine: up to 2 workers compute at the profiled speed, 4 at half
+    of it; on separate machines (no shared CPUs) every host computes alone."""
+    w = var("w", [10])
+    graph = GraphItem(variables=[w], batch_size=10)
+    spec = hosts_spec(hosts, ps=0)
+    strategy = plan(graph, spec, [planned(w, sync=AllReduceSync(group=0))])
+    prof = profile(graph, 0.01)
+    assert predict(strategy, prof, spec, _shared(spec, 1e15, 2), BANDWIDTH_ONLY).compute_s == pytest.approx(0.01 * slower)
+    assert predict(strategy, prof, spec, network(spec, 1e15), BANDWIDTH_ONLY).compute_s == pytest.approx(0.01)
+
+
+def test_bytes_between_hosts_of_one_machine_load_its_cpus_and_loopback_does_not():
+    """Two namespace hosts on a fast switch: the ring's 4 MB each way are sent and received through
+    the machine's CPUs (2 × 2 × 4 MB at 2 CPUs × the stack rate); a PS read by its own host's
+    worker only stays on loopback and loads no CPU of the model."""
+    w = var("w", [1000, 1000])
+    graph = GraphItem(variables=[w], batch_size=100)
+    spec = hosts_spec(2)
+    rate = 1e8
+    c = BANDWIDTH_ONLY.model_copy(update={"stack_bytes_per_cpu_s": rate})
+    ring = plan(graph, spec, [planned(w, sync=AllReduceSync(group=0))])
+    prof, net = profile(graph, 0.01), _shared(spec, 1e15, 2)
+    assert predict(ring, prof, spec, net, c).step_s == pytest.approx(0.01 + 2 * 2 * 4e6 / (2 * rate))
+    one = hosts_spec(1, workers=1, ps=1)
+    local_ps = plan(graph, one, [planned(w, sync=PSSync(ps_task=0))])
+    assert predict(local_ps, prof, one, _shared(one, 1e15, 2), c).step_s == pytest.approx(
+        predict(local_ps, prof, one, network(one, 1e15), c).step_s)
