@@ -194,12 +194,18 @@ def test_per_builder_simulation_error_by_host_count_against_the_goal():
                 predict(build_strategy(b, SPARSE.graph, spec), SPARSE, spec, net).examples_per_s / slower
             for b in ("AllReduce", "PartitionedPS")}
         profiles["sparse", hosts] = SPARSE
-    groups = check(measured, {"commodity": COMMODITY}, profiles)
+    # AllReduce's 4-host repetitions ranged from 0.9x to 1.4x its median: the prediction lies inside
+    ring4 = measured["sparse", "commodity", 4][RunConfig(workload="sparse", profile="commodity", hosts=4,
+                                                         kind="adrun", system="AllReduce")]
+    ranges = {(("sparse", "commodity", 4), "AllReduce"): (0.9 * ring4, 1.4 * ring4)}
+    groups = check(measured, {"commodity": COMMODITY}, profiles, ranges=ranges)
     errors = builder_errors(groups)
     assert set(errors) == {("sparse", "commodity", "AllReduce"), ("sparse", "commodity", "PartitionedPS")}
     for by_hosts in errors.values():
         (m2, p2), (m4, p4) = by_hosts[2], by_hosts[4]
         assert p2 / m2 == pytest.approx(1.0) and p4 / m4 == pytest.approx(1 / 1.3)
     text = "\n".join(_per_builder(groups))
-    assert "| sparse | commodity | AllReduce | +0% | -23% ✗ |" in text
-    assert f"Within {SIMULATION_GOAL:.0%}: **2 of 4** (builder, group) figures." in text
+    assert "| sparse | commodity | AllReduce | +0% | -23% (50%) ◦ |" in text
+    assert "| sparse | commodity | PartitionedPS | +0% | -23% ✗ |" in text
+    assert (f"Within {SIMULATION_GOAL:.0%}: **2 of 4** (builder, group) figures; within {SIMULATION_GOAL:.0%} "
+            "or inside the measured min–max: 3 of 4.") in text
