@@ -15,11 +15,16 @@ step, the rows its sparse variables touch), a ClusterSpec, NetworkFacts and a fe
 - Critical path of a synchronous step, nothing overlapped: pull (synchronous PS variables are read
   before the step computes) + compute + after-compute (gradients pushed to PSs and all-reduced,
   concurrently, sharing the links) + latencies + per-variable overheads (every piece, and more
-  for each synchronous PS piece: its own RPCs and apply) + a per-PS-task overhead for every
+  for each accumulator the synchronous PS pieces push into: one per sparse or large dense piece,
+  one per PS task for the small dense ones, as the runtime batches them) + a per-PS-task overhead for every
   worker and PS task of the step (each worker's step runs a subgraph on each synchronous PS task
   it reads from and pushes to). Communication of PS
   variables with staleness or asynchronous updates overlaps the rest, so the step is at least the
   time the links need for all of its bytes.
+- Hosts that share one machine's CPUs (the benchmark's namespace hosts, `NetworkFacts.shared_cpus`):
+  the bytes between hosts also load the machine's CPUs (sender and receiver), and compute and the
+  per-message and per-variable work run workers/CPUs times slower when there are more workers than
+  CPUs.
 """
 
 from __future__ import annotations
@@ -567,12 +572,13 @@ def variable_shares(
     pieces_on_task = sum((ld.sync_ps for ld in loads), Counter())
     sharing = sum((ld.shared_accumulators for ld in loads), Counter())
     per_task = paths.num_workers * c.ps_task_overhead_s
+    slower = paths.cpu_contention
     raw = [
         float(paths.seconds(ld.pull, c)[t.pull_resource] + paths.seconds(ld.after, c)[t.after_resource]
               + paths.seconds(ld.overlapped, c)[t.all_resource]
-              + ld.pieces * c.variable_overhead_s + ld.own_accumulators * c.ps_variable_overhead_s
-              + sum(c.ps_variable_overhead_s * k / sharing[key] for key, k in ld.shared_accumulators.items())
-              + sum(per_task * k / pieces_on_task[task] for task, k in ld.sync_ps.items())
+              + slower * (ld.pieces * c.variable_overhead_s + ld.own_accumulators * c.ps_variable_overhead_s
+                          + sum(c.ps_variable_overhead_s * k / sharing[key] for key, k in ld.shared_accumulators.items())
+                          + sum(per_task * k / pieces_on_task[task] for task, k in ld.sync_ps.items()))
               + pieces * latency_per_piece)
         for ld, pieces in zip(loads, synchronous, strict=True)
     ]
