@@ -18,11 +18,13 @@ The model's inputs are built the way `adrun profile` builds them, from the bench
 - the graph: captured from the workload script (adrun's capture, one process);
 - rows touched per step: the mean distinct ids of the workers' real batches, in all and per
   sixteenth of the rows (bench/cluster/touched_rows.py);
-- compute time per step: `--compute-s workload=seconds`, else a 1-host run in the results, else a
-  short plain run of the script measured here (the machine's load makes it noisy; a constant added
-  to every builder's synchronous step does not change their order);
-- network: the profile's shaped rate, added delay and token bucket (`burst_bytes`) between hosts;
-  inside a host (loopback) an assumed 1 GB/s and 50 us, since the benchmark does not measure it.
+- compute time per step, per group: the 1-host AllReduce run of the group's own result file (one
+  worker, nothing synchronized: the step is the compute, measured interleaved with the group's runs,
+  under their load), else `--compute-s workload=seconds`, else a short plain run of the script
+  measured here (the machine's load makes it noisy);
+- network: the profile's shaped rate and token bucket in TCP payload bytes, its added delay,
+  between hosts; inside a host (loopback) an assumed 1 GB/s and 50 us, since the benchmark does not
+  measure it; the hosts as namespaces sharing the machine's CPUs (the results' `machine.cpus`).
 Writes JSON (`--out`) and a short markdown (`--markdown`).
 """
 
@@ -150,7 +152,8 @@ def mean_error(predicted_step: list[float], measured_step: list[float]) -> float
 @click.command(help=__doc__.split("\n\n")[0])
 @click.argument("results", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--compute-s", "compute_given", multiple=True, metavar="WORKLOAD=SECONDS",
-              help="compute time per step of a workload on one process (else from a 1-host run, else measured)")
+              help="compute time per step of a workload on one process, for the groups whose result file has no "
+                   "1-host AllReduce run (else measured here)")
 @click.option("--plans", "plans_dir", type=click.Path(file_okay=False, path_type=Path), default=PLANS, show_default=True,
               help="the strategy documents the runs of link-planned builders (Auto) used: "
                    "PLANS/<results file's stem>/WORKLOAD-HOSTS-PROFILE-Auto.yml, as bench/cluster/launch.py names them")
@@ -164,25 +167,33 @@ def main(results: tuple[Path, ...], compute_given: tuple[str, ...], plans_dir: P
     cpus = machine_cpus(results)
     plans = link_planned(results, plans_dir)
     repeatability = repetition_tau(results)
-    compute = {w: float(s) for w, s in (item.split("=", 1) for item in compute_given)}
-    compute_source = dict.fromkeys(compute, "given")
-    one_host = {c.workload: rate for (_, _, hosts), configs in measured.items() if hosts == 1
-                for c, rate in configs.items() if c.system == "AllReduce" and not c.options}
+    given = {w: float(s) for w, s in (item.split("=", 1) for item in compute_given)}
+    one_host = one_host_rates(results)
+    sources = group_sources(results)
     items: dict[str, GraphItem] = {}
-    for workload in sorted({g[0] for g in measured}):
-        click.echo(f"cost-model-check: capturing {workload}")
-        items[workload] = capture_graph(WORKLOADS / f"{workload}.py", ["--steps", "2", "--warmup", "1"], 1,
-                                        f"cost-model-check-{workload}")
-        if workload in compute:
-            continue
-        if workload in one_host:  # one worker: nothing is synchronized, the step is the compute
-            compute[workload] = items[workload].batch_size / one_host[workload]
-            compute_source[workload] = "a 1-host run"
+    plain: dict[str, float] = {}
+    compute: dict[str, float] = {}
+    compute_source: dict[str, str] = {}
+    model_profiles: dict[Group, ModelProfile] = {}
+    for group in sorted(measured):
+        workload, _, hosts = group
+        if workload not in items:
+            click.echo(f"cost-model-check: capturing {workload}")
+            items[workload] = capture_graph(WORKLOADS / f"{workload}.py", ["--steps", "2", "--warmup", "1"], 1,
+                                            f"cost-model-check-{workload}")
+        rate = one_host.get((sources[group], workload))
+        if rate is not None:  # one worker: nothing is synchronized, the step is the compute
+            seconds, source = items[workload].batch_size / rate, f"the 1-host run of {sources[group].name}"
+        elif workload in given:
+            seconds, source = given[workload], "given"
         else:
-            click.echo(f"cost-model-check: measuring {workload}'s compute time ({MEASURE_STEPS} plain steps)")
-            compute[workload] = measured_compute_s(workload)
-            compute_source[workload] = "measured here"
-    model_profiles = {(w, hosts): model_profile(w, items[w], hosts, compute[w]) for w, _, hosts in measured}
+            if workload not in plain:
+                click.echo(f"cost-model-check: measuring {workload}'s compute time ({MEASURE_STEPS} plain steps)")
+                plain[workload] = measured_compute_s(workload)
+            seconds, source = plain[workload], "measured here"
+        label = " ".join(str(part) for part in group)
+        compute[label], compute_source[label] = seconds, source
+        model_profiles[group] = model_profile(workload, items[workload], hosts, seconds)
     report = {"inputs": [str(p) for p in results], "compute_s": compute, "compute_source": compute_source,
               "local_path": LOCAL.model_dump(),
               "machine_cpus": cpus,
@@ -192,6 +203,15 @@ def main(results: tuple[Path, ...], compute_given: tuple[str, ...], plans_dir: P
     out.write_text(json.dumps(report, indent=2) + "\n")
     markdown.write_text(render(report, out))
     click.echo(f"cost-model-check: wrote {out} and {markdown}")
+
+
+def one_host_rates(results: Sequence[Path]) -> dict[tuple[Path, str], float]:
+    """{(result file, workload): median examples/s of its 1-host AllReduce runs}: the compute time of
+    the groups of that file, measured under the load their runs had (interleaved with them)."""
+    return {(path, summary.config.workload): summary.median for path, bench in _runs(results)
+            for summary in summarize(bench)
+            if summary.config.kind == "adrun" and summary.config.hosts == 1 and summary.median
+            and summary.config.system == "AllReduce" and not summary.config.options}
 
 
 def group_sources(results: Sequence[Path]) -> dict[Group, Path]:
@@ -289,7 +309,7 @@ def repetition_tau(results: Sequence[Path]) -> dict[Group, float]:
 
 
 def check(measured: dict[Group, dict[RunConfig, float]], profiles: dict[str, Profile],
-          model_profiles: dict[tuple[str, int], ModelProfile],
+          model_profiles: dict[Group, ModelProfile],
           repeatability: dict[Group, float] | None = None,
           plans: dict[tuple[Group, str], Strategy] | None = None, shared_cpus: int | None = None,
           ranges: dict[tuple[Group, str], tuple[float, float]] | None = None) -> list[dict]:
@@ -305,7 +325,7 @@ def check(measured: dict[Group, dict[RunConfig, float]], profiles: dict[str, Pro
     records: dict[tuple[str, int], list[TrialRecord]] = defaultdict(list)
     rows: dict[Group, list[tuple[str, Strategy, float, float]]] = {}  # label, plan, examples/s, step s
     for (workload, profile, hosts), configs in sorted(measured.items()):
-        spec, prof = cluster_spec(hosts), model_profiles[workload, hosts]
+        spec, prof = cluster_spec(hosts), model_profiles[workload, profile, hosts]
         rows[workload, profile, hosts] = []
         for config, rate in sorted(configs.items(), key=lambda kv: -kv[1]):
             group = (workload, profile, hosts)
@@ -319,7 +339,7 @@ def check(measured: dict[Group, dict[RunConfig, float]], profiles: dict[str, Pro
             rows[workload, profile, hosts].append((config.label, strategy, rate, 1 / steps_per_s))
     groups = []
     for (workload, profile, hosts), group_rows in rows.items():
-        spec, prof = cluster_spec(hosts), model_profiles[workload, hosts]
+        spec, prof = cluster_spec(hosts), model_profiles[workload, profile, hosts]
         net = network_facts(profiles[profile], spec, shared_cpus)
         others = [r for r in records[profile, hosts] if r.workload != workload]
         variants: dict[str, tuple[Coefficients, int]] = {"analytical": (Coefficients.analytical(), 0)}
@@ -362,8 +382,8 @@ def render(report: dict, out: Path) -> str:
              f"data in `{out.name}`.", "",
              "Kendall's tau (tau-b) between predicted and measured examples/s across the adrun builders of "
              "each group, and the mean relative error of the predicted step time. Compute time per step "
-             "used: " + ", ".join(f"{w} {s * 1000:.1f} ms ({report.get('compute_source', {}).get(w, 'given')})"
-                                  for w, s in report["compute_s"].items())
+             "used, per group: " + ", ".join(f"{g} {s * 1000:.1f} ms ({report.get('compute_source', {}).get(g, 'given')})"
+                                             for g, s in report["compute_s"].items())
              + f"; loopback assumed {report['local_path']['bytes_per_s'] / 1e9:.0f} GB/s.", "",
              "The last column is the tau between two repetitions of the measurement itself (mean over "
              "pairs of repetitions): how far the measured order holds from one repetition to the next.", "",
