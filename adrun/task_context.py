@@ -4,7 +4,7 @@ The launcher builds a `TaskContext` per process it starts and writes it into the
 environment with `to_env()` (`adrun.launch.env.task_env` adds the node's own variables and the
 hook); the runtime inside the unmodified script reads it back once with `from_env()`
 (`adrun.runtime.context.current`). One class, one module, imported by both ends, so the shape
-of the contract exists once: `from_env(c.to_env()) == c` (tests/unit/test_task_context.py).
+of the contract exists once: `from_env(c.to_env()) == c` (tests/unit/adrun/test_task_context.py).
 
 This module imports neither TensorFlow nor `adrun.launch` nor the runtime: the runtime must not
 pull in the launcher, and the launcher must not pull in TensorFlow. The variable names and the

@@ -1,48 +1,16 @@
-"""Shared helpers: run the adrun CLI as a user would, and write small cluster specs."""
+"""Fixtures every test may use: adrun's records and homes kept apart from the user's, local
+cluster specs, and adrun started in the background. Their logic lives in tests/support/."""
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import uuid
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-SCRIPTS = REPO / "tests" / "scripts"
-
-
-@dataclass
-class AdrunResult:
-    returncode: int
-    stdout: str
-    stderr: str
-    job_id: str
-
-    @property
-    def output(self) -> str:
-        return self.stdout + self.stderr
-
-
-def run_adrun(*args: str, job_id: str | None = None, timeout: float = 300, cwd: Path | None = None,
-              env: dict[str, str] | None = None) -> AdrunResult:
-    """`adrun [--job-id ID] ARGS...` in a subprocess, as a user would type it."""
-    job_id = job_id or f"test-{uuid.uuid4().hex[:8]}"
-    argv = [sys.executable, "-m", "adrun", *args]
-    if args and args[0] not in ("strategy", "cluster", "profile", "jobs", "stop", "logs"):
-        argv = [sys.executable, "-m", "adrun", "--job-id", job_id, *args]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd or REPO,
-                          env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
-    return AdrunResult(proc.returncode, proc.stdout, proc.stderr, job_id)
-
-
-def write_spec(path: Path, workers: int = 2, ps: int = 1, **node_fields) -> Path:
-    extra = "".join(f"    {k}: {v}\n" for k, v in node_fields.items())
-    path.write_text(f"version: 1\nnodes:\n  - address: localhost\n    chief: true\n    workers: {workers}\n    ps: {ps}\n{extra}")
-    return path
+from tests.support.adrun_cli import write_spec
+from tests.support.live_jobs import LiveAdrun, live_jobs
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -51,6 +19,8 @@ def adrun_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     home = tmp_path_factory.mktemp("adrun-home")
     os.environ["ADRUN_HOME"] = str(home)
     return home
+
+
 @pytest.fixture(autouse=True)
 def records_db(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Every test's adrun runs record into a database of their own (ADRUN_RECORDS), never into the
@@ -61,10 +31,17 @@ def records_db(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mon
 
 
 @pytest.fixture
-def spec_file(tmp_path: Path):
+def spec_file(tmp_path: Path) -> Callable[..., Path]:
     """A factory for local cluster specs in the test's temporary directory."""
 
-    def make(workers: int = 2, ps: int = 1, **node_fields) -> Path:
+    def make(workers: int = 2, ps: int = 1, **node_fields: object) -> Path:
         return write_spec(tmp_path / f"cluster-{workers}w{ps}ps.yml", workers, ps, **node_fields)
 
     return make
+
+
+@pytest.fixture
+def live() -> Iterator[Callable[..., LiveAdrun]]:
+    """`live(*args, env=...)` starts adrun in the background (tests/support/live_jobs.py); every job
+    started is killed with its leftovers at the end."""
+    yield from live_jobs()

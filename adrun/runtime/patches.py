@@ -18,6 +18,7 @@ import functools
 import inspect
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from adrun.runtime.context import current
@@ -153,6 +154,19 @@ def _patch_session(ctx) -> None:
     reporter = StepReporter(ctx.settings.max_steps)
     original_run = tf_session.BaseSession.run
 
+    def training_step(session, step: Callable[[], Any]) -> Any:
+        """`step()`, a training step of `session` (a `run` or a callable): the start op first (at the
+        first step only), and a failing step reported as such before it is raised again."""
+        reporter.before_step()
+        try:
+            start = start_op(session.graph)
+            if start is not None:
+                original_run(session, start)
+            return step()
+        except BaseException:
+            reporter.step_failed()
+            raise
+
     @functools.wraps(original_run)
     def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
         if PENDING and self in PENDING:
@@ -162,15 +176,7 @@ def _patch_session(ctx) -> None:
             fetches = replication.merged_fetches(fetches)
         if not StepReporter.is_training_step(self.graph, fetches):
             return original_run(self, fetches, feed_dict, options, run_metadata)
-        reporter.before_step()
-        try:
-            start = start_op(self.graph)
-            if start is not None:
-                original_run(self, start)
-            result = original_run(self, fetches, feed_dict, options, run_metadata)
-        except BaseException:
-            reporter.step_failed()
-            raise
+        result = training_step(self, lambda: original_run(self, fetches, feed_dict, options, run_metadata))
         reporter.after_step(self.graph, feed_dict)
         return result
 
@@ -196,21 +202,13 @@ def _patch_session(ctx) -> None:
             return callable_fn
         session = self
 
-        def training_step(*args, **kwargs):
-            reporter.before_step()
-            try:
-                start = start_op(session.graph)
-                if start is not None:
-                    original_run(session, start)
-                result = callable_fn(*args, **kwargs)
-            except BaseException:
-                reporter.step_failed()
-                raise
+        def run_step(*args, **kwargs):
+            result = training_step(session, lambda: callable_fn(*args, **kwargs))
             first: Any = args[0] if args else None
             reporter.after_step(session.graph, None, len(first) if hasattr(first, "__len__") else None)
             return result
 
-        return training_step
+        return run_step
 
     tf_session.BaseSession._make_callable_from_options = _make_callable_from_options
 

@@ -133,7 +133,7 @@ def session_config(ctx: TaskContext, user_config: tf.compat.v1.ConfigProto | Non
     # reach the others through PS variables or a collective broadcast, which needs no filter):
     # when a Session first runs, TF's master waits for every task the filters name to list its
     # devices, with no timeout (not even operation_timeout_in_ms), so a worker starting after the
-    # chief ended (asynchronous PS) would wait forever (docs/architecture.md).
+    # chief ended (asynchronous PS) would wait forever (docs/decisions/0001-worker-device-filters.md).
     del config.device_filters[:]
     config.device_filters.extend(["/job:ps", f"/job:worker/task:{ctx.task_index}"])
     config.experimental.collective_group_leader = COLLECTIVE_GROUP_LEADER

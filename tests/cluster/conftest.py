@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from .netns import NetnsCluster, missing_requirements
+from tests.cluster.netns import NetnsCluster, missing_requirements
 
 DEFAULT_HOSTS = 2
 

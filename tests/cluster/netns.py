@@ -371,3 +371,18 @@ def _ended(proc: psutil.Process) -> bool:
         return proc.status() == psutil.STATUS_ZOMBIE and proc.ppid() == 1
     except psutil.NoSuchProcess:
         return True
+
+
+def two_host_spec(path: Path, cluster: NetnsCluster, ps: tuple[int, int] = (1, 0), h2: dict | None = None,
+                  replicas: tuple[int, int] = (1, 1)) -> Path:
+    """1 worker on each of the first two hosts, `ps[i]` PS and `replicas[i]` in-graph replicas on
+    host i; `h2` adds ssh fields to host 2."""
+    lines = ["version: 1", "nodes:"]
+    for i, host in enumerate(cluster.hosts[:2]):
+        ssh = {"user": "root", "identity_file": str(cluster.client_key), "known_hosts": str(cluster.known_hosts),
+               **((h2 or {}) if i == 1 else {})}
+        lines += [f"  - address: {host.address}", f"    chief: {'true' if i == 0 else 'false'}",
+                  "    workers: 1", f"    ps: {ps[i]}", f"    replicas: {replicas[i]}", "    ssh:"]
+        lines += [f"      {key}: {value}" for key, value in ssh.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path

@@ -10,7 +10,7 @@ import pytest
 
 from bench.cluster.network import PROFILES, apply_profile, read_counters
 
-from .netns import NetnsCluster, NetnsHost
+from tests.cluster.netns import NetnsCluster, NetnsHost
 
 pytestmark = pytest.mark.cluster
 PORT = 5301

@@ -20,7 +20,7 @@ from adrun.launch.check.cluster_check import run_checks
 from adrun.launch.check.report import CHECKS, CheckReport
 from adrun.spec import ClusterSpec
 
-from .netns import NetnsCluster, NetnsHost
+from tests.cluster.netns import NetnsCluster, NetnsHost
 
 # Every test shares one 3-host cluster (module scope).
 pytestmark = [pytest.mark.cluster, pytest.mark.parametrize("netns_cluster", [3], indirect=True)]

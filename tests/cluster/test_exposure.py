@@ -23,12 +23,9 @@ import pytest
 
 from adrun.launch.job.teardown import leftover_processes
 from adrun.launch.nodes.fence import nft_path, table_name
-from tests.conftest import REPO
-from tests.integration.test_failures import GUARD_S, LiveAdrun, wait_no_leftovers
-from tests.oracle import assert_matches_reference
-
-from .netns import NetnsCluster, NetnsHost
-from .test_multinode import write_spec
+from tests.cluster.netns import NetnsCluster, NetnsHost, two_host_spec
+from tests.support.live_jobs import GUARD_S, LiveAdrun, wait_no_leftovers
+from tests.support.oracle import assert_matches_reference
 
 pytestmark = [pytest.mark.cluster, pytest.mark.parametrize("netns_cluster", [3], indirect=True),
               pytest.mark.skipif(nft_path() is None, reason="nft not found: run tests/cluster/install-deps.sh")]
@@ -47,20 +44,6 @@ try:
 except tf.errors.OpError as e:
     print("REFUSED", type(e).__name__)
 """
-
-
-@pytest.fixture
-def jobs():
-    started: list[LiveAdrun] = []
-
-    def start(*args: str) -> LiveAdrun:
-        job = LiveAdrun(*args)
-        started.append(job)
-        return job
-
-    yield start
-    for job in started:
-        job.cleanup()
 
 
 def task_addresses(job: LiveAdrun) -> dict[str, tuple[str, int]]:
@@ -116,10 +99,10 @@ class Listener:
         self.sock.close()
 
 
-def test_the_embedded_default_refuses_other_hosts(netns_cluster: NetnsCluster, jobs, tmp_path: Path) -> None:
+def test_the_embedded_default_refuses_other_hosts(netns_cluster: NetnsCluster, live, tmp_path: Path) -> None:
     c, outsider = netns_cluster, netns_cluster.hosts[2]
     out, release = tmp_path / "out", tmp_path / "release"
-    job = jobs("--strategy", "PS", *ORACLE, "--out", str(out), "--hold", str(release))
+    job = live("--strategy", "PS", *ORACLE, "--out", str(out), "--hold", str(release))
     tasks = task_addresses(job)
     job.wait_for_line(r"^\[w0\] holding$")  # trained a step: every server of the job listens
     control = Listener()
@@ -141,12 +124,12 @@ def test_the_embedded_default_refuses_other_hosts(netns_cluster: NetnsCluster, j
     wait_for_no_tables(job, [None])
 
 
-def test_a_multi_node_job_accepts_only_its_own_nodes(netns_cluster: NetnsCluster, jobs, tmp_path: Path) -> None:
+def test_a_multi_node_job_accepts_only_its_own_nodes(netns_cluster: NetnsCluster, live, tmp_path: Path) -> None:
     c = netns_cluster
     h1, h2, outsider = c.hosts
     out, release = tmp_path / "out", tmp_path / "release"
-    spec = write_spec(tmp_path / "cluster.yml", c)  # w0 + ps0 on host 1, w1 on host 2
-    job = jobs("--spec", str(spec), "--strategy", "PS", *ORACLE, "--out", str(out), "--hold", str(release))
+    spec = two_host_spec(tmp_path / "cluster.yml", c)  # w0 + ps0 on host 1, w1 on host 2
+    job = live("--spec", str(spec), "--strategy", "PS", *ORACLE, "--out", str(out), "--hold", str(release))
     tasks = task_addresses(job)
     job.wait_for_line(rf"^\[w0@{h1.address}\] holding$")  # w1 on host 2 reached ps0 on host 1 to get here
     assert connects_from(outsider, h1.address, 22) and connects_from(outsider, h2.address, 22)  # routes exist
@@ -165,7 +148,7 @@ def test_a_multi_node_job_accepts_only_its_own_nodes(netns_cluster: NetnsCluster
 
 
 @pytest.mark.full
-def test_a_job_with_this_machine_as_a_node_accepts_only_its_own_nodes(netns_cluster: NetnsCluster, jobs,
+def test_a_job_with_this_machine_as_a_node_accepts_only_its_own_nodes(netns_cluster: NetnsCluster, live,
                                                                       tmp_path: Path) -> None:
     """This machine (w0 + ps0, at its bridge address) and host 1 (w1): each lets in the other only."""
     c = netns_cluster
@@ -177,7 +160,7 @@ def test_a_job_with_this_machine_as_a_node_accepts_only_its_own_nodes(netns_clus
         f"  - address: {c.gateway}", "    chief: true", "    workers: 1", "    ps: 1",
         f"  - address: {h1.address}", "    workers: 1", "    ps: 0", "    ssh:", "      user: root",
         f"      identity_file: {c.client_key}", f"      known_hosts: {c.known_hosts}", ""]))
-    job = jobs("--spec", str(spec), "--strategy", "PS", *ORACLE, "--out", str(out), "--hold", str(release))
+    job = live("--spec", str(spec), "--strategy", "PS", *ORACLE, "--out", str(out), "--hold", str(release))
     tasks = task_addresses(job)
     job.wait_for_line(r"^\[w0\] holding$")
     for tag in ("w0", "ps0", "w1"):
@@ -192,12 +175,12 @@ def test_a_job_with_this_machine_as_a_node_accepts_only_its_own_nodes(netns_clus
 
 
 @pytest.mark.parametrize("nodes", ["embedded", pytest.param("multi-node", marks=pytest.mark.full)])
-def test_nothing_is_left_after_the_launcher_is_killed(netns_cluster: NetnsCluster, jobs, tmp_path: Path,
+def test_nothing_is_left_after_the_launcher_is_killed(netns_cluster: NetnsCluster, live, tmp_path: Path,
                                                       nodes: str) -> None:
     c = netns_cluster
     release = tmp_path / "release"
-    spec = ["--spec", str(write_spec(tmp_path / "cluster.yml", c))] if nodes == "multi-node" else []
-    job = jobs(*spec, "--strategy", "PS", *ORACLE, "--out", str(tmp_path / "out"), "--hold", str(release))
+    spec = ["--spec", str(two_host_spec(tmp_path / "cluster.yml", c))] if nodes == "multi-node" else []
+    job = live(*spec, "--strategy", "PS", *ORACLE, "--out", str(tmp_path / "out"), "--hold", str(release))
     job.wait_for_line(r"^\[w0(@\S+)?\] holding$")
     namespaces = [c.hosts[0].netns, c.hosts[1].netns] if spec else [None]
     assert all(any(table_name(job.job_id, 0) in line for line in adrun_tables(ns)) for ns in namespaces)
@@ -208,12 +191,12 @@ def test_nothing_is_left_after_the_launcher_is_killed(netns_cluster: NetnsCluste
 
 
 @pytest.mark.full
-def test_without_the_rule_the_outsider_runs_code_on_the_ps(netns_cluster: NetnsCluster, jobs, tmp_path: Path) -> None:
+def test_without_the_rule_the_outsider_runs_code_on_the_ps(netns_cluster: NetnsCluster, live, tmp_path: Path) -> None:
     """The issue's attack, as a control for the tests above: with --allow-exposed the outsider's
     Session runs an op on the job's PS and reads its command line."""
     c, outsider = netns_cluster, netns_cluster.hosts[2]
     release = tmp_path / "release"
-    job = jobs("--allow-exposed", "--strategy", "PS", *ORACLE, "--out", str(tmp_path / "out"), "--hold", str(release))
+    job = live("--allow-exposed", "--strategy", "PS", *ORACLE, "--out", str(tmp_path / "out"), "--hold", str(release))
     tasks = task_addresses(job)
     job.wait_for_line(r"^\[w0\] holding$")
     assert adrun_tables() == []

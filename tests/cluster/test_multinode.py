@@ -22,57 +22,21 @@ import psutil
 import pytest
 
 from adrun.launch.job.teardown import leftover_processes
-from tests.conftest import REPO, run_adrun
-from tests.integration.test_failures import GUARD_S, TINY, LiveAdrun, flat, wait_no_leftovers
-from tests.oracle import train_and_compare
-
-from .netns import NetnsCluster
+from tests.cluster.netns import two_host_spec
+from tests.support.adrun_cli import flat, run_adrun
+from tests.support.live_jobs import GUARD_S, LiveAdrun, job_process, wait_no_leftovers
+from tests.support.oracle import train_and_compare
+from tests.support.paths import REPO, TINY
 
 pytestmark = pytest.mark.cluster
 RELATIVE_TINY = "tests/scripts/tiny_model.py"
-
-
-def write_spec(path: Path, cluster: NetnsCluster, ps: tuple[int, int] = (1, 0), h2: dict | None = None,
-               replicas: tuple[int, int] = (1, 1)) -> Path:
-    """1 worker on each of the first two hosts, `ps[i]` PS and `replicas[i]` in-graph replicas on
-    host i; `h2` adds ssh fields to host 2."""
-    lines = ["version: 1", "nodes:"]
-    for i, host in enumerate(cluster.hosts[:2]):
-        ssh = {"user": "root", "identity_file": str(cluster.client_key), "known_hosts": str(cluster.known_hosts),
-               **((h2 or {}) if i == 1 else {})}
-        lines += [f"  - address: {host.address}", f"    chief: {'true' if i == 0 else 'false'}",
-                  "    workers: 1", f"    ps: {ps[i]}", f"    replicas: {replicas[i]}", "    ssh:"]
-        lines += [f"      {key}: {value}" for key, value in ssh.items()]
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def job_process(job_id: str, role: str, index: int) -> psutil.Process:
-    """The task process (not its keeper) of `role` `index` in job `job_id`."""
-    [proc] = [p for p in leftover_processes(job_id)
-              if p.info["environ"].get("ADRUN_ROLE") == role and p.info["environ"].get("ADRUN_TASK_INDEX") == str(index)]
-    return proc
-
-
-@pytest.fixture
-def live():
-    started: list[LiveAdrun] = []
-
-    def start(*args: str) -> LiveAdrun:
-        job = LiveAdrun(*args)
-        started.append(job)
-        return job
-
-    yield start
-    for job in started:
-        job.cleanup()
 
 
 @pytest.fixture
 def long_job(netns_cluster, tmp_path, live):
     """A 2-host job (w0 + ps0 on host 1, w1 on host 2) training until stopped, both workers stepping."""
     c = netns_cluster
-    job = live("--strategy", "PSLoadBalancing", "--spec", str(write_spec(tmp_path / "cluster.yml", c)), TINY, "--steps", "100000", "--step-sleep", "0.05")
+    job = live("--strategy", "PSLoadBalancing", "--spec", str(two_host_spec(tmp_path / "cluster.yml", c)), TINY, "--steps", "100000", "--step-sleep", "0.05")
     job.wait_for_line(rf"^\[w1@{c.hosts[1].address}\] step 2$")
     job.wait_for_line(rf"^\[w0@{c.hosts[0].address}\] step 2$")
     return job
@@ -89,7 +53,7 @@ def long_job(netns_cluster, tmp_path, live):
 def test_oracles_across_hosts(netns_cluster, tmp_path, strategy, data):
     def spec_file(workers: int, ps: int) -> Path:
         assert workers == 2
-        return write_spec(tmp_path / "cluster.yml", netns_cluster, ps=(1, 0) if ps == 1 else (1, 1))
+        return two_host_spec(tmp_path / "cluster.yml", netns_cluster, ps=(1, 0) if ps == 1 else (1, 1))
 
     train_and_compare(tmp_path, spec_file, strategy, "dense", data)
 
@@ -99,7 +63,7 @@ def test_uneven_replica_counts_across_hosts(netns_cluster, tmp_path, strategy):
     """Host 1's worker splits its batch over 3 replicas (3+3+2 rows), host 2's runs one: the
     result is still data-parallel SGD over the two workers' whole batches."""
     def spec_file(workers: int, ps: int) -> Path:
-        return write_spec(tmp_path / "cluster.yml", netns_cluster, ps=(1, 0) if ps == 1 else (1, 1), replicas=(3, 1))
+        return two_host_spec(tmp_path / "cluster.yml", netns_cluster, ps=(1, 0) if ps == 1 else (1, 1), replicas=(3, 1))
 
     result = train_and_compare(tmp_path, spec_file, strategy, "sparse", "per-worker")
     assert "worker 0: 3 in-graph replicas" in result.output
@@ -220,7 +184,7 @@ def test_silent_network_cut(netns_cluster, long_job):
 def test_missing_script_then_sync_code(netns_cluster, tmp_path):
     workdir = tmp_path / "elsewhere"
     workdir.mkdir()
-    spec = write_spec(tmp_path / "cluster.yml", netns_cluster, h2={"workdir": str(workdir)})
+    spec = two_host_spec(tmp_path / "cluster.yml", netns_cluster, h2={"workdir": str(workdir)})
     h2 = netns_cluster.hosts[1].address
 
     missing = run_adrun("--strategy", "PSLoadBalancing", "--spec", str(spec), "--quiet", RELATIVE_TINY, cwd=REPO, timeout=120)
@@ -242,7 +206,7 @@ def test_missing_script_then_sync_code(netns_cluster, tmp_path):
 
 def test_taken_fixed_port_on_a_node_is_named(netns_cluster, tmp_path):
     h2 = netns_cluster.hosts[1]
-    spec = write_spec(tmp_path / "cluster.yml", netns_cluster)
+    spec = two_host_spec(tmp_path / "cluster.yml", netns_cluster)
     spec.write_text(spec.read_text().replace("    workers: 1\n    ps: 0\n", "    workers: 1\n    ps: 0\n    base_port: 23500\n"))
     listener = subprocess.Popen(h2.exec_argv(sys.executable, "-c", "import socket, time; s = socket.socket(); "
                                              "s.bind(('', 23500)); s.listen(); print('up', flush=True); time.sleep(60)"),
@@ -260,7 +224,7 @@ def test_taken_fixed_port_on_a_node_is_named(netns_cluster, tmp_path):
 
 def test_unreachable_node_is_named_before_the_capture(netns_cluster, tmp_path):
     h2 = netns_cluster.hosts[1].address
-    spec = write_spec(tmp_path / "cluster.yml", netns_cluster, h2={"port": 2})
+    spec = two_host_spec(tmp_path / "cluster.yml", netns_cluster, h2={"port": 2})
     result = run_adrun("--strategy", "PSLoadBalancing", "--spec", str(spec), "--quiet", TINY, timeout=120)
     assert result.returncode == 2, result.output
     assert f"nothing accepts SSH connections on {h2}:2 (connection refused)" in flat(result.stderr), result.output

@@ -12,15 +12,14 @@ from adrun.launch.nodes.network_facts import network_facts
 from adrun.launch.job.provision import RemoteNodes
 from adrun.spec import load_spec
 
-from .netns import NetnsCluster
-from .test_multinode import write_spec
+from tests.cluster.netns import NetnsCluster, two_host_spec
 
 pytestmark = pytest.mark.cluster
 RATE_MBIT = 100
 
 
 def test_shaped_links_are_measured_at_their_rate_both_ways(netns_cluster: NetnsCluster, tmp_path):
-    spec = load_spec(write_spec(tmp_path / "cluster.yml", netns_cluster))
+    spec = load_spec(two_host_spec(tmp_path / "cluster.yml", netns_cluster))
     first, second = (host.address for host in netns_cluster.hosts[:2])
     for host in netns_cluster.hosts:
         netns_cluster.shape(host, RATE_MBIT)

@@ -12,16 +12,15 @@ from adrun.launch.job.teardown import leftover_processes
 from adrun.profile.report import ProfileReport
 from adrun.records.store import cluster_key, open_records
 from adrun.spec import load_spec
-from tests.conftest import REPO, run_adrun
-
-from .netns import NetnsCluster
-from .test_multinode import write_spec
+from tests.cluster.netns import NetnsCluster, two_host_spec
+from tests.support.adrun_cli import run_adrun
+from tests.support.paths import REPO
 
 pytestmark = [pytest.mark.cluster, pytest.mark.full]
 
 
 def test_profile_measures_the_hosts_path_and_tries_on_both(netns_cluster: NetnsCluster, tmp_path: Path) -> None:
-    spec = write_spec(tmp_path / "cluster.yml", netns_cluster)  # a worker on each host, the PS on the first
+    spec = two_host_spec(tmp_path / "cluster.yml", netns_cluster)  # a worker on each host, the PS on the first
     records = tmp_path / "records.sqlite"
     job_id = "profile-two-hosts"
     result = run_adrun("profile", "--job-id", job_id, "--json", "--spec", str(spec), "--records", str(records),

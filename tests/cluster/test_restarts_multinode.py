@@ -12,10 +12,11 @@ import pytest
 
 from adrun.launch.job.report import JobReport
 from adrun.launch.job.teardown import leftover_processes
-from tests.integration.test_failures import flat
-from tests.integration.test_restarts import MODEL, PAUSE_AT, STEPS, _wait_for, assert_ends_as_an_uninterrupted_run
+from tests.cluster.netns import two_host_spec
+from tests.support.adrun_cli import flat
+from tests.support.live_jobs import job_process
+from tests.support.restart_oracle import MODEL, PAUSE_AT, STEPS, assert_ends_as_an_uninterrupted_run
 
-from .test_multinode import job_process, live, write_spec  # noqa: F401  (live is a fixture)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.full]
 
@@ -23,12 +24,12 @@ pytestmark = [pytest.mark.cluster, pytest.mark.full]
 def _start(netns_cluster, tmp_path, live, *options: str):
     out = tmp_path / "adrun"
     out.mkdir()
-    spec = write_spec(tmp_path / "cluster.yml", netns_cluster)
+    spec = two_host_spec(tmp_path / "cluster.yml", netns_cluster)
     job = live("--spec", str(spec), "--strategy", "PSLoadBalancing", "--max-restarts", "1", "--restart-backoff", "0",
                "--result-json",
                str(tmp_path / "result.json"), *options, MODEL, "--checkpoint-dir", str(out / "ckpt"), "--out", str(out),
                "--steps", str(STEPS), "--pause-on", "1", "--pause-at", str(PAUSE_AT))
-    _wait_for(out / "paused", job)
+    job.wait_for_file(out / "paused")
     return job, out
 
 

@@ -1,5 +1,5 @@
 """`--strategy Auto` in a run and in `strategy build` (adrun/gathering.py, strategies/auto.py): its plan trains as
-exactly data-parallel SGD (the averaging oracle, tests/oracle.py), the run is recorded with the
+exactly data-parallel SGD (the averaging oracle, tests/support/oracle.py), the run is recorded with the
 profile and network facts Auto saved, a later plan reuses the network facts and is fitted on the
 record, Auto's options reach the plan, and scripts Auto cannot plan get one clear message."""
 
@@ -12,14 +12,11 @@ from adrun.launch.job.teardown import leftover_processes
 from adrun.records.store import cluster_key, open_records
 from adrun.spec import load_spec
 from adrun.strategies.facts import Link, NetworkFacts
-from tests.conftest import SCRIPTS, run_adrun
-from tests.oracle import SCRIPT, STEPS, train_and_compare
+from tests.support.adrun_cli import flat, run_adrun
+from tests.support.oracle import SCRIPT, STEPS, train_and_compare
+from tests.support.paths import SCRIPTS
 
 pytestmark = pytest.mark.integration
-
-
-def flat(text: str) -> str:
-    return " ".join(text.split())
 
 
 def test_auto_run_is_data_parallel_sgd_and_teaches_the_next_plan(tmp_path, spec_file, records_db):

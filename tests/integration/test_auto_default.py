@@ -10,15 +10,11 @@ import sqlite3
 import pytest
 
 from adrun.launch.job.teardown import leftover_processes
-from tests.conftest import SCRIPTS, run_adrun
+from tests.support.adrun_cli import flat, run_adrun
+from tests.support.paths import TINY
 
 pytestmark = pytest.mark.integration
 
-TINY = str(SCRIPTS / "tiny_model.py")
-
-
-def flat(text: str) -> str:
-    return " ".join(text.split())
 
 
 def test_a_default_start_profiles_once_and_a_second_start_reuses_the_plan(spec_file, records_db):

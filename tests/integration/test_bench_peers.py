@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.bench_workloads import PEERS_DIR, TINY, check_result_file, load_workload_module, tiny_batch_size, tiny_model
-from tests.conftest import REPO
+from tests.support.bench_workloads import PEERS_DIR, TINY, check_result_file, load_workload_module, tiny_batch_size, tiny_model
+from tests.support.paths import REPO
 
 pytestmark = [pytest.mark.integration, pytest.mark.full]  # the benchmark's pieces: make test-full
 

@@ -17,11 +17,11 @@ import pytest
 from adrun.launch.job.teardown import leftover_processes
 from adrun.records.store import cluster_key, open_records
 from adrun.spec import load_spec
-from tests.conftest import SCRIPTS, run_adrun
+from tests.support.adrun_cli import run_adrun
+from tests.support.paths import SCRIPTS, TINY
 
 pytestmark = pytest.mark.integration
 
-TINY = str(SCRIPTS / "tiny_model.py")
 
 
 def _step_lines(output: str, tag: str) -> list[int]:

@@ -15,11 +15,12 @@ import pytest
 import tensorflow as tf
 
 from adrun.launch.job.teardown import leftover_processes
-from tests.conftest import REPO, SCRIPTS, run_adrun
+from tests.support.adrun_cli import run_adrun
+from tests.support.checkpoints import PLAIN_GRAPH
+from tests.support.paths import REPO, SCRIPTS
 
 pytestmark = pytest.mark.integration
 SCRIPT = str(SCRIPTS / "checkpoint_model.py")
-PLAIN_GRAPH = {"emb": [30, 4], "emb/Adagrad": [30, 4], "dense/w": [4, 1], "dense/w/Adagrad": [4, 1], "global_step": []}
 
 
 def _adrun_ok(spec, strategy, *args):

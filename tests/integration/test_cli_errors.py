@@ -5,7 +5,6 @@ tests prove it with a script that leaves a file behind as soon as it runs."""
 from __future__ import annotations
 
 import os
-import re
 import socket
 from pathlib import Path
 
@@ -14,17 +13,12 @@ import pytest
 
 from adrun.exit_codes import PLAN_MISMATCH_EXIT_CODE
 from adrun.launch.job.teardown import leftover_processes
-from tests.conftest import REPO, SCRIPTS, AdrunResult, run_adrun
+from tests.support.adrun_cli import AdrunResult, flat, run_adrun
+from tests.support.paths import REPO, SCRIPTS, TINY
 
 pytestmark = pytest.mark.integration
 
-TINY = str(SCRIPTS / "tiny_model.py")
 TOUCH = str(SCRIPTS / "touch_and_sleep.py")
-
-
-def flat(text: str) -> str:
-    """Output without rich's box characters and line wrapping: words separated by single spaces."""
-    return " ".join(re.sub(r"[│╭╮╰╯─┃━┏┓┗┛┡┩]", " ", text).split())
 
 
 def error_lines(result: AdrunResult) -> list[str]:

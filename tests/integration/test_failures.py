@@ -15,29 +15,20 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
-import uuid
 from pathlib import Path
 
-import psutil
 import pytest
 
 from adrun.launch.env import HOOK_DIR
 from adrun.launch.job.report import JobReport
-from adrun.launch.job.teardown import kill_leftovers, leftover_processes
+from adrun.launch.job.teardown import leftover_processes
 from adrun.launch.job.tf_noise import NoiseFilter
-from tests.conftest import REPO, SCRIPTS, AdrunResult, run_adrun
+from tests.support.adrun_cli import AdrunResult, flat, run_adrun
+from tests.support.live_jobs import GUARD_S, job_processes, wait_no_leftovers
+from tests.support.paths import REPO, SCRIPTS, TINY
 
 pytestmark = pytest.mark.integration
-
-TINY = str(SCRIPTS / "tiny_model.py")
-GUARD_S = 120.0  # a hang guard, never a claim about speed
-
-
-def flat(text: str) -> str:
-    """Output without rich's box characters and line wrapping: words separated by single spaces."""
-    return " ".join(re.sub(r"[│╭╮╰╯─┃━┏┓┗┛┡┩├┼┤]", " ", text).split())
 
 
 def root_cause(result: AdrunResult) -> str:
@@ -49,81 +40,6 @@ def root_cause(result: AdrunResult) -> str:
 def no_adrun_traceback(result: AdrunResult) -> bool:
     """No traceback but the tasks' own, which adrun shows prefixed `[tag]` or inside the root-cause box."""
     return all(line.startswith(("[w", "[ps", "│")) for line in result.output.splitlines() if "Traceback" in line)
-
-
-def wait_no_leftovers(job_id: str, timeout_s: float) -> float:
-    """Seconds until no process of `job_id` is left; fails after `timeout_s`."""
-    start = time.monotonic()
-    while leftover_processes(job_id):
-        assert time.monotonic() - start < timeout_s, [p.info for p in leftover_processes(job_id)]
-        time.sleep(0.1)
-    return time.monotonic() - start
-
-
-class LiveAdrun:
-    """adrun in its own session (so only the signals a test sends reach it), output collected live."""
-
-    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
-        self.job_id = f"test-{uuid.uuid4().hex[:8]}"
-        self.lines: list[str] = []
-        self._seen = threading.Condition()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "adrun", "--job-id", self.job_id, *args],
-            cwd=REPO, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-        )
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            with self._seen:
-                self.lines.append(line.rstrip("\n"))
-                self._seen.notify_all()
-
-    @property
-    def output(self) -> str:
-        with self._seen:
-            return "\n".join(self.lines)
-
-    def wait_for_line(self, pattern: str, timeout_s: float = 120) -> str:
-        """The first output line matching `pattern` (a regex), waiting for it to appear."""
-        regex = re.compile(pattern)
-        deadline = time.monotonic() + timeout_s
-        with self._seen:
-            while True:
-                for line in self.lines:
-                    if regex.search(line):
-                        return line
-                left = deadline - time.monotonic()
-                assert left > 0 and self.proc.poll() is None, f"no line matching {pattern!r}:\n" + "\n".join(self.lines)
-                self._seen.wait(min(left, 0.5))
-
-    def wait(self, timeout_s: float) -> int:
-        code = self.proc.wait(timeout=timeout_s)
-        self._reader.join(timeout=5)
-        return code
-
-    def cleanup(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        kill_leftovers(self.job_id)
-
-
-@pytest.fixture
-def live():
-    started: list[LiveAdrun] = []
-
-    def start(*args: str, **kwargs) -> LiveAdrun:
-        job = LiveAdrun(*args, **kwargs)
-        started.append(job)
-        return job
-
-    yield start
-    for job in started:
-        job.cleanup()
 
 
 # --- 10. a worker fails mid-training -------------------------------------------------------------
@@ -216,16 +132,12 @@ def test_worker_sigkill_is_reported_as_such(tmp_path, spec_file):
 # --- 12. a parameter server killed ----------------------------------------------------------------
 
 
-def _job_processes(job_id: str, role: str) -> list[psutil.Process]:
-    return [p for p in leftover_processes(job_id) if p.info["environ"].get("ADRUN_ROLE") == role]
-
-
 def test_killed_parameter_server_fails_the_job(spec_file, live, tmp_path):
     result_json = tmp_path / "result.json"
     job = live("--strategy", "PSLoadBalancing", "--spec", str(spec_file()), "--result-json", str(result_json), TINY, "--steps", "100000",
                "--step-sleep", "0.05")
     job.wait_for_line(r"^\[w1\] step 2$")
-    [ps] = _job_processes(job.job_id, "ps")
+    [ps] = job_processes(job.job_id, "ps")
     assert ps.info["environ"]["ADRUN_TASK_INDEX"] == "0"
     ps.kill()
     code = job.wait(timeout_s=GUARD_S)  # the workers had hours of steps left
@@ -244,7 +156,7 @@ def test_killed_parameter_server_fails_the_job(spec_file, live, tmp_path):
 def test_ctrl_c_stops_the_job_with_130(spec_file, live):
     job = live("--strategy", "PSLoadBalancing", "--spec", str(spec_file()), TINY, "--steps", "100000", "--step-sleep", "0.05")
     job.wait_for_line(r"^\[w0\] step 2$")
-    assert len(_job_processes(job.job_id, "worker")) == 2
+    assert len(job_processes(job.job_id, "worker")) == 2
     job.proc.send_signal(signal.SIGINT)
     code = job.wait(timeout_s=GUARD_S)  # the workers had hours of steps left
     assert code == 130, job.output

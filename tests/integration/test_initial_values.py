@@ -18,7 +18,8 @@ import pytest
 import tensorflow as tf
 
 from adrun.launch.job.teardown import leftover_processes
-from tests.conftest import REPO, SCRIPTS, run_adrun
+from tests.support.adrun_cli import run_adrun
+from tests.support.paths import REPO, SCRIPTS
 
 pytestmark = pytest.mark.integration
 SCRIPT = str(SCRIPTS / "seeded_init_model.py")

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from adrun.launch.job.teardown import leftover_processes
-from tests.conftest import SCRIPTS, run_adrun
+from tests.support.adrun_cli import run_adrun
+from tests.support.paths import SCRIPTS
 
 pytestmark = pytest.mark.integration
 

@@ -20,8 +20,9 @@ import psutil
 import pytest
 
 from adrun.launch.job.teardown import leftover_processes
-from tests.conftest import REPO, SCRIPTS, run_adrun
-from tests.integration.test_failures import GUARD_S, TINY, LiveAdrun, live, wait_no_leftovers  # noqa: F401
+from tests.support.adrun_cli import run_adrun
+from tests.support.live_jobs import GUARD_S, LiveAdrun, wait_no_leftovers
+from tests.support.paths import REPO, SCRIPTS, TINY
 
 pytestmark = pytest.mark.integration
 

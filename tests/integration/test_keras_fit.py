@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from adrun.launch.job.teardown import leftover_processes
-from tests.conftest import REPO, SCRIPTS, run_adrun
+from tests.support.adrun_cli import run_adrun
+from tests.support.paths import REPO, SCRIPTS
 
 pytestmark = pytest.mark.integration
 SCRIPT = str(SCRIPTS / "keras_fit_model.py")

@@ -17,23 +17,19 @@ import pytest
 import tensorflow as tf
 
 from adrun.launch.job.teardown import leftover_processes
-from tests.conftest import REPO, SCRIPTS, run_adrun
-from tests.integration.test_checkpoints import PLAIN_GRAPH
-from tests.oracle import STEPS, train_and_compare
+from tests.support.adrun_cli import flat, run_adrun
+from tests.support.checkpoints import PLAIN_GRAPH
+from tests.support.oracle import STEPS, train_and_compare
+from tests.support.paths import REPO, SCRIPTS
 
 pytestmark = pytest.mark.integration
-
-
-def _flat(text: str) -> str:
-    """Output without rich's box characters and line wrapping."""
-    return " ".join(re.sub(r"[│╭╮╰╯─┃━┏┓┗┛┡┩├┼┤]", " ", text).split())
 
 
 def test_a_lone_worker_with_replicas_trains_as_plain_python(tmp_path, spec_file):
     result = train_and_compare(tmp_path, spec_file, "AllReduce", "sparse", "per-worker", workers=1, ps=0,
                                replicas=2)
     assert "worker 0: 2 in-graph replicas" in result.output
-    assert re.search(rf"w0 worker 0 {STEPS} ", _flat(result.output)), result.output
+    assert re.search(rf"w0 worker 0 {STEPS} ", flat(result.output)), result.output
 
 
 def test_one_worker_with_a_staleness_plan_trains_as_plain_python(tmp_path, spec_file):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.oracle import ORACLE_BUILDERS, train_and_compare
+from tests.support.oracle import ORACLE_BUILDERS, train_and_compare
 
 pytestmark = pytest.mark.integration
 

@@ -20,13 +20,13 @@ from adrun.profile.report import ProfileReport
 from adrun.records.store import cluster_key, open_records
 from adrun.spec import load_spec
 from adrun.strategies import BUILDERS
-from tests.conftest import REPO, SCRIPTS, AdrunResult, run_adrun
-from tests.oracle import train_and_compare
+from tests.support.adrun_cli import AdrunResult, run_adrun
+from tests.support.oracle import train_and_compare
+from tests.support.paths import REPO, SCRIPTS, TINY
 
 pytestmark = pytest.mark.integration
 
 EMBEDDING = str(REPO / "examples" / "embedding.py")
-TINY = str(SCRIPTS / "tiny_model.py")
 EVERY_CANDIDATE = {*BUILDERS, "Auto"}
 
 

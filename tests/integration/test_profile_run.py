@@ -14,7 +14,7 @@ import pytest
 from adrun.errors import UserError
 from adrun.launch.job.teardown import leftover_processes
 from adrun.profile.run import profile_model
-from tests.conftest import SCRIPTS
+from tests.support.paths import SCRIPTS
 
 pytestmark = pytest.mark.integration
 

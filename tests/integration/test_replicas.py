@@ -4,7 +4,7 @@ Each worker's batch is split across its replicas along the first axis, uneven re
 included (oracle_model.py's batch of 8 over 3 replicas is 3+3+2), and replicas are weighted by
 their share of the batch. So the result must equal data-parallel SGD over the workers' whole
 batches, whatever the replica counts, also when workers have different numbers of replicas.
-The log line proves the replicas were built; tests/unit/test_replication.py proves they run on
+The log line proves the replicas were built; tests/unit/adrun/runtime/kernels/test_replication.py proves they run on
 their own devices and compute their own slices. tf_keras `Model.fit` with replicas is in
 test_keras_fit.py.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.oracle import NUM_WORKERS, ORACLE_BUILDERS, train_and_compare
+from tests.support.oracle import NUM_WORKERS, ORACLE_BUILDERS, train_and_compare
 
 pytestmark = pytest.mark.integration
 

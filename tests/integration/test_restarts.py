@@ -10,52 +10,19 @@ ADRUN_JOB_ID (psutil).
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
-import numpy as np
 import psutil
 import pytest
 
 from adrun.launch.job.report import JobReport
 from adrun.launch.job.teardown import leftover_processes
-from tests.conftest import REPO, SCRIPTS, run_adrun
-from tests.integration.test_failures import flat, live  # noqa: F401  (live is a fixture)
+from tests.support.adrun_cli import flat, run_adrun
+from tests.support.live_jobs import job_process
+from tests.support.paths import TINY
+from tests.support.restart_oracle import MODEL, PAUSE_AT, STEPS, assert_ends_as_an_uninterrupted_run
 
 pytestmark = pytest.mark.integration
-
-MODEL = str(SCRIPTS / "restart_model.py")
-TINY = str(SCRIPTS / "tiny_model.py")
-STEPS = 30
-PAUSE_AT = 12  # checkpoints at 0, 5, 10: a resumed attempt starts at 10
-
-
-def assert_ends_as_an_uninterrupted_run(out: Path, tmp_path: Path) -> None:
-    """Every worker's final variables (`out`/values_w<i>.npz) equal those of a plain run of all STEPS."""
-    plain_dir = tmp_path / "plain"
-    plain_dir.mkdir()
-    subprocess.run([sys.executable, MODEL, "--checkpoint-dir", str(plain_dir / "ckpt"), "--out", str(plain_dir),
-                    "--steps", str(STEPS)], check=True, capture_output=True, cwd=REPO, timeout=300)
-    plain = np.load(plain_dir / "values_w0.npz")
-    for w in (0, 1):
-        got = np.load(out / f"values_w{w}.npz")
-        assert int(got["global_step"]) == STEPS
-        for name in ("dense/w", "dense/b"):
-            np.testing.assert_allclose(got[name], plain[name], rtol=1e-6, atol=1e-7, err_msg=f"w{w}: {name}")
-
-
-def _wait_for(path: Path, job) -> None:
-    while not path.exists():
-        assert job.proc.poll() is None, f"adrun ended before {path.name} appeared:\n{job.output}"
-        job._reader.join(0.1)
-
-
-def _job_process(job_id: str, role: str, index: int) -> psutil.Process:
-    [proc] = [p for p in leftover_processes(job_id)
-              if p.info["environ"].get("ADRUN_ROLE") == role and p.info["environ"].get("ADRUN_TASK_INDEX") == str(index)]
-    return proc
-
 
 def _kill_and_resume(tmp_path: Path, spec_file, live, role: str, index: int, pause_on: int) -> None:
     """Pause worker `pause_on` at step PAUSE_AT in attempt 0, SIGKILL task (role, index), and check
@@ -65,10 +32,10 @@ def _kill_and_resume(tmp_path: Path, spec_file, live, role: str, index: int, pau
     job = live("--strategy", "PSLoadBalancing", "--spec", str(spec_file()), "--max-restarts", "1", "--restart-backoff", "0",
                "--result-json", str(result_json), MODEL, "--checkpoint-dir", str(out / "ckpt"), "--out", str(out),
                "--steps", str(STEPS), "--pause-on", str(pause_on), "--pause-at", str(PAUSE_AT))
-    _wait_for(out / "paused", job)
+    job.wait_for_file(out / "paused")
     first = leftover_processes(job.job_id)
     assert {p.info["environ"]["ADRUN_RESTART_COUNT"] for p in first} == {"0"} and len(first) == 3
-    _job_process(job.job_id, role, index).kill()
+    job_process(job.job_id, role, index).kill()
     job.wait_for_line(r"^\[w0\] attempt 1 starts at global step")
     # attempt 1 runs: nothing of attempt 0 is left
     assert not [p for p in first if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
@@ -105,7 +72,7 @@ def test_a_killed_parameter_server_is_restarted_from_the_checkpoint_and_ends_as_
     _kill_and_resume(tmp_path, spec_file, live, "ps", 0, pause_on=0)
 
 
-@pytest.mark.full  # the fast suite has the rule and the loop around real jobs (tests/unit/test_launch_restarts.py)
+@pytest.mark.full  # the fast suite has the rule and the loop around real jobs (tests/unit/launch/job/test_restarts.py)
 @pytest.mark.parametrize("fault,exit_code,verdict", [
     (["--extra-var-on", "1"], 65, "the script built a different graph than the one planned; it would again"),
     (["--fail-on", "1", "--fail-at", "1"], 1,
@@ -130,7 +97,7 @@ def test_a_worker_that_hangs_fails_the_job_by_name_with_on_stall_fail(tmp_path, 
     job = live("--strategy", "PSLoadBalancing", "--spec", str(spec_file()), "--on-stall", "fail", "--stall-timeout", "8", "--result-json",
                str(result_json), MODEL, "--checkpoint-dir", str(out / "ckpt"), "--out", str(out), "--steps", "1000",
                "--pause-on", "1", "--pause-at", "3")
-    _wait_for(out / "paused", job)
+    job.wait_for_file(out / "paused")
     assert job.wait(timeout_s=120) == 124, job.output
     assert leftover_processes(job.job_id) == []
     text = flat(job.output)

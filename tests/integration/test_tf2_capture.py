@@ -14,8 +14,8 @@ from adrun.capture_run import capture_graph
 from adrun.launch.env import HOOK_DIR
 from adrun.launch.job.teardown import leftover_processes
 from adrun.strategies.document import load_strategy
-from tests.conftest import run_adrun
-from tests.tf2_oracle import SCRIPT, max_difference, plain, weights
+from tests.support.adrun_cli import run_adrun
+from tests.support.tf2_oracle import SCRIPT, max_difference, plain, weights
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SCRIPTS
+from tests.support.paths import SCRIPTS
 
 pytestmark = pytest.mark.integration
 

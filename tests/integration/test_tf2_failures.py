@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from adrun.launch.job.teardown import leftover_processes
-from tests.conftest import run_adrun, write_spec
-from tests.tf2_oracle import SCRIPT
+from tests.support.adrun_cli import run_adrun, write_spec
+from tests.support.tf2_oracle import SCRIPT
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.tf2_oracle import TOLERANCE, adrun_fit, averaging, equivalence, max_difference, plain, weights
+from tests.support.tf2_oracle import TOLERANCE, adrun_fit, averaging, equivalence, max_difference, plain, weights
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.conftest import SCRIPTS
+from tests.support.paths import SCRIPTS
 
 pytestmark = pytest.mark.integration
 

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from adrun.launch.job.teardown import leftover_processes
-from tests.conftest import REPO, SCRIPTS, run_adrun, write_spec
-from tests.tf2_oracle import SCRIPT, TOLERANCE, adrun_fit, max_difference, plain, weights
+from tests.support.adrun_cli import run_adrun, write_spec
+from tests.support.paths import REPO, SCRIPTS
+from tests.support.tf2_oracle import SCRIPT, TOLERANCE, adrun_fit, max_difference, plain, weights
 
 pytestmark = pytest.mark.timeout(600)
 

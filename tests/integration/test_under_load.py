@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 from adrun.launch.job.teardown import leftover_processes
-from tests.conftest import run_adrun, write_spec
-from tests.oracle import NUM_WORKERS, SCRIPT, assert_matches_reference
+from tests.support.adrun_cli import run_adrun, write_spec
+from tests.support.oracle import NUM_WORKERS, SCRIPT, assert_matches_reference
 
 pytestmark = [pytest.mark.integration, pytest.mark.full]
 

@@ -4,6 +4,8 @@ strategies/ belongs to one layer, and imports only from its own layer or lower o
 
 Imports are read from the source with `ast`, including those inside functions, so nothing is
 imported (and TensorFlow is never loaded) to check them.
+
+At the root of tests/unit: it reads every module of the three packages at once.
 """
 
 from __future__ import annotations

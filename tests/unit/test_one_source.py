@@ -2,6 +2,8 @@
 
 These read the source (no TensorFlow): a second definition of an exit code, of the metric line's
 prefix or of a default time would let the two sides drift apart silently.
+
+At the root of tests/unit: it reads the source of every package at once.
 """
 
 from __future__ import annotations

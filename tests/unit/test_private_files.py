@@ -3,6 +3,8 @@ owner-only databases, and --sync-code sending nothing from outside the script's 
 
 "Another user" is simulated by making the process's effective uid look different
 (`os.geteuid` patched), so the refusals are tested without root and without a second account.
+
+At the root of tests/unit: the rule spans adrun/ (home, jobs, records) and launch/ (the node helper, provisioning).
 """
 
 from __future__ import annotations
@@ -138,7 +140,8 @@ def test_sync_code_refuses_a_link_leading_outside_the_scripts_directory(tmp_path
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="makes a directory of another user (chown needs root)")
 def test_a_run_refuses_a_run_directory_someone_else_created_before_anything_starts(tmp_path):
-    from tests.conftest import SCRIPTS, run_adrun
+    from tests.support.adrun_cli import run_adrun
+    from tests.support.paths import SCRIPTS
     from adrun.launch.job.teardown import leftover_processes
 
     planted = tmp_path / f"adrun-runs-{os.geteuid()}"

@@ -1,8 +1,10 @@
 """README.md's option references agree with the code that defines the options.
 
 The command-line options are documented once, in their click `help`; the README's "Usage" block is
-generated from them (tests/readme_usage.py). The builders' options are documented in their pydantic
+generated from them (tests/support/readme_usage.py). The builders' options are documented in their pydantic
 `Options` (names, defaults, descriptions); the README's "Strategies" table is checked against them.
+
+At the root of tests/unit: README.md is the whole tree's.
 """
 
 from __future__ import annotations
@@ -14,14 +16,14 @@ import pytest
 from adrun.cli import main
 from adrun.strategies import BUILDERS
 from adrun.strategies.auto import AUTO, AutoOptions
-from tests.readme_usage import README, readme_block, render_usage
+from tests.support.readme_usage import README, readme_block, render_usage
 
 pytestmark = pytest.mark.timeout(30)
 
 
 def test_the_usage_block_is_generated_from_the_click_options():
     """Fails when an option, its help, metavar or default changed without the README: run
-    `.venv/bin/python -m tests.readme_usage` to regenerate the block."""
+    `.venv/bin/python -m tests.support.readme_usage` to regenerate the block."""
     assert readme_block(README.read_text()) == render_usage(main)
 
 

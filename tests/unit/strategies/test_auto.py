@@ -1,0 +1,185 @@
+"""Auto (strategies/auto.py): its decisions on synthetic model profiles, determinism, that its
+plans are exactly synchronous data-parallel SGD unless told otherwise, and that it is a builder
+like the others: configured by name, built from the PlanningFacts it declares it needs, purely."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from adrun.graph_item import GraphItem
+from adrun.strategies import BUILDERS
+from adrun.strategies.auto import Auto, AutoOptions
+from adrun.strategies.cost_model import predict
+from adrun.strategies.document import AllReduceSync, PSSync, Strategy, check_matches, strategy_to_yaml
+from adrun.strategies.fit import fit
+from adrun.strategies.planning_facts import Fact, PlanningFacts
+from tests.support.cost_facts import hosts_spec, network, profile, var
+
+SLOW, FAST = 12.5e6, 1.25e9  # 100 Mbit/s, 10 Gbit/s
+
+# a huge embedding with a small head
+SPARSE = GraphItem(batch_size=128, variables=[var("emb", [5_000_000, 64], "sparse"),
+                                              var("head/kernel", [64, 16]), var("head/bias", [16])])
+# six 4 MB layers
+DENSE = GraphItem(batch_size=32, variables=[var(f"l{i}/kernel", [1024, 1024]) for i in range(6)]
+                  + [var(f"l{i}/bias", [1024]) for i in range(6)])
+# two embeddings whose touched rows weigh about as much as a 4 MB MLP
+MIXED = GraphItem(batch_size=256, variables=[
+    var("user", [1_000_000, 64], "sparse"), var("item", [200_000, 64], "sparse"),
+    var("mlp1/kernel", [192, 1024]), var("mlp1/bias", [1024]), var("mlp2/kernel", [1024, 1024]),
+    var("mlp2/bias", [1024]), var("out/kernel", [1024, 1]), var("out/bias", [1]),
+])
+MIXED_ROWS = {"user": 4000, "item": 3000}
+
+
+def facts(graph, spec, prof, net) -> PlanningFacts:
+    """What the CLI gathers for Auto, the cost model fitted on no records (its analytical coefficients)."""
+    return PlanningFacts(spec=spec, graph=graph, profile=prof, network=net, fit=fit([]))
+
+
+def case(graph, rows, spec, bytes_per_s, compute_s=0.02):
+    return graph, spec, profile(graph, compute_s, rows), network(spec, bytes_per_s, latency_s=1e-4)
+
+
+def sparse_case(graph=SPARSE):
+    return case(graph, {"emb": 2000}, hosts_spec(4), SLOW, 0.01)
+
+
+def dense_case():
+    return case(DENSE, {}, hosts_spec(4), FAST, 0.05)
+
+
+def mixed_case():
+    return case(MIXED, MIXED_ROWS, hosts_spec(4, ps=[1, 1, 0, 0]), SLOW)
+
+
+def synchronizers(strategy: Strategy, name: str):
+    return next(v for v in strategy.variables if v.name == name).synchronizers()
+
+
+def test_huge_sparse_embedding_on_slow_links_is_partitioned_over_the_ps():
+    strategy = Auto().build(facts(*sparse_case()))
+    emb = next(v for v in strategy.variables if v.name == "emb")
+    assert emb.partition is not None
+    assert sorted(s.ps_task for s in emb.partition.shards) == [0, 1, 2, 3]
+    assert emb.note.startswith("partitioned into 4 shards on ps")
+    assert sorted(emb.note.split(";")[0].removeprefix("partitioned into 4 shards on ").split(", ")) == [
+        "ps0", "ps1", "ps2", "ps3"]
+    assert "% of sync time" in emb.note
+
+
+def test_dense_model_on_fast_links_is_all_reduced_in_one_collective():
+    strategy = Auto().build(facts(*dense_case()))
+    assert {(type(s), getattr(s, "group", None)) for v in strategy.variables for s in v.synchronizers()} == {
+        (AllReduceSync, 0)}
+    assert all(v.note.startswith("all-reduce group 0; predicted ") for v in strategy.variables)
+
+
+def test_mixed_model_gets_a_hybrid_better_than_every_builtin():
+    """Embeddings on the PSs (partitioned), dense layers all-reduced; with PSs on two of four hosts
+    neither uniform choice is as good."""
+    graph, spec, prof, net = mixed_case()
+    ranked = Auto().rank(facts(graph, spec, prof, net))
+    auto, prediction = ranked[0]
+    assert auto.builder == "Auto"
+    assert prediction.step_s < min(p.step_s for s, p in ranked if s.builder != "Auto") * 0.995
+    for name in ("user", "item"):
+        assert all(isinstance(s, PSSync) for s in synchronizers(auto, name))
+    for name in ("mlp1/kernel", "mlp2/kernel"):
+        assert synchronizers(auto, name) == [AllReduceSync(group=0)]
+
+
+def test_a_variable_that_cannot_be_split_stays_whole_and_says_why():
+    blocked = GraphItem(batch_size=128, variables=[var("emb", [5_000_000, 64], "sparse", blocker="read inside tf.while_loop"),
+                                                   var("head/kernel", [64, 16]), var("head/bias", [16])])
+    strategy = Auto().build(facts(*sparse_case(blocked)))
+    emb = next(v for v in strategy.variables if v.name == "emb")
+    assert emb.partition is None
+    assert emb.note.endswith("not partitioned: read inside tf.while_loop")
+
+
+@pytest.mark.parametrize("make", [sparse_case, dense_case, mixed_case])
+def test_auto_is_deterministic_and_writes_a_valid_document(make):
+    first = Auto().build(facts(*make()))
+    second = Auto().build(facts(*make()))
+    assert strategy_to_yaml(first) == strategy_to_yaml(second)
+    again = Strategy.model_validate(yaml.safe_load(strategy_to_yaml(first)))
+    assert again == first
+    graph, spec, _, _ = make()
+    check_matches(first, graph, spec)
+    assert first.options == {"allow_lossy": False, "allow_staleness": False}
+
+
+@pytest.mark.parametrize("make", [sparse_case, dense_case, mixed_case])
+def test_by_default_auto_plans_exactly_synchronous_sgd(make):
+    for v in Auto().build(facts(*make())).variables:
+        for s in v.synchronizers():
+            if isinstance(s, PSSync):
+                assert (s.sync, s.staleness, s.local_proxy) == (True, 0, False)
+            else:
+                assert s.compressor == "none"
+
+
+def test_lossy_compression_and_staleness_only_when_allowed():
+    graph, spec, prof, net = case(DENSE, {}, hosts_spec(4), SLOW, 0.05)
+    lossy = Auto(AutoOptions(allow_lossy=True)).build(facts(graph, spec, prof, net))
+    assert {s.compressor for v in lossy.variables for s in v.synchronizers() if isinstance(s, AllReduceSync)} - {"none"}
+    stale = Auto(AutoOptions(allow_staleness=True)).build(facts(graph, spec, prof, net))
+    assert any(isinstance(s, PSSync) and s.staleness for v in stale.variables for s in v.synchronizers())
+    exact = Auto().build(facts(graph, spec, prof, net))
+    assert predict(stale, prof, spec, net).step_s < predict(exact, prof, spec, net).step_s
+
+
+def test_rank_lists_every_builder_that_can_plan_best_first():
+    graph, spec, prof, net = sparse_case()
+    ranked = Auto().rank(facts(graph, spec, prof, net))
+    assert sorted(s.builder for s, _ in ranked) == sorted([*BUILDERS, "Auto"])
+    steps = [p.step_s for _, p in ranked]
+    assert steps == sorted(steps)
+    assert all(p.builder == s.builder for s, p in ranked)
+    # without a PS process the PS builders (and Parallax, for the sparse embedding) cannot plan
+    no_ps = hosts_spec(2, ps=0)
+    names = {s.builder for s, _ in Auto().rank(facts(graph, no_ps, prof, network(no_ps, SLOW)))}
+    assert names == {"AllReduce", "PartitionedAR", "RandomAxisPartitionAR", "Auto"}
+
+
+def test_a_profile_of_another_graph_is_refused():
+    graph, spec, _, net = sparse_case()
+    with pytest.raises(ValueError, match="profile is of graph"):
+        facts(graph, spec, profile(DENSE, 0.01), net)
+
+
+def test_auto_is_configured_by_name_like_every_builder():
+    from adrun.errors import UserError
+    from adrun.strategies import configured_builder
+
+    builder = configured_builder("Auto", {"allow_lossy": "true"})
+    assert isinstance(builder, Auto) and builder.options == AutoOptions(allow_lossy=True)
+    assert builder.needs == {Fact.PROFILE, Fact.NETWORK, Fact.FIT}
+    assert all(not b.needs for b in BUILDERS.values())  # the built-in builders plan from the graph alone
+    with pytest.raises(UserError, match="Auto options: allow_staleness: expected true or false, got 'sometimes'"):
+        configured_builder("Auto", {"allow_staleness": "sometimes"})
+    with pytest.raises(UserError, match=r"Auto options: unknown field 'allow_speed' \(did you mean 'allow_staleness'\?\)"):
+        configured_builder("Auto", {"allow_speed": "true"})
+
+
+def test_auto_without_the_facts_it_needs_names_them():
+    graph, spec, prof, _ = sparse_case()
+    with pytest.raises(ValueError, match="Auto plans from network, fit too"):
+        Auto().build(PlanningFacts(spec=spec, graph=graph, profile=prof))
+
+
+def test_building_neither_connects_nor_prints(monkeypatch, capsys):
+    """A plan is a function of its facts: Auto's search, and the built-in plans it ranks, open no
+    socket and write nothing to the terminal."""
+    import socket
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a builder opened a connection")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    first = Auto().build(facts(*mixed_case()))
+    assert Auto().build(facts(*mixed_case())) == first
+    assert capsys.readouterr() == ("", "")

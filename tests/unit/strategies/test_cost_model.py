@@ -1,0 +1,368 @@
+"""The cost model (strategies/cost_model.py) against hand-computed step times and bytes."""
+
+from __future__ import annotations
+
+import pytest
+
+from adrun.errors import UserError
+from adrun.graph_item import GraphItem
+from adrun.spec import ClusterSpec, Node
+from adrun.strategies.cost_model import Coefficients, distinct_rows_of, predict
+from adrun.strategies.document import AllReduceSync, Partition, PSSync
+from adrun.strategies.facts import ModelProfile, NodeBytes, RowsTouched
+from tests.support.cost_facts import BANDWIDTH_ONLY, hosts_spec, network, plan, planned, profile, var
+
+B = 1e8  # bytes/s between hosts
+W = var("w", [1000, 1000])  # a dense 1000 x 1000 float32 variable
+M = 4_000_000  # its bytes
+DENSE = GraphItem(variables=[W], batch_size=100)
+EMB = var("emb", [10_000, 64], grad="sparse")
+ROW = 64 * 4
+SPARSE = GraphItem(variables=[EMB], batch_size=100)
+
+
+def step(strategy, prof, spec, net, c=BANDWIDTH_ONLY) -> float:
+    return predict(strategy, prof, spec, net, c).step_s
+
+
+def test_one_ps_pulls_before_and_pushes_after_compute():
+    """Worker 1 on host 2 reads w from the PS on host 1, computes, pushes its gradient: the two
+    transfers follow each other; worker 0's stay on host 1."""
+    spec = hosts_spec(2, ps=[1, 0])
+    strategy = plan(DENSE, spec, [planned(W, sync=PSSync(ps_task=0))])
+    prediction = predict(strategy, profile(DENSE, 0.01), spec, network(spec, B), BANDWIDTH_ONLY)
+    assert prediction.step_s == pytest.approx(M / B + 0.01 + M / B)
+    assert prediction.compute_s == pytest.approx(0.01)
+    assert prediction.examples_per_s == pytest.approx(2 * 100 / prediction.step_s)
+    assert prediction.node_bytes == {"10.0.0.1": NodeBytes(sent=M, received=M), "10.0.0.2": NodeBytes(sent=M, received=M)}
+    assert (prediction.busiest_link, prediction.busiest_link_bytes) == ("10.0.0.1 -> 10.0.0.2", M)
+
+
+def test_synchronous_ps_pays_three_round_trips():
+    """Read (request, reply), then push, the chief's apply and the release: 6 one-way latencies of
+    the path plus the per-message latency each, the per-variable and PS-variable overheads once and
+    the PS task's overhead once per worker (2). The read and the push cross the link in opposite
+    directions but one after the other: no reverse traffic is charged."""
+    spec = hosts_spec(2, ps=[1, 0])
+    strategy = plan(DENSE, spec, [planned(W, sync=PSSync(ps_task=0))])
+    c = Coefficients(message_latency_s=0.0005, variable_overhead_s=0.002, ps_variable_overhead_s=0.003,
+                     ps_task_overhead_s=0.004, reverse_traffic_share=0.5)
+    assert step(strategy, profile(DENSE, 0.01), spec, network(spec, B, latency_s=0.001), c) == pytest.approx(
+        2 * M / B + 0.01 + 6 * (0.001 + 0.0005) + 0.002 + 0.003 + 2 * 0.004)
+
+
+@pytest.mark.parametrize("k", [1, 2, 4, 8])
+def test_k_ps_hosts_apart_from_the_workers(k):
+    """4 worker hosts, k PS hosts, w split evenly over the k PSs: each direction of each phase takes
+    max(M/B, N·M/(k·B)): the PS links bound it until k reaches N, the workers' links from there."""
+    spec = ClusterSpec(version=1, nodes=[
+        *(Node(address=f"10.0.0.{i + 1}", chief=i == 0, workers=1) for i in range(4)),
+        *(Node(address=f"10.0.1.{p + 1}", workers=0, ps=1) for p in range(k)),
+    ])
+    how = {"sync": PSSync(ps_task=0)} if k == 1 else {
+        "partition": Partition(axis=0, shards=[PSSync(ps_task=p) for p in range(k)])}
+    strategy = plan(DENSE, spec, [planned(W, **how)])
+    phase = max(M / B, 4 * M / (k * B))
+    assert step(strategy, profile(DENSE, 0.01), spec, network(spec, B)) == pytest.approx(0.01 + 2 * phase)
+
+
+def test_one_ps_per_host_equals_the_ring():
+    """Colocated partitioned PS moves 2(N-1)/N·M per host, like ring all-reduce (BytePS)."""
+    spec = hosts_spec(4)
+    ps = plan(DENSE, spec, [planned(W, partition=Partition(axis=0, shards=[PSSync(ps_task=p) for p in range(4)]))])
+    ring = plan(DENSE, spec, [planned(W, sync=AllReduceSync(group=0))])
+    prof, net = profile(DENSE, 0.01), network(spec, B)
+    assert step(ps, prof, spec, net) == pytest.approx(0.01 + 2 * 3 / 4 * M / B)
+    assert step(ring, prof, spec, net) == pytest.approx(0.01 + 2 * 3 / 4 * M / B)
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_ring_all_reduce(n):
+    """Each worker sends 2(N-1)/N·M to the next, all at once, after compute."""
+    spec = hosts_spec(n, ps=0)
+    strategy = plan(DENSE, spec, [planned(W, sync=AllReduceSync(group=0))])
+    prediction = predict(strategy, profile(DENSE, 0.01), spec, network(spec, B), BANDWIDTH_ONLY)
+    sent = -(-2 * (n - 1) * M // n)
+    assert prediction.step_s == pytest.approx(0.01 + sent / B)
+    assert all(b == NodeBytes(sent=sent, received=sent) for b in prediction.node_bytes.values())
+    assert prediction.bound == "network: 10.0.0.1 -> 10.0.0.2 (all-reduce ring)"
+
+
+@pytest.mark.parametrize("share", [0.0, 0.1, 0.5])
+def test_a_link_used_both_ways_at_once_carries_the_reverse_share(share):
+    """The ring on two hosts sends M each way at once: each direction also carries `share` of the
+    other's bytes (acknowledgements, flow control, RPC requests). A PS plan's read and push cross
+    the link one after the other, each alone in its direction: unchanged."""
+    spec = hosts_spec(2, ps=[1, 0])
+    ring = plan(DENSE, spec, [planned(W, sync=AllReduceSync(group=0))])
+    ps = plan(DENSE, spec, [planned(W, sync=PSSync(ps_task=0))])
+    c = BANDWIDTH_ONLY.model_copy(update={"reverse_traffic_share": share})
+    prof, net = profile(DENSE, 0.01), network(spec, B)
+    assert step(ring, prof, spec, net, c) == pytest.approx(0.01 + (1 + share) * M / B)
+    assert step(ps, prof, spec, net, c) == pytest.approx(0.01 + 2 * M / B)
+
+
+def test_reverse_share_counts_on_the_hosts_sides_too():
+    """Three hosts, the ring 1 -> 2 -> 3 -> 1: each pair carries one direction only, but each host
+    sends M and receives M at once, on its one network interface: its sent side carries the
+    share of what it receives."""
+    spec = hosts_spec(3, ps=0)
+    ring = plan(DENSE, spec, [planned(W, sync=AllReduceSync(group=0))])
+    sent = -(-2 * 2 * M // 3)
+    c = BANDWIDTH_ONLY.model_copy(update={"reverse_traffic_share": 0.2})
+    assert step(ring, profile(DENSE, 0.01), spec, network(spec, B), c) == pytest.approx(0.01 + 1.2 * sent / B)
+
+
+@pytest.mark.parametrize("shards", [2, 4])
+def test_each_synchronous_ps_piece_pays_its_overhead(shards):
+    """A variable split into k PS shards pays k PS-variable overheads (and k per-variable ones); in
+    an all-reduce group or with a staleness bound it pays none."""
+    spec = hosts_spec(4)
+    c = BANDWIDTH_ONLY.model_copy(update={"ps_variable_overhead_s": 0.003, "variable_overhead_s": 0.001})
+    prof, net = profile(DENSE, 0.01), network(spec, 1e15)
+    split = plan(DENSE, spec, [planned(W, partition=Partition(axis=0, shards=[PSSync(ps_task=p) for p in range(shards)]))])
+    ring = plan(DENSE, spec, [planned(W, sync=AllReduceSync(group=0))])
+    stale = plan(DENSE, spec, [planned(W, partition=Partition(axis=0, shards=[PSSync(ps_task=p, staleness=1)
+                                                                             for p in range(shards)]))])
+    assert step(split, prof, spec, net, c) == pytest.approx(0.01 + shards * (0.003 + 0.001))
+    assert step(ring, prof, spec, net, c) == pytest.approx(0.01 + 0.001)
+    assert step(stale, prof, spec, net, c) == pytest.approx(0.01 + shards * 0.001)
+
+
+@pytest.mark.parametrize("workers", [2, 4])
+def test_each_synchronous_ps_task_in_use_pays_its_overhead_once_per_worker(workers):
+    """w split into 4 shards: on 4 PS tasks the step pays 4 task overheads per worker, with all 4
+    shards on one task 1 per worker (the per-piece overheads are the same in both); an all-reduced
+    or stale variable pays none."""
+    spec = hosts_spec(workers, ps=4 // workers)
+    c = BANDWIDTH_ONLY.model_copy(update={"ps_task_overhead_s": 0.002})
+    prof, net = profile(DENSE, 0.01), network(spec, 1e18, local_bytes_per_s=1e18)
+    spread = plan(DENSE, spec, [planned(W, partition=Partition(axis=0, shards=[PSSync(ps_task=p) for p in range(4)]))])
+    one_task = plan(DENSE, spec, [planned(W, partition=Partition(axis=0, shards=[PSSync(ps_task=0)] * 4))])
+    ring = plan(DENSE, spec, [planned(W, sync=AllReduceSync(group=0))])
+    stale = plan(DENSE, spec, [planned(W, sync=PSSync(ps_task=0, staleness=1))])
+    assert step(spread, prof, spec, net, c) == pytest.approx(0.01 + workers * 4 * 0.002)
+    assert step(one_task, prof, spec, net, c) == pytest.approx(0.01 + workers * 1 * 0.002)
+    assert step(ring, prof, spec, net, c) == pytest.approx(0.01)
+    assert step(stale, prof, spec, net, c) == pytest.approx(0.01)
+
+
+def test_a_hybrid_step_pays_the_ps_updates_then_the_barrier_that_ends_it():
+    """3 hosts, u on PS 0 and v all-reduced. One way = path latency + per-message latency (1.5 ms),
+    a collective = 2(N-1) = 4 of them (6 ms). PS alone: read (2) + push, apply, release by the
+    token queues (4). Ring alone: one collective. Both: read (2); then, side by side, the push and
+    the chief's apply (2) and the all-reduce followed by the own-updates barrier (2 collectives);
+    then the barrier that ends the step, after both (runtime/kernels/step_order.py)."""
+    u, v = var("u", [1000]), var("v", [1000])
+    graph = GraphItem(variables=[u, v])
+    spec = hosts_spec(3)
+    prof, net = profile(graph, 0.01), network(spec, 1e15, latency_s=0.001)
+    c = BANDWIDTH_ONLY.model_copy(update={"message_latency_s": 0.0005})
+    one_way, collective = 0.0015, 4 * 0.0015
+    ps = plan(graph, spec, [planned(u, sync=PSSync(ps_task=0)), planned(v, sync=PSSync(ps_task=0))])
+    ring = plan(graph, spec, [planned(u, sync=AllReduceSync(group=0)), planned(v, sync=AllReduceSync(group=0))])
+    hybrid = plan(graph, spec, [planned(u, sync=PSSync(ps_task=0)), planned(v, sync=AllReduceSync(group=0))])
+    assert step(ps, prof, spec, net, c) == pytest.approx(0.01 + 6 * one_way)
+    assert step(ring, prof, spec, net, c) == pytest.approx(0.01 + collective)
+    assert step(hybrid, prof, spec, net, c) == pytest.approx(0.01 + 2 * one_way + max(2 * one_way, 2 * collective)
+                                                             + collective)
+
+
+def test_one_worker_with_a_ps_and_an_all_reduced_variable_has_no_barrier():
+    """One worker: the runtime orders nothing (no tokens, no barrier, an all-reduce of one is
+    free); the model keeps the PS round trips, 6 one-way latencies, as for any PS variable."""
+    u, v = var("u", [1000]), var("v", [1000])
+    graph = GraphItem(variables=[u, v])
+    spec = ClusterSpec(version=1, nodes=[Node(address="10.0.0.1", chief=True, workers=1, ps=0),
+                                         Node(address="10.0.0.2", workers=0, ps=1)])
+    net = network(spec, 1e15, latency_s=0.001)
+    c = BANDWIDTH_ONLY.model_copy(update={"message_latency_s": 0.0005})
+    hybrid = plan(graph, spec, [planned(u, sync=PSSync(ps_task=0)), planned(v, sync=AllReduceSync(group=0))])
+    assert step(hybrid, profile(graph, 0.01), spec, net, c) == pytest.approx(0.01 + 6 * 0.0015)
+
+
+def test_a_hybrid_with_stale_ps_variables_ends_with_the_barrier_only():
+    """Stale PS variables leave the critical path, but the step still ends with a barrier."""
+    u, v = var("u", [1000]), var("v", [1000])
+    graph = GraphItem(variables=[u, v])
+    spec = hosts_spec(3)
+    prof, net = profile(graph, 0.01), network(spec, 1e15, latency_s=0.001)
+    c = BANDWIDTH_ONLY.model_copy(update={"message_latency_s": 0.0005})
+    hybrid = plan(graph, spec, [planned(u, sync=PSSync(ps_task=0, staleness=1)), planned(v, sync=AllReduceSync(group=0))])
+    assert step(hybrid, prof, spec, net, c) == pytest.approx(0.01 + 2 * 4 * 0.0015)
+
+
+BUCKET = 1_000_000  # bytes a token-bucket-shaped path passes at once
+
+
+@pytest.mark.parametrize("compute_s", [0.1, 0.004])
+def test_a_shaped_path_passes_its_bucket_once_per_direction_and_step(compute_s):
+    """The PS reads cross 1 -> 2, the pushes 2 -> 1: each direction idles for the rest of the step
+    and starts its phase with a full bucket. The ring loads both directions after compute only:
+    what the compute let refill (rate × compute, at most the bucket)."""
+    spec = hosts_spec(2, ps=[1, 0])
+    prof, net = profile(DENSE, compute_s), network(spec, B, burst_bytes=BUCKET)
+    ps = plan(DENSE, spec, [planned(W, sync=PSSync(ps_task=0))])
+    ring = plan(DENSE, spec, [planned(W, sync=AllReduceSync(group=0))])
+    assert step(ps, prof, spec, net) == pytest.approx((M - BUCKET) / B + compute_s + (M - BUCKET) / B)
+    assert step(ring, prof, spec, net) == pytest.approx(compute_s + (M - min(BUCKET, B * compute_s)) / B)
+
+
+def test_a_path_busy_after_compute_has_no_bucket_left_for_the_next_reads():
+    """Two shards on the two hosts' PSs: both directions carry reads and pushes. The pushes find the
+    bucket the compute refilled; the reads follow the previous step's pushes at once: none."""
+    spec = hosts_spec(2)
+    split = plan(DENSE, spec, [planned(W, partition=Partition(axis=0, shards=[PSSync(ps_task=0), PSSync(ps_task=1)]))])
+    half = M // 2
+    assert step(split, profile(DENSE, 0.1), spec, network(spec, B, burst_bytes=BUCKET)) == pytest.approx(
+        half / B + 0.1 + (half - BUCKET) / B)
+
+
+def test_every_all_reduce_group_pays_its_ring_latency():
+    """2(N-1) sequential ring steps per collective, each a path latency plus the per-message one."""
+    u, v = var("u", [1000]), var("v", [1000])
+    graph = GraphItem(variables=[u, v])
+    spec = hosts_spec(4, ps=0)
+    prof, net = profile(graph, 0.01), network(spec, 1e15, latency_s=0.001)
+    c = Coefficients(message_latency_s=0.0, variable_overhead_s=0.0)
+    one = plan(graph, spec, [planned(u, sync=AllReduceSync(group=0)), planned(v, sync=AllReduceSync(group=0))])
+    two = plan(graph, spec, [planned(u, sync=AllReduceSync(group=0)), planned(v, sync=AllReduceSync(group=1))])
+    assert step(one, prof, spec, net, c) == pytest.approx(0.01 + 1 * 2 * 3 * 0.001)
+    assert step(two, prof, spec, net, c) == pytest.approx(0.01 + 2 * 2 * 3 * 0.001)
+
+
+def test_partitioned_sparse_moves_the_touched_rows_of_each_shard():
+    """1,000 distinct rows per step, half in each shard: a worker reads 500 rows from the other
+    host's PS, then pushes their ids and summed gradients (500·(R + 8))."""
+    spec = hosts_spec(2)
+    prof, net = profile(SPARSE, 0.01, {"emb": 1000}), network(spec, B)
+    split = plan(SPARSE, spec, [planned(EMB, partition=Partition(axis=0, shards=[PSSync(ps_task=0), PSSync(ps_task=1)]))])
+    whole = plan(SPARSE, spec, [planned(EMB, sync=PSSync(ps_task=0))])
+    gathered = plan(SPARSE, spec, [planned(EMB, sync=AllReduceSync(group=0))])
+    assert step(split, prof, spec, net) == pytest.approx(0.01 + 500 * ROW / B + 500 * (ROW + 8) / B)
+    assert step(whole, prof, spec, net) == pytest.approx(0.01 + 1000 * ROW / B + 1000 * (ROW + 8) / B)
+    # all-gather: each worker passes on the other's rows and ids
+    assert step(gathered, prof, spec, net) == pytest.approx(0.01 + 1000 * (ROW + 8) / B)
+
+
+def test_skewed_rows_load_the_hot_shard():
+    """Most touched rows in the first half of the ids (a vocabulary sorted by frequency): the PS of
+    shard 0 serves 90 of the 100 rows and bounds both phases."""
+    spec = hosts_spec(2)
+    split = plan(SPARSE, spec, [planned(EMB, partition=Partition(axis=0, shards=[PSSync(ps_task=0), PSSync(ps_task=1)]))])
+    skewed = ModelProfile(graph=SPARSE, compute_s=0.01, steps_measured=10,
+                          rows_touched={"emb": RowsTouched(mean=100, max=100, by_range=[90, 10])})
+    assert step(split, skewed, spec, network(spec, B)) == pytest.approx(0.01 + 90 * ROW / B + 90 * (ROW + 8) / B)
+
+
+def test_rows_of_shards_that_cut_the_measured_slices():
+    """1,200 rows, four measured slices of 300, three shards of 400: a slice cut by a shard boundary
+    counts in proportion to the part inside."""
+    emb = var("emb", [1200, 8], grad="sparse")
+    prof = ModelProfile(graph=GraphItem(variables=[emb]), compute_s=0.01, steps_measured=1,
+                        rows_touched={"emb": RowsTouched(mean=100, max=100, by_range=[40, 30, 20, 10])})
+    three = planned(emb, partition=Partition(axis=0, shards=[PSSync(ps_task=0)] * 3))
+    assert distinct_rows_of(three, prof, 2) == {"emb/part_0": [50, 50], "emb/part_1": [33, 33], "emb/part_2": [17, 17]}
+    assert distinct_rows_of(planned(emb, sync=PSSync(ps_task=0)), prof, 1) == {"emb": [100]}
+
+
+def test_sparse_all_gather_grows_with_the_workers_and_ps_does_not():
+    spec = hosts_spec(4)
+    prof, net = profile(SPARSE, 0.01, {"emb": 1000}), network(spec, B)
+    gathered = plan(SPARSE, spec, [planned(EMB, sync=AllReduceSync(group=0))])
+    split = plan(SPARSE, spec, [planned(EMB, partition=Partition(axis=0, shards=[PSSync(ps_task=p) for p in range(4)]))])
+    assert step(gathered, prof, spec, net) == pytest.approx(0.01 + 3 * 1000 * (ROW + 8) / B)
+    # each host serves its 250 rows to 3 workers, then receives their pushes
+    assert step(split, prof, spec, net) == pytest.approx(0.01 + 3 * 250 * ROW / B + 3 * 250 * (ROW + 8) / B)
+
+
+@pytest.mark.parametrize("compressor, buffer", [("none", M), ("fp16", M // 2), ("powersgd", (1000 + 1000) * 4 * 4)])
+def test_compression_shrinks_the_ring(compressor, buffer):
+    spec = hosts_spec(3, ps=0)
+    strategy = plan(DENSE, spec, [planned(W, sync=AllReduceSync(group=0, compressor=compressor, powersgd_rank=4))])
+    assert step(strategy, profile(DENSE, 0.01), spec, network(spec, B)) == pytest.approx(
+        0.01 + -(-2 * 2 * buffer // 3) / B)
+
+
+@pytest.mark.parametrize("compute_s", [0.01, 0.5])
+def test_staleness_overlaps_communication_with_compute(compute_s):
+    """With a staleness bound the PS traffic runs beside compute: the step is the longer of the two
+    (the links still carry the read and the push)."""
+    spec = hosts_spec(2, ps=[1, 0])
+    stale = plan(DENSE, spec, [planned(W, sync=PSSync(ps_task=0, staleness=2))])
+    assert step(stale, profile(DENSE, compute_s), spec, network(spec, B)) == pytest.approx(max(compute_s, M / B))
+
+
+def test_local_proxy_reads_the_whole_variable():
+    """A sparse variable with a local proxy: every worker reads all of it each step, the reads bound."""
+    spec = hosts_spec(2, ps=[1, 0])
+    strategy = plan(SPARSE, spec, [planned(EMB, sync=PSSync(ps_task=0, local_proxy=True))])
+    prediction = predict(strategy, profile(SPARSE, 0.001, {"emb": 100}), spec, network(spec, B), BANDWIDTH_ONLY)
+    assert prediction.step_s == pytest.approx(10_000 * ROW / B + 0.001 + 100 * (ROW + 8) / B)
+    assert prediction.bound == "network: 10.0.0.1 -> 10.0.0.2 (PS reads)"
+
+
+@pytest.mark.parametrize("batch, replicas, fraction", [(128, 2, 0.5), (5, 2, 3 / 5), (8, 3, 3 / 8), (None, 4, 0.25)])
+def test_compute_scales_with_the_per_replica_batch(batch, replicas, fraction):
+    graph = GraphItem(variables=[W], batch_size=batch)
+    spec = ClusterSpec(version=1, nodes=[Node(address="localhost", workers=1, replicas=replicas)])
+    strategy = plan(graph, spec, [planned(W, sync=AllReduceSync(group=0))])
+    prediction = predict(strategy, profile(graph, 0.2), spec, network(spec, B), Coefficients(compute_factor=1.5))
+    assert prediction.compute_s == pytest.approx(0.2 * 1.5 * fraction)
+    assert prediction.bound == "compute"
+
+
+def test_one_host_uses_the_local_path_and_its_factor():
+    """Two workers and a PS on one host: reads and pushes go over loopback (2M each phase)."""
+    spec = ClusterSpec(version=1, nodes=[Node(address="localhost", workers=2, ps=1)])
+    strategy = plan(DENSE, spec, [planned(W, sync=PSSync(ps_task=0))])
+    net = network(spec, B, local_bytes_per_s=1e9)
+    prof = profile(DENSE, 0.01)
+    assert step(strategy, prof, spec, net) == pytest.approx(0.01 + 2 * 2 * M / 1e9)
+    halved = BANDWIDTH_ONLY.model_copy(update={"local_bandwidth_factor": 0.5})
+    assert step(strategy, prof, spec, net, halved) == pytest.approx(0.01 + 2 * 2 * M / 0.5e9)
+    assert predict(strategy, prof, spec, net).busiest_link == "none"
+
+
+def test_variable_shares_follow_the_bytes():
+    small = var("small", [1000])
+    graph = GraphItem(variables=[W, small])
+    spec = hosts_spec(2, ps=0)
+    strategy = plan(graph, spec, [planned(W, sync=AllReduceSync(group=0)), planned(small, sync=AllReduceSync(group=0))])
+    shares = predict(strategy, profile(graph, 0.01), spec, network(spec, B), BANDWIDTH_ONLY).variable_share
+    assert sum(shares.values()) == pytest.approx(1.0)
+    assert shares["w"] == pytest.approx(M / (M + 4000))
+
+
+def test_a_ps_tasks_overhead_is_shared_by_the_pieces_on_it():
+    """Only the per-PS-task overhead counts (no bytes, no latency): a and b share PS 0's, c has PS 1's
+    to itself."""
+    a, b, c_var = var("a", [10]), var("b", [10]), var("c", [10])
+    graph = GraphItem(variables=[a, b, c_var])
+    spec = hosts_spec(2)
+    strategy = plan(graph, spec, [planned(a, sync=PSSync(ps_task=0)), planned(b, sync=PSSync(ps_task=0)),
+                                  planned(c_var, sync=PSSync(ps_task=1))])
+    c = BANDWIDTH_ONLY.model_copy(update={"ps_task_overhead_s": 0.001})
+    shares = predict(strategy, profile(graph, 0.01), spec, network(spec, 1e15), c).variable_share
+    assert shares == pytest.approx({"a": 0.25, "b": 0.25, "c": 0.5})
+
+
+def test_a_missing_path_is_named():
+    spec = hosts_spec(2, ps=0)
+    strategy = plan(DENSE, spec, [planned(W, sync=AllReduceSync(group=0))])
+    net = network(hosts_spec(1, ps=0), B)  # knows nothing of 10.0.0.2
+    with pytest.raises(UserError, match=r"between 10\.0\.0\.1 and 10\.0\.0\.2"):
+        predict(strategy, profile(DENSE, 0.01), spec, net)
+
+
+def test_unknown_sizes_count_as_one_and_never_negative():
+    """A variable whose size was unknown when the graph was built (-1) moves what its known part
+    says (the lower bound), never negative bytes."""
+    odd, emb = var("odd", [-1, 1000]), var("emb", [-1, 64], grad="sparse")
+    graph = GraphItem(variables=[odd, emb])
+    spec = hosts_spec(2, ps=[1, 0])
+    strategy = plan(graph, spec, [planned(odd, sync=PSSync(ps_task=0)), planned(emb, sync=PSSync(ps_task=0))])
+    prediction = predict(strategy, profile(graph, 0.01, {"emb": 50}), spec, network(spec, B), BANDWIDTH_ONLY)
+    read, pushed = 1000 * 4 + 50 * ROW, 1000 * 4 + 50 * (ROW + 8)
+    assert prediction.node_bytes["10.0.0.1"] == NodeBytes(sent=read, received=pushed)
+    assert prediction.step_s == pytest.approx(0.01 + (read + pushed) / B)
