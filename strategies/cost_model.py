@@ -50,7 +50,7 @@ from .wire_bound import variable_transfers
 
 # Dense gradients under this size bound for one PS task share one accumulator (one push and one
 # take per task, dtype and step): the runtime's BATCH_BELOW_BYTES (runtime/kernels/ps_sync.py, which
-# imports TensorFlow; tests/unit/test_cost_model_structure.py keeps the two equal).
+# imports TensorFlow; tests/unit/strategies/test_cost_model_structure.py keeps the two equal).
 PS_BATCH_BELOW_BYTES = 256 * 1024
 # The analytical values of the two terms no textbook figure gives: fitted once by `fit`, from
 # priors of 0, on the earliest recorded benchmark run (seven builders of the sparse workload on 2

@@ -8,7 +8,7 @@ import pytest
 from adrun.graph_item import GraphItem
 from adrun.strategies.cost_model import PS_BATCH_BELOW_BYTES, Coefficients, predict
 from adrun.strategies.document import AllReduceSync, Partition, PSSync
-from tests.cost_facts import BANDWIDTH_ONLY, hosts_spec, network, plan, planned, profile, var
+from tests.support.cost_facts import BANDWIDTH_ONLY, hosts_spec, network, plan, planned, profile, var
 
 B = 12.5e6  # 100 Mbit/s
 EMB = var("emb", [1_000_000, 32], grad="sparse")
