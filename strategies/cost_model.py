@@ -15,11 +15,16 @@ step, the rows its sparse variables touch), a ClusterSpec, NetworkFacts and a fe
 - Critical path of a synchronous step, nothing overlapped: pull (synchronous PS variables are read
   before the step computes) + compute + after-compute (gradients pushed to PSs and all-reduced,
   concurrently, sharing the links) + latencies + per-variable overheads (every piece, and more
-  for each synchronous PS piece: its own RPCs and apply) + a per-PS-task overhead for every
+  for each accumulator the synchronous PS pieces push into: one per sparse or large dense piece,
+  one per PS task for the small dense ones, as the runtime batches them) + a per-PS-task overhead for every
   worker and PS task of the step (each worker's step runs a subgraph on each synchronous PS task
   it reads from and pushes to). Communication of PS
   variables with staleness or asynchronous updates overlaps the rest, so the step is at least the
   time the links need for all of its bytes.
+- Hosts that share one machine's CPUs (the benchmark's namespace hosts, `NetworkFacts.shared_cpus`):
+  the bytes between hosts also load the machine's CPUs (sender and receiver), and compute and the
+  per-message and per-variable work run workers/CPUs times slower when there are more workers than
+  CPUs.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from adrun.errors import UserError
+from adrun.graph_item import dtype_itemsize
 from adrun.placement import TaskId, ps, task_hosts, worker
 from adrun.spec import ClusterSpec
 
@@ -42,6 +48,10 @@ from .facts import Link, ModelProfile, NetworkFacts, NodeBytes, Prediction, Rows
 from .wire_bound import variable_transfers
 
 
+# Dense gradients under this size bound for one PS task share one accumulator (one push and one
+# take per task, dtype and step): the runtime's BATCH_BELOW_BYTES (runtime/kernels/ps_sync.py, which
+# imports TensorFlow; tests/unit/strategies/test_cost_model_structure.py keeps the two equal).
+PS_BATCH_BELOW_BYTES = 256 * 1024
 # The analytical values of the two terms no textbook figure gives: fitted once by `fit`, from
 # priors of 0, on the earliest recorded benchmark run (seven builders of the sparse workload on 2
 # hosts at 100 Mbit/s, bench/results/cluster-quick.json) and rounded to one digit; docs/cost-model.md
@@ -53,6 +63,11 @@ REVERSE_TRAFFIC_SHARE = 0.07
 # (bench/results/cluster.json: 3 workloads x 4 builders, 0.397 ms) and rounded to one digit; the
 # 4-host runs it is checked against (bench/results/cluster-ncf-4h.json) did not set it.
 PS_TASK_OVERHEAD_S = 4e-4
+# The analytical value of a shared machine's CPU rate for moving bytes between hosts: fitted by a
+# grid (the other coefficients at their analytical values) on the 1 Gbit/s runs of an earlier
+# benchmark (bench/results/psperf-before.json: dense, 2 hosts, 4 builders), 1.53e8, rounded to one
+# digit; the runs it is judged on (docs/cost-model.md) did not set it.
+STACK_BYTES_PER_CPU_S = 1.5e8
 
 
 class Coefficients(BaseModel):
@@ -80,6 +95,11 @@ class Coefficients(BaseModel):
     ps_task_overhead_s: float = Field(default=PS_TASK_OVERHEAD_S, ge=0, allow_inf_nan=False)
     # measured compute time per step -> compute time in the distributed run
     compute_factor: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    # bytes one CPU passes between hosts per second (the tasks' RPC layer, the kernel's stack and the
+    # software switch between namespaces), a byte counted once where it is sent and once where it is
+    # received; a resource only where the facts say the hosts share one machine's CPUs
+    # (NetworkFacts.shared_cpus). Transfers inside a host (loopback) are left to its local path.
+    stack_bytes_per_cpu_s: float = Field(default=STACK_BYTES_PER_CPU_S, gt=0, allow_inf_nan=False)
 
     @classmethod
     def analytical(cls) -> Coefficients:
@@ -111,6 +131,11 @@ class Paths:
     ps_latency: dict[int, float]  # PS task -> worst one-way latency to any worker's host
     ring_latency: float  # worst one-way latency between ring neighbours (workers in task order)
     num_workers: int
+    # hosts sharing one machine's CPUs (NetworkFacts.shared_cpus): the resource of its CPUs' work on
+    # the bytes between tasks (capacity in CPUs), and how much slower each worker computes and
+    # runs its per-message and per-variable work than alone: workers / CPUs, at least 1
+    cpu_resource: int | None = None
+    cpu_contention: float = 1.0
 
     @classmethod
     def of(cls, spec: ClusterSpec, network: NetworkFacts) -> Paths:
@@ -145,7 +170,12 @@ class Paths:
                 into.burst_bytes if into else 0.0, False)
             add(("local", host, ""), f"{host} local", network.local.bytes_per_s, network.local.burst_bytes, True)
 
-        reverse = {"pair": "pair", "sent": "received", "received": "sent", "local": "local"}
+        cpu_resource, contention = None, 1.0
+        if network.shared_cpus is not None:
+            cpu_resource = len(names)
+            add(("cpu", "", ""), "the machine's CPUs", float(network.shared_cpus), 0.0, False)
+            contention = max(1.0, spec.num_workers / network.shared_cpus)
+        reverse = {"pair": "pair", "sent": "received", "received": "sent", "local": "local", "cpu": "cpu"}
         opposite = np.array([index[reverse[kind], b, a] if kind == "pair" else index[reverse[kind], a, b]
                              for kind, a, b in index])
         workers = [task_host[worker(w)] for w in range(spec.num_workers)]
@@ -155,7 +185,7 @@ class Paths:
         n = len(workers)
         ring = max((link(workers[w], workers[(w + 1) % n]).latency_s for w in range(n)), default=0.0)
         return cls(hosts, task_host, names, np.array(capacity, dtype=float), np.array(burst, dtype=float),
-                   np.array(is_local), index, opposite, ps_latency, ring, spec.num_workers)
+                   np.array(is_local), index, opposite, ps_latency, ring, spec.num_workers, cpu_resource, contention)
 
     def zeros(self) -> np.ndarray:
         return np.zeros(len(self.names))
@@ -166,12 +196,17 @@ class Paths:
         if src == dst:
             bytes_by_resource[self.index["local", src, ""]] += nbytes
         else:
+            if self.cpu_resource is not None:  # sent by one host's stack, switched, received by another's
+                bytes_by_resource[self.cpu_resource] += 2 * nbytes
             bytes_by_resource[self.index["pair", src, dst]] += nbytes
             bytes_by_resource[self.index["sent", src, ""]] += nbytes
             bytes_by_resource[self.index["received", dst, ""]] += nbytes
 
     def effective(self, c: Coefficients) -> np.ndarray:
-        return self.capacity * np.where(self.is_local, c.local_bandwidth_factor, c.remote_bandwidth_factor)
+        factor = np.where(self.is_local, c.local_bandwidth_factor, c.remote_bandwidth_factor)
+        if self.cpu_resource is not None:
+            factor[self.cpu_resource] = c.stack_bytes_per_cpu_s
+        return self.capacity * factor
 
     def seconds(self, bytes_by_resource: np.ndarray, c: Coefficients) -> np.ndarray:
         """Seconds each resource spends on some bytes at its rate: the bytes, plus the
@@ -193,8 +228,8 @@ class Paths:
         return np.minimum(self.burst, np.where(np.asarray(idle_s) > 0, refill, 0.0))
 
     def _load(self, bytes_by_resource: np.ndarray, c: Coefficients) -> np.ndarray:
-        return bytes_by_resource + np.where(self.is_local, 0.0,
-                                            c.reverse_traffic_share * bytes_by_resource[self.opposite])
+        one_way = self.opposite != np.arange(len(self.opposite))  # a link's direction, not local or CPUs
+        return bytes_by_resource + np.where(one_way, c.reverse_traffic_share * bytes_by_resource[self.opposite], 0.0)
 
 
 def _link_lookup(network: NetworkFacts) -> Callable[[str, str], Link]:
@@ -224,6 +259,10 @@ class Load:
     after: np.ndarray  # synchronous PS pushes and collectives, after compute
     overlapped: np.ndarray  # PS variables with staleness or asynchronous updates: both directions
     sync_ps: Counter = field(default_factory=Counter)  # PS task -> synchronous pieces on it
+    # accumulators of the synchronous PS pieces: one each for a sparse or large dense gradient, one
+    # per (PS task, dtype) for the small dense ones, which share it (`batched_in_accumulator`)
+    own_accumulators: int = 0
+    shared_accumulators: Counter = field(default_factory=Counter)  # (PS task, dtype) -> pieces sharing it
     stale_ps: Counter = field(default_factory=Counter)  # PS task -> stale/asynchronous pieces
     dense_groups: Counter = field(default_factory=Counter)  # all-reduce group -> dense pieces in it
     sparse_collectives: int = 0  # sparse pieces all-gathered, each its own collectives
@@ -235,25 +274,41 @@ class Load:
 
     def copy(self) -> Load:
         return Load(self.pull.copy(), self.after.copy(), self.overlapped.copy(), Counter(self.sync_ps),
-                    Counter(self.stale_ps), Counter(self.dense_groups), self.sparse_collectives, self.pieces)
+                    self.own_accumulators, Counter(self.shared_accumulators), Counter(self.stale_ps),
+                    Counter(self.dense_groups), self.sparse_collectives, self.pieces)
+
+    @property
+    def accumulators(self) -> int:
+        """Accumulators the synchronous PS pieces push into: what each pays o_ps for."""
+        return self.own_accumulators + len(self.shared_accumulators)
 
     def add(self, other: Load, sign: int = 1) -> None:
         """Add `other` (sign 1) or take it away (sign -1)."""
         self.pull += sign * other.pull
         self.after += sign * other.after
         self.overlapped += sign * other.overlapped
-        for mine, theirs in ((self.sync_ps, other.sync_ps), (self.stale_ps, other.stale_ps),
-                             (self.dense_groups, other.dense_groups)):
+        for mine, theirs in ((self.sync_ps, other.sync_ps), (self.shared_accumulators, other.shared_accumulators),
+                             (self.stale_ps, other.stale_ps), (self.dense_groups, other.dense_groups)):
             for key, count in theirs.items():
                 mine[key] += sign * count
                 if mine[key] == 0:
                     del mine[key]
+        self.own_accumulators += sign * other.own_accumulators
         self.sparse_collectives += sign * other.sparse_collectives
         self.pieces += sign * other.pieces
 
 
 def _is_synchronous(sync: PSSync) -> bool:
     return sync.sync and sync.staleness == 0
+
+
+def batched_in_accumulator(var: VariablePlan, shape: Sequence[int]) -> bool:
+    """Whether a synchronous PS piece (the variable, or a shard of `shape`) shares its PS task's
+    accumulator: a dense gradient of known shape under PS_BATCH_BELOW_BYTES, as the runtime batches
+    them (runtime/kernels/ps_sync.py)."""
+    if var.grad == "sparse" or any(d < 0 for d in shape):
+        return False
+    return math.prod(shape) * dtype_itemsize(var.dtype) < PS_BATCH_BELOW_BYTES
 
 
 def distinct_rows_of(var: VariablePlan, profile: ModelProfile, num_workers: int) -> dict[str, list[int]]:
@@ -295,11 +350,18 @@ def _rows_between(touched: RowsTouched, lo: int, hi: int, rows: int) -> float:
 def variable_load(var: VariablePlan, profile: ModelProfile, paths: Paths) -> Load:
     """One planned variable's part of a step's load."""
     load = Load.empty(paths)
-    for shard in variable_transfers(var, paths.num_workers, distinct_rows_of(var, profile, paths.num_workers)):
+    shards = variable_transfers(var, paths.num_workers, distinct_rows_of(var, profile, paths.num_workers))
+    for shard, shape in zip(shards, var.shard_shapes(), strict=True):
         load.pieces += 1
         sync = shard.sync
-        if isinstance(sync, PSSync):
-            (load.sync_ps if _is_synchronous(sync) else load.stale_ps)[sync.ps_task] += 1
+        if isinstance(sync, PSSync) and _is_synchronous(sync):
+            load.sync_ps[sync.ps_task] += 1
+            if batched_in_accumulator(var, shape):
+                load.shared_accumulators[sync.ps_task, var.dtype] += 1
+            else:
+                load.own_accumulators += 1
+        elif isinstance(sync, PSSync):
+            load.stale_ps[sync.ps_task] += 1
         elif var.grad == "sparse":
             load.sparse_collectives += 1
         else:
@@ -356,7 +418,8 @@ class StepCost:
 
     def time(self, c: Coefficients) -> StepTime:
         paths, load = self.paths, self.load
-        compute = self.compute_s * c.compute_factor
+        slower = paths.cpu_contention  # the CPU-bound parts, on a machine shared by more workers than CPUs
+        compute = self.compute_s * c.compute_factor * slower
         # token buckets: a resource idle after compute (no pushes or collectives on it) starts the
         # next step's reads full; one busy then has only the short gap of the latencies: none. The
         # pushes and collectives find what the compute (and the reads, if the resource had none)
@@ -373,10 +436,11 @@ class StepCost:
         # worker's own updates (after the all-reduces), one that ends the step after the chief's PS
         # updates
         mixed = n > 1 and bool(load.sync_ps or load.stale_ps) and collectives > 0
-        one_collective = 2 * (n - 1) * (paths.ring_latency + c.message_latency_s) if n > 1 else 0.0
+        alpha = c.message_latency_s * slower
+        one_collective = 2 * (n - 1) * (paths.ring_latency + alpha) if n > 1 else 0.0
         read_ps = ps_after = 0.0
         if load.sync_ps:
-            one_way = max(paths.ps_latency[p] for p in load.sync_ps) + c.message_latency_s
+            one_way = max(paths.ps_latency[p] for p in load.sync_ps) + alpha
             read_ps = 2 * one_way  # the read's request and reply
             # the push reaches the PS and the chief's apply reports back; without collectives, the
             # chief's release reaches PS 0 and the workers' token comes back from it
@@ -387,9 +451,9 @@ class StepCost:
         latency = read_ps + max(ps_after, collectives * one_collective) + end_barrier
         if load.stale_ps:
             worst = max(paths.ps_latency[p] for p in load.stale_ps)
-            overlapped += 4 * (worst + c.message_latency_s)
-        overhead = (load.pieces * c.variable_overhead_s + sum(load.sync_ps.values()) * c.ps_variable_overhead_s
-                    + n * len(load.sync_ps) * c.ps_task_overhead_s)
+            overlapped += 4 * (worst + alpha)
+        overhead = slower * (load.pieces * c.variable_overhead_s + load.accumulators * c.ps_variable_overhead_s
+                             + n * len(load.sync_ps) * c.ps_task_overhead_s)
         critical = pull + compute + after + latency + overhead
         return StepTime(max(critical, overlapped), compute, pull, after, latency, overhead, overlapped,
                         pull_at, after_at, all_at)
@@ -497,20 +561,24 @@ def variable_shares(
 ) -> dict[str, float]:
     """Each variable's share of the step's synchronization time: its seconds on the busiest resource
     of each transfer part (its bytes there and its reverse-traffic share of that link's other
-    direction, over the effective capacity), its per-variable overheads, each PS task's overhead
-    split over the synchronous pieces on that task, and the latencies split evenly over the
+    direction, over the effective capacity), its per-variable overheads (a shared accumulator's
+    split over the pieces sharing it), each PS task's overhead split over the synchronous pieces
+    on that task, and the latencies split evenly over the
     synchronous pieces (variables or shards); normalized to sum to 1 (all 0 when nothing is
     synchronized)."""
     loads = [variable_load(v, profile, paths) for v in variables]
     synchronous = [ld.pieces - sum(ld.stale_ps.values()) for ld in loads]
     latency_per_piece = t.latency / sum(synchronous) if sum(synchronous) else 0.0
     pieces_on_task = sum((ld.sync_ps for ld in loads), Counter())
+    sharing = sum((ld.shared_accumulators for ld in loads), Counter())
     per_task = paths.num_workers * c.ps_task_overhead_s
+    slower = paths.cpu_contention
     raw = [
         float(paths.seconds(ld.pull, c)[t.pull_resource] + paths.seconds(ld.after, c)[t.after_resource]
               + paths.seconds(ld.overlapped, c)[t.all_resource]
-              + ld.pieces * c.variable_overhead_s + sum(ld.sync_ps.values()) * c.ps_variable_overhead_s
-              + sum(per_task * k / pieces_on_task[task] for task, k in ld.sync_ps.items())
+              + slower * (ld.pieces * c.variable_overhead_s + ld.own_accumulators * c.ps_variable_overhead_s
+                          + sum(c.ps_variable_overhead_s * k / sharing[key] for key, k in ld.shared_accumulators.items())
+                          + sum(per_task * k / pieces_on_task[task] for task, k in ld.sync_ps.items()))
               + pieces * latency_per_piece)
         for ld, pieces in zip(loads, synchronous, strict=True)
     ]

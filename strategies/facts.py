@@ -96,6 +96,10 @@ class NetworkFacts(BaseModel):
     version: Literal[1] = 1
     local: Link
     links: list[HostLink] = []
+    # The hosts are network namespaces (or virtual machines) of one machine with this many CPUs, as
+    # on the benchmark cluster (bench/cluster/): their compute, their tasks' RPC work and the
+    # software switch between them share those CPUs. None: every host is its own machine.
+    shared_cpus: int | None = Field(default=None, ge=1)
 
     def link(self, src: str, dst: str) -> Link:
         """The path from host `src` to host `dst`: `local` for one host; the given direction, else

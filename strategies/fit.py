@@ -30,7 +30,8 @@ FACTOR_SCALE = math.log(2)
 SECONDS_SCALE = 1e-2
 SHARE_SCALE = 0.25
 
-_FACTORS = ("remote_bandwidth_factor", "local_bandwidth_factor", "compute_factor")  # fitted as logarithms
+_FACTORS = ("remote_bandwidth_factor", "local_bandwidth_factor", "compute_factor",
+            "stack_bytes_per_cpu_s")  # fitted as logarithms
 _ADDITIVE = (("message_latency_s", SECONDS_SCALE), ("variable_overhead_s", SECONDS_SCALE),
              ("ps_variable_overhead_s", SECONDS_SCALE), ("ps_task_overhead_s", SECONDS_SCALE),
              ("reverse_traffic_share", SHARE_SCALE))

@@ -75,11 +75,12 @@ def require_host_path(spec: ClusterSpec) -> None:
 
 
 def scaled_network(network: NetworkFacts, link: Link, spec: ClusterSpec) -> NetworkFacts:
-    """`network`'s path inside a host, and `link` between every ordered pair of `spec`'s hosts."""
+    """`network`'s path inside a host (and CPUs the hosts share, if any), and `link` between every
+    ordered pair of `spec`'s hosts."""
     hosts = [node.address for node in spec.nodes]
-    return NetworkFacts(local=network.local, links=[
+    return network.model_copy(update={"links": [
         HostLink(src=a, dst=b, **link.model_dump()) for a in hosts for b in hosts if a != b
-    ])
+    ]})
 
 
 def scaling_section(facts: PlanningFacts, auto: Auto, host_counts: list[int]) -> ScalingSection:

@@ -1,0 +1,129 @@
+"""The cost model's structure (strategies/cost_model.py): how a prediction moves with the hosts, the
+link directions a plan uses and the runtime's accumulators, whatever the coefficients' values."""
+
+from __future__ import annotations
+
+import pytest
+
+from adrun.graph_item import GraphItem
+from adrun.strategies.cost_model import PS_BATCH_BELOW_BYTES, Coefficients, predict
+from adrun.strategies.document import AllReduceSync, Partition, PSSync
+from tests.support.cost_facts import BANDWIDTH_ONLY, hosts_spec, network, plan, planned, profile, var
+
+B = 12.5e6  # 100 Mbit/s
+EMB = var("emb", [1_000_000, 32], grad="sparse")
+SPARSE = GraphItem(variables=[EMB], batch_size=256)
+ROWS = 8000  # distinct rows one worker's step touches
+ROW_BYTES = 32 * 4
+
+
+def step(strategy, prof, spec, net, c=None) -> float:
+    return predict(strategy, prof, spec, net, c or Coefficients.analytical()).step_s
+
+
+def test_the_runtime_batches_below_the_size_the_model_counts_with():
+    from adrun.runtime.kernels.ps_sync import BATCH_BELOW_BYTES
+
+    assert PS_BATCH_BELOW_BYTES == BATCH_BELOW_BYTES
+
+
+@pytest.mark.parametrize("small, large", [(2, 4), (4, 8)])
+def test_all_gathered_rows_grow_with_the_hosts_and_a_sharded_ps_does_not(small, large):
+    """Each worker touches the same rows per step at any cluster size. All-gathered, every host
+    passes on the other workers' rows: (N-1)·u·(R+I), growing with N. Sharded over one PS per host,
+    each worker reads and pushes its own rows once, (N-1)/N of them remote: below 2·u·(R+I)/B
+    however many hosts."""
+    prof = profile(SPARSE, 0.01, {"emb": ROWS})
+    times = {}
+    for n in (small, large):
+        spec = hosts_spec(n)
+        net = network(spec, B)
+        gathered = plan(SPARSE, spec, [planned(EMB, sync=AllReduceSync(group=0))])
+        split = plan(SPARSE, spec, [planned(EMB, partition=Partition(axis=0, shards=[PSSync(ps_task=p)
+                                                                                     for p in range(n)]))])
+        times[n] = step(gathered, prof, spec, net), step(split, prof, spec, net)
+    # the all-gather grows as N-1 (3x from 2 to 4 hosts), the sharded PS as (N-1)/N (1.5x, then 1.17x)
+    assert times[large][0] / times[small][0] > 0.9 * (large - 1) / (small - 1)
+    assert times[large][1] / times[small][1] < 1.1 * ((large - 1) / large) / ((small - 1) / small)
+    assert times[large][1] < 0.01 + 1.2 * 2 * ROWS * (ROW_BYTES + 8) / B + 0.05  # with overheads and latencies
+
+
+def test_one_link_direction_at_a_time_costs_more_than_both_at_once_at_equal_bytes():
+    """Two hosts, one dense variable: whole on host 1's PS, worker 1 reads it over 1 -> 2, then
+    pushes it over 2 -> 1, one direction at a time; all-reduced (ring) or split over both PSs, both
+    directions carry it at once. Every host sends and receives M in all three plans."""
+    w = var("w", [1000, 1000])
+    graph = GraphItem(variables=[w], batch_size=100)
+    spec = hosts_spec(2)
+    prof, net = profile(graph, 0.01), network(spec, B)
+    whole = plan(graph, spec, [planned(w, sync=PSSync(ps_task=0))])
+    ring = plan(graph, spec, [planned(w, sync=AllReduceSync(group=0))])
+    split = plan(graph, spec, [planned(w, partition=Partition(axis=0, shards=[PSSync(ps_task=0), PSSync(ps_task=1)]))])
+    for strategy in (whole, ring, split):
+        assert {h: (b.sent, b.received) for h, b in predict(strategy, prof, spec, net).node_bytes.items()} == {
+            "10.0.0.1": (4e6, 4e6), "10.0.0.2": (4e6, 4e6)}
+    assert step(whole, prof, spec, net) > 1.6 * step(ring, prof, spec, net)
+    assert step(whole, prof, spec, net) > 1.6 * step(split, prof, spec, net)
+
+
+@pytest.mark.parametrize("size, tasks, accumulators", [
+    (1000, 1, 1),  # 4 KB each: ten gradients share ps0's accumulator
+    (1000, 2, 2),  # alternating over two PS tasks: one accumulator on each
+    (PS_BATCH_BELOW_BYTES // 4, 1, 10),  # at the threshold each keeps its own
+])
+def test_small_dense_ps_gradients_pay_one_accumulator_per_ps_task(size, tasks, accumulators):
+    """o_ps is paid per accumulator the pushes go into: the runtime gives the small dense gradients
+    of one PS task one accumulator (runtime/kernels/ps_sync.py); o (per piece) stays per variable."""
+    vs = [var(f"v{i}", [size]) for i in range(10)]
+    graph = GraphItem(variables=vs, batch_size=10)
+    spec = hosts_spec(2)
+    c = BANDWIDTH_ONLY.model_copy(update={"ps_variable_overhead_s": 0.003, "variable_overhead_s": 0.001})
+    strategy = plan(graph, spec, [planned(v, sync=PSSync(ps_task=i % tasks)) for i, v in enumerate(vs)])
+    assert step(strategy, profile(graph, 0.01), spec, network(spec, 1e15), c) == pytest.approx(
+        0.01 + 10 * 0.001 + accumulators * 0.003)
+
+
+def test_a_sparse_gradient_keeps_its_own_accumulator():
+    small = var("emb", [100, 4], grad="sparse")  # 1.6 KB, but its rows are pushed as indexed slices
+    dense = var("b", [4])
+    graph = GraphItem(variables=[small, dense], batch_size=10)
+    spec = hosts_spec(2)
+    c = BANDWIDTH_ONLY.model_copy(update={"ps_variable_overhead_s": 0.003})
+    strategy = plan(graph, spec, [planned(small, sync=PSSync(ps_task=0)), planned(dense, sync=PSSync(ps_task=0))])
+    assert step(strategy, profile(graph, 0.01, {"emb": 10}), spec, network(spec, 1e15), c) == pytest.approx(
+        0.01 + 2 * 0.003)
+
+
+def _shared(spec, bytes_per_s, cpus):
+    return network(spec, bytes_per_s).model_copy(update={"shared_cpus": cpus})
+
+
+@pytest.mark.parametrize("hosts, slower", [(1, 1.0), (2, 1.0), (4, 2.0), (8, 4.0)])
+def test_workers_sharing_a_machines_cpus_compute_slower_beyond_one_each(hosts, slower):
+    """Namespace hosts of one 2-CPU machine: up to 2 workers compute at the profiled speed, 4 at half
+    of it; on separate machines (no shared CPUs) every host computes alone."""
+    w = var("w", [10])
+    graph = GraphItem(variables=[w], batch_size=10)
+    spec = hosts_spec(hosts, ps=0)
+    strategy = plan(graph, spec, [planned(w, sync=AllReduceSync(group=0))])
+    prof = profile(graph, 0.01)
+    assert predict(strategy, prof, spec, _shared(spec, 1e15, 2), BANDWIDTH_ONLY).compute_s == pytest.approx(0.01 * slower)
+    assert predict(strategy, prof, spec, network(spec, 1e15), BANDWIDTH_ONLY).compute_s == pytest.approx(0.01)
+
+
+def test_bytes_between_hosts_of_one_machine_load_its_cpus_and_loopback_does_not():
+    """Two namespace hosts on a fast switch: the ring's 4 MB each way are sent and received through
+    the machine's CPUs (2 × 2 × 4 MB at 2 CPUs × the stack rate); a PS read by its own host's
+    worker only stays on loopback and loads no CPU of the model."""
+    w = var("w", [1000, 1000])
+    graph = GraphItem(variables=[w], batch_size=100)
+    spec = hosts_spec(2)
+    rate = 1e8
+    c = BANDWIDTH_ONLY.model_copy(update={"stack_bytes_per_cpu_s": rate})
+    ring = plan(graph, spec, [planned(w, sync=AllReduceSync(group=0))])
+    prof, net = profile(graph, 0.01), _shared(spec, 1e15, 2)
+    assert predict(ring, prof, spec, net, c).step_s == pytest.approx(0.01 + 2 * 2 * 4e6 / (2 * rate))
+    one = hosts_spec(1, workers=1, ps=1)
+    local_ps = plan(graph, one, [planned(w, sync=PSSync(ps_task=0))])
+    assert predict(local_ps, prof, one, _shared(one, 1e15, 2), c).step_s == pytest.approx(
+        predict(local_ps, prof, one, network(one, 1e15), c).step_s)
