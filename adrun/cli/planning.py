@@ -55,7 +55,7 @@ def default_builder(item: GraphItem) -> str:
     """The builder a run uses when no `--strategy` is given, for the script captured as `item`: Auto
     for graph mode (it plans what the cluster can run, from a profile or, for a script too short to
     time, from the model's facts); AllReduce for TF2 scripts, which Auto does not plan yet (TF2 mode
-    synchronizes by collectives only, strategies/document.py TF2_NO_PS, and Auto may choose PS)."""
+    plans only what strategies/document.py tf2_refusals allows)."""
     return TF2_DEFAULT_BUILDER if item.kind == "tf2" else DEFAULT_BUILDER
 
 
