@@ -31,12 +31,23 @@ TESTED: dict[str, str] = {"tensorflow": "2.21", "keras": "3.15", "tf_keras": "2.
 PRIVATE_API: dict[str, tuple[str, ...]] = {
     "tensorflow.python.eager.context": (
         "Context.configure_collective_ops", "Context.configure_coordination_service",
-        "Context.enable_collective_ops", "Context.abort_collective_ops",
+        "Context.enable_collective_ops", "Context.abort_collective_ops", "Context.set_server_def",
     ),
     "tensorflow.python.ops.collective_ops": (
         "all_reduce_v2", "all_gather_v2", "broadcast_send_v2", "broadcast_recv_v2",
     ),
     "tensorflow.python.ops.gen_summary_ops": ("create_summary_file_writer",),
+    # parameter-server plans (ps_cluster.py, ps_variables.py, ps_exchange.py)
+    "tensorflow.python.ops.resource_variable_ops": ("BaseResourceVariable", "_set_handle_shapes_and_types"),
+    "tensorflow.python.ops.handle_data_util": ("create_handle_data",),
+    "tensorflow.python.ops.gen_resource_variable_ops": (
+        "var_handle_op", "assign_variable_op", "var_is_initialized_op",
+    ),
+    "tensorflow.python.ops.gen_data_flow_ops": (
+        "fifo_queue_v2", "queue_enqueue_v2", "queue_enqueue_many_v2", "queue_dequeue_v2",
+        "resource_conditional_accumulator", "resource_accumulator_apply_gradient",
+        "resource_accumulator_take_gradient",
+    ),
     "tensorflow.python.checkpoint.checkpoint": ("Checkpoint._write", "Checkpoint._maybe_create_save_counter"),
     "tensorflow.python.checkpoint.checkpoint_management": (
         "CheckpointManager._directory", "CheckpointManager._checkpoint_prefix",
