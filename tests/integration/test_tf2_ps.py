@@ -84,3 +84,10 @@ def test_chief_checkpoints_load_in_a_plain_run(tmp_path: Path) -> None:
     for name in ("model", "epoch", "manager"):
         assert max_difference(weights(tmp_path / "loaded" / f"{name}.npz"), trained) == 0.0, name
     assert not (save / "model-w1.keras").exists()  # only the chief writes
+
+
+@pytest.mark.full
+def test_negative_control_asynchronous_fails_the_averaging_oracle(tmp_path: Path) -> None:
+    """With `sync=false` each worker applies its own gradient: the averaging oracle must catch it."""
+    off, _ = averaging(tmp_path, "fit-sequential", ps=1, strategy=("--strategy", "PS", "--strategy-opt", "sync=false"))
+    assert off > 100 * TOLERANCE

@@ -110,4 +110,8 @@ def patches(mode: str) -> dict[str, Callable[[], None]]:
         "tf_keras.src.optimizers.optimizer": _installer(hook_of, "hook_tf_keras"),
         "tf_keras.src.optimizers.legacy.optimizer_v2": _installer(hook_of, "hook_tf_keras_legacy"),
     }
+    if mode == "run" and current().strategy.uses_ps:
+        from adrun.runtime.tf2.ps_atomic import atomic_updates
+
+        found["keras.src.backend.tensorflow.core"] = atomic_updates
     return found

@@ -54,6 +54,8 @@ PRIVATE_API: dict[str, tuple[str, ...]] = {
         "CheckpointManager._maybe_delete",
     ),
     "keras.src.optimizers.base_optimizer": ("BaseOptimizer.apply",),
+    "keras.src.backend.tensorflow.core": ("Variable.assign_add", "Variable.assign_sub", "Variable._convert_to_tensor"),
+    "keras.src.backend.common.stateless_scope": ("in_stateless_scope",),
     "keras.src.saving.saving_api": ("save_model", "save_weights", "load_model", "load_weights"),
     "keras.src.callbacks.backup_and_restore": (
         "BackupAndRestore._load_model", "BackupAndRestore._save_model",
