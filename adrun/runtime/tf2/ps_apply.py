@@ -40,9 +40,12 @@ def ps_mode(strategy: Strategy) -> PSSync:
 
 
 def _touched(optimizer: Any, variables: list[Any]) -> list[tf.Tensor]:
-    """One op per variable the apply may update (the trained ones and the optimizer's own), ordered
-    after the apply's updates of that resource."""
-    own = getattr(optimizer, "variables", [])
+    """One op per variable the apply may update (the trained ones and, given the optimizer, its own),
+    ordered after the apply's updates of that resource. TF's automatic control dependencies count it
+    as a write (it is not a registered read-only op), so later reads of the variable in the same
+    function wait for it: a non-chief's second apply of a step (a GAN's generator after its critic)
+    reads what the chief applied, not what was there before the release."""
+    own = getattr(optimizer, "variables", []) if optimizer is not None else []
     own = own() if callable(own) else own
     return [gen_resource_variable_ops.var_is_initialized_op(v.handle) for v in [*variables, *own]]
 
@@ -96,7 +99,10 @@ class PSApply:
         exchange = GradientExchange(call, self._ctx.num_workers, self._ctx.task_index)
         pushed = [(plan.name, grad, _ps_task(plan.sync)) for _, plan, grad in planned]
         if self._ctx.task_index != 0:
-            return None, exchange.end_step(exchange.push(pushed))
+            _state_like_the_chief(optimizer, variables)
+            released = exchange.end_step(exchange.push(pushed))
+            with tf.control_dependencies([released]):  # later reads in the same function come after
+                return None, tf.group(*_touched(None, variables))
         means = exchange.means(pushed)
         out = list(grads)
         for i, plan, _ in planned:
@@ -104,6 +110,17 @@ class PSApply:
         with tf.control_dependencies([value_of(m) for m in means.values()]):
             result = apply(out)
         return result, exchange.end_step(_touched(optimizer, variables))
+
+
+def _state_like_the_chief(optimizer: Any, variables: list[Any]) -> None:
+    """A non-chief that skips the apply still creates what the chief's apply creates first, under
+    the same names: tf_keras's legacy optimizers make `iter` and their slots inside
+    `apply_gradients` (under the optimizer's name scope), and a later `optimizer.iterations` outside
+    it would make `iter` under another name, which the chief never initializes."""
+    create = getattr(optimizer, "_create_all_weights", None)  # tf_keras's legacy OptimizerV2
+    if create is not None:
+        with tf.name_scope(optimizer._name), tf.init_scope():
+            create(variables)
 
 
 def _ps_task(sync: Any) -> int:

@@ -65,7 +65,7 @@ PRIVATE_API: dict[str, tuple[str, ...]] = {
     "keras.src.backend.tensorflow.trainer": ("TensorFlowTrainer.fit",),
     "keras.src.trainers.data_adapters": ("get_data_adapter", "is_tf_dataset"),
     "tf_keras.src.optimizers.optimizer": ("Optimizer.apply_gradients",),
-    "tf_keras.src.optimizers.legacy.optimizer_v2": ("OptimizerV2.apply_gradients",),
+    "tf_keras.src.optimizers.legacy.optimizer_v2": ("OptimizerV2.apply_gradients", "OptimizerV2._create_all_weights"),
     "tf_keras.src.saving.saving_api": ("save_model", "save_weights", "load_model", "load_weights"),
     "tf_keras.src.distribute.distributed_file_utils": ("write_dirpath", "remove_temp_dirpath"),
 }
