@@ -68,3 +68,23 @@ def test_refusal_is_a_problem_of_the_document() -> None:
     with pytest.raises(ValidationError, match=r"a plan mixing parameter servers \('a'\) and all-reduce \('b'\)"):
         Strategy(version=1, kind="tf2", builder="hand", fingerprint="f", num_workers=2, num_ps=1,
                  variables=[plan("a", PSSync(ps_task=0)), plan("b", AllReduceSync(group=0))])
+
+
+def test_placement_plan_then_slot_scope_then_ps0() -> None:
+    from adrun.runtime.tf2.ps_variables import ps_task_of
+
+    tasks = {"model/dense/kernel": 1}
+    assert ps_task_of("model/dense/kernel", "", tasks) == 1
+    assert ps_task_of("adam/model_dense_kernel_momentum", "/job:ps/replica:0/task:1/device:CPU:0", tasks) == 1
+    assert ps_task_of("adam/iteration", "", tasks) == 0
+    assert ps_task_of("adam/iteration", "/job:worker/replica:0/task:1/device:CPU:0", tasks) == 0
+
+
+def test_every_planned_variable_has_its_ps_task() -> None:
+    from adrun.runtime.tf2.ps_variables import ps_tasks_by_name
+
+    spec = default_local_spec().model_copy(deep=True)
+    spec.nodes[0].ps = 2
+    item = GraphItem(kind="tf2", variables=[DENSE, EMBED], optimizer="Adam")
+    plan = build_strategy("PSLoadBalancing", item, spec)
+    assert ps_tasks_by_name(plan) == {"model/embedding": 0, "model/dense/kernel": 1}  # largest first

@@ -50,10 +50,14 @@ def ps_tasks_by_name(strategy: Strategy) -> dict[str, int]:
     return found
 
 
-def _remote_task(device: str) -> int | None:
-    """The PS task of a device scope such as `/job:ps/replica:0/task:1/device:CPU:0`, else None."""
-    spec = tf.DeviceSpec.from_string(device or "")
-    return spec.task if spec.job == "ps" and spec.task is not None else None
+def ps_task_of(name: str, device_scope: str, ps_tasks: dict[str, int]) -> int:
+    """Where a new variable goes: its plan's PS task; else the PS task of the device scope it is
+    created in (a slot, under `colocate_vars_with` its variable, e.g.
+    `/job:ps/replica:0/task:1/device:CPU:0`); else PS 0."""
+    if name in ps_tasks:
+        return ps_tasks[name]
+    spec = tf.DeviceSpec.from_string(device_scope or "")
+    return spec.task if spec.job == "ps" and spec.task is not None else 0
 
 
 class SharedVariables:
@@ -71,13 +75,11 @@ class SharedVariables:
             return next_creator(**kwargs)
         scoped = context.context().scope_name + (kwargs.get("name") or "Variable")
         name = scoped.rstrip("/").split(":")[0]
-        task = self._ps_tasks.get(name)
-        if task is None:
-            task = _remote_task(context.context().device_name)
+        task = ps_task_of(name, context.context().device_name, self._ps_tasks)
         self._seen[name] += 1
         shared = name if self._seen[name] == 1 else f"{name}#{self._seen[name]}"
         with tf.init_scope():
-            return self._create(shared, name, ps_device(0 if task is None else task), kwargs)
+            return self._create(shared, name, ps_device(task), kwargs)
 
     def _create(self, shared: str, name: str, device: str, kwargs: dict[str, Any]) -> Any:
         initial = kwargs.get("initial_value")
