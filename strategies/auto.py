@@ -11,7 +11,7 @@ data-parallel SGD: synchronous, uncompressed. `allow_lossy` adds the fp16 and Po
 for dense gradients and `allow_staleness` adds a staleness of one step on PS variables.
 
 A TF2 script (`GraphItem.kind` "tf2") is planned among what TF2 mode can run, as
-`document.tf2_refusals` says per synchronizer: built-in plans it refuses are not started from, and a
+`document.tf2_refusals` says (per variable, then for the whole plan): built-in plans it refuses are not started from, and a
 variable's choices it refuses are not offered. A rule about whole plans (the document's own checks)
 is met too: a descent whose end point the document refuses is run again within the kinds of
 synchronizer its start uses (all PS, or all all-reduce), and ends at its start if that is refused too.
@@ -306,10 +306,11 @@ def _placements(var: VariableInfo, spec: ClusterSpec, options: AutoOptions) -> l
 
 def _runs_in(kind: str) -> Callable[[VariablePlan], bool]:
     """Whether a script of `kind` can run a variable's plan: a TF2 script, when `tf2_refusals` refuses
-    none of its synchronizers; a graph-mode script, always."""
+    nothing of the variable's plan on its own (rules about whole plans, such as not mixing PS and
+    all-reduce, are met by the whole-plan check of the descent); a graph-mode script, always."""
     if kind != "tf2":
         return lambda plan: True
-    return lambda plan: not any(document.tf2_refusals(s) for s in plan.synchronizers())
+    return lambda plan: not document.tf2_refusals([plan])
 
 
 def _compressors(var: VariableInfo, options: AutoOptions) -> list[str]:

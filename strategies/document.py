@@ -76,17 +76,49 @@ class AllReduceSync(BaseModel):
 
 Synchronizer = Annotated[PSSync | AllReduceSync, Field(discriminator="kind")]
 
-# Why TF2 mode cannot hold a variable on a parameter server: it synchronizes with collectives, and
-# TF 2.21 refuses remote (PS) devices in a process that runs collectives (eager/context.py).
-TF2_NO_PS = ("TF2 scripts are synchronized by collective all-reduce, and TensorFlow cannot use parameter "
-             "servers in the same process (\"Cannot enable remote execution as well as collective ops at the "
-             "moment\"); use AllReduce or PartitionedAR")
-def tf2_refusals(sync: PSSync | AllReduceSync) -> list[tuple[str, str]]:
-    """(field, reason) for each part of `sync` TF2 mode cannot run (every all-reduce option runs,
-    compressors included: adrun/runtime/tf2/reduction.py); empty when it can."""
-    if isinstance(sync, PSSync):
-        return [("kind", f"a 'ps' synchronizer: {TF2_NO_PS}")]
-    return []
+# Why a TF2 plan cannot mix parameter servers and all-reduce (measured: docs/tf2-plans.md).
+TF2_NO_MIXED = ("a TF2 worker reaches its PS tasks as remote devices, and TensorFlow 2.21 cannot run collective ops "
+                "in the same process (\"Cannot enable remote execution as well as collective ops at the moment\"; "
+                "enabled late, a tf.function reading a PS variable fails: \"resource inputs residing on remote "
+                "devices ... not supported\"). Put every variable on PS tasks or all-reduce every variable")
+TF2_NO_PARTITIONED_PS = ("a variable split over PS tasks is not built in TF2 mode (a Keras variable is one "
+                         "tf.Variable, and TF2 has no partitioned variable to stand in for it); keep it whole on "
+                         "one PS (PS, PSLoadBalancing) or use PartitionedAR")
+TF2_NO_PROXY = ("local_proxy is not built in TF2 mode: a TF2 worker reads its PS variables inside its own "
+                "tf.function; use local_proxy: false")
+
+
+def tf2_refusals(variables: Sequence[VariablePlan],
+                 replica_devices: Sequence[Sequence[str]] | None = None) -> list[tuple[Loc, str]]:
+    """(location in the Strategy, reason) for each part of a plan TF2 mode cannot run; empty when it
+    can. THE predicate of what TF2 mode runs (the document's check and Auto's candidates use it):
+    - every all-reduce option (compressors, grouping, PartitionedAR: adrun/runtime/tf2/reduction.py);
+    - or every variable whole on a PS task (adrun/runtime/tf2/ps_*.py), all with one `sync` and
+      `staleness` setting (one protocol per step) and no `local_proxy`;
+    - not both kinds in one plan, not a variable split over PS tasks, one replica per worker."""
+    findings: list[tuple[Loc, str]] = []
+    located = [(("variables", i, *loc), var, sync) for i, var in enumerate(variables)
+               for loc, sync in var.located_synchronizers()]
+    ps = [(loc, var, sync) for loc, var, sync in located if isinstance(sync, PSSync)]
+    if ps and len(ps) < len(located):
+        first = next(var.name for _, var, sync in located if not isinstance(sync, PSSync))
+        findings.append(((), f"a plan mixing parameter servers ('{ps[0][1].name}') and all-reduce ('{first}'): "
+                         f"{TF2_NO_MIXED}"))
+    settings = {(sync.sync, sync.staleness) for _, _, sync in ps}
+    for loc, var, sync in ps:
+        if var.partition is not None:
+            findings.append(((*loc, "kind"), f"'{var.name}': {TF2_NO_PARTITIONED_PS}"))
+        if sync.local_proxy:
+            findings.append(((*loc, "local_proxy"), f"'{var.name}': {TF2_NO_PROXY}"))
+    if len(settings) > 1:
+        listed = ", ".join(f"sync: {str(a).lower()}, staleness: {b}" for a, b in sorted(settings))
+        findings.append(((), f"the PS variables differ in sync/staleness ({listed}); TF2 mode runs one protocol "
+                         "per step: give every PS variable the same setting"))
+    for i, devices in enumerate(replica_devices or []):
+        if len(devices) > 1:
+            findings.append((("replica_devices", i), f"{len(devices)} in-graph replicas: a TF2 script runs one "
+                             "replica per worker process (give each GPU its own worker)"))
+    return findings
 
 
 def low_rank_applies(shape: Sequence[int], rank: int) -> bool:
@@ -275,15 +307,7 @@ class Strategy(BaseModel):
         refuse, when planned, what that cannot run, naming the variable and why."""
         if self.kind != "tf2":
             return self
-        findings: list[tuple[Loc, str]] = []
-        for i, var in enumerate(self.variables):
-            for loc, sync in var.located_synchronizers():
-                findings += [(("variables", i, *loc, field), f"'{var.name}': {why}")
-                             for field, why in tf2_refusals(sync)]
-        for i, devices in enumerate(self.replica_devices or []):
-            if len(devices) > 1:
-                findings.append((("replica_devices", i), f"{len(devices)} in-graph replicas: a TF2 script runs one "
-                                 "replica per worker process (give each GPU its own worker)"))
+        findings = tf2_refusals(self.variables, self.replica_devices)
         if findings:
             raise Problems(findings)
         return self

@@ -26,7 +26,7 @@ def flat(text: str) -> str:
 
 def runnable_in_tf2(plan_path: Path) -> bool:
     plan = load_strategy(plan_path)
-    return plan.kind == "tf2" and not any(tf2_refusals(s) for v in plan.variables for s in v.synchronizers())
+    return plan.kind == "tf2" and not tf2_refusals(plan.variables, plan.replica_devices)
 
 
 def test_a_default_start_of_a_tf2_script_is_planned_by_auto_and_remembered(tmp_path: Path) -> None:

@@ -63,11 +63,12 @@ def test_capture_of_two_optimizers_in_one_step(tmp_path: Path) -> None:
     assert not (tmp_path / "out" / "epochs.txt").exists()
 
 
-def test_parameter_servers_are_refused_for_tf2_when_planned(tmp_path: Path) -> None:
-    result, _ = dry_run(tmp_path, "fit-sequential", "--strategy", "PS")
+def test_mixed_plans_are_refused_for_tf2_when_planned(tmp_path: Path) -> None:
+    result, _ = dry_run(tmp_path, "embed-adam", "--strategy", "Parallax")
     assert result.returncode == 2, result.output
     assert "Traceback" not in result.output
-    assert "variables[0].sync.kind: 'sequential/dense" in result.output, result.output
+    assert "a plan mixing parameter servers ('sequential/embedding/embeddings') and all-reduce" in result.output, \
+        result.output
     assert "Cannot enable remote execution as well as collective ops at the moment" in result.output
     assert leftover_processes(result.job_id) == []
 

@@ -37,6 +37,8 @@ parser.add_argument("--save", help="fit kinds: also save under SAVE, in files na
 parser.add_argument("--backup", help="fit kinds: fit with BackupAndRestore on this directory")
 parser.add_argument("--kill-after-epoch", type=int, help="fit kinds: on attempt 0 (ADRUN_RESTART_COUNT), worker 0 "
                     "kills itself (SIGKILL) at this epoch's end, after its backup")
+parser.add_argument("--wait-for-w0", action="store_true", help="fit kinds: worker 1 waits after its first batch "
+                    "until worker 0 has written its weights (asynchronous PS training must let worker 0 finish)")
 args = parser.parse_args()
 
 import tensorflow as tf  # noqa: E402
@@ -137,12 +139,29 @@ class EpochMarks(keras.callbacks.Callback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+class WaitForWorker0(keras.callbacks.Callback):
+    """Worker 1 stops after its first batch until worker 0 has finished (at most 120 s)."""
+
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == 0 and not getattr(self, "waited", False):
+            self.waited = True
+            import time
+
+            deadline = time.monotonic() + 120
+            while not os.path.exists(os.path.join(args.out, "w0.npz")):
+                if time.monotonic() > deadline:
+                    raise SystemExit("worker 1: worker 0 did not finish while worker 1 waited")
+                time.sleep(0.05)
+
+
 def callbacks():
     """BackupAndRestore first, so that its epoch-end backup is written before EpochMarks may kill."""
     found = [keras.callbacks.BackupAndRestore(args.backup)] if args.backup else []
     if args.save:
         found.append(keras.callbacks.ModelCheckpoint(
             os.path.join(args.save, f"ckpt-w{worker}", "e{epoch}.weights.h5"), save_weights_only=True))
+    if args.wait_for_w0 and worker == 1:
+        found.append(WaitForWorker0())
     return [*found, EpochMarks()]
 
 
@@ -160,6 +179,8 @@ def fit(model, **compile_options):
     model.fit(x, y, batch_size=batch, epochs=args.epochs, shuffle=False, verbose=0,
               validation_data=(x[:half], y[:half]), callbacks=callbacks())
     save_at_end(model)
+    with open(os.path.join(args.out, f"iterations-w{worker}.txt"), "w") as f:
+        f.write(f"{int(model.optimizer.iterations.numpy())}\n")  # the optimizer's applies (shared on a PS)
     return model.get_weights()
 
 

@@ -70,23 +70,25 @@ def adrun_fit(tmp_path: Path, kind: str, workers: int, *args: str, ps: int = 0,
 PER_ROW_NONLINEAR = {"embed-adam"}
 
 
-def equivalence(tmp_path: Path, kind: str, workers: int = 2) -> float:
-    """Max difference of any worker from the plain run (worker 1 seeded differently, same data)."""
+def equivalence(tmp_path: Path, kind: str, workers: int = 2, ps: int = 0,
+                strategy: tuple[str, ...] = ALL_REDUCE) -> float:
+    """Max difference of any worker from the plain run (worker 1 seeded differently, same data), on
+    `workers` workers and `ps` PS under `strategy` (as for `adrun_fit`)."""
     if kind in PER_ROW_NONLINEAR:
         expected = weights(plain(kind, tmp_path / "plain", "--reference", str(workers)) / "reference.npz")
     else:
         expected = weights(plain(kind, tmp_path / "plain") / "w0.npz")
-    _, out = adrun_fit(tmp_path, kind, workers, "--skew-seed")
+    _, out = adrun_fit(tmp_path, kind, workers, "--skew-seed", ps=ps, strategy=strategy)
     return max(max_difference(weights(out / f"w{w}.npz"), expected) for w in range(workers))
 
 
-def averaging(tmp_path: Path, kind: str, workers: int = 2,
+def averaging(tmp_path: Path, kind: str, workers: int = 2, ps: int = 0,
               strategy: tuple[str, ...] = ALL_REDUCE) -> tuple[float, float]:
     """(max difference of any worker from the mean-gradient reference, max difference between
-    workers) with each worker on its own rows, under `strategy` (adrun_fit's)."""
+    workers) with each worker on its own rows (`ps`, `strategy`: as for `adrun_fit`)."""
     expected = weights(plain(kind, tmp_path / "ref", "--data", "per-worker", "--reference", str(workers))
                        / "reference.npz")
-    _, out = adrun_fit(tmp_path, kind, workers, "--data", "per-worker", strategy=strategy)
+    _, out = adrun_fit(tmp_path, kind, workers, "--data", "per-worker", ps=ps, strategy=strategy)
     found = [weights(out / f"w{w}.npz") for w in range(workers)]
     return (max(max_difference(f, expected) for f in found),
             max(max_difference(f, found[0]) for f in found[1:]))

@@ -34,6 +34,11 @@ def internal() -> Iterator[None]:
         _local.internal -= 1
 
 
+def is_internal() -> bool:
+    """Whether the variable being created is adrun's own (under `internal()`)."""
+    return bool(getattr(_local, "internal", 0))
+
+
 def _carrier(dtype: tf.DType) -> tf.DType | None:
     if dtype in _CARRIED:
         return dtype
@@ -52,7 +57,7 @@ class Broadcaster:
         self._keys = CreationKeys()
 
     def __call__(self, next_creator: Callable[..., Any], **kwargs: Any) -> Any:
-        if getattr(_local, "internal", 0):
+        if is_internal():
             return next_creator(**kwargs)
         initial = kwargs.get("initial_value")
         with tf.init_scope():

@@ -3,7 +3,7 @@
 No `tf.distribute` strategy is made: Keras keeps its single-process code path, and adrun calls the
 collectives itself. This is what MultiWorkerMirroredStrategy's constructor does
 (`collective_all_reduce_strategy.py`, `_initialize_multi_worker`), with two of adrun's choices:
-- the cluster is the workers only: a TF2 plan has no PS (strategies/document.py, TF2_NO_PS);
+- the cluster is the workers only: an all-reduce plan has no PS (a PS plan runs ps_cluster.py instead);
 - the server's `default_session_config` carries the collective group leader. Without it the first
   collective waits for its group forever (seen: a broadcast timing out after 60 s on every worker).
 """

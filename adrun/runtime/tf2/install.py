@@ -39,31 +39,52 @@ def _profile_hook() -> Any:
 def _run_hook() -> Any:
     global _hook
     if _hook is None:
-        import tensorflow as tf
-
         from adrun.runtime.metrics import StepReporter
-        from adrun.runtime.tf2.broadcast import Broadcaster
-        from adrun.runtime.tf2.collective_runtime import start_collectives
-        from adrun.runtime.tf2.keys import RuntimeKeys
-        from adrun.runtime.tf2.reduction import TF2Collectives
         from adrun.runtime.tf2.steps import StepCounters
-        from adrun.runtime.tf2.sync import SynchronizedApply
 
         ctx = current()
-        timeout_s = ctx.settings.op_timeout_s
-        keys = None
-        if ctx.num_workers > 1:
-            from adrun.runtime.tf2.peers import report_collective_failures
-
-            start_collectives(ctx)
-            report_collective_failures(ctx.task_index)
-            keys = RuntimeKeys()
-            scope = tf.variable_creator_scope(Broadcaster(ctx.task_index, ctx.num_workers, timeout_s))
-            scope.__enter__()
-            _scopes.append(scope)
-        collectives = TF2Collectives(ctx.num_workers, timeout_s=timeout_s, keys=keys)
-        _hook = SynchronizedApply(ctx, collectives, StepCounters(StepReporter(ctx.settings.max_steps)))
+        steps = StepCounters(StepReporter(ctx.settings.max_steps))
+        _hook = _ps_hook(ctx, steps) if ctx.strategy.uses_ps else _collective_hook(ctx, steps)
     return _hook
+
+
+def _enter(creator: Any) -> None:
+    import tensorflow as tf
+
+    scope = tf.variable_creator_scope(creator)
+    scope.__enter__()
+    _scopes.append(scope)
+
+
+def _collective_hook(ctx: Any, steps: Any) -> Any:
+    """All-reduce plans: peers joined by TF's collectives, worker 0's initial values broadcast."""
+    from adrun.runtime.tf2.broadcast import Broadcaster
+    from adrun.runtime.tf2.collective_runtime import start_collectives
+    from adrun.runtime.tf2.keys import RuntimeKeys
+    from adrun.runtime.tf2.reduction import TF2Collectives
+    from adrun.runtime.tf2.sync import SynchronizedApply
+
+    timeout_s = ctx.settings.op_timeout_s
+    keys = None
+    if ctx.num_workers > 1:
+        from adrun.runtime.tf2.peers import report_collective_failures
+
+        start_collectives(ctx)
+        report_collective_failures(ctx.task_index)
+        keys = RuntimeKeys()
+        _enter(Broadcaster(ctx.task_index, ctx.num_workers, timeout_s))
+    return SynchronizedApply(ctx, TF2Collectives(ctx.num_workers, timeout_s=timeout_s, keys=keys), steps)
+
+
+def _ps_hook(ctx: Any, steps: Any) -> Any:
+    """Parameter-server plans: every worker a client of the PS tasks, the variables shared there."""
+    from adrun.runtime.tf2.ps_apply import PSApply
+    from adrun.runtime.tf2.ps_cluster import connect_to_ps
+    from adrun.runtime.tf2.ps_variables import SharedVariables, ps_tasks_by_name
+
+    connect_to_ps(ctx)
+    _enter(SharedVariables(ps_tasks_by_name(ctx.strategy), ctx.is_chief, ctx.task_index, ctx.settings.init_timeout_s))
+    return PSApply(ctx, steps)
 
 
 def _installer(hook_of: Callable[[], Any], patch_name: str) -> Callable[[], None]:
@@ -92,4 +113,8 @@ def patches(mode: str) -> dict[str, Callable[[], None]]:
         "tf_keras.src.optimizers.optimizer": _installer(hook_of, "hook_tf_keras"),
         "tf_keras.src.optimizers.legacy.optimizer_v2": _installer(hook_of, "hook_tf_keras_legacy"),
     }
+    if mode == "run" and current().strategy.uses_ps:
+        from adrun.runtime.tf2.ps_atomic import atomic_updates
+
+        found["keras.src.backend.tensorflow.core"] = atomic_updates
     return found

@@ -24,6 +24,28 @@ class ApplyHook(Protocol):
         """The gradients the optimizer applies instead of `grads` (same order, None kept)."""
 
 
+class AroundHook(Protocol):
+    """A hook that decides whether and when the optimizer applies, not only what: in a synchronous
+    parameter-server plan only the chief applies, between taking the mean and releasing the others
+    (ps_apply.py)."""
+
+    def around(self, optimizer: Any, grads: list[Any], variables: list[Any],
+               apply: Callable[[list[Any]], Any]) -> Any:
+        """The apply call's result; `apply(grads)` runs the optimizer's own apply with `grads`."""
+
+
+Hook = ApplyHook | AroundHook
+
+
+def _run(hook: Hook, optimizer: Any, grads: list[Any], variables: list[Any],
+         apply: Callable[[list[Any]], Any]) -> Any:
+    """An apply under `hook`: an AroundHook runs it itself, an ApplyHook gives its gradients."""
+    around = getattr(hook, "around", None)
+    if around is not None:
+        return around(optimizer, grads, variables, apply)
+    return apply(hook.before(optimizer, grads, variables))  # type: ignore[union-attr]
+
+
 Args = tuple[Any, ...]
 Kwargs = dict[str, Any]
 # (optimizer, args, kwargs) -> (grads, variables) of an apply call
@@ -32,7 +54,7 @@ Split = Callable[[Any, Args, Kwargs], tuple[list[Any], list[Any]]]
 Join = Callable[[Args, Kwargs, list[Any], list[Any]], tuple[Args, Kwargs]]
 
 
-def _outermost(original: Callable[..., Any], hook: ApplyHook, split: Split, join: Join) -> Callable[..., Any]:
+def _outermost(original: Callable[..., Any], hook: Hook, split: Split, join: Join) -> Callable[..., Any]:
     """`original` with the hook around its outermost call; `split` gives the call's (grads,
     variables), `join` the call's arguments with the hook's gradients put in."""
 
@@ -43,8 +65,12 @@ def _outermost(original: Callable[..., Any], hook: ApplyHook, split: Split, join
         _local.depth = 1
         try:
             grads, variables = split(self, args, kwargs)
-            args, kwargs = join(args, kwargs, hook.before(self, grads, variables), variables)
-            return original(self, *args, **kwargs)
+
+            def apply(new_grads: list[Any]) -> Any:
+                new_args, new_kwargs = join(args, kwargs, new_grads, variables)
+                return original(self, *new_args, **new_kwargs)
+
+            return _run(hook, self, grads, variables, apply)
         finally:
             _local.depth = 0
 
@@ -74,7 +100,7 @@ def _pairs_join(args: Args, kwargs: Kwargs, grads: list[Any], variables: list[An
     return (list(zip(grads, variables, strict=True)), *args[1:]), rest
 
 
-def _wrap_family(base: type, method: str, hook: ApplyHook, split: Split, join: Join) -> None:
+def _wrap_family(base: type, method: str, hook: Hook, split: Split, join: Join) -> None:
     """Wrap `method` of `base`, of its subclasses that override it, and of those defined later."""
 
     def wrap(cls: type) -> None:
@@ -105,21 +131,21 @@ def _wrap_family(base: type, method: str, hook: ApplyHook, split: Split, join: J
     base.__init_subclass__ = classmethod(__init_subclass__)  # type: ignore[method-assign,assignment]
 
 
-def hook_keras3(hook: ApplyHook) -> None:
+def hook_keras3(hook: Hook) -> None:
     """Keras 3: `BaseOptimizer.apply(grads, trainable_variables=None)`."""
     from keras.src.optimizers.base_optimizer import BaseOptimizer
 
     _wrap_family(BaseOptimizer, "apply", hook, _keras3_split, _keras3_join)
 
 
-def hook_tf_keras(hook: ApplyHook) -> None:
+def hook_tf_keras(hook: Hook) -> None:
     """tf_keras's optimizers (`tf_keras.optimizers.*`): `apply_gradients(grads_and_vars, ...)`."""
     from tf_keras.src.optimizers.optimizer import _BaseOptimizer
 
     _wrap_family(_BaseOptimizer, "apply_gradients", _eager_only(hook), _pairs_split, _pairs_join)
 
 
-def hook_tf_keras_legacy(hook: ApplyHook) -> None:
+def hook_tf_keras_legacy(hook: Hook) -> None:
     """tf_keras's legacy optimizers (`tf_keras.optimizers.legacy.*`, OptimizerV2)."""
     from tf_keras.src.optimizers.legacy.optimizer_v2 import OptimizerV2
 
@@ -130,15 +156,16 @@ class _eager_only:
     """A hook that leaves graph-mode applies alone: a tf_keras script that disabled eager execution
     is a graph-mode script, whose applies adrun's graph patches handle (adrun/runtime/patches.py)."""
 
-    def __init__(self, hook: ApplyHook) -> None:
+    def __init__(self, hook: Hook) -> None:
         self._hook = hook
 
-    def before(self, optimizer: Any, grads: list[Any], variables: list[Any]) -> list[Any]:
+    def around(self, optimizer: Any, grads: list[Any], variables: list[Any],
+               apply: Callable[[list[Any]], Any]) -> Any:
         from tensorflow.python.framework import ops
 
         if not ops.executing_eagerly_outside_functions():
-            return grads
-        return self._hook.before(optimizer, grads, variables)
+            return apply(grads)
+        return _run(self._hook, optimizer, grads, variables, apply)
 
 
 class VariableNames:

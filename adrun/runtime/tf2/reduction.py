@@ -95,8 +95,8 @@ def mean_gradients(collectives: TF2Collectives, planned: list[tuple[VariablePlan
 
 
 def _all_reduce(name: str, sync: PSSync | AllReduceSync | None) -> AllReduceSync:
-    """`sync`, which a TF2 plan's dense gradient always has (planning refuses PS synchronizers for
-    TF2 scripts: strategies/document.py, TF2_NO_PS)."""
+    """`sync`, which an all-reduce plan's dense gradient always has (planning refuses a TF2 plan that
+    mixes PS and all-reduce: strategies/document.py, tf2_refusals)."""
     if not isinstance(sync, AllReduceSync):
         raise RuntimeError(f"'{name}': a TF2 plan must all-reduce a dense gradient; it says {sync!r}")
     return sync

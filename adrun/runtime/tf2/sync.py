@@ -22,11 +22,9 @@ from adrun.strategies.document import VariablePlan
 
 class SynchronizedApply:
     def __init__(self, ctx: TaskContext, collectives: TF2Collectives, steps: StepCounters) -> None:
-        self._ctx = ctx
-        self._plans = {v.name: v for v in ctx.strategy.variables}
+        self._plan = PlanCheck(ctx)
         self._collectives = collectives
         self._steps = steps
-        self._names = VariableNames()
         self._wire_bytes: dict[int, int] = {}  # per optimizer: dense bytes its apply hands the collectives
 
     def before(self, optimizer: Any, grads: list, variables: list) -> list:
@@ -35,7 +33,7 @@ class SynchronizedApply:
         if not planned:
             return grads
         with tf.control_dependencies([self._steps.started()]):
-            planned = [(i, plan, _ordered(grad)) for i, plan, grad in planned]
+            planned = [(i, plan, ordered(grad)) for i, plan, grad in planned]
         self._collectives.wire_bytes = 0
         means = mean_gradients(self._collectives, [(plan, grad) for _, plan, grad in planned])
         self._wire_bytes[id(optimizer)] = self._collectives.wire_bytes
@@ -43,11 +41,21 @@ class SynchronizedApply:
         out = list(grads)
         for (i, _, _), mean in zip(planned, means, strict=True):
             out[i] = mean
-        with tf.control_dependencies([_value(m) for m in means]):
+        with tf.control_dependencies([value_of(m) for m in means]):
             self._steps.done(None if tf.executing_eagerly() else traced_batch_size())
         return out
 
-    def _plan(self, var: Any, grad: Any) -> VariablePlan:
+
+class PlanCheck:
+    """Each applied variable's plan, found by its name (VariableNames); a variable the plan does not
+    name, or names with another shape, dtype or gradient kind, is refused with what differs."""
+
+    def __init__(self, ctx: TaskContext) -> None:
+        self._ctx = ctx
+        self._plans = {v.name: v for v in ctx.strategy.variables}
+        self._names = VariableNames()
+
+    def __call__(self, var: Any, grad: Any) -> VariablePlan:
         name = self._names(var)
         plan = self._plans.get(name)
         kind = "sparse" if is_sparse(grad) else "dense"
@@ -65,12 +73,12 @@ class SynchronizedApply:
         return plan
 
 
-def _ordered(grad: Any) -> Any:
+def ordered(grad: Any) -> Any:
     """`grad` read again under the caller's control dependencies."""
     if isinstance(grad, tf.IndexedSlices):
         return tf.IndexedSlices(tf.identity(grad.values), tf.identity(grad.indices), grad.dense_shape)
     return tf.identity(grad)
 
 
-def _value(grad: Any) -> tf.Tensor:
+def value_of(grad: Any) -> tf.Tensor:
     return grad.values if isinstance(grad, tf.IndexedSlices) else grad

@@ -31,18 +31,31 @@ TESTED: dict[str, str] = {"tensorflow": "2.21", "keras": "3.15", "tf_keras": "2.
 PRIVATE_API: dict[str, tuple[str, ...]] = {
     "tensorflow.python.eager.context": (
         "Context.configure_collective_ops", "Context.configure_coordination_service",
-        "Context.enable_collective_ops", "Context.abort_collective_ops",
+        "Context.enable_collective_ops", "Context.abort_collective_ops", "Context.set_server_def",
     ),
     "tensorflow.python.ops.collective_ops": (
         "all_reduce_v2", "all_gather_v2", "broadcast_send_v2", "broadcast_recv_v2",
     ),
     "tensorflow.python.ops.gen_summary_ops": ("create_summary_file_writer",),
+    # parameter-server plans (ps_cluster.py, ps_variables.py, ps_exchange.py)
+    "tensorflow.python.ops.resource_variable_ops": ("BaseResourceVariable", "_set_handle_shapes_and_types"),
+    "tensorflow.python.ops.handle_data_util": ("create_handle_data",),
+    "tensorflow.python.ops.gen_resource_variable_ops": (
+        "var_handle_op", "assign_variable_op", "var_is_initialized_op",
+    ),
+    "tensorflow.python.ops.gen_data_flow_ops": (
+        "fifo_queue_v2", "queue_enqueue_v2", "queue_enqueue_many_v2", "queue_dequeue_v2",
+        "resource_conditional_accumulator", "resource_accumulator_apply_gradient",
+        "resource_accumulator_take_gradient",
+    ),
     "tensorflow.python.checkpoint.checkpoint": ("Checkpoint._write", "Checkpoint._maybe_create_save_counter"),
     "tensorflow.python.checkpoint.checkpoint_management": (
         "CheckpointManager._directory", "CheckpointManager._checkpoint_prefix",
         "CheckpointManager._maybe_delete",
     ),
     "keras.src.optimizers.base_optimizer": ("BaseOptimizer.apply",),
+    "keras.src.backend.tensorflow.core": ("Variable.assign_add", "Variable.assign_sub", "Variable._convert_to_tensor"),
+    "keras.src.backend.common.stateless_scope": ("in_stateless_scope",),
     "keras.src.saving.saving_api": ("save_model", "save_weights", "load_model", "load_weights"),
     "keras.src.callbacks.backup_and_restore": (
         "BackupAndRestore._load_model", "BackupAndRestore._save_model",
@@ -52,7 +65,7 @@ PRIVATE_API: dict[str, tuple[str, ...]] = {
     "keras.src.backend.tensorflow.trainer": ("TensorFlowTrainer.fit",),
     "keras.src.trainers.data_adapters": ("get_data_adapter", "is_tf_dataset"),
     "tf_keras.src.optimizers.optimizer": ("Optimizer.apply_gradients",),
-    "tf_keras.src.optimizers.legacy.optimizer_v2": ("OptimizerV2.apply_gradients",),
+    "tf_keras.src.optimizers.legacy.optimizer_v2": ("OptimizerV2.apply_gradients", "OptimizerV2._create_all_weights"),
     "tf_keras.src.saving.saving_api": ("save_model", "save_weights", "load_model", "load_weights"),
     "tf_keras.src.distribute.distributed_file_utils": ("write_dirpath", "remove_temp_dirpath"),
 }

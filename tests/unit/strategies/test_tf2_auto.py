@@ -43,7 +43,7 @@ def kinds(plan: Strategy) -> set[str]:
 
 
 def runs_in_tf2(plan: Strategy) -> bool:
-    return not any(document.tf2_refusals(s) for v in plan.variables for s in v.synchronizers())
+    return not document.tf2_refusals(plan.variables, plan.replica_devices)
 
 
 def tf2_builders(graph: GraphItem) -> set[str]:
@@ -67,8 +67,12 @@ def test_a_tf2_script_is_planned_among_what_tf2_runs():
     assert prediction.step_s <= min(p.step_s for plan, p in ranked if plan.builder != "Auto")
 
 
-def refuse_all_reduce(sync):
-    return [("kind", "not in this test's TF2")] if isinstance(sync, AllReduceSync) else []
+def syncs(variables):
+    return [s for v in variables for s in v.synchronizers()]
+
+
+def refuse_all_reduce(variables, replica_devices=None):
+    return [((), "not in this test's TF2")] if any(isinstance(s, AllReduceSync) for s in syncs(variables)) else []
 
 
 def test_what_tf2_runs_is_read_from_tf2_refusals(monkeypatch):
@@ -83,8 +87,8 @@ def test_what_tf2_runs_is_read_from_tf2_refusals(monkeypatch):
 def test_compressors_are_offered_only_when_tf2_runs_them(monkeypatch):
     lossy = Auto(AutoOptions(allow_lossy=True))
     assert {s.compressor for v in lossy.build(facts(tf2(DENSE))).variables for s in v.synchronizers()} - {"none"}
-    monkeypatch.setattr(document, "tf2_refusals", lambda sync: [("compressor", "no")] if getattr(
-        sync, "compressor", "none") != "none" or isinstance(sync, PSSync) else [])
+    monkeypatch.setattr(document, "tf2_refusals", lambda variables, replica_devices=None: [((), "no")] if any(
+        getattr(s, "compressor", "none") != "none" or isinstance(s, PSSync) for s in syncs(variables)) else [])
     plan = lossy.build(facts(tf2(DENSE)))
     assert {s.compressor for v in plan.variables for s in v.synchronizers()} == {"none"}
 

@@ -35,12 +35,17 @@ def test_tf2_plan_records_its_kind() -> None:
     assert "kind" not in graph  # the default, left out: graph plans read as before
 
 
-@pytest.mark.parametrize("builder", ["PS", "PSLoadBalancing", "Parallax"])
-def test_parameter_servers_are_refused_for_tf2(builder: str) -> None:
+@pytest.mark.parametrize("builder", ["PS", "PSLoadBalancing"])
+def test_parameter_server_plans_are_planned_for_tf2(builder: str) -> None:
+    plan = build_strategy(builder, item("tf2"), default_local_spec())
+    assert plan.kind == "tf2" and plan.uses_ps
+
+
+def test_mixed_plans_are_refused_for_tf2() -> None:
     with pytest.raises(UserError) as refused:
-        build_strategy(builder, item("tf2"), default_local_spec())
+        build_strategy("Parallax", item("tf2"), default_local_spec())
     message = str(refused.value)
-    assert "'model/dense/kernel'" in message or "'model/embedding'" in message
+    assert "a plan mixing parameter servers ('model/embedding') and all-reduce ('model/dense/kernel')" in message
     assert "Cannot enable remote execution as well as collective ops at the moment" in message
 
 

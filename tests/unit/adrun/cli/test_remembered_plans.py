@@ -93,7 +93,7 @@ def test_a_tf2_script_is_planned_by_auto_among_what_tf2_runs_and_remembered_apar
         assert len(calls.profiles) == 2  # another kind is another graph: not the graph script's plan
         assert made.builder == "Auto" and made.kind == "tf2" and made.reason.startswith("predicted step ")
         syncs = [s for v in made.variables for s in v.synchronizers()]
-        assert syncs and not any(tf2_refusals(s) for s in syncs)
+        assert syncs and not tf2_refusals(made.variables)
         assert graph_plan.kind == "graph"
         _, again = plan(records, hosts_spec(2, ps=1))
         assert again == made and len(calls.profiles) == 2  # remembered
