@@ -33,7 +33,8 @@ parser.add_argument("--epochs", type=int, default=2)
 parser.add_argument("--worker1-epochs", type=int, help="worker 1 trains this many epochs instead")
 parser.add_argument("--out", required=True)
 parser.add_argument("--save", help="fit kinds: also save under SAVE, in files named after the worker (chief-only "
-                    "saving): ModelCheckpoint each epoch, model.save and a tf.train.CheckpointManager at the end")
+                    "saving): ModelCheckpoint each epoch, keras.models.save_model and a tf.train.CheckpointManager at the end, "
+                    "and worker 0 alone loads its model back")
 parser.add_argument("--backup", help="fit kinds: fit with BackupAndRestore on this directory")
 parser.add_argument("--kill-after-epoch", type=int, help="fit kinds: on attempt 0 (ADRUN_RESTART_COUNT), worker 0 "
                     "kills itself (SIGKILL) at this epoch's end, after its backup")
@@ -148,10 +149,13 @@ def callbacks():
 
 def save_at_end(model):
     if args.save:
-        model.save(os.path.join(args.save, f"model-w{worker}.keras"))
+        path = os.path.join(args.save, f"model-w{worker}.keras")
+        keras.models.save_model(model, path)  # the public alias of saving_api's function, bound at import
         manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), os.path.join(args.save, f"manager-w{worker}"),
                                              max_to_keep=1)
         manager.save()
+        if worker == 0:  # the chief alone reads its model back, as a script evaluating it on rank 0 does
+            keras.models.load_model(path)
 
 
 def fit(model, **compile_options):
