@@ -40,7 +40,7 @@ def _run_hook() -> Any:
 
         from adrun.runtime.metrics import StepReporter
         from adrun.runtime.tf2.broadcast import Broadcaster
-        from adrun.runtime.tf2.collective_runtime import start_collectives
+        from adrun.runtime.tf2.collective_runtime import routes_of, start_collectives
         from adrun.runtime.tf2.keys import RuntimeKeys
         from adrun.runtime.tf2.reduction import TF2Collectives
         from adrun.runtime.tf2.steps import StepCounters
@@ -48,17 +48,19 @@ def _run_hook() -> Any:
 
         ctx = current()
         timeout_s = ctx.settings.op_timeout_s
-        keys = None
+        keys = routes = None
         if ctx.num_workers > 1:
             from adrun.runtime.tf2.peers import report_collective_failures
+            from adrun.runtime.tf2.routes import HOST, Routes
 
             start_collectives(ctx)
             report_collective_failures(ctx.task_index)
-            keys = RuntimeKeys()
-            scope = tf.variable_creator_scope(Broadcaster(ctx.task_index, ctx.num_workers, timeout_s))
+            keys = RuntimeKeys(Routes(ctx.task_index).device(HOST))
+            routes = routes_of(ctx)
+            scope = tf.variable_creator_scope(Broadcaster(ctx.task_index, ctx.num_workers, timeout_s, routes))
             scope.__enter__()
             _scopes.append(scope)
-        collectives = TF2Collectives(ctx.num_workers, timeout_s=timeout_s, keys=keys)
+        collectives = TF2Collectives(ctx.num_workers, timeout_s=timeout_s, keys=keys, routes=routes)
         _hook = SynchronizedApply(ctx, collectives, StepCounters(StepReporter(ctx.settings.max_steps)))
     return _hook
 
