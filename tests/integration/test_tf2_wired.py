@@ -1,6 +1,7 @@
 """TF2 mode's surroundings wired into real 2-worker adrun jobs (adrun/runtime/import_hook.py
 registers adrun/runtime/tf2/around.py): chief-only saving with --shard-data under the averaging
-oracle (and tf_keras's under the equivalence oracle), --max-restarts resuming exactly from BackupAndRestore, the refusal of an untested TensorFlow
+oracle (and tf_keras's under the equivalence oracle), --max-restarts resuming exactly from BackupAndRestore
+and from a CheckpointManager, the refusal of an untested TensorFlow
 (and ADRUN_ALLOW_UNTESTED_VERSIONS=1 running it anyway), and `adrun profile` / `--strategy Auto`
 refusing a TF2 script at its first apply instead of after its training."""
 
@@ -81,6 +82,24 @@ def test_max_restarts_resumes_exactly_from_backup_and_restore(tmp_path: Path) ->
     expected = weights(plain("fit-sequential", tmp_path / "plain", "--epochs", "3") / "w0.npz")
     assert max(max_difference(weights(out / f"w{w}.npz"), expected) for w in range(2)) < TOLERANCE
     assert not backup.exists()  # BackupAndRestore deleted it at the end of the completed fit
+
+
+@pytest.mark.full  # two attempts of a 2-worker job and a plain run
+def test_max_restarts_resumes_exactly_from_a_checkpoint_manager(tmp_path: Path) -> None:
+    """A tf.function loop saving a CheckpointManager (weights, Adam's state, the epoch) at each epoch's
+    end; worker 0 is killed after epoch 1's checkpoint on the first attempt. The second attempt's
+    workers restore the chief's checkpoint, resume at epoch 2 and end where an uninterrupted plain run
+    ends; only the chief's checkpoints are in the directory."""
+    manager = tmp_path / "manager"
+    _, out = adrun_fit(tmp_path, "loop-function", 2, "--epochs", "3", "--manager", str(manager),
+                       "--kill-after-epoch", "1", adrun_options=("--max-restarts", "1"))
+    begun = [tuple(map(int, line.split())) for line in (out / "begun.txt").read_text().splitlines()]
+    assert sorted({e for w, a, e in begun if a == 0 and w == 0}) == [0, 1]  # killed at epoch 1 (and the capture)
+    assert sorted(e for w, a, e in begun if a == 1) == [2, 2]  # both workers resumed at epoch 2
+    expected = weights(plain("loop-function", tmp_path / "plain", "--epochs", "3") / "w0.npz")
+    assert max(max_difference(weights(out / f"w{w}.npz"), expected) for w in range(2)) <= TOLERANCE
+    assert _saved_files(manager) == ["checkpoint", "ckpt-2.data-00000-of-00001", "ckpt-2.index",
+                                     "ckpt-3.data-00000-of-00001", "ckpt-3.index"]
 
 
 def _untested_tensorflow(tmp_path: Path) -> dict[str, str]:

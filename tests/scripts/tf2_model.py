@@ -12,8 +12,8 @@ process whose step k sees the union of the N workers' step-k batches (a batch of
 loss its gradient is the mean of theirs, the step synchronous data parallelism must take. Writes the
 final weights to OUT/w<index>.npz (or OUT/reference.npz); each epoch end appends a line to
 OUT/epochs.txt (how far a capture got), each epoch begin `worker attempt epoch` to OUT/begun.txt (where
-a restart resumed). `--save`, `--backup` and `--kill-after-epoch` exercise chief-only saving and
-`--max-restarts` resuming from BackupAndRestore.
+a restart resumed). `--save`, `--backup`, `--manager` and `--kill-after-epoch` exercise chief-only
+saving and `--max-restarts` resuming from BackupAndRestore or a CheckpointManager.
 """
 
 import argparse
@@ -36,8 +36,10 @@ parser.add_argument("--save", help="fit kinds: also save under SAVE, in files na
                     "saving): ModelCheckpoint each epoch, keras.models.save_model and a tf.train.CheckpointManager at the end, "
                     "and worker 0 alone loads its model back")
 parser.add_argument("--backup", help="fit kinds: fit with BackupAndRestore on this directory")
-parser.add_argument("--kill-after-epoch", type=int, help="fit kinds: on attempt 0 (ADRUN_RESTART_COUNT), worker 0 "
-                    "kills itself (SIGKILL) at this epoch's end, after its backup")
+parser.add_argument("--manager", help="loop kinds: resume from a tf.train.CheckpointManager on this directory "
+                    "(restore_or_initialize) and save to it at each epoch's end")
+parser.add_argument("--kill-after-epoch", type=int, help="fit and loop kinds: on attempt 0 (ADRUN_RESTART_COUNT), "
+                    "worker 0 kills itself (SIGKILL) at this epoch's end, after its backup or checkpoint")
 args = parser.parse_args()
 
 import tensorflow as tf  # noqa: E402
@@ -213,9 +215,28 @@ def gan():
     return generator.get_weights() + critic.get_weights()
 
 
+def resumed(model, opt):
+    """With --manager: the first epoch to run, after restoring the manager's latest checkpoint
+    (weights, optimizer state, epoch), and a callable saving the next epoch's start."""
+    if not args.manager:
+        return 0, lambda epoch: None
+    opt.build(model.trainable_variables)  # its slots exist before the restore fills them
+    next_epoch = tf.Variable(0, dtype=tf.int64)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model, optimizer=opt, epoch=next_epoch),
+                                         args.manager, max_to_keep=2)
+    manager.restore_or_initialize()
+
+    def save(epoch):
+        next_epoch.assign(epoch + 1)
+        manager.save()
+
+    return int(next_epoch.numpy()), save
+
+
 def custom_loop(traced: bool):
     model = dense_stack()
     opt = optimizer()
+    first, save = resumed(model, opt)
 
     def step(inputs, targets):
         with tf.GradientTape() as tape:
@@ -225,9 +246,11 @@ def custom_loop(traced: bool):
         return loss
 
     step = tf.function(step) if traced else step
-    for epoch in range(args.epochs):
+    for epoch in range(first, args.epochs):
+        EpochMarks().on_epoch_begin(epoch)
         for k in range(len(x) // batch):
             step(tf.constant(x[k * batch:(k + 1) * batch]), tf.constant(y[k * batch:(k + 1) * batch]))
+        save(epoch)
         EpochMarks().on_epoch_end(epoch)
     return model.get_weights()
 
