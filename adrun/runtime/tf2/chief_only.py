@@ -170,8 +170,8 @@ def _summary_writers(ctx: TaskContext) -> None:
     from tensorflow.python.ops import gen_summary_ops
 
     replace_function(gen_summary_ops, "create_summary_file_writer",
-          lambda original: lambda writer, logdir, *args, **kwargs: original(
-              writer, _tensor_path(ctx, logdir), *args, **kwargs))
+                     lambda original: lambda writer, logdir, *args, **kwargs: original(
+                         writer, _tensor_path(ctx, logdir), *args, **kwargs))
 
 
 def _tensor_path(ctx: TaskContext, logdir):  # type: ignore[no-untyped-def]
@@ -191,17 +191,17 @@ def _tf_keras_file_utils(ctx: TaskContext) -> None:
     from tf_keras.src.distribute import distributed_file_utils
 
     replace_function(distributed_file_utils, "write_dirpath",
-          lambda original: lambda dirpath, strategy: elsewhere(ctx, dirpath))
+                     lambda original: lambda dirpath, strategy: elsewhere(ctx, dirpath))
     replace_function(distributed_file_utils, "remove_temp_dirpath",
-          lambda original: lambda dirpath, strategy: shutil.rmtree(elsewhere(ctx, dirpath), ignore_errors=True))
+                     lambda original: lambda dirpath, strategy: shutil.rmtree(elsewhere(ctx, dirpath), ignore_errors=True))
 
 
 def _tf_checkpoint(ctx: TaskContext) -> None:
     from tensorflow.python.checkpoint import checkpoint
 
     replace_function(checkpoint.Checkpoint, "_write",
-          lambda original: lambda self, file_prefix, *args, **kwargs: original(
-              self, elsewhere(ctx, file_prefix), *args, **kwargs))
+                     lambda original: lambda self, file_prefix, *args, **kwargs: original(
+                         self, elsewhere(ctx, file_prefix), *args, **kwargs))
 
 
 def _tf_checkpoint_manager(ctx: TaskContext) -> None:
