@@ -150,7 +150,8 @@ class Node(BaseModel):
 
     address: Annotated[str, AfterValidator(_check_address)]  # hostname or IP
     chief: StrictBool = False  # exactly one node when there are several; a single node is chief implicitly
-    workers: StrictInt = Field(default=1, ge=0)  # worker processes on this node
+    # worker processes on this node; default: one per GPU (per `replicas` GPUs when given), else 1
+    workers: StrictInt = Field(default=1, ge=0)
     ps: StrictInt = Field(default=0, ge=0)  # parameter-server processes on this node
     # CPUs of the node: bounds its processes (PROCESSES_PER_CPU); `cluster check` compares it
     cpus: StrictInt | None = Field(default=None, ge=1, le=MAX_CPUS)
@@ -164,6 +165,20 @@ class Node(BaseModel):
     env: dict[EnvName, EnvValue] = {}  # extra environment for this node's processes
     base_port: StrictInt | None = Field(default=None, ge=1024, le=MAX_PORT)  # fixed ports from here; else free
     ssh: SSHConfig | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_worker_per_gpu(cls, data: Any) -> Any:
+        """A node with `gpus` and no `workers` runs one worker per GPU, each seeing its own GPU, as
+        `horovodrun -np` and `torchrun --nproc-per-node` do and a TF2 script needs (one device per
+        process); with `replicas`, one worker per that many GPUs. Invalid values are left to the
+        fields' own checks."""
+        if not isinstance(data, dict) or "workers" in data:
+            return data
+        gpus, replicas = data.get("gpus"), data.get("replicas")
+        if type(gpus) is int and gpus > 0 and (replicas is None or (type(replicas) is int and replicas > 0)):
+            return {**data, "workers": max(1, gpus // (replicas or 1))}
+        return data
 
     @property
     def replicas_per_worker(self) -> int:
@@ -419,10 +434,12 @@ def spec_to_yaml(spec: ClusterSpec) -> str:
 
 
 def default_local_spec() -> ClusterSpec:
-    """This machine as a small cluster: 2 worker processes and 1 PS, for `adrun train.py` without --spec."""
+    """This machine as a small cluster, for `adrun train.py` without --spec: 1 PS and 2 worker
+    processes, or one worker per GPU when nvidia-smi lists GPUs."""
+    gpus = _visible_gpus()
     node = Node(
-        address="localhost", chief=True, workers=2, ps=1, cpus=_usable_cpus(),
-        gpus=_visible_gpus(), memory_gb=round(psutil.virtual_memory().total / 2**30, 1),
+        address="localhost", chief=True, workers=gpus or 2, ps=1, cpus=_usable_cpus(),
+        gpus=gpus, memory_gb=round(psutil.virtual_memory().total / 2**30, 1),
     )
     return ClusterSpec(version=1, nodes=[node])
 

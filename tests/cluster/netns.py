@@ -374,12 +374,13 @@ def _ended(proc: psutil.Process) -> bool:
 
 
 def two_host_spec(path: Path, cluster: NetnsCluster, ps: tuple[int, int] = (1, 0), h2: dict | None = None,
-                  replicas: tuple[int, int] = (1, 1)) -> Path:
+                  replicas: tuple[int, int] = (1, 1), forward_env: tuple[str, ...] = ()) -> Path:
     """1 worker on each of the first two hosts, `ps[i]` PS and `replicas[i]` in-graph replicas on
-    host i; `h2` adds ssh fields to host 2."""
+    host i; `h2` adds ssh fields to host 2; both hosts get the launcher's `forward_env` variables."""
     lines = ["version: 1", "nodes:"]
     for i, host in enumerate(cluster.hosts[:2]):
         ssh = {"user": "root", "identity_file": str(cluster.client_key), "known_hosts": str(cluster.known_hosts),
+               **({"forward_env": f"[{', '.join(forward_env)}]"} if forward_env else {}),
                **((h2 or {}) if i == 1 else {})}
         lines += [f"  - address: {host.address}", f"    chief: {'true' if i == 0 else 'false'}",
                   "    workers: 1", f"    ps: {ps[i]}", f"    replicas: {replicas[i]}", "    ssh:"]

@@ -1,11 +1,13 @@
 """TF2 mode's surroundings wired into real 2-worker adrun jobs (adrun/runtime/import_hook.py
 registers adrun/runtime/tf2/around.py): chief-only saving with --shard-data under the averaging
-oracle, --max-restarts resuming exactly from BackupAndRestore, and the refusal of an untested
-TensorFlow (and ADRUN_ALLOW_UNTESTED_VERSIONS=1 running it anyway). Auto and `adrun profile` on TF2
-scripts: tests/integration/test_tf2_auto.py."""
+oracle (and tf_keras's under the equivalence oracle), --max-restarts resuming exactly from BackupAndRestore
+and from a CheckpointManager, and the refusal of an untested TensorFlow (and
+ADRUN_ALLOW_UNTESTED_VERSIONS=1 running it anyway). Auto and `adrun profile` on TF2 scripts:
+tests/integration/test_tf2_auto.py."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,11 +17,15 @@ import pytest
 from adrun.launch.job.teardown import leftover_processes
 from tests.support.adrun_cli import run_adrun, write_spec
 from tests.support.paths import REPO, SCRIPTS
-from tests.support.tf2_oracle import SCRIPT, TOLERANCE, adrun_fit, max_difference, plain, weights
+from tests.support.tf2_oracle import SCRIPT, TOLERANCE, adrun_fit, kind_env, max_difference, plain, weights
 
 pytestmark = pytest.mark.timeout(600)
 
 UNTESTED_TF = "2.99.0"
+
+
+def _saved_files(save: Path) -> list[str]:
+    return sorted(str(p.relative_to(save)) for p in save.rglob("*") if p.is_file())
 
 
 def test_chief_only_saving_and_shard_data_in_a_two_worker_fit(tmp_path: Path) -> None:
@@ -32,9 +38,8 @@ def test_chief_only_saving_and_shard_data_in_a_two_worker_fit(tmp_path: Path) ->
     found = [weights(out / f"w{w}.npz") for w in range(2)]
     assert max(max_difference(f, expected) for f in found) < TOLERANCE
 
-    files = sorted(str(p.relative_to(save)) for p in save.rglob("*") if p.is_file())
-    assert files == ["ckpt-w0/e1.weights.h5", "ckpt-w0/e2.weights.h5", "manager-w0/checkpoint",
-                     "manager-w0/ckpt-1.data-00000-of-00001", "manager-w0/ckpt-1.index", "model-w0.keras"]
+    assert _saved_files(save) == ["ckpt-w0/e1.weights.h5", "ckpt-w0/e2.weights.h5", "manager-w0/checkpoint",
+                                  "manager-w0/ckpt-1.data-00000-of-00001", "manager-w0/ckpt-1.index", "model-w0.keras"]
     assert not any("w1" in str(p) for p in tmp_path.rglob("*") if p.name not in ("w1.npz",)), \
         "a file of worker 1 appeared"
     loaded = tmp_path / "loaded"
@@ -42,6 +47,27 @@ def test_chief_only_saving_and_shard_data_in_a_two_worker_fit(tmp_path: Path) ->
                    cwd=REPO, capture_output=True, timeout=300)
     for name in ("model", "epoch", "manager"):
         assert max_difference(weights(loaded / f"{name}.npz"), found[0]) == 0.0, name
+
+
+@pytest.mark.full  # a 2-worker tf_keras job, its plain run and a reader
+def test_tf_keras_chief_only_saving_in_a_two_worker_fit(tmp_path: Path) -> None:
+    """tf_keras (TF_USE_LEGACY_KERAS=1) saves as Keras 3 does: ModelCheckpoint, `keras.models.save_model`
+    and a CheckpointManager write only worker 0's files, the chief's load of its model alone (no
+    other worker loads) does not wait for them, and every file holds the plain run's weights."""
+    kind = "tfkeras-new"
+    save = tmp_path / "saved"
+    _, out = adrun_fit(tmp_path, kind, 2, "--skew-seed", "--save", str(save))
+    expected = weights(plain(kind, tmp_path / "plain") / "w0.npz")
+    assert max(max_difference(weights(out / f"w{w}.npz"), expected) for w in range(2)) <= TOLERANCE
+    assert _saved_files(save) == [
+        "ckpt-w0/e1.weights.h5", "ckpt-w0/e2.weights.h5", "manager-w0/checkpoint",
+        "manager-w0/ckpt-1.data-00000-of-00001", "manager-w0/ckpt-1.index", "model-w0.keras"]
+    assert not any("w1" in str(p) for p in tmp_path.rglob("*") if p.name != "w1.npz"), "a file of worker 1 appeared"
+    loaded = tmp_path / "loaded"
+    subprocess.run([sys.executable, str(SCRIPTS / "tf2_load_saved.py"), str(save), str(loaded)], check=True,
+                   cwd=REPO, capture_output=True, timeout=300, env={**os.environ, **kind_env(kind)})
+    for name in ("model", "epoch", "manager"):
+        assert max_difference(weights(loaded / f"{name}.npz"), expected) <= TOLERANCE, name
 
 
 @pytest.mark.full  # two attempts of a 2-worker job and a plain run
@@ -57,6 +83,24 @@ def test_max_restarts_resumes_exactly_from_backup_and_restore(tmp_path: Path) ->
     expected = weights(plain("fit-sequential", tmp_path / "plain", "--epochs", "3") / "w0.npz")
     assert max(max_difference(weights(out / f"w{w}.npz"), expected) for w in range(2)) < TOLERANCE
     assert not backup.exists()  # BackupAndRestore deleted it at the end of the completed fit
+
+
+@pytest.mark.full  # two attempts of a 2-worker job and a plain run
+def test_max_restarts_resumes_exactly_from_a_checkpoint_manager(tmp_path: Path) -> None:
+    """A tf.function loop saving a CheckpointManager (weights, Adam's state, the epoch) at each epoch's
+    end; worker 0 is killed after epoch 1's checkpoint on the first attempt. The second attempt's
+    workers restore the chief's checkpoint, resume at epoch 2 and end where an uninterrupted plain run
+    ends; only the chief's checkpoints are in the directory."""
+    manager = tmp_path / "manager"
+    _, out = adrun_fit(tmp_path, "loop-function", 2, "--epochs", "3", "--manager", str(manager),
+                       "--kill-after-epoch", "1", adrun_options=("--max-restarts", "1"))
+    begun = [tuple(map(int, line.split())) for line in (out / "begun.txt").read_text().splitlines()]
+    assert sorted({e for w, a, e in begun if a == 0 and w == 0}) == [0, 1]  # killed at epoch 1 (and the capture)
+    assert sorted(e for w, a, e in begun if a == 1) == [2, 2]  # both workers resumed at epoch 2
+    expected = weights(plain("loop-function", tmp_path / "plain", "--epochs", "3") / "w0.npz")
+    assert max(max_difference(weights(out / f"w{w}.npz"), expected) for w in range(2)) <= TOLERANCE
+    assert _saved_files(manager) == ["checkpoint", "ckpt-2.data-00000-of-00001", "ckpt-2.index",
+                                     "ckpt-3.data-00000-of-00001", "ckpt-3.index"]
 
 
 def _untested_tensorflow(tmp_path: Path) -> dict[str, str]:

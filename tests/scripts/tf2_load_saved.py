@@ -1,5 +1,5 @@
 """Read back what worker 0 of tests/scripts/tf2_model.py saved with `--save SAVE` (a Keras 3 fit
-kind), as a plain process: SAVE/model-w0.keras, the last epoch's SAVE/ckpt-w0/e<N>.weights.h5 and
+kind, or a tf_keras one with TF_USE_LEGACY_KERAS=1), as a plain process: SAVE/model-w0.keras, the last epoch's SAVE/ckpt-w0/e<N>.weights.h5 and
 SAVE/manager-w0's latest checkpoint, each restored into a model; writes their weights to
 OUT/model.npz, OUT/epoch.npz and OUT/manager.npz.
 
@@ -10,13 +10,17 @@ import os
 import sys
 from pathlib import Path
 
-import keras
 import numpy as np
 import tensorflow as tf
 
+if os.environ.get("TF_USE_LEGACY_KERAS") == "1":
+    import tf_keras as keras
+else:
+    import keras
+
 save, out = Path(sys.argv[1]), Path(sys.argv[2])
 out.mkdir(parents=True, exist_ok=True)
-model = keras.saving.load_model(save / "model-w0.keras")
+model = keras.models.load_model(save / "model-w0.keras")
 np.savez(out / "model.npz", *model.get_weights())
 
 last = max((save / "ckpt-w0").glob("e*.weights.h5"), key=lambda p: int(p.name[1:].split(".")[0]))

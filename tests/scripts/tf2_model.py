@@ -12,8 +12,8 @@ process whose step k sees the union of the N workers' step-k batches (a batch of
 loss its gradient is the mean of theirs, the step synchronous data parallelism must take. Writes the
 final weights to OUT/w<index>.npz (or OUT/reference.npz); each epoch end appends a line to
 OUT/epochs.txt (how far a capture got), each epoch begin `worker attempt epoch` to OUT/begun.txt (where
-a restart resumed). `--save`, `--backup` and `--kill-after-epoch` exercise chief-only saving and
-`--max-restarts` resuming from BackupAndRestore.
+a restart resumed). `--save`, `--backup`, `--manager` and `--kill-after-epoch` exercise chief-only
+saving and `--max-restarts` resuming from BackupAndRestore or a CheckpointManager.
 """
 
 import argparse
@@ -33,10 +33,13 @@ parser.add_argument("--epochs", type=int, default=2)
 parser.add_argument("--worker1-epochs", type=int, help="worker 1 trains this many epochs instead")
 parser.add_argument("--out", required=True)
 parser.add_argument("--save", help="fit kinds: also save under SAVE, in files named after the worker (chief-only "
-                    "saving): ModelCheckpoint each epoch, model.save and a tf.train.CheckpointManager at the end")
+                    "saving): ModelCheckpoint each epoch, keras.models.save_model and a tf.train.CheckpointManager at the end, "
+                    "and worker 0 alone loads its model back")
 parser.add_argument("--backup", help="fit kinds: fit with BackupAndRestore on this directory")
-parser.add_argument("--kill-after-epoch", type=int, help="fit kinds: on attempt 0 (ADRUN_RESTART_COUNT), worker 0 "
-                    "kills itself (SIGKILL) at this epoch's end, after its backup")
+parser.add_argument("--manager", help="loop kinds: resume from a tf.train.CheckpointManager on this directory "
+                    "(restore_or_initialize) and save to it at each epoch's end")
+parser.add_argument("--kill-after-epoch", type=int, help="fit and loop kinds: on attempt 0 (ADRUN_RESTART_COUNT), "
+                    "worker 0 kills itself (SIGKILL) at this epoch's end, after its backup or checkpoint")
 parser.add_argument("--wait-for-w0", action="store_true", help="fit kinds: worker 1 waits after its first batch "
                     "until worker 0 has written its weights (asynchronous PS training must let worker 0 finish)")
 args = parser.parse_args()
@@ -167,10 +170,13 @@ def callbacks():
 
 def save_at_end(model):
     if args.save:
-        model.save(os.path.join(args.save, f"model-w{worker}.keras"))
+        path = os.path.join(args.save, f"model-w{worker}.keras")
+        keras.models.save_model(model, path)  # the public alias of saving_api's function, bound at import
         manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), os.path.join(args.save, f"manager-w{worker}"),
                                              max_to_keep=1)
         manager.save()
+        if worker == 0:  # the chief alone reads its model back, as a script evaluating it on rank 0 does
+            keras.models.load_model(path)
 
 
 def fit(model, **compile_options):
@@ -230,9 +236,28 @@ def gan():
     return generator.get_weights() + critic.get_weights()
 
 
+def resumed(model, opt):
+    """With --manager: the first epoch to run, after restoring the manager's latest checkpoint
+    (weights, optimizer state, epoch), and a callable saving the next epoch's start."""
+    if not args.manager:
+        return 0, lambda epoch: None
+    opt.build(model.trainable_variables)  # its slots exist before the restore fills them
+    next_epoch = tf.Variable(0, dtype=tf.int64)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model, optimizer=opt, epoch=next_epoch),
+                                         args.manager, max_to_keep=2)
+    manager.restore_or_initialize()
+
+    def save(epoch):
+        next_epoch.assign(epoch + 1)
+        manager.save()
+
+    return int(next_epoch.numpy()), save
+
+
 def custom_loop(traced: bool):
     model = dense_stack()
     opt = optimizer()
+    first, save = resumed(model, opt)
 
     def step(inputs, targets):
         with tf.GradientTape() as tape:
@@ -242,9 +267,11 @@ def custom_loop(traced: bool):
         return loss
 
     step = tf.function(step) if traced else step
-    for epoch in range(args.epochs):
+    for epoch in range(first, args.epochs):
+        EpochMarks().on_epoch_begin(epoch)
         for k in range(len(x) // batch):
             step(tf.constant(x[k * batch:(k + 1) * batch]), tf.constant(y[k * batch:(k + 1) * batch]))
+        save(epoch)
         EpochMarks().on_epoch_end(epoch)
     return model.get_weights()
 

@@ -5,6 +5,7 @@ creates (model weights, optimizer slots, the loss scale, Keras's seed state) get
 value. The initializer is evaluated and broadcast eagerly under `tf.init_scope()`: Keras creates
 optimizer slots during the first trace of the training function, and a broadcast put into such a
 variable's initial value would be lifted into a separate initializer function, away from its key.
+Each broadcast runs on the device and in the group routes.py gives its dtype (NCCL on GPUs).
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from adrun.runtime.kernels.allreduce_sync import GROUP_KEY
 from adrun.runtime.tf2.keys import CreationKeys
+from adrun.runtime.tf2.routes import Routes
 
 _local = threading.local()
 # what CollectiveBcastSend/RecvV2 carry; other dtypes travel as one of these and are cast back
@@ -50,10 +51,11 @@ def _carrier(dtype: tf.DType) -> tf.DType | None:
 class Broadcaster:
     """The variable creator of a run with several workers."""
 
-    def __init__(self, task_index: int, num_workers: int, timeout_s: float) -> None:
+    def __init__(self, task_index: int, num_workers: int, timeout_s: float, routes: Callable[[], Routes]) -> None:
         self._sender = task_index == 0
         self._num_workers = num_workers
         self._timeout_s = timeout_s
+        self._routes = routes
         self._keys = CreationKeys()
 
     def __call__(self, next_creator: Callable[..., Any], **kwargs: Any) -> Any:
@@ -74,15 +76,18 @@ class Broadcaster:
             return value
         sent = tf.cast(value, carrier)
         key = self._keys.next()
-        if self._sender:
-            tf.raw_ops.CollectiveBcastSendV2(
-                input=sent, group_size=self._num_workers, group_key=GROUP_KEY, instance_key=key,
-                timeout_seconds=self._timeout_s,
-            )
-            received = sent
-        else:
-            received = tf.raw_ops.CollectiveBcastRecvV2(
-                group_size=self._num_workers, group_key=GROUP_KEY, instance_key=key, shape=tf.shape(sent),
-                T=carrier, timeout_seconds=self._timeout_s,
-            )
+        routes = self._routes()
+        route = routes.of(carrier.name)
+        with tf.device(routes.device(route)):
+            if self._sender:
+                tf.raw_ops.CollectiveBcastSendV2(
+                    input=sent, group_size=self._num_workers, group_key=route.group_key, instance_key=key,
+                    communication_hint=route.communication_hint, timeout_seconds=self._timeout_s,
+                )
+                received = sent
+            else:
+                received = tf.raw_ops.CollectiveBcastRecvV2(
+                    group_size=self._num_workers, group_key=route.group_key, instance_key=key, shape=tf.shape(sent),
+                    T=carrier, communication_hint=route.communication_hint, timeout_seconds=self._timeout_s,
+                )
         return tf.cast(received, value.dtype)

@@ -49,6 +49,7 @@ import tempfile
 from collections.abc import Callable
 
 from adrun.runtime.context import TaskContext
+from adrun.runtime.tf2.replace import replace_function
 
 _scratch: str | None = None
 _saved: dict[str, str] = {}  # path the script asked to save to -> where this task wrote it
@@ -100,20 +101,15 @@ def _own_copy(path):  # type: ignore[no-untyped-def]
     return path
 
 
-def _wrap(owner: object, name: str, make: Callable[[Callable], Callable]) -> None:
-    original = getattr(owner, name)
-    setattr(owner, name, functools.wraps(original)(make(original)))
-
-
 def _redirect_saving_api(ctx: TaskContext, saving_api) -> None:  # type: ignore[no-untyped-def]
     """Keras 3 and tf_keras share the shape of `saving_api`: (model, filepath, ...) for saving,
     `load_model(filepath, ...)` and `load_weights(model, filepath, ...)` for reading back."""
     for name in ("save_model", "save_weights"):
-        _wrap(saving_api, name, lambda original: lambda model, filepath, *args, **kwargs: original(
+        replace_function(saving_api, name, lambda original: lambda model, filepath, *args, **kwargs: original(
             model, _saved_elsewhere(ctx, filepath), *args, **kwargs))
-    _wrap(saving_api, "load_model", lambda original: lambda filepath, *args, **kwargs: original(
+    replace_function(saving_api, "load_model", lambda original: lambda filepath, *args, **kwargs: original(
         _own_copy(filepath), *args, **kwargs))
-    _wrap(saving_api, "load_weights", lambda original: lambda model, filepath, *args, **kwargs: original(
+    replace_function(saving_api, "load_weights", lambda original: lambda model, filepath, *args, **kwargs: original(
         model, _own_copy(filepath), *args, **kwargs))
 
 
@@ -169,15 +165,15 @@ def _keras_tensorboard(ctx: TaskContext) -> None:
             self.log_dir = elsewhere(ctx, self.log_dir)
         return __init__
 
-    _wrap(TensorBoard, "__init__", make)
+    replace_function(TensorBoard, "__init__", make)
 
 
 def _summary_writers(ctx: TaskContext) -> None:
     from tensorflow.python.ops import gen_summary_ops
 
-    _wrap(gen_summary_ops, "create_summary_file_writer",
-          lambda original: lambda writer, logdir, *args, **kwargs: original(
-              writer, _tensor_path(ctx, logdir), *args, **kwargs))
+    replace_function(gen_summary_ops, "create_summary_file_writer",
+                     lambda original: lambda writer, logdir, *args, **kwargs: original(
+                         writer, _tensor_path(ctx, logdir), *args, **kwargs))
 
 
 def _tensor_path(ctx: TaskContext, logdir):  # type: ignore[no-untyped-def]
@@ -196,18 +192,18 @@ def _tensor_path(ctx: TaskContext, logdir):  # type: ignore[no-untyped-def]
 def _tf_keras_file_utils(ctx: TaskContext) -> None:
     from tf_keras.src.distribute import distributed_file_utils
 
-    _wrap(distributed_file_utils, "write_dirpath",
-          lambda original: lambda dirpath, strategy: elsewhere(ctx, dirpath))
-    _wrap(distributed_file_utils, "remove_temp_dirpath",
-          lambda original: lambda dirpath, strategy: shutil.rmtree(elsewhere(ctx, dirpath), ignore_errors=True))
+    replace_function(distributed_file_utils, "write_dirpath",
+                     lambda original: lambda dirpath, strategy: elsewhere(ctx, dirpath))
+    replace_function(distributed_file_utils, "remove_temp_dirpath",
+                     lambda original: lambda dirpath, strategy: shutil.rmtree(elsewhere(ctx, dirpath), ignore_errors=True))
 
 
 def _tf_checkpoint(ctx: TaskContext) -> None:
     from tensorflow.python.checkpoint import checkpoint
 
-    _wrap(checkpoint.Checkpoint, "_write",
-          lambda original: lambda self, file_prefix, *args, **kwargs: original(
-              self, elsewhere(ctx, file_prefix), *args, **kwargs))
+    replace_function(checkpoint.Checkpoint, "_write",
+                     lambda original: lambda self, file_prefix, *args, **kwargs: original(
+                         self, elsewhere(ctx, file_prefix), *args, **kwargs))
 
 
 def _tf_checkpoint_manager(ctx: TaskContext) -> None:
@@ -221,7 +217,7 @@ def _tf_checkpoint_manager(ctx: TaskContext) -> None:
             self._maybe_delete.clear()  # the chief's checkpoints are the chief's to sweep
         return __init__
 
-    _wrap(checkpoint_management.CheckpointManager, "__init__", make)
+    replace_function(checkpoint_management.CheckpointManager, "__init__", make)
 
 
 def _on_non_chief(install: Callable[[TaskContext], None]) -> Callable[[TaskContext], None]:

@@ -59,21 +59,24 @@ def _enter(creator: Any) -> None:
 def _collective_hook(ctx: Any, steps: Any) -> Any:
     """All-reduce plans: peers joined by TF's collectives, worker 0's initial values broadcast."""
     from adrun.runtime.tf2.broadcast import Broadcaster
-    from adrun.runtime.tf2.collective_runtime import start_collectives
+    from adrun.runtime.tf2.collective_runtime import routes_of, start_collectives
     from adrun.runtime.tf2.keys import RuntimeKeys
     from adrun.runtime.tf2.reduction import TF2Collectives
     from adrun.runtime.tf2.sync import SynchronizedApply
 
     timeout_s = ctx.settings.op_timeout_s
-    keys = None
+    keys = routes = None
     if ctx.num_workers > 1:
         from adrun.runtime.tf2.peers import report_collective_failures
+        from adrun.runtime.tf2.routes import HOST, Routes
 
         start_collectives(ctx)
         report_collective_failures(ctx.task_index)
-        keys = RuntimeKeys()
-        _enter(Broadcaster(ctx.task_index, ctx.num_workers, timeout_s))
-    return SynchronizedApply(ctx, TF2Collectives(ctx.num_workers, timeout_s=timeout_s, keys=keys), steps)
+        keys = RuntimeKeys(Routes(ctx.task_index).device(HOST))
+        routes = routes_of(ctx)
+        _enter(Broadcaster(ctx.task_index, ctx.num_workers, timeout_s, routes))
+    collectives = TF2Collectives(ctx.num_workers, timeout_s=timeout_s, keys=keys, routes=routes)
+    return SynchronizedApply(ctx, collectives, steps)
 
 
 def _ps_hook(ctx: Any, steps: Any) -> Any:

@@ -6,7 +6,8 @@ powersgd) under run-time instance keys (`keys.py`). A partitioned variable's gra
 plan's shards, each reduced in its own group (PartitionedAR), and joined again. Sparse gradients are
 all-gathered row for row (`gathered_rows`), not summed per distinct row first: Keras 3's sparse
 optimizers treat each row of an IndexedSlices on its own (Adam squares each), so only the very rows
-one process would have seen give the same step.
+one process would have seen give the same step. Each collective runs on the device and in the
+group routes.py gives its dtype (NCCL for floating-point tensors when the job runs on GPUs).
 """
 
 from __future__ import annotations
@@ -17,41 +18,50 @@ from typing import Any
 
 import tensorflow as tf
 
-from adrun.runtime.kernels.allreduce_sync import GROUP_KEY, Collectives, gathered_rows
+from adrun.runtime.kernels.allreduce_sync import Collectives, gathered_rows
 from adrun.runtime.tf2.broadcast import internal
 from adrun.runtime.tf2.keys import RuntimeKeys
+from adrun.runtime.tf2.routes import Route, Routes
 from adrun.strategies.document import AllReduceSync, PSSync, VariablePlan, shard_sizes
 
 
 @dataclass
 class TF2Collectives(Collectives):
-    """Graph mode's collectives with run-time instance keys, one ordering token and a timeout;
-    compressor state made once per name, eagerly, on this worker only."""
+    """Graph mode's collectives with run-time instance keys, one ordering token, a timeout and a
+    device per dtype (`routes`, decided at the first collective); compressor state made once per
+    name, eagerly, on this worker only. A run of one worker has neither keys nor routes and never
+    reaches a collective."""
 
     timeout_s: float = 0.0
     keys: RuntimeKeys | None = None
+    routes: Callable[[], Routes] | None = None
     _state: dict[str, tf.Variable] = field(default_factory=dict)
 
-    def _keys(self) -> RuntimeKeys:
-        """The run-time keys; a run of one worker has none and never reaches a collective."""
-        if self.keys is None:
-            raise RuntimeError("TF2Collectives: a collective op in a run of one worker (no RuntimeKeys)")
-        return self.keys
+    def _route(self, t: tf.Tensor) -> tuple[RuntimeKeys, Route, str]:
+        """The keys, `t`'s route and its device."""
+        if self.keys is None or self.routes is None:
+            raise RuntimeError("TF2Collectives: a collective op in a run of one worker (no keys, no routes)")
+        routes = self.routes()
+        route = routes.of(t.dtype.base_dtype.name)
+        return self.keys, route, routes.device(route)
 
     def _reduce(self, t: tf.Tensor, label: str, final_op: str) -> tf.Tensor:
-        keys = self._keys()
-        return tf.raw_ops.CollectiveReduceV2(
-            input=t, group_size=self.num_workers, group_key=GROUP_KEY, instance_key=keys.next(),
-            ordering_token=keys.ordering_token, merge_op="Add", final_op=final_op,
-            timeout_seconds=self.timeout_s,
-        )
+        keys, route, device = self._route(t)
+        with tf.device(device):
+            return tf.raw_ops.CollectiveReduceV2(
+                input=t, group_size=self.num_workers, group_key=route.group_key, instance_key=keys.next(),
+                ordering_token=keys.ordering_token(device), merge_op="Add", final_op=final_op,
+                communication_hint=route.communication_hint, timeout_seconds=self.timeout_s,
+            )
 
     def gather(self, t: tf.Tensor, label: str, step: Any = None) -> tf.Tensor:
-        keys = self._keys()
-        return tf.raw_ops.CollectiveGatherV2(
-            input=t, group_size=self.num_workers, group_key=GROUP_KEY, instance_key=keys.next(),
-            ordering_token=keys.ordering_token, timeout_seconds=self.timeout_s,
-        )
+        keys, route, device = self._route(t)
+        with tf.device(device):
+            return tf.raw_ops.CollectiveGatherV2(
+                input=t, group_size=self.num_workers, group_key=route.group_key, instance_key=keys.next(),
+                ordering_token=keys.ordering_token(device), communication_hint=route.communication_hint,
+                timeout_seconds=self.timeout_s,
+            )
 
     def state_variable(self, initial: Callable[[], tf.Tensor], name: str) -> tf.Variable:
         var = self._state.get(name)

@@ -209,6 +209,27 @@ def test_replicas_default_to_the_gpus_shared_out_else_one() -> None:
     assert Node(address="h", workers=1, replicas=3).replicas_per_worker == 3
 
 
+def test_a_node_with_gpus_runs_one_worker_per_gpu_unless_told_otherwise(tmp_path: Path) -> None:
+    spec = load_spec(write(tmp_path, "version: 1\nnodes:\n  - address: h\n    gpus: 4\n"))
+    [node] = spec.nodes
+    assert (node.workers, node.replicas_per_worker) == (4, 1)
+    assert replica_devices(spec) == [["GPU:0"]] * 4  # what a TF2 script needs: one device per process
+    assert Node(address="h", gpus=4, replicas=2).workers == 2  # one worker per two GPUs
+    assert Node(address="h", gpus=4, workers=1).replicas_per_worker == 4  # in-graph replicas, as asked
+    assert Node(address="h", gpus=0).workers == 1
+
+
+def test_the_default_local_spec_gives_each_gpu_a_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    import adrun.spec
+
+    monkeypatch.setattr(adrun.spec, "_visible_gpus", lambda: 3)
+    [node] = adrun.spec.default_local_spec().nodes
+    assert (node.workers, node.ps, node.gpus, node.replicas_per_worker) == (3, 1, 3, 1)
+    monkeypatch.setattr(adrun.spec, "_visible_gpus", lambda: 0)
+    [node] = adrun.spec.default_local_spec().nodes
+    assert (node.workers, node.ps, node.gpus) == (2, 1, 0)
+
+
 def test_replica_devices_follow_worker_order() -> None:
     spec = ClusterSpec(version=1, nodes=[
         Node(address="10.0.0.1", workers=1, replicas=3),

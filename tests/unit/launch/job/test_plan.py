@@ -161,6 +161,17 @@ def test_plan_job_reads_the_real_cluster_spec():
     assert [launch.task.tag for launch in launches] == ["w0", "w1", "ps0"]
 
 
+def test_each_worker_of_a_gpu_node_sees_exactly_its_own_gpu():
+    """`gpus: 4` without `workers`: four workers, worker k seeing GPU k as its GPU:0 (the TF2 plan's
+    one device per process), the PS none."""
+    from adrun.spec import ClusterSpec
+
+    spec = ClusterSpec.model_validate({"version": 1, "nodes": [{"address": "localhost", "gpus": 4, "ps": 1}]})
+    launches = plan_job(spec, "t.py", [], job_id="j", strategy_file="s.yml", base_env={})
+    seen = {launch.task.tag: launch.env.get("CUDA_VISIBLE_DEVICES") for launch in launches}
+    assert seen == {"w0": "0", "w1": "1", "w2": "2", "w3": "3", "ps0": ""}
+
+
 def test_plan_job_rejects_a_remote_node():
     spec = Spec([Node("localhost", workers=1, chief=True), Node("203.0.113.7", workers=1)])
     with pytest.raises(UserError, match="node 203.0.113.7 is not this machine and no SSH connection"):
