@@ -9,7 +9,6 @@ length and unpadded after) and their values divided by N, so a row touched by on
 
 from __future__ import annotations
 
-import os
 import zlib
 from collections import defaultdict
 from collections.abc import Callable
@@ -70,8 +69,6 @@ class Collectives:
         with tf.name_scope("adrun_barrier"):
             with tf.control_dependencies(after):
                 flag = tf.zeros([1])
-            if os.environ.get("ADRUN_PSFAST_LEGACY"):  # PSFAST-TEMP: before/after switch, removed after measuring
-                return self._reduce(flag, f"adrun/barrier/{label}", "Id").op
             return tf.raw_ops.CollectiveGatherV2(
                 input=flag, group_size=self.num_workers, group_key=GROUP_KEY,
                 instance_key=instance_key(f"adrun/barrier/{label}"), ordering_token=[],

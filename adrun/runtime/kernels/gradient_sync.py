@@ -22,7 +22,6 @@ every gradient itself, with no accumulator, collective, token or barrier in its 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -129,8 +128,6 @@ def _finish_waits_for_own_updates(after_updates: list[tf.Operation], own_updates
     step's own updates read no global_step, and the wait would only add a round between all
     workers to the step. Every worker builds the same graph, so every worker decides alike (in a
     step with collectives the wait is a collective barrier: all or none)."""
-    if os.environ.get("ADRUN_PSFAST_LEGACY"):  # PSFAST-TEMP: before/after switch, removed after measuring
-        return True
     state = _variables_touched(after_updates)
     return bool(state) and _reads_before(own_updates, state, {op.name for op in after_updates})
 
