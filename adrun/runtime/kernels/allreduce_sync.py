@@ -60,11 +60,19 @@ class Collectives:
         return self.reduce(t, label, "Id")
 
     def barrier(self, label: str, after: list[tf.Operation]) -> tf.Operation:
-        """Completes on every worker once every worker has run `after` (a one-number all-reduce)."""
+        """Completes on every worker once every worker has run `after`: a one-number all-gather.
+
+        A worker's gather ends only when it holds every worker's number, so it waits for every
+        worker as an all-reduce does, in half the sequential transfers (TF's ring gather passes
+        N - 1 times around the ring; its ring all-reduce 2(N - 1) times).
+        """
         with tf.name_scope("adrun_barrier"):
             with tf.control_dependencies(after):
-                flag = tf.constant(0.0)
-            return self._reduce(flag, f"adrun/barrier/{label}", "Id").op
+                flag = tf.zeros([1])
+            return tf.raw_ops.CollectiveGatherV2(
+                input=flag, group_size=self.num_workers, group_key=GROUP_KEY,
+                instance_key=instance_key(f"adrun/barrier/{label}"), ordering_token=[],
+            ).op
 
     def state_variable(self, initial: Callable[[], tf.Tensor], name: str) -> tf.Variable:
         """A compressor's state: adrun's own variable, initialized at session set-up."""

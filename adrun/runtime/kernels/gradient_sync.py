@@ -82,6 +82,56 @@ def _finish_ops(new_ops: list[tf.Operation], updates: list[tf.Operation], scope:
     ]
 
 
+_VARIABLE_OPS = ("VarHandleOp", "VariableV2", "Variable")
+
+
+def _variables_touched(ops: list[tf.Operation]) -> set[str]:
+    """Variables that `ops` take as an input (a resource handle or a ref): read or written."""
+    return {t.op.name for op in ops for t in op.inputs if t.op.type in _VARIABLE_OPS}
+
+
+def _reads_before(ops: list[tf.Operation], variables: set[str], skip: set[str]) -> bool:
+    """Whether any op that `ops` depend on (data or control, themselves included, `skip` excluded)
+    takes one of `variables` as an input."""
+    seen: set[str] = set()
+    stack = list(ops)
+    while stack:
+        op = stack.pop()
+        if op.name in seen or op.name in skip:
+            continue
+        seen.add(op.name)
+        if any(t.op.type in _VARIABLE_OPS and t.op.name in variables for t in op.inputs):
+            return True
+        stack.extend(t.op for t in op.inputs)
+        stack.extend(op.control_inputs)
+    return False
+
+
+def _after_updates(new_ops: list[tf.Operation], updates: list[tf.Operation], scope: str) -> list[tf.Operation]:
+    """The optimizer's ops outside the per-variable updates that run after them (its finish step
+    and what waits on it, e.g. the global_step increment), in creation order."""
+    after = {op.name for op in updates}
+    found = []
+    for op in new_ops:  # creation order: an op's inputs come before it
+        if op.name.startswith(f"{scope}/update_"):
+            continue
+        if any(t.op.name in after for t in op.inputs) or any(c.name in after for c in op.control_inputs):
+            after.add(op.name)
+            found.append(op)
+    return found
+
+
+def _finish_waits_for_own_updates(after_updates: list[tf.Operation], own_updates: list[tf.Operation]) -> bool:
+    """Whether the optimizer's finish step must wait until every worker has applied its own
+    updates: only when those updates, or anything they depend on in the step, use state that the
+    ops after the updates (`_after_updates`: global_step, Adam's beta powers) change. A plain SGD
+    step's own updates read no global_step, and the wait would only add a round between all
+    workers to the step. Every worker builds the same graph, so every worker decides alike (in a
+    step with collectives the wait is a collective barrier: all or none)."""
+    state = _variables_touched(after_updates)
+    return bool(state) and _reads_before(own_updates, state, {op.name for op in after_updates})
+
+
 def _local_finish_ops(
     optimizer: Any, graph: tf.Graph, ctx: TaskContext, finish: list[tf.Operation], chief_only: list[tf.Operation]
 ) -> list[tf.Operation]:
@@ -182,9 +232,11 @@ def synchronized_apply(
     updates = update_ops_by_variable(new_ops, scope, bsp_vars + own_update_vars)
     finish = _finish_ops(new_ops, [u for us in updates.values() for u in us], scope)
     own_updates = [u for name in own_update_vars for u in updates[name]]
+    # optimizer-wide state changes only once every worker has applied its own updates
+    after_updates = _after_updates(new_ops, [u for us in updates.values() for u in us], scope)
+    wait = bool(own_update_vars) and _finish_waits_for_own_updates(after_updates, own_updates)
     if ctx.is_chief:
-        if own_update_vars:
-            # optimizer-wide state changes only once every worker has applied its own updates
+        if wait:
             applied = order.own_updates_applied(ctx.task_index, own_updates)
             for op in finish:
                 op._add_control_input(applied)
@@ -192,5 +244,5 @@ def synchronized_apply(
     if own_update_vars:
         chief_only = [u for name in bsp_vars for u in updates[name]]
         own_updates += _local_finish_ops(optimizer, graph, ctx, finish, chief_only)
-        pushes.append(order.own_updates_applied(ctx.task_index, own_updates))
+        pushes += [order.own_updates_applied(ctx.task_index, own_updates)] if wait else own_updates
     return order.end_step(ctx.task_index, pushes)
