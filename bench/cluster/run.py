@@ -90,14 +90,18 @@ DEFAULT_LENGTH = (40, 5)
 QUICK_LENGTH = (30, 5)
 
 
-def matrix(blocks: tuple[Block, ...], variants: bool) -> list[RunConfig]:
+Variant = tuple[str, tuple[tuple[str, str], ...]]  # (builder, its options)
+
+
+def matrix(blocks: tuple[Block, ...], variants: bool | tuple[Variant, ...]) -> list[RunConfig]:
     """Every (workload, profile, hosts, system) of the blocks, in block order, without repeats; 1
     host only under a block's first profile, as its traffic never leaves the host (the scaling
     tables use it for every profile); a peer only on workloads of its kind (`peer_serves`)."""
     configs: list[RunConfig] = []
     for b in blocks:
         systems = [("adrun", s, ()) for s in b.builders]
-        systems += [("adrun", s, o) for s, o in VARIANTS if variants and b.variants and s in b.builders]
+        chosen = VARIANTS if variants is True else variants or ()
+        systems += [("adrun", s, o) for s, o in chosen if b.variants and s in b.builders]
         systems += [("peer", p, ()) for p in b.peers]
         configs += [RunConfig(workload=w, profile=p, hosts=h, kind=kind, system=s, options=o)
                     for w in b.workloads for p in b.profiles for h in b.hosts if h > 1 or p == b.profiles[0]
@@ -185,6 +189,19 @@ def _given_plans(items: tuple[str, ...]) -> dict[str, Path]:
     return plans
 
 
+def _variants(items: tuple[str, ...]) -> tuple[Variant, ...]:
+    """--variant BUILDER:KEY=VALUE options as (builder, ((key, value),)); exits 2 on a malformed one
+    or an unknown builder."""
+    out = []
+    for item in items:
+        builder, _, option = item.partition(":")
+        key, sep, value = option.partition("=")
+        if builder not in BUILDERS or not sep or not key or not value:
+            _fail(f"--variant {item!r}: expected BUILDER:KEY=VALUE with BUILDER one of {', '.join(BUILDERS)}")
+        out.append((builder, ((key, value),)))
+    return tuple(out)
+
+
 def _csv(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
@@ -244,6 +261,8 @@ def hook_overhead(scratch: Path) -> HookOverhead:
 @click.option("--plan", "plan_files", multiple=True, metavar="LABEL=FILE",
               help="Also run this strategy document as system LABEL in every group (repeatable): a hand-made plan "
                    "beside the builders', e.g. to tell the cost model's choice from the runtime's speed.")
+@click.option("--variant", "variant_items", multiple=True, metavar="BUILDER:KEY=VALUE",
+              help="Also this one builder with this option (repeatable), e.g. AllReduce:compressor=fp16; instead of --variants.")
 @click.option("--variants/--no-variants", default=False, show_default=True,
               help="Also the chosen builders with non-default options (fp16, chunk_size, max_shards).")
 @click.option("--reps", type=click.IntRange(min=3), default=3, show_default=True, help="Repetitions of each configuration.")
@@ -264,7 +283,7 @@ def hook_overhead(scratch: Path) -> HookOverhead:
 @click.option("--markdown", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="The report [default: bench/RESULTS-cluster.md; --tf2: bench/RESULTS-cluster-tf2.md].")
 def main(quick: bool, tf2: bool, workloads: str | None, profiles: str | None, host_counts: str | None, builders: str | None,
-         peers: str | None, plan_files: tuple[str, ...], variants: bool, reps: int, steps: int | None, warmup: int | None, measure_hook: bool | None,
+         peers: str | None, plan_files: tuple[str, ...], variant_items: tuple[str, ...], variants: bool, reps: int, steps: int | None, warmup: int | None, measure_hook: bool | None,
          timeout: float, workloads_dir: Path, extra_args: str, out: Path | None, notes: tuple[str, ...],
          markdown: Path | None) -> None:
     """Run the benchmark matrix on namespace hosts and write JSON, markdown and plots. Without
@@ -300,13 +319,14 @@ def main(quick: bool, tf2: bool, workloads: str | None, profiles: str | None, ho
             _fail(f"{path} not found")
 
     given_plans = _given_plans(plan_files)
+    chosen_variants = variants or _variants(variant_items)
     # what this machine lacks is said after the command line's own mistakes
     reason = missing_requirements()
     if reason:
         _fail(reason)
     if importlib.util.find_spec("matplotlib") is None:
         _fail("matplotlib is missing: install the bench extra (.venv/bin/pip install -e '.[bench]')")
-    configs = with_given_plans(matrix(blocks, variants), blocks, given_plans)
+    configs = with_given_plans(matrix(blocks, chosen_variants), blocks, given_plans)
     order = schedule(configs, reps, lengths)
     guess = estimate([(c, n) for _, c, n, _ in order], load_history((REPO / "bench" / "results").glob("*.json")), measure_hook)
     click.echo(f"bench-cluster: {len(configs)} configurations × {reps} repetitions = {len(order)} runs on up to "

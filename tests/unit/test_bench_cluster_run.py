@@ -160,3 +160,17 @@ def test_a_bad_given_plan_is_one_message_and_exit_2(item, message, capsys, monke
         _given_plans((item,))
     assert exit_info.value.code == 2
     assert f"bench-cluster: error: {message}" in capsys.readouterr().err
+
+
+def test_one_variant_at_a_time():
+    """--variant AllReduce:compressor=fp16 adds that row alone (--variants adds every known one);
+    a malformed item or unknown builder is one message and exit 2."""
+    from click.testing import CliRunner
+
+    import bench.cluster.run as run
+
+    configs = matrix((block(builders=["AllReduce", "PS"]),), (("AllReduce", (("compressor", "fp16"),)),))
+    assert [c.label for c in configs] == ["AllReduce", "PS", "AllReduce (compressor=fp16)"]
+    for item in ("AllReduce", "Nope:compressor=fp16", "AllReduce:compressor"):
+        refused = CliRunner().invoke(run.main, ["--workloads", "sparse", "--variant", item])
+        assert refused.exit_code == 2 and f"--variant {item!r}: expected BUILDER:KEY=VALUE" in refused.output
