@@ -111,11 +111,12 @@ def tf2_goals(results: BenchResults) -> list[Goal]:
                     worst_mode.ratio if worst_mode else None,
                     f"{', '.join(map(str, worst_mode.group))}: {_label(worst_mode.tf2)} vs graph {_label(worst_mode.graph)}"
                     if worst_mode else "not measured"))
-    autos = [(ratio(best([s for s in g if s.config.system == AUTO]), best([s for s in g if s.config.kind == "adrun"
-                                                                           and s.config.system != AUTO])), key)
-             for key, g in groups(summarize(results)).items() if key[0] in TF2_WORKLOADS]
-    measured = [(r, key) for r, key in autos if r is not None]
-    worst_auto = min(measured, default=None)
+    autos = []
+    for key, group in sorted(groups(summarize(results)).items()):
+        builtin = best([s for s in group if s.config.kind == "adrun" and s.config.system != AUTO])
+        r = ratio(best(group, kind="adrun", system=AUTO), builtin) if key[0] in TF2_WORKLOADS else None
+        autos += [(r, key)] if r is not None else []
+    worst_auto = min(autos, default=None)
     out.append(Goal("Auto / adrun's best built-in plan (worst TF2 group)", 0.95, False,
                     worst_auto[0] if worst_auto else None,
                     ", ".join(map(str, worst_auto[1])) if worst_auto
