@@ -10,6 +10,7 @@ against graph mode, how Keras 3 fit fails under MultiWorkerMirroredStrategy, and
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import click
@@ -21,7 +22,6 @@ from .results import BenchResults, load_results, save_results
 from .tf2 import PEER_KERAS3_FIT, PEER_TF2_LOOP, PEER_TF_KERAS_FIT
 from .tf2_analysis import failure_reason, mode_rows, peer_rows, tf2_goals
 
-MODULE = "bench.cluster.tf2_report"
 
 
 def merge_results(parts: list[BenchResults]) -> BenchResults:
@@ -84,10 +84,13 @@ def _kib(s) -> str:
     return " / ".join(f"{v / 1024:,.0f}" for v in s.sent_per_step)
 
 
-def render(results: BenchResults, plots: list[Path], relative_to: Path, json_path: Path, preface: str = "") -> str:
+def render(results: BenchResults, plots: list[Path], relative_to: Path, json_path: Path, preface: str = "",
+           regenerate: str | None = None) -> str:
+    """The TF2 report; `preface` (the reading of the figures) after the title, `regenerate` the
+    command that rewrites it."""
     lines = ["# TF2 benchmark: adrun's TF2 mode against what a TF2 user writes without it", "",
              *([preface.rstrip(), ""] if preface else []),
-             *header_lines(results, relative_to, json_path, MODULE), "",
+             *header_lines(results, relative_to, json_path, regenerate), "",
              "## Goals", "", *goal_table(tf2_goals(results)), "",
              "## adrun's best against the TF2 peers", "", *peer_table(results), "",
              "## TF2 mode against graph mode (same model, same plan)", "", *mode_table(results), "",
@@ -113,10 +116,12 @@ def write_tf2_report(json_path: Path, markdown: Path) -> None:
               help="Markdown put after the title: the reading of the figures, kept apart from the generated tables.")
 def main(json_paths: tuple[Path, ...], merged: Path, markdown: Path, preface: Path | None) -> None:
     """Merge JSON_PATHS, then write the TF2 report and plots."""
-    results = merge_results([load_results(p) for p in json_paths if p.resolve() != merged.resolve()])
+    results = merge_results([load_results(p) for p in json_paths])
     save_results(results, merged)
     plots = write_plots(results, merged.parent, merged.stem)
-    markdown.write_text(render(results, plots, markdown.parent, merged, preface.read_text() if preface else ""))
+    again = shlex.join([".venv/bin/python", "-m", "bench.cluster.tf2_report", str(merged), "--merged", str(merged),
+                        "--markdown", str(markdown), *(["--preface", str(preface)] if preface else [])])
+    markdown.write_text(render(results, plots, markdown.parent, merged, preface.read_text() if preface else "", again))
     click.echo(f"wrote {merged} and {markdown}")
 
 

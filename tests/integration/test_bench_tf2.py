@@ -64,7 +64,7 @@ def _two_workers(tmp_path, peer: str, model: str) -> list[subprocess.CompletedPr
         for p in procs:
             p.kill()
             p.wait()
-    return [subprocess.CompletedProcess(p.args, p.returncode, out) for p, out in zip(procs, outputs)]
+    return [subprocess.CompletedProcess(p.args, p.returncode, out) for p, out in zip(procs, outputs, strict=True)]
 
 
 @pytest.mark.parametrize("peer,model", [("tf2_mwms_loop", "sparse"), ("tf2_mwms_loop", "transformer"),

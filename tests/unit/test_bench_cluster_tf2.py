@@ -48,7 +48,7 @@ def results() -> BenchResults:
     fit 40/45/50; Keras 3 fit fails every time."""
     runs = []
     for rep, steps, rates in ((0, 30, (100, 120, 100, 50, 40)), (1, 60, (110, 130, 100, 60, 45)), (2, 30, (105, 90, 110, 55, 50))):
-        for config, rate, sent in zip((AR, FP16, GRAPH_AR, LOOP, TF_KERAS), rates, (1100, 1000, 1100, 2000, 2000)):
+        for config, rate, sent in zip((AR, FP16, GRAPH_AR, LOOP, TF_KERAS), rates, (1100, 1000, 1100, 2000, 2000), strict=True):
             runs.append(run(config, rep, rate, steps, sent))
         runs.append(run(KERAS3, rep, None, steps))
     bounds = [LowerBound(workload="sparse_keras", hosts=2, system="AllReduce (compressor=fp16)", sent_per_host=[800.0, 800.0],
@@ -122,8 +122,10 @@ def test_merged_invocations_keep_every_run_and_say_every_command(results):
 
 
 def test_report_tables(results, tmp_path):
-    text = render(results, [], tmp_path, tmp_path / "results" / "tf2.json", preface="Reading: fp16 wins.")
+    text = render(results, [], tmp_path, tmp_path / "results" / "tf2.json", preface="Reading: fp16 wins.",
+                  regenerate="python -m bench.cluster.tf2_report x.json")
     assert "Reading: fp16 wins." in text
+    assert "Generated from `results/tf2.json`; regenerate with `python -m bench.cluster.tf2_report x.json`." in text
     assert "| sparse_keras | commodity | 2 | AllReduce (compressor=fp16) 240 | tf2_mwms_loop 110 | 2.18 | 2.18 | 2.67 |" in text
     assert "| sparse_keras | commodity | 2 | 210 | 200 | 1.050 | 1 / 1 | 1 / 1 |" in text
     assert "- 3 of 3 runs: `ValueError: Attempt to convert a value (PerReplica:{`" in text
