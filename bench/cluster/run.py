@@ -2,6 +2,7 @@
 
     sudo .venv/bin/python -m bench.cluster.run --quick        # make bench-cluster-quick (24 runs, ~15 min)
     sudo .venv/bin/python -m bench.cluster.run                # make bench-cluster (FULL: 120 runs, ~2 h)
+    sudo .venv/bin/python -m bench.cluster.run --tf2 --variants   # make bench-cluster-tf2 (Keras workloads, TF2 peers)
 
 Builds the hosts (tests/cluster/netns.py: 1 worker + 1 PS per host), runs every configuration
 (workload × profile × hosts × system) `--reps` times, interleaved round-robin (repetition r runs
