@@ -10,6 +10,7 @@ bytes), plus a small Transformer that exists only here.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -137,7 +138,6 @@ def step_timer(keras, warmup: int):
     """A callback of `keras` timing fit's steps after the first `warmup`: wall and CPU seconds from
     the end of batch `warmup` - 1 (or the start of training) to the end of training, the same
     steps and clocks as the graph-mode scripts time."""
-    import time
 
     class StepTimer(keras.callbacks.Callback):
         def __init__(self) -> None:
