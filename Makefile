@@ -6,6 +6,9 @@
 # make bench-cluster(-quick) runs adrun against TF peers on namespace hosts, as root (bench/RESULTS-cluster.md):
 # bench-cluster is 132 runs, about 2 hours on the shared 2-core machine (it prints its estimate first);
 # bench-cluster-quick is 24 runs, about 15 minutes.
+# make bench-cluster-tf2(-quick) runs the TF2 benchmark: Keras workloads under adrun's TF2 mode against the TF2 peers
+# (bench/RESULTS-cluster-tf2.md); the full one is every Keras workload on both links at 2 and 4 hosts (hours),
+# the quick one the sparse Keras workload, commodity link, 2 hosts (12 runs, about 10 minutes).
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -13,7 +16,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.adrun-installed
 BENCH_STAMP := $(VENV)/.adrun-bench-installed
 
-.PHONY: demo lint test test-full bench bench-cluster bench-cluster-quick clean
+.PHONY: demo lint test test-full bench bench-cluster bench-cluster-quick bench-cluster-tf2 bench-cluster-tf2-quick clean
 
 $(STAMP): setup.cfg setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +53,15 @@ bench-cluster: $(BENCH_STAMP)
 bench-cluster-quick: $(BENCH_STAMP)
 	./tests/cluster/install-deps.sh
 	$(BIN)/python -m bench.cluster.run --quick
+
+bench-cluster-tf2: $(BENCH_STAMP)
+	./tests/cluster/install-deps.sh
+	$(BIN)/python -m bench.cluster.run --tf2 --variants
+
+bench-cluster-tf2-quick: $(BENCH_STAMP)
+	./tests/cluster/install-deps.sh
+	$(BIN)/python -m bench.cluster.run --tf2 --workloads sparse_keras --profiles commodity --hosts 2 --builders AllReduce \
+		--peers tf2_mwms_loop,tf_keras_mwms_fit --out bench/results/cluster-tf2-quick.json
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache

@@ -12,12 +12,12 @@ compare the ratios of one interleaved run. There, CPU time per step is the stead
 adrun's own work: the kernel shares a loaded CPU per thread, so a process with more threads gets
 more of it, and wall-clock throughput says as much about thread counts as about work.
 
-TF2 mode is measured the same way with a Keras 3 workload, bench/workloads/dense_keras.py (the
-dense model's `model.fit`): under adrun its optimizer applies go through TF2 mode's hook, with one
+TF2 mode is measured the same way with a Keras 3 workload, bench/workloads/keras_fit.py --model dense
+(the dense model's `model.fit`): under adrun its optimizer applies go through TF2 mode's hook, with one
 worker nothing to reduce (docs/performance.md, "TF2 mode").
 
     .venv/bin/python bench/hook_overhead.py [--rounds 5] [--steps 600] [--warmup 100] [--out FILE]
-    .venv/bin/python bench/hook_overhead.py --script bench/workloads/dense_keras.py --steps 200 --warmup 20 \
+    .venv/bin/python bench/hook_overhead.py --script bench/workloads/keras_fit.py --model dense --steps 200 --warmup 20 \
         --out bench/results/hook_overhead_tf2.json
 """
 
@@ -101,11 +101,13 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=100, help="untimed steps first")
     parser.add_argument("--script", type=Path, default=REPO / "bench" / "workloads" / "sparse.py",
                         help="a workload script of bench/workloads (it writes --result-file)")
+    parser.add_argument("--model", help="the model of bench/workloads/keras_fit.py (dense, sparse, ncf, transformer)")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "hook_overhead.json")
     args = parser.parse_args()
     if args.rounds < 1 or args.steps < 1 or args.warmup < 0:
         parser.error("--rounds and --steps must be at least 1, --warmup at least 0")
     script_args = ["--steps", str(args.warmup + args.steps), "--warmup", str(args.warmup)]  # its --steps counts the warm-up
+    script_args += ["--model", args.model] if args.model else []
     runs: dict[str, list[dict[str, float]]] = {"plain": [], "adrun": []}
     with tempfile.TemporaryDirectory() as tmp:
         for round_ in range(args.rounds):

@@ -26,7 +26,8 @@ from adrun.strategies.document import dump_strategy
 from tests.cluster.netns import NetnsCluster
 
 from .network import read_counters, write_adrun_spec
-from .results import PEER_TF_MWMS, PEER_TF_PS, HostBytes, RunConfig, RunResult, WorkerResult
+from .results import EXCEPTION_LINE, PEER_TF_MWMS, PEER_TF_PS, HostBytes, RunConfig, RunResult, WorkerResult
+from .tf2 import TF2_PEERS, script_args
 
 AUTO = "Auto"  # the builder whose plan is chosen per link by the cost model
 PS_PORT = 2222
@@ -51,8 +52,14 @@ class Launcher:
     plan_files: dict[str, Path] = field(default_factory=dict)  # given strategy documents, by system label
 
     def workload_args(self, workload: str, steps: int, warmup: int, result_dir: Path) -> list[str]:
-        return [str(self.workloads / f"{workload}.py"), "--steps", str(steps), "--warmup", str(warmup),
-                "--result-file", str(result_dir / "w{worker}.json"), *self.extra_args]
+        """The workload's script and its flags, as run under adrun."""
+        script, *choice = script_args(workload)
+        return [str(self.workloads / script), *choice, *self.run_args(steps, warmup, result_dir)]
+
+    def run_args(self, steps: int, warmup: int, result_dir: Path) -> list[str]:
+        """The flags every workload script and peer takes: steps, warm-up, result files, extras."""
+        return ["--steps", str(steps), "--warmup", str(warmup), "--result-file", str(result_dir / "w{worker}.json"),
+                *self.extra_args]
 
     def spec(self, hosts: int) -> Path:
         return write_adrun_spec(self.cluster, hosts, self.scratch / f"cluster-{hosts}.yml")
@@ -145,7 +152,7 @@ class Launcher:
         hosts = self.cluster.hosts[:config.hosts]
         peer = str(self.repo / "bench" / "peers" / f"{config.system}.py")
         # a peer takes the workload by name instead of its script, then the workload's own flags
-        common = ["--workload", config.workload, *self.workload_args(config.workload, steps, warmup, run_dir / "results")[1:]]
+        common = ["--workload", config.workload, *self.run_args(steps, warmup, run_dir / "results")]
         workers: list[list[str]] = []
         servers: list[list[str]] = []
         if config.system == PEER_TF_PS:
@@ -154,7 +161,7 @@ class Launcher:
             for i, host in enumerate(hosts):
                 servers.append(host.exec_argv(self.python, peer, *cluster_args, "--job-name", "ps", "--task-index", str(i), *common))
                 workers.append(host.exec_argv(self.python, peer, *cluster_args, "--job-name", "worker", "--task-index", str(i), *common))
-        elif config.system == PEER_TF_MWMS:
+        elif config.system in (PEER_TF_MWMS, *TF2_PEERS):  # MultiWorkerMirroredStrategy: workers only
             cluster_args = ["--worker-hosts", ",".join(f"{h.address}:{WORKER_PORT}" for h in hosts)]
             for i, host in enumerate(hosts):
                 workers.append(host.exec_argv(self.python, peer, *cluster_args, "--task-index", str(i), *common))
@@ -183,8 +190,10 @@ class Launcher:
 
 
 def digest(log: str) -> str:
-    """adrun's own error lines first (they name the cause), then the log's tail."""
-    errors = [line for line in log.splitlines() if line.startswith(("adrun: error", "root cause"))]
+    """adrun's own error lines and Python exception lines first (they name the cause; a peer's may
+    be followed by more than the tail keeps), then the log's tail."""
+    errors = [line for line in log.splitlines() if line.startswith(("adrun: error", "root cause"))
+              or EXCEPTION_LINE.match(line)]
     return "\n".join([*errors[:3], "...", log[-LOG_TAIL:]])
 
 

@@ -6,6 +6,7 @@ terminal output, so a report can be regenerated, and checked, from the file alon
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -13,6 +14,9 @@ from pydantic import BaseModel, ConfigDict
 
 PEER_TF_PS = "tf_ps"
 PEER_TF_MWMS = "tf_mwms"
+# a Python exception's line (`ValueError: ...`, `tensorflow.errors.X: ...`): the cause in a run's log
+# (`.match` for a line that is one, `.search` for one after a prefix such as RunResult.error's `exit 1: `)
+EXCEPTION_LINE = re.compile(r"\b(?:[\w.]+\.)?\w+(?:Error|Exception): ")
 
 
 class RunConfig(BaseModel):

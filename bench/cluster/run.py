@@ -2,6 +2,7 @@
 
     sudo .venv/bin/python -m bench.cluster.run --quick        # make bench-cluster-quick (24 runs, ~15 min)
     sudo .venv/bin/python -m bench.cluster.run                # make bench-cluster (FULL: 120 runs, ~2 h)
+    sudo .venv/bin/python -m bench.cluster.run --tf2 --variants   # make bench-cluster-tf2 (Keras workloads, TF2 peers)
 
 Builds the hosts (tests/cluster/netns.py: 1 worker + 1 PS per host), runs every configuration
 (workload × profile × hosts × system) `--reps` times, interleaved round-robin (repetition r runs
@@ -43,6 +44,8 @@ from .lower_bound import lower_bound
 from .network import PROFILES, apply_profile
 from .report import write_report
 from .results import PEER_TF_MWMS, PEER_TF_PS, BenchResults, HookOverhead, LowerBound, RunConfig, RunResult, save_results
+from .tf2_report import write_tf2_report
+from .tf2 import GRAPH_TWINS, TF2_PEERS, TF2_WORKLOADS, script_args
 from .touched_rows import distinct_rows
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,9 +57,8 @@ VARIANTS = (("PartitionedPS", (("max_shards", "8"),)), ("AllReduce", (("compress
             ("AllReduce", (("chunk_size", "1"),)), ("Parallax", (("compressor", "fp16"),)))
 PEERS = (PEER_TF_PS, PEER_TF_MWMS)
 WORKLOADS = ("sparse", "dense", "ncf", "embed")
-# TF2-mode versions of a workload (the same model as Keras 3 `fit`), chosen by --workloads only:
-# adrun against its graph mode (bench/RESULTS-tf2.md); the peers take the graph-mode models by name
-TF2_WORKLOADS = ("dense_keras",)
+# what TF2 mode can run (strategies/document.py tf2_refusals: the all-reduce family); --tf2's default
+TF2_BUILDERS = ("AllReduce", "PartitionedAR")
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,7 @@ class Block:
     hosts: tuple[int, ...]
     builders: tuple[str, ...]
     peers: tuple[str, ...]
+    variants: bool = True  # --variants adds the builders' option rows here (not to a TF2 workload's graph twin)
 
 
 # `make bench-cluster`, ~2 hours on the shared 2-core machine, one question per block:
@@ -82,23 +85,28 @@ FULL = (Block(("sparse", "dense", "ncf"), ("commodity", "datacenter"), (2,), ("P
 QUICK = Block(("sparse",), ("commodity",), (2,), BUILDERS, (PEER_TF_PS,))
 # (steps, warm-up) of even repetitions per workload: start-up (SSH, capture, TF import, ~30 s here)
 # dominates a sparse or ncf run; a dense step moves ~25 MB per worker, about a second at 100 Mbit/s
-LENGTHS = {"sparse": (40, 5), "ncf": (40, 5), "dense": (16, 3), "dense_keras": (16, 3), "embed": (40, 5)}
+LENGTHS = {"sparse": (40, 5), "ncf": (40, 5), "dense": (16, 3), "embed": (40, 5)}
+LENGTHS.update({tf2: LENGTHS[graph] for tf2, graph in GRAPH_TWINS.items()})  # the twins run alike
 DEFAULT_LENGTH = (40, 5)
 QUICK_LENGTH = (30, 5)
 
 
-def matrix(blocks: tuple[Block, ...], variants: bool) -> list[RunConfig]:
+Variant = tuple[str, tuple[tuple[str, str], ...]]  # (builder, its options)
+
+
+def matrix(blocks: tuple[Block, ...], variants: bool | tuple[Variant, ...]) -> list[RunConfig]:
     """Every (workload, profile, hosts, system) of the blocks, in block order, without repeats; 1
     host only under a block's first profile, as its traffic never leaves the host (the scaling
-    tables use it for every profile)."""
+    tables use it for every profile); a peer only on workloads of its kind (`peer_serves`)."""
     configs: list[RunConfig] = []
     for b in blocks:
         systems = [("adrun", s, ()) for s in b.builders]
-        systems += [("adrun", s, o) for s, o in VARIANTS if variants and s in b.builders]
+        chosen = VARIANTS if variants is True else variants or ()
+        systems += [("adrun", s, o) for s, o in chosen if b.variants and s in b.builders]
         systems += [("peer", p, ()) for p in b.peers]
         configs += [RunConfig(workload=w, profile=p, hosts=h, kind=kind, system=s, options=o)
                     for w in b.workloads for p in b.profiles for h in b.hosts if h > 1 or p == b.profiles[0]
-                    for kind, s, o in systems]
+                    for kind, s, o in systems if kind == "adrun" or peer_serves(s, w)]
     return list(dict.fromkeys(configs))
 
 
@@ -126,19 +134,33 @@ def run_lengths(workloads: list[str], quick: bool, steps: int | None, warmup: in
     return lengths
 
 
+def peer_serves(peer: str, workload: str) -> bool:
+    """Whether `peer` trains `workload`'s model: the graph-mode peers the graph-mode scripts' models,
+    the TF2 peers the Keras workloads'."""
+    return (peer in TF2_PEERS) == (workload in TF2_WORKLOADS)
+
+
 def chosen_blocks(quick: bool, workloads: str | None, profiles: str | None, hosts: str | None, builders: str | None,
-                  peers: str | None) -> tuple[Block, ...]:
-    """--quick's block; else FULL when no selection option is given; else one block of the given
-    selections, the others at everything (all workloads, both profiles, 1/2/4 hosts, all builders
-    and peers). Host counts must be whole numbers (ValueError)."""
+                  peers: str | None, tf2: bool = False) -> tuple[Block, ...]:
+    """--quick's block; else FULL when no selection option is given (and not --tf2); else one block
+    of the given selections, the others at everything (all workloads, both profiles, 1/2/4 hosts,
+    all builders and peers; under --tf2: the Keras workloads, 2 and 4 hosts, TF2_BUILDERS and the
+    TF2 peers), plus under --tf2 each chosen Keras workload's graph twin under AllReduce alone.
+    Host counts must be whole numbers (ValueError)."""
     if quick:
         return (QUICK,)
-    if (workloads, profiles, hosts, builders, peers) == (None,) * 5:
+    if (workloads, profiles, hosts, builders, peers) == (None,) * 5 and not tf2:
         return FULL
-    return (Block(workloads=tuple(_csv(workloads or ",".join(WORKLOADS))), profiles=tuple(_csv(profiles or ",".join(PROFILES))),
-                  hosts=tuple(sorted({int(h) for h in _csv(hosts or "1,2,4")})),
-                  builders=tuple(_csv(builders if builders is not None else ",".join(BUILDERS))),
-                  peers=tuple(_csv(peers if peers is not None else ",".join(PEERS)))),)
+    everything = (TF2_WORKLOADS, "2,4", TF2_BUILDERS, TF2_PEERS) if tf2 else (WORKLOADS, "1,2,4", BUILDERS, PEERS)
+    main = Block(workloads=tuple(_csv(workloads or ",".join(everything[0]))), profiles=tuple(_csv(profiles or ",".join(PROFILES))),
+                 hosts=tuple(sorted({int(h) for h in _csv(hosts or everything[1])})),
+                 builders=tuple(_csv(builders if builders is not None else ",".join(everything[2]))),
+                 peers=tuple(_csv(peers if peers is not None else ",".join(everything[3]))))
+    twins = tuple(GRAPH_TWINS[w] for w in main.workloads if tf2 and w in GRAPH_TWINS)
+    if not twins:
+        return (main,)
+    return (main, Block(workloads=twins, profiles=main.profiles, hosts=main.hosts, builders=("AllReduce",), peers=(),
+                        variants=False))
 
 
 def with_given_plans(configs: list[RunConfig], blocks: tuple[Block, ...], plans: Mapping[str, Path]) -> list[RunConfig]:
@@ -166,6 +188,19 @@ def _given_plans(items: tuple[str, ...]) -> dict[str, Path]:
             _fail(f"--plan {item!r}: {e}")
         plans[label] = Path(file).resolve()
     return plans
+
+
+def _variants(items: tuple[str, ...]) -> tuple[Variant, ...]:
+    """--variant BUILDER:KEY=VALUE options as (builder, ((key, value),)); exits 2 on a malformed one
+    or an unknown builder."""
+    out = []
+    for item in items:
+        builder, _, option = item.partition(":")
+        key, sep, value = option.partition("=")
+        if builder not in BUILDERS or not sep or not key or not value:
+            _fail(f"--variant {item!r}: expected BUILDER:KEY=VALUE with BUILDER one of {', '.join(BUILDERS)}")
+        out.append((builder, ((key, value),)))
+    return tuple(out)
 
 
 def _csv(value: str) -> list[str]:
@@ -217,14 +252,18 @@ def hook_overhead(scratch: Path) -> HookOverhead:
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--quick", is_flag=True, help="The sparse workload, commodity profile, 2 hosts, adrun's builders and tf_ps.")
-@click.option("--workloads", default=None, help=f"Comma-separated workload names [all: {','.join(WORKLOADS)}; TF2 mode, by name: {','.join(TF2_WORKLOADS)}].")
+@click.option("--tf2", is_flag=True, help="The TF2 benchmark: Keras workloads (keras_fit.py) against the TF2 peers, and "
+              "each one's graph-mode twin under AllReduce; selections default to the TF2 ones.")
+@click.option("--workloads", default=None, help=f"Comma-separated workload names [all: {','.join(WORKLOADS)}; --tf2: {','.join(TF2_WORKLOADS)}].")
 @click.option("--profiles", default=None, help=f"Comma-separated profiles [all: {','.join(PROFILES)}].")
 @click.option("--hosts", "host_counts", default=None, help="Comma-separated host counts [1,2,4].")
 @click.option("--builders", default=None, help=f"Comma-separated adrun builders [all: {','.join(BUILDERS)}].")
-@click.option("--peers", default=None, help=f"Comma-separated peers, empty for none [all: {','.join(PEERS)}].")
+@click.option("--peers", default=None, help=f"Comma-separated peers, empty for none [all: {','.join(PEERS)}; --tf2: {','.join(TF2_PEERS)}].")
 @click.option("--plan", "plan_files", multiple=True, metavar="LABEL=FILE",
               help="Also run this strategy document as system LABEL in every group (repeatable): a hand-made plan "
                    "beside the builders', e.g. to tell the cost model's choice from the runtime's speed.")
+@click.option("--variant", "variant_items", multiple=True, metavar="BUILDER:KEY=VALUE",
+              help="Also this one builder with this option (repeatable), e.g. AllReduce:compressor=fp16; instead of --variants.")
 @click.option("--variants/--no-variants", default=False, show_default=True,
               help="Also the chosen builders with non-default options (fp16, chunk_size, max_shards).")
 @click.option("--reps", type=click.IntRange(min=3), default=3, show_default=True, help="Repetitions of each configuration.")
@@ -242,19 +281,20 @@ def hook_overhead(scratch: Path) -> HookOverhead:
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Results JSON [default: bench/results/cluster[-quick].json].")
 @click.option("--note", "notes", multiple=True, help="A remark to keep with the results and show in the report (repeatable).")
-@click.option("--markdown", type=click.Path(dir_okay=False, path_type=Path), default=REPO / "bench" / "RESULTS-cluster.md",
-              show_default=True)
-def main(quick: bool, workloads: str | None, profiles: str | None, host_counts: str | None, builders: str | None,
-         peers: str | None, plan_files: tuple[str, ...], variants: bool, reps: int, steps: int | None, warmup: int | None, measure_hook: bool | None,
+@click.option("--markdown", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The report [default: bench/RESULTS-cluster.md; --tf2: bench/RESULTS-cluster-tf2.md].")
+def main(quick: bool, tf2: bool, workloads: str | None, profiles: str | None, host_counts: str | None, builders: str | None,
+         peers: str | None, plan_files: tuple[str, ...], variant_items: tuple[str, ...], variants: bool, reps: int, steps: int | None, warmup: int | None, measure_hook: bool | None,
          timeout: float, workloads_dir: Path, extra_args: str, out: Path | None, notes: tuple[str, ...],
-         markdown: Path) -> None:
+         markdown: Path | None) -> None:
     """Run the benchmark matrix on namespace hosts and write JSON, markdown and plots. Without
     selection options: the full matrix (every workload on both profiles at 2 hosts, the sparse
     workload at 1 and 4 hosts); with any of them, their product."""
     measure_hook = not quick if measure_hook is None else measure_hook
-    out = out or REPO / "bench" / "results" / ("cluster-quick.json" if quick else "cluster.json")
+    out = out or REPO / "bench" / "results" / ("cluster-quick.json" if quick else "cluster-tf2bench.json" if tf2 else "cluster.json")
+    markdown = markdown or REPO / "bench" / ("RESULTS-cluster-tf2.md" if tf2 else "RESULTS-cluster.md")
     try:
-        blocks = chosen_blocks(quick, workloads, profiles, host_counts, builders, peers)
+        blocks = chosen_blocks(quick, workloads, profiles, host_counts, builders, peers, tf2)
     except ValueError:
         _fail(f"--hosts {host_counts!r}: expected comma-separated whole numbers")
     chosen = {field: sorted({x for b in blocks for x in getattr(b, field)})
@@ -263,28 +303,31 @@ def main(quick: bool, workloads: str | None, profiles: str | None, host_counts: 
     for w, (n, k) in lengths.items():
         if n <= k:
             _fail(f"{w}: --steps {n} must be more than --warmup {k}")
-    for field, known in (("workloads", WORKLOADS + TF2_WORKLOADS), ("profiles", tuple(PROFILES)), ("builders", BUILDERS), ("peers", PEERS)):
+    for field, known in (("workloads", WORKLOADS + TF2_WORKLOADS), ("profiles", tuple(PROFILES)), ("builders", BUILDERS),
+                         ("peers", PEERS + TF2_PEERS)):
         unknown = [x for x in chosen[field] if x not in known]
         if unknown:
             _fail(f"unknown {field[:-1]}(s) {', '.join(unknown)}; known: {', '.join(known)}")
-    tf2_with_peers = [w for w in chosen["workloads"] if w in TF2_WORKLOADS] if chosen["peers"] else []
-    if tf2_with_peers:
-        _fail(f"{', '.join(tf2_with_peers)}: adrun's TF2 mode only (the peers run the graph-mode workloads); add --peers ''")
+    idle = [p for b in blocks for p in b.peers if not any(peer_serves(p, w) for w in b.workloads)]
+    if idle:
+        _fail(f"peer(s) {', '.join(dict.fromkeys(idle))} train none of the chosen workloads (the graph-mode peers "
+              f"train {', '.join(WORKLOADS)}; the TF2 peers {', '.join(TF2_WORKLOADS)}, with --tf2)")
     counts = chosen["hosts"]
     if not counts or counts[0] < 1 or counts[-1] > 16:
         _fail(f"--hosts {host_counts!r}: each count must be 1..16")
-    for path in [workloads_dir / f"{w}.py" for w in chosen["workloads"]] + [REPO / "bench" / "peers" / f"{p}.py" for p in chosen["peers"]]:
+    for path in [workloads_dir / script_args(w)[0] for w in chosen["workloads"]] + [REPO / "bench" / "peers" / f"{p}.py" for p in chosen["peers"]]:
         if not path.is_file():
             _fail(f"{path} not found")
 
     given_plans = _given_plans(plan_files)
+    chosen_variants = variants or _variants(variant_items)
     # what this machine lacks is said after the command line's own mistakes
     reason = missing_requirements()
     if reason:
         _fail(reason)
     if importlib.util.find_spec("matplotlib") is None:
         _fail("matplotlib is missing: install the bench extra (.venv/bin/pip install -e '.[bench]')")
-    configs = with_given_plans(matrix(blocks, variants), blocks, given_plans)
+    configs = with_given_plans(matrix(blocks, chosen_variants), blocks, given_plans)
     order = schedule(configs, reps, lengths)
     guess = estimate([(c, n) for _, c, n, _ in order], load_history((REPO / "bench" / "results").glob("*.json")), measure_hook)
     click.echo(f"bench-cluster: {len(configs)} configurations × {reps} repetitions = {len(order)} runs on up to "
@@ -320,7 +363,7 @@ def main(quick: bool, workloads: str | None, profiles: str | None, host_counts: 
     results.finished = datetime.now().isoformat(timespec="seconds")
     results.machine["load average at end"] = _load_average()
     save_results(results, out)
-    write_report(out, markdown)
+    write_tf2_report(out, markdown) if tf2 else write_report(out, markdown)
     click.echo(f"bench-cluster: wrote {out} and {markdown}")
 
 

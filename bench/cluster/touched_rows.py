@@ -16,8 +16,13 @@ import numpy as np
 
 from adrun.strategies.document import Strategy, shard_sizes
 
-# which input array of a workload's batch holds the ids of which embedding (models.py's `data`)
-ID_INPUTS = {"sparse": {"embedding": 0}, "embed": {"embedding": 0}, "ncf": {"user_embedding": 0, "item_embedding": 1}}
+from .tf2 import keras_model
+
+# which input array of a workload's batch holds the ids of which embedding (models.py's and
+# keras_models.py's `data`), by the variable names the plans give them (Keras: layer/weight)
+ID_INPUTS = {"sparse": {"embedding": 0}, "embed": {"embedding": 0}, "ncf": {"user_embedding": 0, "item_embedding": 1},
+             "sparse_keras": {"sequential/embedding/embeddings": 0}, "transformer_keras": {"tokens/embeddings": 0},
+             "ncf_keras": {"user_embedding/embeddings": 0, "item_embedding/embeddings": 1}}
 SEED = 0  # the workload scripts' default --seed
 
 
@@ -29,10 +34,11 @@ def distinct_rows(workloads_dir: Path, workload: str, plan: Strategy) -> dict[st
         return {}
     sys.path.insert(0, str(workloads_dir))
     try:
+        from keras_models import SIZES
         from models import POOL_BATCHES, WORKLOADS, worker_data
     finally:
         sys.path.remove(str(workloads_dir))
-    model = WORKLOADS[workload]()
+    model = (SIZES[keras] if (keras := keras_model(workload)) else WORKLOADS[workload])()
     batch = model.default_batch_size
     out: dict[str, list[int]] = {}
     for var in plan.variables:

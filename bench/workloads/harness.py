@@ -13,9 +13,9 @@ import tensorflow as tf
 from models import WORKLOADS, worker_data
 
 
-def add_workload_arguments(parser: argparse.ArgumentParser, name: str) -> None:
-    """The common run flags and one flag per size field of the model (e.g. --vocab, --dim)."""
-    model = WORKLOADS[name]
+def add_workload_arguments(parser: argparse.ArgumentParser, name: str, registry: dict[str, type] = WORKLOADS) -> None:
+    """The common run flags and one flag per size field of the model `registry[name]` (e.g. --vocab, --dim)."""
+    model = registry[name]
     parser.add_argument("--steps", type=int, default=200, help="steps in all, warm-up included")
     parser.add_argument("--warmup", type=int, default=20, help="first steps left out of the timing")
     parser.add_argument("--batch-size", type=int, default=model.default_batch_size, help="examples per step per worker")
@@ -26,12 +26,13 @@ def add_workload_arguments(parser: argparse.ArgumentParser, name: str) -> None:
         parser.add_argument(f"--{field.name.replace('_', '-')}", type=type(field.default), default=field.default)
 
 
-def parse_workload_args(parser: argparse.ArgumentParser, name: str, argv: list[str] | None = None):
-    """Parse the flags and build the sized model; a warm-up not below the steps is refused."""
+def parse_workload_args(parser: argparse.ArgumentParser, name: str, argv: list[str] | None = None,
+                        registry: dict[str, type] = WORKLOADS):
+    """Parse the flags and build the sized model `registry[name]`; a warm-up not below the steps is refused."""
     args = parser.parse_args(argv)
     if not 0 <= args.warmup < args.steps:
         parser.error(f"--warmup must be in [0, --steps): got --warmup {args.warmup} --steps {args.steps}")
-    model_class = WORKLOADS[name]
+    model_class = registry[name]
     sizes = {field.name: getattr(args, field.name) for field in dataclasses.fields(model_class)}
     try:
         return args, model_class(**sizes)

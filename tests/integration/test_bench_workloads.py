@@ -19,7 +19,6 @@ STEPS, WARMUP = 4, 1
 
 @pytest.mark.parametrize("name", ["sparse", pytest.param("dense", marks=pytest.mark.full),
                                   pytest.param("ncf", marks=pytest.mark.full),
-                                  pytest.param("dense_keras", marks=pytest.mark.full),
                                   pytest.param("embed", marks=pytest.mark.full)])
 def test_plain_run_writes_its_timed_steps(tmp_path, name):
     template = str(tmp_path / "w{worker}.json")
@@ -32,12 +31,9 @@ def test_plain_run_writes_its_timed_steps(tmp_path, name):
 
 @pytest.mark.parametrize("name", ["sparse", pytest.param("dense", marks=pytest.mark.full),
                                   pytest.param("ncf", marks=pytest.mark.full),
-                                  pytest.param("dense_keras", marks=pytest.mark.full),
                                   pytest.param("embed", marks=pytest.mark.full)])
 def test_unchanged_under_adrun_every_worker_writes_its_timed_steps(tmp_path, spec_file, name):
-    tf2 = name == "dense_keras"  # TF2 mode: all-reduce, no PS
-    result = run_adrun("--spec", str(spec_file(workers=2, ps=0 if tf2 else 1)), "--strategy", "AllReduce" if tf2 else "PS",
-                       "--quiet",
+    result = run_adrun("--spec", str(spec_file(workers=2, ps=1)), "--strategy", "PS", "--quiet",
                        str(WORKLOADS_DIR / f"{name}.py"), *TINY[name], "--steps", str(STEPS), "--warmup", str(WARMUP),
                        "--result-file", str(tmp_path / "w{worker}.json"))
     assert result.returncode == 0, result.output

@@ -19,7 +19,8 @@ TINY = {
     "embed": ["--vocab", "60", "--dim", "4", "--bag", "3", "--hidden", "8", "--batch-size", "4"],
     "ncf": ["--users", "30", "--items", "20", "--dim", "4", "--hidden", "8", "--batch-size", "8"],
 }
-TINY["dense_keras"] = TINY["dense"]  # the dense model as Keras 3 fit: the same size flags
+TINY["transformer"] = ["--vocab", "40", "--seq", "6", "--dim", "8", "--heads", "2", "--ff", "8", "--layers", "1",
+                       "--classes", "3", "--batch-size", "4"]
 RESULT_KEYS = {"workload", "worker", "steps", "seconds", "batch_size", "examples_per_s", "steps_per_s", "cpu_seconds"}
 
 

@@ -101,19 +101,40 @@ def test_estimate_takes_the_most_specific_earlier_runs():
     assert estimate([], [], hook_overhead=True).seconds == UNKNOWN_HOOK_OVERHEAD_S
 
 
-def test_tf2_workloads_run_by_name_only_and_without_peers(monkeypatch):
-    """dense_keras (TF2 mode) is no part of the default matrix, and the peers, which run the
-    graph-mode models by name, are refused for it before any host is built."""
+def test_tf2_workloads_run_by_name_only_and_only_tf2_peers_train_them(monkeypatch):
+    """The Keras workloads are no part of the default matrix; a peer trains only workloads of its
+    kind, and a chosen peer that trains none of the chosen workloads is refused before any host
+    is built."""
     from click.testing import CliRunner
 
     import bench.cluster.run as run
 
-    assert "dense_keras" in run.TF2_WORKLOADS and "dense_keras" not in {w for b in run.FULL for w in b.workloads}
-    assert run.LENGTHS["dense_keras"] == run.LENGTHS["dense"]  # the same runs as the graph-mode script it mirrors
+    assert set(run.TF2_WORKLOADS).isdisjoint({w for b in run.FULL for w in b.workloads})
+    assert run.LENGTHS["dense_keras"] == run.LENGTHS["dense"] and run.LENGTHS["ncf_keras"] == run.LENGTHS["ncf"]
+    mixed = matrix((block(["dense", "dense_keras"], builders=["AllReduce"], peers=["tf_mwms", "tf2_mwms_loop"]),), False)
+    assert [(c.workload, c.system) for c in mixed] == [("dense", "AllReduce"), ("dense", "tf_mwms"),
+                                                       ("dense_keras", "AllReduce"), ("dense_keras", "tf2_mwms_loop")]
     monkeypatch.setattr(run, "missing_requirements", lambda: None)
-    refused = CliRunner().invoke(run.main, ["--workloads", "dense,dense_keras", "--peers", "tf_ps"])
+    refused = CliRunner().invoke(run.main, ["--workloads", "dense_keras", "--peers", "tf_ps"])
     assert refused.exit_code == 2
-    assert "dense_keras: adrun's TF2 mode only" in refused.output and "--peers ''" in refused.output
+    assert "peer(s) tf_ps train none of the chosen workloads" in refused.output
+
+
+def test_tf2_blocks_add_each_graph_twin_under_allreduce_alone():
+    """--tf2: the chosen Keras workloads with the TF2 builders, variants and peers; the graph-mode
+    twin of each (the transformer has none) under AllReduce only, never with variants or peers."""
+    blocks = chosen_blocks(False, "sparse_keras,transformer_keras", "commodity", None, None, None, tf2=True)
+    configs = matrix(blocks, True)
+    keras = [(c.workload, c.hosts, c.label) for c in configs if c.workload == "sparse_keras" and c.hosts == 2]
+    assert keras == [("sparse_keras", 2, "AllReduce"), ("sparse_keras", 2, "PartitionedAR"),
+                     ("sparse_keras", 2, "AllReduce (compressor=fp16)"), ("sparse_keras", 2, "AllReduce (chunk_size=1)"),
+                     ("sparse_keras", 2, "tf2_mwms_loop"), ("sparse_keras", 2, "tf_keras_mwms_fit"),
+                     ("sparse_keras", 2, "keras3_mwms_fit")]
+    assert [(c.workload, c.hosts, c.label) for c in configs if c.workload == "sparse"] == [
+        ("sparse", 2, "AllReduce"), ("sparse", 4, "AllReduce")]
+    assert {c.workload for c in configs} == {"sparse_keras", "transformer_keras", "sparse"}
+    assert chosen_blocks(False, "transformer_keras", None, "2", "AllReduce", "", tf2=True) == (
+        block(["transformer_keras"], ["commodity", "datacenter"], [2], ["AllReduce"]),)
 
 
 def test_a_given_plan_runs_in_every_group_after_its_builders(tmp_path):
@@ -139,3 +160,17 @@ def test_a_bad_given_plan_is_one_message_and_exit_2(item, message, capsys, monke
         _given_plans((item,))
     assert exit_info.value.code == 2
     assert f"bench-cluster: error: {message}" in capsys.readouterr().err
+
+
+def test_one_variant_at_a_time():
+    """--variant AllReduce:compressor=fp16 adds that row alone (--variants adds every known one);
+    a malformed item or unknown builder is one message and exit 2."""
+    from click.testing import CliRunner
+
+    import bench.cluster.run as run
+
+    configs = matrix((block(builders=["AllReduce", "PS"]),), (("AllReduce", (("compressor", "fp16"),)),))
+    assert [c.label for c in configs] == ["AllReduce", "PS", "AllReduce (compressor=fp16)"]
+    for item in ("AllReduce", "Nope:compressor=fp16", "AllReduce:compressor"):
+        refused = CliRunner().invoke(run.main, ["--workloads", "sparse", "--variant", item])
+        assert refused.exit_code == 2 and f"--variant {item!r}: expected BUILDER:KEY=VALUE" in refused.output

@@ -54,3 +54,17 @@ def test_embed_touches_nearly_every_lookup_and_even_shards():
         assert 0.98 * lookups < whole["embedding"][worker] <= lookups
         quarters = [split[f"embedding/part_{i}"][worker] for i in range(4)]
         assert max(quarters) < 1.1 * min(quarters)  # no hot shard
+
+
+def test_keras_workloads_touch_the_rows_of_their_graph_twins():
+    """A Keras workload's embedding has Keras's variable name (as TF2 mode's plans give it) and the
+    graph-mode twin's data, so the same rows; the transformer reads every token of its sequences."""
+    twin = distinct_rows(WORKLOADS, "sparse", _plan([_sparse("embedding", 200_000)]))
+    keras = distinct_rows(WORKLOADS, "sparse_keras", _plan([_sparse("sequential/embedding/embeddings", 200_000)]))
+    assert keras == {"sequential/embedding/embeddings": twin["embedding"]}
+    ncf = distinct_rows(WORKLOADS, "ncf_keras", _plan([_sparse("user_embedding/embeddings", 100_000),
+                                                        _sparse("item_embedding/embeddings", 20_000)]))
+    assert list(ncf.values()) == list(distinct_rows(WORKLOADS, "ncf", _plan([_sparse("user_embedding", 100_000),
+                                                                            _sparse("item_embedding", 20_000)])).values())
+    tokens = distinct_rows(WORKLOADS, "transformer_keras", _plan([_sparse("tokens/embeddings", 8000)]))["tokens/embeddings"]
+    assert all(1500 < rows < 32 * 64 for rows in tokens)  # 2,048 uniform draws from 8,000: some repeat
