@@ -15,8 +15,9 @@ import sys
 import pytest
 
 from adrun.launch.job.teardown import leftover_processes
-from tests.bench_workloads import PEERS_DIR, TINY, WORKLOADS_DIR, check_result_file, tiny_batch_size
-from tests.conftest import REPO, run_adrun
+from tests.support.bench_workloads import PEERS_DIR, TINY, WORKLOADS_DIR, check_result_file, tiny_batch_size
+from tests.support.adrun_cli import run_adrun
+from tests.support.paths import REPO
 
 pytestmark = [pytest.mark.integration, pytest.mark.full]  # the benchmark's pieces: make test-full
 
