@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,25 +13,12 @@ import pytest
 from adrun.errors import UserError
 from adrun.launch.job.teardown import leftover_processes
 from adrun.profile.run import profile_model
-from tests.support.paths import SCRIPTS
+from tests.support.paths import SCRIPTS, files_under
 
 pytestmark = pytest.mark.integration
 
 MODEL = SCRIPTS / "profile_model.py"
 FOREVER = ["--steps", "1000000000"]  # the script would train far longer than the profile lasts
-
-
-@pytest.fixture
-def own_tmp(tmp_path, monkeypatch):
-    """The profiling run's temporary directories go here, to see that none is left."""
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
-    return tmp
-
-
-def files_under(path: Path) -> list[Path]:
-    return sorted(p for p in path.rglob("*") if p.is_file()) if path.exists() else []
 
 
 def test_sparse_rows_touched_are_the_distinct_ids_of_each_batch(tmp_path, own_tmp):

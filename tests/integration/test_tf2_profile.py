@@ -5,33 +5,18 @@ fits the run), and nothing written that the real run could find. One short proce
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
 
 import pytest
 
 from adrun.capture_run import capture_graph
 from adrun.launch.job.teardown import leftover_processes
 from adrun.profile.run import NoStepTimed, profile_model
-from tests.support.paths import SCRIPTS
+from tests.support.paths import SCRIPTS, files_under
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 MODEL = SCRIPTS / "tf2_profile_model.py"
 EMBEDDING = "sequential/embedding/embeddings"
-
-
-@pytest.fixture
-def own_tmp(tmp_path, monkeypatch):
-    """The profiling run's temporary directories go here, to see that none is left."""
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
-    return tmp
-
-
-def files_under(path: Path) -> list[Path]:
-    return sorted(p for p in path.rglob("*") if p.is_file()) if path.exists() else []
 
 
 def test_fit_is_timed_at_its_applies_and_its_rows_counted(own_tmp):
