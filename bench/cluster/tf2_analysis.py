@@ -120,7 +120,7 @@ def tf2_goals(results: BenchResults) -> list[Goal]:
     out.append(Goal("Auto / adrun's best built-in plan (worst TF2 group)", 0.95, False,
                     worst_auto[0] if worst_auto else None,
                     ", ".join(map(str, worst_auto[1])) if worst_auto
-                    else "not measurable yet: `--strategy Auto` on TF2 scripts is not on main (issue 20.3)"))
+                    else "not measured: no run of builder Auto on a TF2 workload in these results"))
     return out
 
 
