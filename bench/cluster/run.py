@@ -57,8 +57,10 @@ VARIANTS = (("PartitionedPS", (("max_shards", "8"),)), ("AllReduce", (("compress
             ("AllReduce", (("chunk_size", "1"),)), ("Parallax", (("compressor", "fp16"),)))
 PEERS = (PEER_TF_PS, PEER_TF_MWMS)
 WORKLOADS = ("sparse", "dense", "ncf", "embed")
-# what TF2 mode can run (strategies/document.py tf2_refusals: the all-reduce family); --tf2's default
-TF2_BUILDERS = ("AllReduce", "PartitionedAR")
+# --tf2's default builders: the all-reduce family and Auto. TF2 mode also runs PS-only plans
+# (strategies/document.py tf2_refusals), left out by default: a Keras 3 Embedding on a PS reads its
+# whole table every step (ops.take converts the variable to a tensor; RESULTS-cluster-tf2-reading.md)
+TF2_BUILDERS = ("AllReduce", "PartitionedAR", "Auto")
 
 
 @dataclass(frozen=True)

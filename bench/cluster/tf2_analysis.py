@@ -2,7 +2,7 @@
 
 Pure functions of a BenchResults (bench/cluster/analysis.py summarizes the runs), so the TF2 report
 can be regenerated, and tested, from JSON alone. "adrun's best" in a group is its fastest TF2-mode
-configuration (every plan TF2 mode can run: the all-reduce family); "the best TF2 peer" is the
+configuration (every plan it ran: the all-reduce family, PS-only plans, Auto); "the best TF2 peer" is the
 fastest peer of bench/cluster/tf2.py that completed its runs.
 """
 

@@ -126,7 +126,7 @@ def test_tf2_blocks_add_each_graph_twin_under_allreduce_alone():
     blocks = chosen_blocks(False, "sparse_keras,transformer_keras", "commodity", None, None, None, tf2=True)
     configs = matrix(blocks, True)
     keras = [(c.workload, c.hosts, c.label) for c in configs if c.workload == "sparse_keras" and c.hosts == 2]
-    assert keras == [("sparse_keras", 2, "AllReduce"), ("sparse_keras", 2, "PartitionedAR"),
+    assert keras == [("sparse_keras", 2, "AllReduce"), ("sparse_keras", 2, "PartitionedAR"), ("sparse_keras", 2, "Auto"),
                      ("sparse_keras", 2, "AllReduce (compressor=fp16)"), ("sparse_keras", 2, "AllReduce (chunk_size=1)"),
                      ("sparse_keras", 2, "tf2_mwms_loop"), ("sparse_keras", 2, "tf_keras_mwms_fit"),
                      ("sparse_keras", 2, "keras3_mwms_fit")]
