@@ -9,7 +9,6 @@ one worker's gradient fill the update, fails it.
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ import tensorflow as tf
 
 from tests.support.bench_workloads import PEERS_DIR, TINY, check_result_file, load_workload_module, tiny_batch_size, tiny_model
 from tests.support.paths import REPO
+from tests.support.ports import free_ports
 
 pytestmark = [pytest.mark.integration, pytest.mark.full]  # the benchmark's pieces: make test-full
 
@@ -28,16 +28,6 @@ tf1 = tf.compat.v1
 models = load_workload_module("models")
 LR = 0.5
 RUN_TIMEOUT_S = 300
-
-
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def _run_tasks(commands: list[list[str]], logs: Path) -> None:
@@ -85,7 +75,7 @@ def _train_one_step(tmp_path: Path, peer: str, name: str) -> list[np.lib.npyio.N
     args = [str(PEERS_DIR / peer), "--workload", name, *TINY[name], "--steps", "1", "--warmup", "0",
             "--lr", str(LR), "--dump-variables", str(tmp_path / "w{worker}.npz"),
             "--result-file", str(tmp_path / "w{worker}.json")]
-    ports = _free_ports(3)
+    ports = free_ports(3)
     workers = f"localhost:{ports[1]},localhost:{ports[2]}"
     if peer == "tf_ps.py":
         cluster_args = ["--ps-hosts", f"localhost:{ports[0]}", "--worker-hosts", workers]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,22 +15,13 @@ from pathlib import Path
 import pytest
 
 from tests.support.paths import REPO, SCRIPTS
+from tests.support.ports import free_ports
 
 pytestmark = [pytest.mark.full, pytest.mark.timeout(300)]  # two TF processes
 
 
-def _free_ports(n: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
-        s.bind(("localhost", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
 def test_floats_and_integers_take_their_own_group_and_device(tmp_path: Path) -> None:
-    ports = [str(p) for p in _free_ports(2)]
+    ports = [str(p) for p in free_ports(2)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("ADRUN_")}
     procs = [subprocess.Popen([sys.executable, str(SCRIPTS / "tf2_routes_worker.py"), str(i), *ports,
                                str(tmp_path / f"w{i}.json")], cwd=REPO, env={**env, "TF_CPP_MIN_LOG_LEVEL": "2"},

@@ -19,7 +19,6 @@ four on fresh ports, so shared accumulators and queues never meet another test's
 from __future__ import annotations
 
 import re
-import socket
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -43,6 +42,7 @@ from adrun.spec import ClusterSpec, Node  # noqa: E402
 from adrun.strategies import build_strategy  # noqa: E402
 from adrun.strategies.document import Strategy, dump_strategy, shard_sizes  # noqa: E402
 from adrun.strategies.wire_bound import step_transfers  # noqa: E402
+from tests.support.ports import free_ports  # noqa: E402
 
 WORKERS, NUM_PS = 2, 2
 VOCAB, DIM, BAG, BATCH = 40, 4, 5, 6
@@ -87,16 +87,6 @@ def _model(partition_of=lambda name: None):
     return (ids, y), optimizer, pairs
 
 
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("localhost", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
 @dataclass
 class Worker:
     task: int
@@ -119,7 +109,7 @@ def _plan(tmp_path: Path, strategy: str, options: dict[str, str]) -> Path:
 
 def _start_cluster(tmp_path: Path, strategy: str, options: dict[str, str]) -> list[Worker]:
     plan = _plan(tmp_path, strategy, options)
-    ports = _free_ports(WORKERS + NUM_PS)
+    ports = free_ports(WORKERS + NUM_PS)
     cluster = {"worker": [f"localhost:{p}" for p in ports[:WORKERS]], "ps": [f"localhost:{p}" for p in ports[WORKERS:]]}
     config = session_setup.server_config()
     for p in range(NUM_PS):
