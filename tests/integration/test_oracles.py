@@ -15,9 +15,9 @@ from tests.support.oracle import ORACLE_BUILDERS, train_and_compare
 
 pytestmark = pytest.mark.integration
 
-# PS with the one PS of spec_file places every variable as PSLoadBalancing does: its cases run in -m full
-@pytest.mark.parametrize("strategy", [pytest.param("PS", marks=pytest.mark.full), "PSLoadBalancing", "AllReduce"])
-@pytest.mark.parametrize("model", ["dense", "sparse"])
+# One PS-family and one all-reduce case per model kind, crosswise; every builder and model with
+# per-worker data: test_oracle_matrix (-m full).
+@pytest.mark.parametrize("model,strategy", [("dense", "AllReduce"), ("sparse", "PSLoadBalancing")])
 def test_averaging_per_worker_data(tmp_path, spec_file, strategy, model):
     train_and_compare(tmp_path, spec_file, strategy, model, "per-worker")
 
@@ -59,8 +59,8 @@ def test_control_flow_matrix(tmp_path, spec_file, strategy, model):
     train_and_compare(tmp_path, spec_file, strategy, model, "per-worker", optimizer="adam")
 
 
-@pytest.mark.parametrize("strategy,model", [pytest.param("PS", "keras", marks=pytest.mark.full),  # keras on PS: test_keras_fit
-                                            ("AllReduce", "mts"), ("PSLoadBalancing", "mts"), ("AllReduce", "keras")])
+# Keras under a plan: test_keras_fit; every builder and model on the same data: test_oracle_matrix (-m full)
+@pytest.mark.parametrize("strategy,model", [("AllReduce", "mts")])
 def test_equivalence_same_data(tmp_path, spec_file, strategy, model):
     train_and_compare(tmp_path, spec_file, strategy, model, "same")
 
