@@ -38,7 +38,7 @@ def test_synchronous_averaging_of_more_kinds(tmp_path: Path, kind: str) -> None:
 
 
 @pytest.mark.full
-@pytest.mark.parametrize("kind", ["fit-sequential", "embed-adam"])
+@pytest.mark.parametrize("kind", ["fit-sequential", "embed-adam", "embed-sgd"])
 def test_load_balanced_over_two_ps(tmp_path: Path, kind: str) -> None:
     off, between = averaging(tmp_path, kind, ps=2, strategy=BALANCED)
     assert off <= TOLERANCE

@@ -117,7 +117,14 @@ def patches(mode: str) -> dict[str, Callable[[], None]]:
         "tf_keras.src.optimizers.legacy.optimizer_v2": _installer(hook_of, "hook_tf_keras_legacy"),
     }
     if mode == "run" and current().strategy.uses_ps:
-        from adrun.runtime.tf2.ps_atomic import atomic_updates
-
-        found["keras.src.backend.tensorflow.core"] = atomic_updates
+        found["keras.src.backend.tensorflow.core"] = _ps_variable_patches
     return found
+
+
+def _ps_variable_patches() -> None:
+    """Keras 3 variables shared on PS tasks: atomic adds (ps_atomic.py), row gathers (ps_gather.py)."""
+    from adrun.runtime.tf2.ps_atomic import atomic_updates
+    from adrun.runtime.tf2.ps_gather import row_reads
+
+    atomic_updates()
+    row_reads()
