@@ -18,6 +18,7 @@ pytestmark = pytest.mark.timeout(600)
 
 PS = ("--strategy", "PS")
 BALANCED = ("--strategy", "PSLoadBalancing")
+PARTITIONED = ("--strategy", "PartitionedPS")
 STEPS = 8  # per worker: 2 epochs of 32 rows in batches of 8 (tests/scripts/tf2_model.py, --data per-worker)
 
 
@@ -41,6 +42,17 @@ def test_synchronous_averaging_of_more_kinds(tmp_path: Path, kind: str) -> None:
 @pytest.mark.parametrize("kind", ["fit-sequential", "embed-adam", "embed-sgd"])
 def test_load_balanced_over_two_ps(tmp_path: Path, kind: str) -> None:
     off, between = averaging(tmp_path, kind, ps=2, strategy=BALANCED)
+    assert off <= TOLERANCE
+    assert between == 0.0
+
+
+@pytest.mark.parametrize("kind", ["embed-adam", pytest.param("fit-sequential", marks=pytest.mark.full),
+                                  pytest.param("embed-sgd", marks=pytest.mark.full),
+                                  pytest.param("loop-function", marks=pytest.mark.full)])
+def test_partitioned_over_two_ps(tmp_path: Path, kind: str) -> None:
+    """Every variable of 2 rows or more split over both PSs (ps_shards.py): reads join the shards,
+    each shard updated on its PS, slots split as their variable."""
+    off, between = averaging(tmp_path, kind, ps=2, strategy=PARTITIONED)
     assert off <= TOLERANCE
     assert between == 0.0
 

@@ -86,6 +86,10 @@ def _ps_hook(ctx: Any, steps: Any) -> Any:
     from adrun.runtime.tf2.ps_variables import SharedVariables, ps_tasks_by_name
 
     connect_to_ps(ctx)
+    if any(var.partition is not None for var in ctx.strategy.variables):
+        from adrun.runtime.tf2.ps_shards import gradients_of_whole_variables
+
+        gradients_of_whole_variables()
     _enter(SharedVariables(ps_tasks_by_name(ctx.strategy), ctx.is_chief, ctx.task_index, ctx.settings.init_timeout_s))
     return PSApply(ctx, steps)
 
@@ -118,7 +122,15 @@ def patches(mode: str) -> dict[str, Callable[[], None]]:
     }
     if mode == "run" and current().strategy.uses_ps:
         found["keras.src.backend.tensorflow.core"] = _ps_variable_patches
+        found["keras.src.backend.tensorflow.optimizer"] = _ps_slot_patches
     return found
+
+
+def _ps_slot_patches() -> None:
+    """Keras 3 slots made eagerly, placed or split as their variable (ps_shards.py)."""
+    from adrun.runtime.tf2.ps_shards import slots_made_like_their_variable
+
+    slots_made_like_their_variable()
 
 
 def _ps_variable_patches() -> None:

@@ -10,7 +10,8 @@ wrapped `tf.Variable`'s own `sparse_read`, so only the looked-up rows leave the 
 (TF's `ResourceGather` gradient) is the same `IndexedSlices`, rows in the same order, as the
 gradient of the gather of a read, so the sparse path and the oracles see the very same rows.
 
-Inside a stateless scope or an autocast scope Keras's `value` is a tensor, not a variable: that read
+A variable split over PS tasks (ps_shards.py) is looked up shard by shard, each on its PS. Inside a
+stateless scope or an autocast scope Keras's `value` is a tensor, not a variable: that read
 is gathered as `tf.gather` would have gathered it.
 """
 
@@ -21,6 +22,8 @@ from typing import Any
 import tensorflow as tf
 from tensorflow.python.ops import resource_variable_ops
 
+from adrun.runtime.tf2.ps_shards import ShardedVariable, lookup
+
 
 def row_reads() -> None:
     """Give Keras 3's TensorFlow Variable a `sparse_read`, which `tf.gather(variable, ids)` uses."""
@@ -28,6 +31,8 @@ def row_reads() -> None:
 
     def sparse_read(self: Any, indices: Any, name: str | None = None) -> tf.Tensor:
         value = self.value
+        if isinstance(value, ShardedVariable):
+            return lookup(value, indices)
         if isinstance(value, resource_variable_ops.BaseResourceVariable):
             return value.sparse_read(indices, name=name)
         return tf.gather(value, indices, name=name)

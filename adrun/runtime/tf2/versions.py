@@ -50,12 +50,16 @@ PRIVATE_API: dict[str, tuple[str, ...]] = {
         "resource_conditional_accumulator", "resource_accumulator_apply_gradient",
         "resource_accumulator_take_gradient",
     ),
+    # split variables (ps_shards.py)
+    "tensorflow.python.distribute.sharded_variable": ("ShardedVariable",),
+    "tensorflow.python.eager.backprop": ("GradientTape.gradient",),
     "tensorflow.python.checkpoint.checkpoint": ("Checkpoint._write", "Checkpoint._maybe_create_save_counter"),
     "tensorflow.python.checkpoint.checkpoint_management": (
         "CheckpointManager._directory", "CheckpointManager._checkpoint_prefix",
         "CheckpointManager._maybe_delete",
     ),
-    "keras.src.optimizers.base_optimizer": ("BaseOptimizer.apply",),
+    "keras.src.optimizers.base_optimizer": ("BaseOptimizer.apply", "BaseOptimizer.add_variable_from_reference"),
+    "keras.src.backend.tensorflow.optimizer": ("TFOptimizer.add_variable_from_reference",),
     # ps_atomic.py; ps_gather.py adds Variable.sparse_read, which tf.gather uses (test_ps_gather.py)
     "keras.src.backend.tensorflow.core": (
         "Variable.assign_add", "Variable.assign_sub", "Variable._convert_to_tensor", "Variable.value",
