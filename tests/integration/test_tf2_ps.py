@@ -84,13 +84,15 @@ def test_asynchronous_waits_for_no_worker(tmp_path: Path) -> None:
 
 
 @pytest.mark.full
-def test_chief_checkpoints_load_in_a_plain_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind, ps, strategy", [("fit-sequential", 1, PS), ("embed-adam", 2, PARTITIONED)])
+def test_chief_checkpoints_load_in_a_plain_run(tmp_path: Path, kind: str, ps: int, strategy: tuple[str, ...]) -> None:
     """The chief's .keras file, last epoch's weights and CheckpointManager checkpoint have the plain
-    model's names and shapes: a plain process restores each and gets the weights the workers trained."""
+    model's names and shapes, split variables too: a plain process restores each and gets the
+    weights the workers trained."""
     save = tmp_path / "saved"
-    _, out = adrun_fit(tmp_path, "fit-sequential", 2, "--data", "per-worker", "--save", str(save), ps=1, strategy=PS)
+    _, out = adrun_fit(tmp_path, kind, 2, "--data", "per-worker", "--save", str(save), ps=ps, strategy=strategy)
     loaded = subprocess.run([sys.executable, str(SCRIPTS / "tf2_load_saved.py"), str(save), str(tmp_path / "loaded")],
-                            cwd=REPO, env=kind_env("fit-sequential"), capture_output=True, text=True, timeout=300)
+                            cwd=REPO, env=kind_env(kind), capture_output=True, text=True, timeout=300)
     assert loaded.returncode == 0, loaded.stderr
     trained = weights(out / "w0.npz")
     for name in ("model", "epoch", "manager"):

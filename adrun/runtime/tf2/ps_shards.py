@@ -6,7 +6,8 @@ its shard's PS task (rows as `shard_sizes`, which is TF's "div" sharding), and K
 wraps it as it wraps any `tf.Variable`. TF's `ShardedVariable` then serves what Keras asks of it:
 a read is the concatenation of the shard reads, `assign_add`/`assign_sub` slice the update per
 shard, and `scatter_*` (Keras's sparse updates) send each row to its shard (ids in "div" order).
-Three things Keras 3.15 does with a variable it does not serve, patched here:
+What Keras 3.15 does with a variable that it does not serve is served here: saving reads the
+variable whole (`SplitVariable`), and three things are patched:
 - the gradient: Keras's trainer asks `tf.GradientTape.gradient` for the gradient of the Keras
   variable, which the tape finds by the variable's one `handle`; a sharded variable has none.
   `gradient` is asked for the shards instead and their gradients are joined into the whole
@@ -26,15 +27,33 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 from tensorflow.python.distribute.sharded_variable import ShardedVariable
 from tensorflow.python.eager import backprop
 from tensorflow.python.util import nest
 
-__all__ = ["ShardedVariable", "gradients_of_whole_variables", "lookup", "shards_of", "slot_reference",
+__all__ = ["ShardedVariable", "SplitVariable", "gradients_of_whole_variables", "lookup", "shards_of", "slot_reference",
            "slots_made_like_their_variable"]
 
 _slots = threading.local()  # .reference: the tf.Variable whose slot is being made
+
+
+class SplitVariable(ShardedVariable):
+    """TF's ShardedVariable as Keras 3's saving uses a variable, whole: `np.asarray(variable)`
+    (Keras's `Variable.__array__` calls the wrapped variable's `__array__`, which ShardedVariable
+    lacks) and a checkpoint's one tensor under the plain model's name and full shape (Keras's
+    `Variable._serialize_to_tensors` asks the wrapped variable; ShardedVariable has only TF1-style
+    slice saveables, which `tf.train.Checkpoint` does not take from inside a Keras variable)."""
+
+    def __array__(self, dtype: Any = None) -> np.ndarray:
+        return np.asarray(self.numpy(), dtype=dtype)
+
+    def _serialize_to_tensors(self) -> dict[str, tf.Tensor]:
+        return {"VARIABLE_VALUE": tf.convert_to_tensor(self)}
+
+    def _restore_from_tensors(self, restored_tensors: dict[str, tf.Tensor]) -> Any:
+        return self.assign(restored_tensors["VARIABLE_VALUE"])
 
 
 def shards_of(variable: Any) -> list[Any]:

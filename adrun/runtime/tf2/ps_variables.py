@@ -34,7 +34,7 @@ from tensorflow.python.ops import gen_resource_variable_ops, handle_data_util, r
 from adrun.env_vars import INIT_TIMEOUT_VAR
 from adrun.runtime.kernels.devices import ps_device
 from adrun.runtime.tf2.broadcast import is_internal
-from adrun.runtime.tf2.ps_shards import ShardedVariable, slot_reference
+from adrun.runtime.tf2.ps_shards import ShardedVariable, SplitVariable, slot_reference
 from adrun.strategies.document import PSSync, Strategy, shard_sizes
 
 _POLL_S = 0.05
@@ -115,7 +115,7 @@ class SharedVariables:
             shards.append(self._shard(f"{shared}/part_{i}", f"{name}/part_{i}", ps_device(task), dtype,
                                       tf.TensorShape([rows, *shape[1:]]), part, kwargs))
             start += rows
-        return ShardedVariable(shards, name=name)
+        return SplitVariable(shards, name=name)
 
     def _shard(self, shared: str, name: str, device: str, dtype: tf.DType, shape: tf.TensorShape,
                value: tf.Tensor | None, kwargs: dict[str, Any]) -> Any:
