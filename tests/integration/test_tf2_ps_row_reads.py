@@ -1,5 +1,5 @@
 """A Keras 3 Embedding whose table is shared on a PS reads only its looked-up rows
-(adrun/runtime/tf2/ps_gather.py), measured as the bytes the PS sends the worker per training step
+(adrun/runtime/tf2/ps_gather.py), split in shards too (ps_shards.py), measured as the bytes the PS sends the worker per training step
 through a counting forwarder (tests/scripts/tf2_ps_row_reads.py)."""
 
 from __future__ import annotations
@@ -41,3 +41,5 @@ def test_lookup_reads_the_rows_not_the_table(tmp_path: Path) -> None:
     # the row gather: the looked-up rows, whatever the table's size
     for rows, looked_up in ((20000, 64), (80000, 64), (20000, 512)):
         assert looked_up * ROW <= found[f"gather_{rows}_{looked_up}"] <= looked_up * ROW + OVERHEAD, (rows, looked_up)
+    # a table split in 2 shards (PartitionedPS): each shard gathers its own rows
+    assert 64 * ROW <= found["split_20000_64"] <= 64 * ROW + 2 * OVERHEAD

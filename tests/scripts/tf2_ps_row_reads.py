@@ -7,7 +7,7 @@ adrun's launcher (tests/integration/test_tf2_ps_row_reads.py).
 
 The worker trains each (table rows, looked-up rows) case for a few SGD steps in a `tf.function`
 and writes the bytes per step that came back from the PS: first with Keras's own read (before
-ps_gather.row_reads), then with the row gather.
+ps_gather.row_reads), then with the row gather, then of a table split in 2 shards (ps_shards.py).
 """
 
 import json
@@ -20,6 +20,7 @@ import tensorflow as tf
 from adrun.runtime.context import TaskContext
 from adrun.runtime.tf2.ps_cluster import connect_to_ps
 from adrun.runtime.tf2.ps_gather import row_reads
+from adrun.runtime.tf2.ps_shards import gradients_of_whole_variables, shards_of
 from adrun.runtime.tf2.ps_variables import SharedVariables
 from tests.support.byte_counter import CountingForwarder
 
@@ -31,14 +32,16 @@ def serve(port: str) -> None:
     tf.distribute.Server(tf.train.ClusterSpec({"ps": [f"localhost:{port}"]}), job_name="ps", task_index=0).join()
 
 
-def bytes_per_step(forwarder: CountingForwarder, name: str, rows: int, looked_up: int) -> float:
-    """Build an Embedding of `rows` rows on the PS, train it on `looked_up` distinct rows; the PS's
-    bytes per step after two warm-up steps."""
-    with tf.variable_creator_scope(SharedVariables({}, chief=True, worker=0, init_timeout_s=60)):
+def bytes_per_step(forwarder: CountingForwarder, name: str, rows: int, looked_up: int, shards: int = 1) -> float:
+    """Build an Embedding of `rows` rows on the PS (split in `shards` shards, all on the one PS),
+    train it on `looked_up` distinct rows; the PS's bytes per step after two warm-up steps."""
+    with tf.variable_creator_scope(SharedVariables({f"{name}/embeddings": [0] * shards}, chief=True, worker=0,
+                                                   init_timeout_s=60)):
         layer = keras.layers.Embedding(rows, DIM, name=name)
         layer.build((None,))
         optimizer = keras.optimizers.SGD(0.1)
         optimizer.build(layer.trainable_weights)
+    assert len(shards_of(layer.embeddings)) == shards
     ids = tf.constant(np.linspace(0, rows - 1, looked_up).astype(np.int32))
 
     @tf.function
@@ -64,6 +67,8 @@ def work(ps_port: str, forwarder_port: str, worker_port: str, out: str) -> None:
     row_reads()
     for rows, looked_up in ((20000, 64), (80000, 64), (20000, 512)):
         found[f"gather_{rows}_{looked_up}"] = bytes_per_step(forwarder, f"gather_{rows}_{looked_up}", rows, looked_up)
+    gradients_of_whole_variables()
+    found["split_20000_64"] = bytes_per_step(forwarder, "split_20000_64", 20000, 64, shards=2)
     with open(out, "w") as f:
         json.dump(found, f)
 
