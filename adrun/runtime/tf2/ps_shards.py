@@ -46,8 +46,8 @@ class SplitVariable(ShardedVariable):
     `Variable._serialize_to_tensors` asks the wrapped variable; ShardedVariable has only TF1-style
     slice saveables, which `tf.train.Checkpoint` does not take from inside a Keras variable)."""
 
-    def __array__(self, dtype: Any = None) -> np.ndarray:
-        return np.asarray(self.numpy(), dtype=dtype)
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        return np.array(self.numpy(), dtype=dtype, copy=copy)
 
     def _serialize_to_tensors(self) -> dict[str, tf.Tensor]:
         return {"VARIABLE_VALUE": tf.convert_to_tensor(self)}
