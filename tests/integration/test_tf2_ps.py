@@ -11,8 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from adrun.exit_codes import PLAN_MISMATCH_EXIT_CODE
+from adrun.launch.job.teardown import leftover_processes
+from tests.support.adrun_cli import flat, run_adrun, write_spec
 from tests.support.paths import REPO, SCRIPTS
-from tests.support.tf2_oracle import TOLERANCE, adrun_fit, averaging, equivalence, kind_env, max_difference, weights
+from tests.support.tf2_oracle import (SCRIPT, TOLERANCE, adrun_fit, averaging, equivalence, kind_env, max_difference,
+                                      weights)
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -55,6 +59,17 @@ def test_partitioned_over_two_ps(tmp_path: Path, kind: str) -> None:
     off, between = averaging(tmp_path, kind, ps=2, strategy=PARTITIONED)
     assert off <= TOLERANCE
     assert between == 0.0
+
+
+@pytest.mark.full
+def test_partitioned_tf_keras_is_refused_with_the_reason(tmp_path: Path) -> None:
+    """tf_keras would train and save a split variable's shards as variables of their own."""
+    spec = write_spec(tmp_path / "cluster.yml", 2, 2)
+    result = run_adrun("--spec", str(spec), "--quiet", *PARTITIONED, SCRIPT, "--kind", "tfkeras-new",
+                       "--out", str(tmp_path / "out"), env=kind_env("tfkeras-new"))
+    assert result.returncode == PLAN_MISMATCH_EXIT_CODE, result.output
+    assert "which TF2 mode runs for Keras 3 only: tf_keras lists a split variable's shards" in flat(result.output)
+    assert leftover_processes(result.job_id) == []
 
 
 @pytest.mark.full

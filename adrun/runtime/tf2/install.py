@@ -123,7 +123,26 @@ def patches(mode: str) -> dict[str, Callable[[], None]]:
     if mode == "run" and current().strategy.uses_ps:
         found["keras.src.backend.tensorflow.core"] = _ps_variable_patches
         found["keras.src.backend.tensorflow.optimizer"] = _ps_slot_patches
+        split = [var.name for var in current().strategy.variables if var.partition is not None]
+        if split:
+            found["tf_keras"] = _refuse_split_variables(split)
     return found
+
+
+def _refuse_split_variables(names: list[str]) -> Callable[[], None]:
+    """tf_keras under a plan that splits variables over PS tasks: refused when the script imports it.
+    Its layers list a ShardedVariable's shards as their weights (ParameterServerStrategy v2's
+    design), so `get_weights`, saved models and checkpoints would hold the shards, not the plain
+    model's variables (measured: the oracle's weights came back in shard shapes)."""
+    def refuse_tf_keras() -> None:
+        from adrun.runtime.refusal import refuse
+
+        listed = ", ".join(f"'{name}'" for name in names[:3]) + (", ..." if len(names) > 3 else "")
+        refuse(f"the plan splits {listed} over PS tasks, which TF2 mode runs for Keras 3 only: tf_keras lists a "
+               "split variable's shards as its weights, so its saved models and checkpoints would not have the "
+               "plain model's variables. Use PS or PSLoadBalancing (variables whole), or Keras 3")
+
+    return refuse_tf_keras
 
 
 def _ps_slot_patches() -> None:
