@@ -81,9 +81,9 @@ TF2_NO_MIXED = ("a TF2 worker reaches its PS tasks as remote devices, and Tensor
                 "in the same process (\"Cannot enable remote execution as well as collective ops at the moment\"; "
                 "enabled late, a tf.function reading a PS variable fails: \"resource inputs residing on remote "
                 "devices ... not supported\"). Put every variable on PS tasks or all-reduce every variable")
-TF2_NO_PARTITIONED_PS = ("a variable split over PS tasks is not built in TF2 mode (a Keras variable is one "
-                         "tf.Variable, and TF2 has no partitioned variable to stand in for it); keep it whole on "
-                         "one PS (PS, PSLoadBalancing) or use PartitionedAR")
+TF2_NO_PARTITIONED_PS = ("a variable split over PS tasks on an axis other than 0 is not built in TF2 mode "
+                         "(TensorFlow's ShardedVariable, which stands in for it, splits rows only); split it on "
+                         "axis 0 or keep it whole on one PS")
 TF2_NO_PROXY = ("local_proxy is not built in TF2 mode: a TF2 worker reads its PS variables inside its own "
                 "tf.function; use local_proxy: false")
 
@@ -93,9 +93,9 @@ def tf2_refusals(variables: Sequence[VariablePlan],
     """(location in the Strategy, reason) for each part of a plan TF2 mode cannot run; empty when it
     can. THE predicate of what TF2 mode runs (the document's check and Auto's candidates use it):
     - every all-reduce option (compressors, grouping, PartitionedAR: adrun/runtime/tf2/reduction.py);
-    - or every variable whole on a PS task (adrun/runtime/tf2/ps_*.py), all with one `sync` and
-      `staleness` setting (one protocol per step) and no `local_proxy`;
-    - not both kinds in one plan, not a variable split over PS tasks, one replica per worker."""
+    - or every variable on PS tasks, whole or split on axis 0 (adrun/runtime/tf2/ps_*.py), all with
+      one `sync` and `staleness` setting (one protocol per step) and no `local_proxy`;
+    - not both kinds in one plan, one replica per worker."""
     findings: list[tuple[Loc, str]] = []
     located = [(("variables", i, *loc), var, sync) for i, var in enumerate(variables)
                for loc, sync in var.located_synchronizers()]
@@ -106,7 +106,7 @@ def tf2_refusals(variables: Sequence[VariablePlan],
                          f"{TF2_NO_MIXED}"))
     settings = {(sync.sync, sync.staleness) for _, _, sync in ps}
     for loc, var, sync in ps:
-        if var.partition is not None:
+        if var.partition is not None and var.partition.axis != 0:
             findings.append(((*loc, "kind"), f"'{var.name}': {TF2_NO_PARTITIONED_PS}"))
         if sync.local_proxy:
             findings.append(((*loc, "local_proxy"), f"'{var.name}': {TF2_NO_PROXY}"))

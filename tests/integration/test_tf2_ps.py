@@ -11,13 +11,18 @@ from pathlib import Path
 
 import pytest
 
+from adrun.exit_codes import PLAN_MISMATCH_EXIT_CODE
+from adrun.launch.job.teardown import leftover_processes
+from tests.support.adrun_cli import flat, run_adrun, write_spec
 from tests.support.paths import REPO, SCRIPTS
-from tests.support.tf2_oracle import TOLERANCE, adrun_fit, averaging, equivalence, kind_env, max_difference, weights
+from tests.support.tf2_oracle import (SCRIPT, TOLERANCE, adrun_fit, averaging, equivalence, kind_env, max_difference,
+                                      weights)
 
 pytestmark = pytest.mark.timeout(600)
 
 PS = ("--strategy", "PS")
 BALANCED = ("--strategy", "PSLoadBalancing")
+PARTITIONED = ("--strategy", "PartitionedPS")
 STEPS = 8  # per worker: 2 epochs of 32 rows in batches of 8 (tests/scripts/tf2_model.py, --data per-worker)
 
 
@@ -38,11 +43,33 @@ def test_synchronous_averaging_of_more_kinds(tmp_path: Path, kind: str) -> None:
 
 
 @pytest.mark.full
-@pytest.mark.parametrize("kind", ["fit-sequential", "embed-adam"])
+@pytest.mark.parametrize("kind", ["fit-sequential", "embed-adam", "embed-sgd"])
 def test_load_balanced_over_two_ps(tmp_path: Path, kind: str) -> None:
     off, between = averaging(tmp_path, kind, ps=2, strategy=BALANCED)
     assert off <= TOLERANCE
     assert between == 0.0
+
+
+@pytest.mark.parametrize("kind", ["embed-adam", pytest.param("fit-sequential", marks=pytest.mark.full),
+                                  pytest.param("embed-sgd", marks=pytest.mark.full),
+                                  pytest.param("loop-function", marks=pytest.mark.full)])
+def test_partitioned_over_two_ps(tmp_path: Path, kind: str) -> None:
+    """Every variable of 2 rows or more split over both PSs (ps_shards.py): reads join the shards,
+    each shard updated on its PS, slots split as their variable."""
+    off, between = averaging(tmp_path, kind, ps=2, strategy=PARTITIONED)
+    assert off <= TOLERANCE
+    assert between == 0.0
+
+
+@pytest.mark.full
+def test_partitioned_tf_keras_is_refused_with_the_reason(tmp_path: Path) -> None:
+    """tf_keras would train and save a split variable's shards as variables of their own."""
+    spec = write_spec(tmp_path / "cluster.yml", 2, 2)
+    result = run_adrun("--spec", str(spec), "--quiet", *PARTITIONED, SCRIPT, "--kind", "tfkeras-new",
+                       "--out", str(tmp_path / "out"), env=kind_env("tfkeras-new"))
+    assert result.returncode == PLAN_MISMATCH_EXIT_CODE, result.output
+    assert "which TF2 mode runs for Keras 3 only: tf_keras lists a split variable's shards" in flat(result.output)
+    assert leftover_processes(result.job_id) == []
 
 
 @pytest.mark.full
@@ -72,13 +99,15 @@ def test_asynchronous_waits_for_no_worker(tmp_path: Path) -> None:
 
 
 @pytest.mark.full
-def test_chief_checkpoints_load_in_a_plain_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind, ps, strategy", [("fit-sequential", 1, PS), ("embed-adam", 2, PARTITIONED)])
+def test_chief_checkpoints_load_in_a_plain_run(tmp_path: Path, kind: str, ps: int, strategy: tuple[str, ...]) -> None:
     """The chief's .keras file, last epoch's weights and CheckpointManager checkpoint have the plain
-    model's names and shapes: a plain process restores each and gets the weights the workers trained."""
+    model's names and shapes, split variables too: a plain process restores each and gets the
+    weights the workers trained."""
     save = tmp_path / "saved"
-    _, out = adrun_fit(tmp_path, "fit-sequential", 2, "--data", "per-worker", "--save", str(save), ps=1, strategy=PS)
+    _, out = adrun_fit(tmp_path, kind, 2, "--data", "per-worker", "--save", str(save), ps=ps, strategy=strategy)
     loaded = subprocess.run([sys.executable, str(SCRIPTS / "tf2_load_saved.py"), str(save), str(tmp_path / "loaded")],
-                            cwd=REPO, env=kind_env("fit-sequential"), capture_output=True, text=True, timeout=300)
+                            cwd=REPO, env=kind_env(kind), capture_output=True, text=True, timeout=300)
     assert loaded.returncode == 0, loaded.stderr
     trained = weights(out / "w0.npz")
     for name in ("model", "epoch", "manager"):

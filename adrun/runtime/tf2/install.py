@@ -86,6 +86,10 @@ def _ps_hook(ctx: Any, steps: Any) -> Any:
     from adrun.runtime.tf2.ps_variables import SharedVariables, ps_tasks_by_name
 
     connect_to_ps(ctx)
+    if any(var.partition is not None for var in ctx.strategy.variables):
+        from adrun.runtime.tf2.ps_shards import gradients_of_whole_variables
+
+        gradients_of_whole_variables()
     _enter(SharedVariables(ps_tasks_by_name(ctx.strategy), ctx.is_chief, ctx.task_index, ctx.settings.init_timeout_s))
     return PSApply(ctx, steps)
 
@@ -117,7 +121,41 @@ def patches(mode: str) -> dict[str, Callable[[], None]]:
         "tf_keras.src.optimizers.legacy.optimizer_v2": _installer(hook_of, "hook_tf_keras_legacy"),
     }
     if mode == "run" and current().strategy.uses_ps:
-        from adrun.runtime.tf2.ps_atomic import atomic_updates
-
-        found["keras.src.backend.tensorflow.core"] = atomic_updates
+        found["keras.src.backend.tensorflow.core"] = _ps_variable_patches
+        found["keras.src.backend.tensorflow.optimizer"] = _ps_slot_patches
+        split = [var.name for var in current().strategy.variables if var.partition is not None]
+        if split:
+            found["tf_keras"] = _refuse_split_variables(split)
     return found
+
+
+def _refuse_split_variables(names: list[str]) -> Callable[[], None]:
+    """tf_keras under a plan that splits variables over PS tasks: refused when the script imports it.
+    Its layers list a ShardedVariable's shards as their weights (ParameterServerStrategy v2's
+    design), so `get_weights`, saved models and checkpoints would hold the shards, not the plain
+    model's variables (measured: the oracle's weights came back in shard shapes)."""
+    def refuse_tf_keras() -> None:
+        from adrun.runtime.refusal import refuse
+
+        listed = ", ".join(f"'{name}'" for name in names[:3]) + (", ..." if len(names) > 3 else "")
+        refuse(f"the plan splits {listed} over PS tasks, which TF2 mode runs for Keras 3 only: tf_keras lists a "
+               "split variable's shards as its weights, so its saved models and checkpoints would not have the "
+               "plain model's variables. Use PS or PSLoadBalancing (variables whole), or Keras 3")
+
+    return refuse_tf_keras
+
+
+def _ps_slot_patches() -> None:
+    """Keras 3 slots made eagerly, placed or split as their variable (ps_shards.py)."""
+    from adrun.runtime.tf2.ps_shards import slots_made_like_their_variable
+
+    slots_made_like_their_variable()
+
+
+def _ps_variable_patches() -> None:
+    """Keras 3 variables shared on PS tasks: atomic adds (ps_atomic.py), row gathers (ps_gather.py)."""
+    from adrun.runtime.tf2.ps_atomic import atomic_updates
+    from adrun.runtime.tf2.ps_gather import row_reads
+
+    atomic_updates()
+    row_reads()

@@ -24,10 +24,11 @@ from tensorflow.python.ops import gen_resource_variable_ops
 
 from adrun.runtime.context import TaskContext
 from adrun.runtime.tf2.ps_exchange import GradientExchange, StalenessTokens
+from adrun.runtime.tf2.ps_shards import shards_of
 from adrun.runtime.tf2.optimizer_hooks import traced_batch_size
 from adrun.runtime.tf2.steps import StepCounters
 from adrun.runtime.tf2.sync import PlanCheck, ordered, value_of
-from adrun.strategies.document import PSSync, Strategy
+from adrun.strategies.document import PSSync, Strategy, VariablePlan
 
 
 def ps_mode(strategy: Strategy) -> PSSync:
@@ -47,7 +48,8 @@ def _touched(optimizer: Any, variables: list[Any]) -> list[tf.Tensor]:
     reads what the chief applied, not what was there before the release."""
     own = getattr(optimizer, "variables", []) if optimizer is not None else []
     own = own() if callable(own) else own
-    return [gen_resource_variable_ops.var_is_initialized_op(v.handle) for v in [*variables, *own]]
+    return [gen_resource_variable_ops.var_is_initialized_op(shard.handle)
+            for v in [*variables, *own] for shard in shards_of(v)]
 
 
 class PSApply:
@@ -97,7 +99,7 @@ class PSApply:
                      planned: list[tuple[int, Any, Any]], apply: Callable[[list[Any]], Any]) -> tuple[Any, tf.Operation]:
         """(the apply's result, the step's end) of a synchronous step: the chief applies the mean."""
         exchange = GradientExchange(call, self._ctx.num_workers, self._ctx.task_index)
-        pushed = [(plan.name, grad, _ps_task(plan.sync)) for _, plan, grad in planned]
+        pushed = [(plan.name, grad, _ps_task(plan)) for _, plan, grad in planned]
         if self._ctx.task_index != 0:
             _state_like_the_chief(optimizer, variables)
             released = exchange.end_step(exchange.push(pushed))
@@ -123,7 +125,10 @@ def _state_like_the_chief(optimizer: Any, variables: list[Any]) -> None:
             create(variables)
 
 
-def _ps_task(sync: Any) -> int:
+def _ps_task(plan: VariablePlan) -> int:
+    """Where a variable's gradient meets the others': its PS task, the first shard's for a split
+    variable (the chief's apply then updates each shard on its own PS)."""
+    sync = plan.synchronizers()[0]
     if not isinstance(sync, PSSync):
         raise RuntimeError(f"a TF2 parameter-server plan holds every variable on a PS; found {sync!r}")
     return sync.ps_task

@@ -37,8 +37,10 @@ PRIVATE_API: dict[str, tuple[str, ...]] = {
         "all_reduce_v2", "all_gather_v2", "broadcast_send_v2", "broadcast_recv_v2",
     ),
     "tensorflow.python.ops.gen_summary_ops": ("create_summary_file_writer",),
-    # parameter-server plans (ps_cluster.py, ps_variables.py, ps_exchange.py)
-    "tensorflow.python.ops.resource_variable_ops": ("BaseResourceVariable", "_set_handle_shapes_and_types"),
+    # parameter-server plans (ps_cluster.py, ps_variables.py, ps_exchange.py, ps_gather.py)
+    "tensorflow.python.ops.resource_variable_ops": (
+        "BaseResourceVariable", "BaseResourceVariable.sparse_read", "_set_handle_shapes_and_types",
+    ),
     "tensorflow.python.ops.handle_data_util": ("create_handle_data",),
     "tensorflow.python.ops.gen_resource_variable_ops": (
         "var_handle_op", "assign_variable_op", "var_is_initialized_op",
@@ -48,13 +50,20 @@ PRIVATE_API: dict[str, tuple[str, ...]] = {
         "resource_conditional_accumulator", "resource_accumulator_apply_gradient",
         "resource_accumulator_take_gradient",
     ),
+    # split variables (ps_shards.py)
+    "tensorflow.python.distribute.sharded_variable": ("ShardedVariable",),
+    "tensorflow.python.eager.backprop": ("GradientTape.gradient",),
     "tensorflow.python.checkpoint.checkpoint": ("Checkpoint._write", "Checkpoint._maybe_create_save_counter"),
     "tensorflow.python.checkpoint.checkpoint_management": (
         "CheckpointManager._directory", "CheckpointManager._checkpoint_prefix",
         "CheckpointManager._maybe_delete",
     ),
-    "keras.src.optimizers.base_optimizer": ("BaseOptimizer.apply",),
-    "keras.src.backend.tensorflow.core": ("Variable.assign_add", "Variable.assign_sub", "Variable._convert_to_tensor"),
+    "keras.src.optimizers.base_optimizer": ("BaseOptimizer.apply", "BaseOptimizer.add_variable_from_reference"),
+    "keras.src.backend.tensorflow.optimizer": ("TFOptimizer.add_variable_from_reference",),
+    # ps_atomic.py; ps_gather.py adds Variable.sparse_read, which tf.gather uses (test_ps_gather.py)
+    "keras.src.backend.tensorflow.core": (
+        "Variable.assign_add", "Variable.assign_sub", "Variable._convert_to_tensor", "Variable.value",
+    ),
     "keras.src.backend.common.stateless_scope": ("in_stateless_scope",),
     "keras.src.saving.saving_api": ("save_model", "save_weights", "load_model", "load_weights"),
     "keras.src.callbacks.backup_and_restore": (

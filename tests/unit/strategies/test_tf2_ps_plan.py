@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from adrun.errors import UserError
 from adrun.graph_item import GraphItem, VariableInfo
 from adrun.spec import default_local_spec
 from adrun.strategies import build_strategy
@@ -37,12 +36,15 @@ def test_mixed_plan_is_refused_once_with_tf_reason() -> None:
     assert "Cannot enable remote execution as well as collective ops at the moment" in why
 
 
-def test_partitioned_ps_variable_is_refused_at_its_shard() -> None:
-    split = Partition(axis=0, shards=[PSSync(ps_task=0), PSSync(ps_task=1)])
-    found = tf2_refusals([plan("a", PSSync(ps_task=0)), plan("e", partition=split)])
+def test_partitioned_ps_variable_runs_on_axis_0_only() -> None:
+    rows = Partition(axis=0, shards=[PSSync(ps_task=0), PSSync(ps_task=1)])
+    columns = Partition(axis=1, shards=[PSSync(ps_task=0), PSSync(ps_task=1)])
+    assert tf2_refusals([plan("a", PSSync(ps_task=0)), plan("e", partition=rows)]) == []
+    found = tf2_refusals([plan("a", PSSync(ps_task=0)), plan("e", partition=columns)])
     assert [loc for loc, _ in found] == [("variables", 1, "partition", "shards", 0, "kind"),
                                          ("variables", 1, "partition", "shards", 1, "kind")]
-    assert all("'e': a variable split over PS tasks is not built in TF2 mode" in why for _, why in found)
+    assert all("'e': a variable split over PS tasks on an axis other than 0 is not built in TF2 mode" in why
+               for _, why in found)
 
 
 def test_local_proxy_and_differing_sync_settings_are_refused() -> None:
@@ -52,12 +54,14 @@ def test_local_proxy_and_differing_sync_settings_are_refused() -> None:
     assert "differ in sync/staleness (sync: true, staleness: 0, sync: true, staleness: 2)" in found[1][1]
 
 
-def test_partitioned_ps_builder_is_refused_for_tf2_when_it_splits() -> None:
+def test_partitioned_ps_builder_splits_for_tf2() -> None:
+    from adrun.runtime.tf2.ps_variables import ps_tasks_by_name
+
     spec = default_local_spec().model_copy(deep=True)
     spec.nodes[0].ps = 2
     item = GraphItem(kind="tf2", variables=[DENSE, EMBED], optimizer="Adam")
-    with pytest.raises(UserError, match=r"'model/embedding': a variable split over PS tasks is not built in TF2 mode"):
-        build_strategy("PartitionedPS", item, spec)
+    tasks = ps_tasks_by_name(build_strategy("PartitionedPS", item, spec))
+    assert sorted(tasks["model/embedding"]) == [0, 1] and sorted(tasks["model/dense/kernel"]) == [0, 1]
 
 
 def test_refusal_is_a_problem_of_the_document() -> None:
@@ -73,11 +77,12 @@ def test_refusal_is_a_problem_of_the_document() -> None:
 def test_placement_plan_then_slot_scope_then_ps0() -> None:
     from adrun.runtime.tf2.ps_variables import ps_task_of
 
-    tasks = {"model/dense/kernel": 1}
-    assert ps_task_of("model/dense/kernel", "", tasks) == 1
-    assert ps_task_of("adam/model_dense_kernel_momentum", "/job:ps/replica:0/task:1/device:CPU:0", tasks) == 1
-    assert ps_task_of("adam/iteration", "", tasks) == 0
-    assert ps_task_of("adam/iteration", "/job:worker/replica:0/task:1/device:CPU:0", tasks) == 0
+    tasks = {"model/dense/kernel": [1], "model/embedding": [1, 0]}
+    assert ps_task_of("model/dense/kernel", "", tasks) == [1]
+    assert ps_task_of("model/embedding", "", tasks) == [1, 0]
+    assert ps_task_of("adam/model_dense_kernel_momentum", "/job:ps/replica:0/task:1/device:CPU:0", tasks) == [1]
+    assert ps_task_of("adam/iteration", "", tasks) == [0]
+    assert ps_task_of("adam/iteration", "/job:worker/replica:0/task:1/device:CPU:0", tasks) == [0]
 
 
 def test_every_planned_variable_has_its_ps_task() -> None:
@@ -87,4 +92,4 @@ def test_every_planned_variable_has_its_ps_task() -> None:
     spec.nodes[0].ps = 2
     item = GraphItem(kind="tf2", variables=[DENSE, EMBED], optimizer="Adam")
     plan = build_strategy("PSLoadBalancing", item, spec)
-    assert ps_tasks_by_name(plan) == {"model/embedding": 0, "model/dense/kernel": 1}  # largest first
+    assert ps_tasks_by_name(plan) == {"model/embedding": [0], "model/dense/kernel": [1]}  # largest first

@@ -1,0 +1,45 @@
+"""A Keras 3 Embedding whose table is shared on a PS reads only its looked-up rows
+(adrun/runtime/tf2/ps_gather.py), split in shards too (ps_shards.py), measured as the bytes the PS sends the worker per training step
+through a counting forwarder (tests/scripts/tf2_ps_row_reads.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.paths import REPO, SCRIPTS
+from tests.support.ports import free_ports
+
+pytestmark = pytest.mark.timeout(300)
+
+SCRIPT = str(SCRIPTS / "tf2_ps_row_reads.py")
+ROW = 32 * 4  # bytes of one float32 row of the script's tables
+OVERHEAD = 1024  # per step, for the RPCs around the rows (measured: under 300 bytes)
+
+
+def test_lookup_reads_the_rows_not_the_table(tmp_path: Path) -> None:
+    ps_port, forwarder_port, worker_port = (str(p) for p in free_ports(3))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    ps = subprocess.Popen([sys.executable, SCRIPT, "ps", ps_port], cwd=REPO, env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        out = tmp_path / "bytes.json"
+        worker = subprocess.run([sys.executable, SCRIPT, "worker", ps_port, forwarder_port, worker_port, str(out)],
+                                cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+        assert worker.returncode == 0, worker.stderr[-3000:]
+    finally:
+        ps.kill()
+        ps.wait()
+    found = json.loads(out.read_text())
+    # the negative control: Keras's own read ships the whole 20000-row table every step
+    assert found["keras_read"] >= 20000 * ROW
+    # the row gather: the looked-up rows, whatever the table's size
+    for rows, looked_up in ((20000, 64), (80000, 64), (20000, 512)):
+        assert looked_up * ROW <= found[f"gather_{rows}_{looked_up}"] <= looked_up * ROW + OVERHEAD, (rows, looked_up)
+    # a table split in 2 shards (PartitionedPS): each shard gathers its own rows
+    assert 64 * ROW <= found["split_20000_64"] <= 64 * ROW + 2 * OVERHEAD
