@@ -41,6 +41,7 @@ from .base import BuilderOptions, Decision, StrategyBuilder, axis0_rows, planned
 from .cost_model import Coefficients, Load, Paths, StepCost, compute_seconds, predict, variable_load
 from .document import AllReduceSync, Partition, PSSync, Strategy, VariablePlan
 from .facts import ModelProfile, NetworkFacts, Prediction
+from .optimizer_state import updates_read_step_state
 from .planning_facts import Fact, PlanningFacts
 
 AUTO = "Auto"
@@ -218,6 +219,7 @@ class _Descent:
         self.infos = item.trainable_with_grads()
         self.spec, self.profile, self.c, self.compute_s = spec, profile, c, compute_s
         self.paths = Paths.of(spec, network)
+        self.own_updates_barrier = updates_read_step_state(profile.graph.optimizer)
         runs = _runs_in(item.kind)
         self.placements = [[p for p in _placements(v, spec, options) if runs(_plan(v, p))] for v in self.infos]
         self.compressors = [[k for k in _compressors(v, options) if runs(_plan(v, ("allreduce", 0, k)))]
@@ -250,7 +252,7 @@ class _Descent:
         return set()
 
     def step_s(self, total: Load) -> float:
-        return StepCost(self.paths, total, self.compute_s).time(self.c).step
+        return StepCost(self.paths, total, self.compute_s, self.own_updates_barrier).time(self.c).step
 
     def run(self, start: Sequence[VariablePlan],
             kinds: frozenset[str] = frozenset({"ps", "allreduce"})) -> tuple[list[VariablePlan], float]:

@@ -45,6 +45,7 @@ from adrun.spec import ClusterSpec
 
 from .document import PSSync, Strategy, VariablePlan, shard_sizes
 from .facts import Link, ModelProfile, NetworkFacts, NodeBytes, Prediction, RowsTouched
+from .optimizer_state import updates_read_step_state
 from .wire_bound import variable_transfers
 
 
@@ -415,6 +416,9 @@ class StepCost:
     paths: Paths
     load: Load
     compute_s: float  # the profile's compute time, scaled to the per-replica batch
+    # whether the optimizer's own updates read state its finish step changes: a mixed step with
+    # synchronous PS variables then meets in one more barrier (optimizer_state.py)
+    own_updates_barrier: bool
 
     def time(self, c: Coefficients) -> StepTime:
         paths, load = self.paths, self.load
@@ -432,23 +436,25 @@ class StepCost:
         n = paths.num_workers
         collectives = len(load.dense_groups) + load.sparse_collectives
         # a step of several workers mixing PS variables and collectives is ordered by collective
-        # barriers, not by the PS token queues (runtime/kernels/step_order.py): one after every
-        # worker's own updates (after the all-reduces), one that ends the step after the chief's PS
-        # updates
+        # barriers, not by the PS token queues (runtime/kernels/step_order.py), each a one-number
+        # all-gather of N-1 ring steps (Collectives.barrier): one that ends the step after every
+        # worker's PS work, and, with synchronous PS variables and an optimizer whose own updates
+        # read state its finish changes (Adam), one after every worker's own updates (after the
+        # all-reduces), which the chief's finish waits for (gradient_sync.py)
         mixed = n > 1 and bool(load.sync_ps or load.stale_ps) and collectives > 0
         alpha = c.message_latency_s * slower
         one_collective = 2 * (n - 1) * (paths.ring_latency + alpha) if n > 1 else 0.0
-        read_ps = ps_after = 0.0
+        barrier = (n - 1) * (paths.ring_latency + alpha) if mixed else 0.0
+        read_ps = ps_after = own_updates = 0.0
         if load.sync_ps:
             one_way = max(paths.ps_latency[p] for p in load.sync_ps) + alpha
             read_ps = 2 * one_way  # the read's request and reply
             # the push reaches the PS and the chief's apply reports back; without collectives, the
             # chief's release reaches PS 0 and the workers' token comes back from it
             ps_after = (2 if mixed else 4) * one_way
-            if mixed:
-                collectives += 1  # the barrier after the workers' own updates, beside the PS updates
-        end_barrier = one_collective if mixed else 0.0  # after both: a hybrid pays the sum
-        latency = read_ps + max(ps_after, collectives * one_collective) + end_barrier
+            own_updates = barrier if self.own_updates_barrier else 0.0
+        # the end barrier waits for both the PS part and the collectives: a hybrid pays the sum
+        latency = read_ps + max(ps_after, collectives * one_collective + own_updates) + barrier
         if load.stale_ps:
             worst = max(paths.ps_latency[p] for p in load.stale_ps)
             overlapped += 4 * (worst + alpha)
@@ -476,7 +482,7 @@ def step_cost(strategy: Strategy, profile: ModelProfile, spec: ClusterSpec, netw
     load = Load.empty(paths)
     for var in strategy.variables:
         load.add(variable_load(var, profile, paths))
-    return StepCost(paths, load, compute_seconds(strategy, profile))
+    return StepCost(paths, load, compute_seconds(strategy, profile), updates_read_step_state(profile.graph.optimizer))
 
 
 def _check_matches(strategy: Strategy, profile: ModelProfile, spec: ClusterSpec) -> None:

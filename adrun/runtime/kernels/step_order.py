@@ -8,11 +8,12 @@ under one step id. When a worker's step ends, its master cleans that step id up 
 step touched, aborting whatever another worker still has pending there under the same id (seen as
 `AbortedError: Cleanup <step id>` on a non-chief waiting for its release token on PS 0).
 
-So in such a step no worker waits on a PS queue. The workers meet in two one-number all-reduces
-instead: one after each worker's own updates (the chief's optimizer-wide updates, e.g. Adam's beta
-powers or global_step, wait for it), one at the end of the step after every PS interaction of the
-step (the chief's whole update, the others' pushes). No worker's step can end, and clean up, before
-every worker has finished all its work on the PS tasks.
+So in such a step no worker waits on a PS queue. The workers meet in one-number all-gathers
+instead (`Collectives.barrier`): one at the end of the step after every PS interaction of the step
+(the chief's whole update, the others' pushes), and, only when the optimizer's own updates read
+state its finish step changes (e.g. Adam's beta powers; gradient_sync.py decides), one after each
+worker's own updates, which the chief's finish waits for. No worker's step can end, and clean up,
+before every worker has finished all its work on the PS tasks.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from adrun.strategies.document import dump_strategy
 from bench.cluster.results import BenchResults, Profile, RunConfig, RunResult, WorkerResult
 from bench.cost_model_check import (
     SIMULATION_GOAL,
+    _auto_table,
     _per_builder,
     builder_errors,
     check,
@@ -222,3 +223,24 @@ def test_each_result_file_gives_its_own_groups_their_compute_time(tmp_path):
         path.write_text(BenchResults(started="now", command="test", machine={}, versions={}, profiles=[COMMODITY],
                                      runs=[one_run(ring, 0, rate), one_run(ps, 0, 7.0)]).model_dump_json())
     assert one_host_rates([old, new]) == {(old, "sparse"): 100.0, (new, "sparse"): 300.0}
+
+
+def _group(workload: str, systems: dict[str, float], same_plan_as: list[str]) -> dict:
+    return {"workload": workload, "profile": "commodity", "hosts": 4, "models": {"analytical": {
+        "auto": {"same_plan_as": same_plan_as},
+        "systems": [{"system": k, "measured_examples_per_s": v} for k, v in systems.items()]}}}
+
+
+def test_auto_is_judged_by_the_builder_of_its_plan_else_by_its_own_runs():
+    """A group where Auto's plan is a measured builder's takes that builder's rate; one where it is
+    no builder's but Auto itself ran takes Auto's runs; one with neither is not judged."""
+    lines = _auto_table([
+        _group("same", {"AllReduce": 90.0, "PartitionedPS": 100.0}, ["AllReduce"]),
+        _group("ran", {"Auto": 107.0, "AllReduce": 80.0, "PartitionedPS": 100.0}, []),
+        _group("neither", {"AllReduce": 80.0, "PartitionedPS": 100.0}, []),
+    ])
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in lines if line.startswith("| ") and "---" not in line}
+    assert rows["same"].endswith("| AllReduce's | PartitionedPS (100) | 0.90 ✗ |")
+    assert rows["ran"].endswith("| its own, as run (made on the shaped link) | PartitionedPS (100) | 1.07 |")
+    assert rows["neither"].endswith("| not measured |")
+    assert lines[-1].startswith("At least 0.95x: **1 of 2** groups")

@@ -149,23 +149,24 @@ def test_each_synchronous_ps_task_in_use_pays_its_overhead_once_per_worker(worke
 
 def test_a_hybrid_step_pays_the_ps_updates_then_the_barrier_that_ends_it():
     """3 hosts, u on PS 0 and v all-reduced. One way = path latency + per-message latency (1.5 ms),
-    a collective = 2(N-1) = 4 of them (6 ms). PS alone: read (2) + push, apply, release by the
-    token queues (4). Ring alone: one collective. Both: read (2); then, side by side, the push and
-    the chief's apply (2) and the all-reduce followed by the own-updates barrier (2 collectives);
-    then the barrier that ends the step, after both (runtime/kernels/step_order.py)."""
+    a collective = 2(N-1) = 4 of them (6 ms), a barrier (a one-number all-gather) N-1 = 2 of them.
+    PS alone: read (2) + push, apply, release by the token queues (4). Ring alone: one collective.
+    Both: read (2); then, side by side, the push and the chief's apply (2) and the all-reduce
+    followed by the own-updates barrier (an unrecorded optimizer counts as reading state its
+    finish changes); then the barrier that ends the step, after both (runtime/kernels/step_order.py)."""
     u, v = var("u", [1000]), var("v", [1000])
     graph = GraphItem(variables=[u, v])
     spec = hosts_spec(3)
     prof, net = profile(graph, 0.01), network(spec, 1e15, latency_s=0.001)
     c = BANDWIDTH_ONLY.model_copy(update={"message_latency_s": 0.0005})
-    one_way, collective = 0.0015, 4 * 0.0015
+    one_way, collective, barrier = 0.0015, 4 * 0.0015, 2 * 0.0015
     ps = plan(graph, spec, [planned(u, sync=PSSync(ps_task=0)), planned(v, sync=PSSync(ps_task=0))])
     ring = plan(graph, spec, [planned(u, sync=AllReduceSync(group=0)), planned(v, sync=AllReduceSync(group=0))])
     hybrid = plan(graph, spec, [planned(u, sync=PSSync(ps_task=0)), planned(v, sync=AllReduceSync(group=0))])
     assert step(ps, prof, spec, net, c) == pytest.approx(0.01 + 6 * one_way)
     assert step(ring, prof, spec, net, c) == pytest.approx(0.01 + collective)
-    assert step(hybrid, prof, spec, net, c) == pytest.approx(0.01 + 2 * one_way + max(2 * one_way, 2 * collective)
-                                                             + collective)
+    assert step(hybrid, prof, spec, net, c) == pytest.approx(
+        0.01 + 2 * one_way + max(2 * one_way, collective + barrier) + barrier)
 
 
 def test_one_worker_with_a_ps_and_an_all_reduced_variable_has_no_barrier():
@@ -182,14 +183,15 @@ def test_one_worker_with_a_ps_and_an_all_reduced_variable_has_no_barrier():
 
 
 def test_a_hybrid_with_stale_ps_variables_ends_with_the_barrier_only():
-    """Stale PS variables leave the critical path, but the step still ends with a barrier."""
+    """Stale PS variables leave the critical path, but the step still ends with a barrier: the
+    all-reduce (2(N-1) = 4 one-way latencies), then the barrier (N-1 = 2)."""
     u, v = var("u", [1000]), var("v", [1000])
     graph = GraphItem(variables=[u, v])
     spec = hosts_spec(3)
     prof, net = profile(graph, 0.01), network(spec, 1e15, latency_s=0.001)
     c = BANDWIDTH_ONLY.model_copy(update={"message_latency_s": 0.0005})
     hybrid = plan(graph, spec, [planned(u, sync=PSSync(ps_task=0, staleness=1)), planned(v, sync=AllReduceSync(group=0))])
-    assert step(hybrid, prof, spec, net, c) == pytest.approx(0.01 + 2 * 4 * 0.0015)
+    assert step(hybrid, prof, spec, net, c) == pytest.approx(0.01 + (4 + 2) * 0.0015)
 
 
 BUCKET = 1_000_000  # bytes a token-bucket-shaped path passes at once

@@ -127,3 +127,62 @@ def test_bytes_between_hosts_of_one_machine_load_its_cpus_and_loopback_does_not(
     local_ps = plan(graph, one, [planned(w, sync=PSSync(ps_task=0))])
     assert predict(local_ps, prof, one, _shared(one, 1e15, 2), c).step_s == pytest.approx(
         predict(local_ps, prof, one, network(one, 1e15), c).step_s)
+
+
+def _hybrid_and_ring(hosts: int, optimizer: str | None, staleness: int = 0):
+    """u on PS 0 (synchronous, or stale), v all-reduced; and the same graph all-reduced whole."""
+    u, v = var("u", [1000]), var("v", [1000])
+    graph = GraphItem(variables=[u, v], optimizer=optimizer)
+    spec = hosts_spec(hosts)
+    hybrid = plan(graph, spec, [planned(u, sync=PSSync(ps_task=0, staleness=staleness)),
+                                planned(v, sync=AllReduceSync(group=0))])
+    ring = plan(graph, spec, [planned(u, sync=AllReduceSync(group=0)), planned(v, sync=AllReduceSync(group=0))])
+    return graph, spec, hybrid, ring
+
+
+ONE_WAY = 0.0015  # 1 ms path latency + 0.5 ms per message
+LATENCY_ONLY = BANDWIDTH_ONLY.model_copy(update={"message_latency_s": 0.0005})
+
+
+@pytest.mark.parametrize("hosts", [2, 3, 4, 8])
+def test_a_hybrid_of_plain_sgd_meets_in_one_barrier_of_n_minus_1_ring_steps(hosts):
+    """Plain SGD's own updates read no state its finish (the global_step increment) changes, so
+    the runtime keeps only the barrier that ends the step, a one-number all-gather: N-1 ring
+    steps (Collectives.barrier). The step: read (2 one-way), then the push and the chief's apply
+    (2) beside the all-reduce (2(N-1)), then the barrier (N-1). The old charge, a second barrier
+    and 2(N-1) steps each, was 3(N-1) one-way latencies more."""
+    graph, spec, hybrid, ring = _hybrid_and_ring(hosts, "GradientDescentOptimizer")
+    prof, net = profile(graph, 0.01), network(spec, 1e15, latency_s=0.001)
+    n = hosts
+    assert step(hybrid, prof, spec, net, LATENCY_ONLY) == pytest.approx(
+        0.01 + 2 * ONE_WAY + max(2 * ONE_WAY, 2 * (n - 1) * ONE_WAY) + (n - 1) * ONE_WAY)
+    # beyond the ring's one collective a hybrid pays its PS read and the barrier
+    assert step(hybrid, prof, spec, net, LATENCY_ONLY) - step(ring, prof, spec, net, LATENCY_ONLY) == (
+        pytest.approx(2 * ONE_WAY + (n - 1) * ONE_WAY))
+
+
+@pytest.mark.parametrize("hosts", [2, 4])
+@pytest.mark.parametrize("optimizer", ["AdamOptimizer", "AdagradDAOptimizer", "Adam", None])
+def test_a_hybrid_whose_updates_read_optimizer_state_adds_the_own_updates_barrier(hosts, optimizer):
+    """Adam's updates read the beta powers its finish advances (AdagradDA's the global_step): the
+    chief's finish waits for a barrier after every worker's own updates, which follow the
+    all-reduce; so the collectives' side is 2(N-1) + (N-1) one-way latencies. An unrecorded
+    optimizer counts as one of these."""
+    graph, spec, hybrid, _ = _hybrid_and_ring(hosts, optimizer)
+    prof, net = profile(graph, 0.01), network(spec, 1e15, latency_s=0.001)
+    n = hosts
+    assert step(hybrid, prof, spec, net, LATENCY_ONLY) == pytest.approx(
+        0.01 + 2 * ONE_WAY + max(2 * ONE_WAY, 3 * (n - 1) * ONE_WAY) + (n - 1) * ONE_WAY)
+    sgd_graph, _, sgd_hybrid, _ = _hybrid_and_ring(hosts, "MomentumOptimizer")
+    assert step(hybrid, prof, spec, net, LATENCY_ONLY) - step(
+        sgd_hybrid, profile(sgd_graph, 0.01), spec, net, LATENCY_ONLY) == pytest.approx(
+        max(2 * ONE_WAY, 3 * (n - 1) * ONE_WAY) - max(2 * ONE_WAY, 2 * (n - 1) * ONE_WAY))
+
+
+@pytest.mark.parametrize("optimizer", ["AdamOptimizer", "GradientDescentOptimizer"])
+def test_a_hybrid_of_stale_ps_variables_ends_with_one_barrier_whatever_the_optimizer(optimizer):
+    """Without synchronous PS variables no worker waits for the chief's finish: the all-reduce
+    (2(N-1)) and the barrier that ends the step (N-1), at 4 hosts 9 one-way latencies."""
+    graph, spec, hybrid, _ = _hybrid_and_ring(4, optimizer, staleness=1)
+    prof, net = profile(graph, 0.01), network(spec, 1e15, latency_s=0.001)
+    assert step(hybrid, prof, spec, net, LATENCY_ONLY) == pytest.approx(0.01 + (6 + 3) * ONE_WAY)
