@@ -84,10 +84,10 @@ TF2_NO_MIXED = ("a TF2 worker reaches its PS tasks as remote devices, and Tensor
 TF2_NO_PARTITIONED_PS = ("a variable split over PS tasks on an axis other than 0 is not built in TF2 mode "
                          "(TensorFlow's ShardedVariable, which stands in for it, splits rows only); split it on "
                          "axis 0 or keep it whole on one PS")
-TF2_NO_SPLIT_TF_KERAS = ("a variable split over PS tasks runs in TF2 mode for Keras 3 only: the script trains with "
+TF2_NO_SPLIT_TF_KERAS = ("TF2 mode splits a variable over PS tasks for Keras 3 only, and the script trains with "
                          "tf_keras, whose layers list a split variable's shards as their weights, so its saved models "
                          "and checkpoints would not hold the plain model's variables. Keep it whole on one PS "
-                         "(PS, PSLoadBalancing) or train with Keras 3")
+                         "(PS, PSLoadBalancing), or train with Keras 3")
 TF2_NO_PROXY = ("local_proxy is not built in TF2 mode: a TF2 worker reads its PS variables inside its own "
                 "tf.function; use local_proxy: false")
 
@@ -111,10 +111,11 @@ def tf2_refusals(variables: Sequence[VariablePlan], replica_devices: Sequence[Se
         findings.append(((), f"a plan mixing parameter servers ('{ps[0][1].name}') and all-reduce ('{first}'): "
                          f"{TF2_NO_MIXED}"))
     settings = {(sync.sync, sync.staleness) for _, _, sync in ps}
-    if keras == "tf_keras":
-        findings += [(("variables", i, "partition"), f"'{var.name}': {TF2_NO_SPLIT_TF_KERAS}")
-                     for i, var in enumerate(variables)
-                     if var.partition is not None and any(isinstance(s, PSSync) for s in var.partition.shards)]
+    split = [(i, var.name) for i, var in enumerate(variables)
+             if var.partition is not None and any(isinstance(s, PSSync) for s in var.partition.shards)]
+    if keras == "tf_keras" and split:  # one finding, at the first: the reason is the script's, not a variable's
+        listed = ", ".join(f"'{name}'" for _, name in split[:3]) + (f" and {len(split) - 3} more" if len(split) > 3 else "")
+        findings.append((("variables", split[0][0], "partition"), f"{listed} split over PS tasks: {TF2_NO_SPLIT_TF_KERAS}"))
     for loc, var, sync in ps:
         if var.partition is not None and var.partition.axis != 0:
             findings.append(((*loc, "kind"), f"'{var.name}': {TF2_NO_PARTITIONED_PS}"))

@@ -69,11 +69,11 @@ def test_tf_keras_script_is_never_planned_a_split_ps_variable() -> None:
     is refused at the variable's partition, whole PS variables and all-reduce splits are not; a
     Keras 3 or unknown flavour splits as before."""
     rows = Partition(axis=0, shards=[PSSync(ps_task=0), PSSync(ps_task=1)])
-    split = [plan("a", PSSync(ps_task=0)), plan("e", partition=rows)]
+    split = [plan("a", PSSync(ps_task=0)), plan("e", partition=rows), *[plan(f"s{i}", partition=rows) for i in range(3)]]
     found = tf2_refusals(split, keras="tf_keras")
-    assert [loc for loc, _ in found] == [("variables", 1, "partition")]
-    assert found[0][1].startswith("'e': a variable split over PS tasks runs in TF2 mode for Keras 3 only: the "
-                                  "script trains with tf_keras")
+    assert [loc for loc, _ in found] == [("variables", 1, "partition")]  # one finding, at the first split
+    assert found[0][1].startswith("'e', 's0', 's1' and 1 more split over PS tasks: TF2 mode splits a variable "
+                                  "over PS tasks for Keras 3 only, and the script trains with tf_keras")
     assert tf2_refusals(split, keras="keras3") == [] and tf2_refusals(split) == []
     assert tf2_refusals([plan("a", PSSync(ps_task=0)), plan("b", PSSync(ps_task=1))], keras="tf_keras") == []
     assert tf2_refusals([plan("b", partition=Partition(axis=0, shards=[AllReduceSync(group=0)] * 2))],
@@ -88,8 +88,8 @@ def test_tf_keras_flavour_reaches_the_plan_and_the_fingerprint() -> None:
     spec = default_local_spec().model_copy(deep=True)
     spec.nodes[0].ps = 2
     keras2 = GraphItem(kind="tf2", keras="tf_keras", variables=[DENSE, EMBED], optimizer="Adam")
-    with pytest.raises(UserError, match="'model/embedding': a variable split over PS tasks runs in TF2 mode for "
-                                        "Keras 3 only"):
+    with pytest.raises(UserError, match="variables\\[0\\].partition: 'model/dense/kernel', 'model/embedding' split over PS tasks: TF2 mode "
+                                        "splits a variable over PS tasks for Keras 3 only"):
         build_strategy("PartitionedPS", keras2, spec)
     assert build_strategy("PSLoadBalancing", keras2, spec).keras == "tf_keras"
     plain = GraphItem(kind="tf2", variables=[DENSE, EMBED], optimizer="Adam")
