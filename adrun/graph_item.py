@@ -58,6 +58,10 @@ GradKind = Literal["dense", "sparse"]
 # `graph` (a tf.compat.v1 Session runs the graph adrun rewrites) or `tf2` (eager TensorFlow, Keras 3
 # or tf_keras; adrun synchronizes at the optimizer's apply, adrun/runtime/tf2/).
 ScriptKind = Literal["graph", "tf2"]
+# Which Keras a TF2 script's optimizer belongs to (the capture reads its module): it changes what
+# can run, since tf_keras lists a split variable's shards as its weights (docs/tf2-plans.md), so a
+# tf_keras script is never planned a variable split over PS tasks (strategies/document.py).
+KerasFlavour = Literal["keras3", "tf_keras"]
 
 
 class VariableInfo(BaseModel):
@@ -90,6 +94,7 @@ class GraphItem(BaseModel):
 
     version: Literal[1] = 1
     kind: ScriptKind = "graph"
+    keras: KerasFlavour | None = None  # a TF2 script's Keras; None for a graph script
     variables: list[VariableInfo]  # creation order
     optimizer: str | None = None  # class name, e.g. "GradientDescentOptimizer"
     global_step: str | None = None  # op name of the global step variable, if any
@@ -115,9 +120,12 @@ class GraphItem(BaseModel):
         variable in creation order. Workers compare it with the plan's to refuse a different graph.
         `partition_blocker` is deliberately left out, so plans made before it existed stay valid.
         A TF2 script's kind is part of it (a plan made for one runtime cannot drive the other);
-        a graph script's is not, so graph plans made before kinds existed stay valid."""
+        a graph script's is not, so graph plans made before kinds existed stay valid. So is
+        `keras: tf_keras` (it rules out split PS variables), and not Keras 3 (the default of TF2
+        scripts), so Keras 3 plans made before the flavour was recorded stay valid."""
         variables = [[v.name, v.shape, v.dtype, v.trainable, v.grad] for v in self.variables]
-        canonical = json.dumps(variables if self.kind == "graph" else [self.kind, variables], separators=(",", ":"))
+        tagged = [self.kind, self.keras] if self.keras == "tf_keras" else [self.kind]
+        canonical = json.dumps(variables if self.kind == "graph" else [*tagged, variables], separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
     def trainable_with_grads(self) -> list[VariableInfo]:

@@ -220,7 +220,7 @@ class _Descent:
         self.spec, self.profile, self.c, self.compute_s = spec, profile, c, compute_s
         self.paths = Paths.of(spec, network)
         self.own_updates_barrier = updates_read_step_state(profile.graph.optimizer)
-        runs = _runs_in(item.kind)
+        runs = _runs_in(item)
         self.placements = [[p for p in _placements(v, spec, options) if runs(_plan(v, p))] for v in self.infos]
         self.compressors = [[k for k in _compressors(v, options) if runs(_plan(v, ("allreduce", 0, k)))]
                             for v in self.infos]
@@ -306,13 +306,13 @@ def _placements(var: VariableInfo, spec: ClusterSpec, options: AutoOptions) -> l
     return choices
 
 
-def _runs_in(kind: str) -> Callable[[VariablePlan], bool]:
-    """Whether a script of `kind` can run a variable's plan: a TF2 script, when `tf2_refusals` refuses
+def _runs_in(item: GraphItem) -> Callable[[VariablePlan], bool]:
+    """Whether `item`'s script can run a variable's plan: a TF2 script, when `tf2_refusals` refuses
     nothing of the variable's plan on its own (rules about whole plans, such as not mixing PS and
     all-reduce, are met by the whole-plan check of the descent); a graph-mode script, always."""
-    if kind != "tf2":
+    if item.kind != "tf2":
         return lambda plan: True
-    return lambda plan: not document.tf2_refusals([plan])
+    return lambda plan: not document.tf2_refusals([plan], keras=item.keras)
 
 
 def _compressors(var: VariableInfo, options: AutoOptions) -> list[str]:

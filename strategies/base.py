@@ -124,6 +124,7 @@ class StrategyBuilder(ABC):
         return validate(Strategy, dict(
             version=1,
             kind=facts.graph.kind,
+            keras=facts.graph.keras,
             builder=type(self).__name__,
             # Unset options (None = "derive from the spec") are left out: the document holds only
             # what was asked; what was derived is visible in the variables.

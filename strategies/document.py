@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
 from adrun.errors import UserError
-from adrun.graph_item import DType, GradKind, GraphItem, ScriptKind, Shape
+from adrun.graph_item import DType, GradKind, GraphItem, KerasFlavour, ScriptKind, Shape
 from adrun.model_io import Loc, Problems, Version1, dump_yaml, load_yaml_model
 from adrun.spec import MAX_GPUS, MAX_REPLICAS, ClusterSpec
 
@@ -84,17 +84,23 @@ TF2_NO_MIXED = ("a TF2 worker reaches its PS tasks as remote devices, and Tensor
 TF2_NO_PARTITIONED_PS = ("a variable split over PS tasks on an axis other than 0 is not built in TF2 mode "
                          "(TensorFlow's ShardedVariable, which stands in for it, splits rows only); split it on "
                          "axis 0 or keep it whole on one PS")
+TF2_NO_SPLIT_TF_KERAS = ("TF2 mode splits a variable over PS tasks for Keras 3 only, and the script trains with "
+                         "tf_keras, whose layers list a split variable's shards as their weights, so its saved models "
+                         "and checkpoints would not hold the plain model's variables. Keep it whole on one PS "
+                         "(PS, PSLoadBalancing), or train with Keras 3")
 TF2_NO_PROXY = ("local_proxy is not built in TF2 mode: a TF2 worker reads its PS variables inside its own "
                 "tf.function; use local_proxy: false")
 
 
-def tf2_refusals(variables: Sequence[VariablePlan],
-                 replica_devices: Sequence[Sequence[str]] | None = None) -> list[tuple[Loc, str]]:
+def tf2_refusals(variables: Sequence[VariablePlan], replica_devices: Sequence[Sequence[str]] | None = None,
+                 keras: KerasFlavour | None = None) -> list[tuple[Loc, str]]:
     """(location in the Strategy, reason) for each part of a plan TF2 mode cannot run; empty when it
     can. THE predicate of what TF2 mode runs (the document's check and Auto's candidates use it):
     - every all-reduce option (compressors, grouping, PartitionedAR: adrun/runtime/tf2/reduction.py);
     - or every variable on PS tasks, whole or split on axis 0 (adrun/runtime/tf2/ps_*.py), all with
-      one `sync` and `staleness` setting (one protocol per step) and no `local_proxy`;
+      one `sync` and `staleness` setting (one protocol per step) and no `local_proxy`; split only
+      for a Keras 3 script (`keras` is the captured GraphItem.keras; None, unknown, is let through
+      and the run refuses tf_keras at import);
     - not both kinds in one plan, one replica per worker."""
     findings: list[tuple[Loc, str]] = []
     located = [(("variables", i, *loc), var, sync) for i, var in enumerate(variables)
@@ -105,6 +111,11 @@ def tf2_refusals(variables: Sequence[VariablePlan],
         findings.append(((), f"a plan mixing parameter servers ('{ps[0][1].name}') and all-reduce ('{first}'): "
                          f"{TF2_NO_MIXED}"))
     settings = {(sync.sync, sync.staleness) for _, _, sync in ps}
+    split = [(i, var.name) for i, var in enumerate(variables)
+             if var.partition is not None and any(isinstance(s, PSSync) for s in var.partition.shards)]
+    if keras == "tf_keras" and split:  # one finding, at the first: the reason is the script's, not a variable's
+        listed = ", ".join(f"'{name}'" for _, name in split[:3]) + (f" and {len(split) - 3} more" if len(split) > 3 else "")
+        findings.append((("variables", split[0][0], "partition"), f"{listed} split over PS tasks: {TF2_NO_SPLIT_TF_KERAS}"))
     for loc, var, sync in ps:
         if var.partition is not None and var.partition.axis != 0:
             findings.append(((*loc, "kind"), f"'{var.name}': {TF2_NO_PARTITIONED_PS}"))
@@ -270,6 +281,7 @@ class Strategy(BaseModel):
 
     version: Version1
     kind: ScriptKind = "graph"  # the script's runtime (GraphItem.kind): what every task starts at import
+    keras: KerasFlavour | None = None  # a TF2 script's Keras (GraphItem.keras): what its plan may split
     builder: str = Field(min_length=1)
     options: dict[str, bool | int | float | str] = {}
     fingerprint: str = Field(min_length=1)
@@ -307,7 +319,7 @@ class Strategy(BaseModel):
         refuse, when planned, what that cannot run, naming the variable and why."""
         if self.kind != "tf2":
             return self
-        findings = tf2_refusals(self.variables, self.replica_devices)
+        findings = tf2_refusals(self.variables, self.replica_devices, self.keras)
         if findings:
             raise Problems(findings)
         return self
@@ -358,6 +370,8 @@ def strategy_to_yaml(strategy: Strategy) -> str:
     data = strategy.model_dump(mode="json")
     if data["kind"] == "graph":  # the default: graph plans read as they did before kinds existed
         del data["kind"]
+    if data["keras"] is None:  # graph plans, and TF2 plans made before the flavour was recorded
+        del data["keras"]
     if not data["reason"]:  # a builder that gives none: documents read as before reasons existed
         del data["reason"]
     for var in data["variables"]:

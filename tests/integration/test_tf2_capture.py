@@ -57,7 +57,7 @@ def test_capture_of_two_optimizers_in_one_step(tmp_path: Path) -> None:
     and the per-worker batch size."""
     item = capture_graph(Path(SCRIPT), ["--kind", "gan", "--out", str(tmp_path / "out"), "--epochs", "100000"],
                          2, "capture-gan")
-    assert (item.kind, item.optimizer, item.batch_size) == ("tf2", "Adam, SGD", 8)
+    assert (item.kind, item.keras, item.optimizer, item.batch_size) == ("tf2", "keras3", "Adam, SGD", 8)
     assert [v.shape for v in item.variables] == [[4, 1], [1], [8, 4], [4]]
     assert {v.grad for v in item.variables} == {"dense"}
     assert not (tmp_path / "out" / "epochs.txt").exists()

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from adrun.exit_codes import PLAN_MISMATCH_EXIT_CODE
 from adrun.launch.job.teardown import leftover_processes
 from tests.support.adrun_cli import flat, run_adrun, write_spec
 from tests.support.paths import REPO, SCRIPTS
@@ -61,14 +60,19 @@ def test_partitioned_over_two_ps(tmp_path: Path, kind: str) -> None:
     assert between == 0.0
 
 
-@pytest.mark.full
-def test_partitioned_tf_keras_is_refused_with_the_reason(tmp_path: Path) -> None:
-    """tf_keras would train and save a split variable's shards as variables of their own."""
+def test_partitioned_tf_keras_is_refused_when_planned(tmp_path: Path) -> None:
+    """tf_keras would train and save a split variable's shards as variables of their own: the
+    capture records the script's Keras, and the plan is refused before any task starts."""
     spec = write_spec(tmp_path / "cluster.yml", 2, 2)
-    result = run_adrun("--spec", str(spec), "--quiet", *PARTITIONED, SCRIPT, "--kind", "tfkeras-new",
+    result = run_adrun("--spec", str(spec), *PARTITIONED, SCRIPT, "--kind", "tfkeras-new",
                        "--out", str(tmp_path / "out"), env=kind_env("tfkeras-new"))
-    assert result.returncode == PLAN_MISMATCH_EXIT_CODE, result.output
-    assert "which TF2 mode runs for Keras 3 only: tf_keras lists a split variable's shards" in flat(result.output)
+    assert result.returncode == 2, result.output
+    assert "Traceback" not in result.output
+    text = flat(result.output)
+    [line] = [line for line in result.stderr.splitlines() if line.startswith("adrun: error: ")]
+    assert "'dense_1/kernel', 'dense_1/bias', 'dense/kernel' split over PS tasks: TF2 mode splits a " \
+        "variable over PS tasks for Keras 3 only, and the script trains with tf_keras" in line, text
+    assert not (tmp_path / "out" / "w0.npz").exists()  # no worker trained
     assert leftover_processes(result.job_id) == []
 
 

@@ -19,10 +19,12 @@ class AppliedVariables:
         self.names = VariableNames()
         self._variables: dict[str, VariableInfo] = {}
         self._optimizers: list[str] = []
+        self._keras: set[str] = set()  # flavours of the optimizers seen
 
     def add(self, optimizer: Any, grads: list[Any], variables: list[Any]) -> None:
         """Record one apply's trained variables (a variable without a gradient is not trained)."""
         name = type(optimizer).__name__
+        self._keras.add("tf_keras" if type(optimizer).__module__.startswith("tf_keras") else "keras3")
         if name not in self._optimizers:
             self._optimizers.append(name)
         for grad, var in zip(grads, variables, strict=True):
@@ -35,5 +37,8 @@ class AppliedVariables:
             ))
 
     def graph_item(self, batch_size: int | None = None) -> GraphItem:
-        return GraphItem(kind="tf2", variables=list(self._variables.values()), optimizer=", ".join(self._optimizers),
-                         batch_size=batch_size)
+        """The item of what was seen; `keras` is tf_keras when any optimizer is tf_keras's (what
+        refuses split PS variables), else Keras 3."""
+        keras = "tf_keras" if "tf_keras" in self._keras else "keras3"
+        return GraphItem(kind="tf2", keras=keras, variables=list(self._variables.values()),
+                         optimizer=", ".join(self._optimizers), batch_size=batch_size)

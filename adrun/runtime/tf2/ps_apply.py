@@ -2,7 +2,7 @@
 
 The variables are shared on the PS tasks (ps_variables.py), so an apply updates everyone's copy:
 - synchronous (`sync: true, staleness: 0`): every worker pushes its gradient into the variable's
-  PS (ps_exchange.py: dense sums divided by N, sparse rows gathered in worker order and divided by
+  PS, a split variable's each shard's part into that shard's PS (ps_exchange.py: dense sums divided by N, sparse rows gathered in worker order and divided by
   N); the chief takes the mean over all N, applies it with the script's own
   optimizer, and then gives each other worker its release token. The other workers do not apply:
   their step ends when their token arrives, so their next step reads the updated variables;
@@ -24,11 +24,11 @@ from tensorflow.python.ops import gen_resource_variable_ops
 
 from adrun.runtime.context import TaskContext
 from adrun.runtime.tf2.ps_exchange import GradientExchange, StalenessTokens
-from adrun.runtime.tf2.ps_shards import shards_of
+from adrun.runtime.tf2.ps_shards import joined, shards_of, split_gradient
 from adrun.runtime.tf2.optimizer_hooks import traced_batch_size
 from adrun.runtime.tf2.steps import StepCounters
 from adrun.runtime.tf2.sync import PlanCheck, ordered, value_of
-from adrun.strategies.document import PSSync, Strategy, VariablePlan
+from adrun.strategies.document import PSSync, Strategy, VariablePlan, shard_sizes
 
 
 def ps_mode(strategy: Strategy) -> PSSync:
@@ -99,7 +99,7 @@ class PSApply:
                      planned: list[tuple[int, Any, Any]], apply: Callable[[list[Any]], Any]) -> tuple[Any, tf.Operation]:
         """(the apply's result, the step's end) of a synchronous step: the chief applies the mean."""
         exchange = GradientExchange(call, self._ctx.num_workers, self._ctx.task_index)
-        pushed = [(plan.name, grad, _ps_task(plan)) for _, plan, grad in planned]
+        pushed = [part for _, plan, grad in planned for part in gradient_parts(plan, grad)]
         if self._ctx.task_index != 0:
             _state_like_the_chief(optimizer, variables)
             released = exchange.end_step(exchange.push(pushed))
@@ -108,7 +108,7 @@ class PSApply:
         means = exchange.means(pushed)
         out = list(grads)
         for i, plan, _ in planned:
-            out[i] = means[plan.name]
+            out[i] = _whole(plan, means)
         with tf.control_dependencies([value_of(m) for m in means.values()]):
             result = apply(out)
         return result, exchange.end_step(_touched(optimizer, variables))
@@ -125,10 +125,26 @@ def _state_like_the_chief(optimizer: Any, variables: list[Any]) -> None:
             create(variables)
 
 
-def _ps_task(plan: VariablePlan) -> int:
-    """Where a variable's gradient meets the others': its PS task, the first shard's for a split
-    variable (the chief's apply then updates each shard on its own PS)."""
-    sync = plan.synchronizers()[0]
+def gradient_parts(plan: VariablePlan, grad: Any) -> list[tuple[str, Any, int]]:
+    """What a variable's gradient pushes, as (name, gradient, PS task): a whole variable's to its PS;
+    a split variable's each shard's part to that shard's PS (ps_shards.split_gradient), so the
+    gradient bytes of a split variable spread over its PS tasks as its rows do."""
+    tasks = [_ps_task(sync) for sync in plan.synchronizers()]
+    if plan.partition is None:
+        return [(plan.name, grad, tasks[0])]
+    pieces = split_gradient(grad, shard_sizes(plan.shape[0], len(tasks)))
+    return [(f"{plan.name}/part_{k}", piece, task) for k, (piece, task) in enumerate(zip(pieces, tasks, strict=True))]
+
+
+def _whole(plan: VariablePlan, means: dict[str, Any]) -> Any:
+    """The mean gradient of a whole variable from the means of its parts (`gradient_parts`)."""
+    if plan.partition is None:
+        return means[plan.name]
+    rows = shard_sizes(plan.shape[0], len(plan.partition.shards))
+    return joined(plan.shape, rows, [means[f"{plan.name}/part_{k}"] for k in range(len(rows))])
+
+
+def _ps_task(sync: Any) -> int:
     if not isinstance(sync, PSSync):
         raise RuntimeError(f"a TF2 parameter-server plan holds every variable on a PS; found {sync!r}")
     return sync.ps_task

@@ -33,8 +33,8 @@ from tensorflow.python.distribute.sharded_variable import ShardedVariable
 from tensorflow.python.eager import backprop
 from tensorflow.python.util import nest
 
-__all__ = ["ShardedVariable", "SplitVariable", "gradients_of_whole_variables", "lookup", "shards_of", "slot_reference",
-           "slots_made_like_their_variable"]
+__all__ = ["ShardedVariable", "SplitVariable", "gradients_of_whole_variables", "joined", "lookup", "shards_of",
+           "slot_reference", "slots_made_like_their_variable", "split_gradient"]
 
 _slots = threading.local()  # .reference: the tf.Variable whose slot is being made
 
@@ -109,28 +109,50 @@ def gradients_of_whole_variables() -> None:
         flat = nest.flatten(sources)
         parts = [shards_of(s) if isinstance(_inner(s), ShardedVariable) else [s] for s in flat]
         found = tape_gradient(self, target, [p for ps in parts for p in ps], output_gradients, unconnected_gradients)
-        joined, start = [], 0
+        wholes, start = [], 0
         for source, ps in zip(flat, parts, strict=True):
             grads = found[start:start + len(ps)]
             start += len(ps)
-            joined.append(grads[0] if len(ps) == 1 and ps[0] is source else _joined(source, ps, grads))
-        return nest.pack_sequence_as(sources, joined)
+            whole = grads[0] if len(ps) == 1 and ps[0] is source else joined(
+                source.shape, [int(p.shape[0]) for p in ps], grads)
+            wholes.append(whole)
+        return nest.pack_sequence_as(sources, wholes)
 
     backprop.GradientTape.gradient = gradient
 
 
-def _joined(source: Any, shards: list[Any], grads: list[Any]) -> Any:
-    """One gradient of the whole `source` from its shards' gradients (None if none reached it)."""
+def joined(shape: Any, rows: list[int], grads: list[Any]) -> Any:
+    """One gradient of a variable of `shape` from the gradients of its shards of `rows` rows each
+    (None if none reached it): dense, concatenated (a missing shard's part is zeros); rows, each
+    shard's ids moved by its offset, shard by shard, so each shard's rows keep their order."""
     if all(g is None for g in grads):
         return None
+    shape = tf.TensorShape(shape)
     if all(isinstance(g, tf.IndexedSlices) or g is None for g in grads):
-        offsets, values, ids = 0, [], []
-        for shard, g in zip(shards, grads, strict=True):
+        offset, values, ids = 0, [], []
+        for n, g in zip(rows, grads, strict=True):
             if g is not None:
                 values.append(g.values)
-                ids.append(tf.cast(g.indices, tf.int64) + offsets)
-            offsets += int(shard.shape[0])
-        return tf.IndexedSlices(tf.concat(values, 0), tf.concat(ids, 0),
-                                tf.constant(source.shape.as_list(), tf.int64))
-    return tf.concat([tf.zeros_like(s) if g is None else tf.convert_to_tensor(g)
-                      for s, g in zip(shards, grads, strict=True)], 0)
+                ids.append(tf.cast(g.indices, tf.int64) + offset)
+            offset += n
+        return tf.IndexedSlices(tf.concat(values, 0), tf.concat(ids, 0), tf.constant(shape.as_list(), tf.int64))
+    dtype = next(g.dtype for g in grads if g is not None)
+    return tf.concat([tf.zeros([n, *shape[1:]], dtype) if g is None else tf.convert_to_tensor(g)
+                      for n, g in zip(rows, grads, strict=True)], 0)
+
+
+def split_gradient(grad: Any, rows: list[int]) -> list[Any]:
+    """`grad` of a whole variable cut into its shards' gradients (shards of `rows` rows each), the
+    inverse of `joined`: dense, row slices; rows, each shard's rows in their order with shard-local
+    ids."""
+    if not isinstance(grad, tf.IndexedSlices):
+        return tf.split(grad, rows, axis=0)
+    ids = tf.cast(grad.indices, tf.int64)
+    parts, start = [], 0
+    for n in rows:
+        mine = tf.logical_and(ids >= start, ids < start + n)
+        local = tf.cast(tf.boolean_mask(ids, mine) - start, grad.indices.dtype)
+        parts.append(tf.IndexedSlices(tf.boolean_mask(grad.values, mine), local,
+                                      tf.constant([n, *grad.values.shape[1:]], tf.int64)))
+        start += n
+    return parts

@@ -71,8 +71,11 @@ def syncs(variables):
     return [s for v in variables for s in v.synchronizers()]
 
 
-def refuse_all_reduce(variables, replica_devices=None):
+def refuse_all_reduce(variables, replica_devices=None, keras=None):
     return [((), "not in this test's TF2")] if any(isinstance(s, AllReduceSync) for s in syncs(variables)) else []
+
+
+real_refusals = document.tf2_refusals
 
 
 def test_what_tf2_runs_is_read_from_tf2_refusals(monkeypatch):
@@ -84,10 +87,28 @@ def test_what_tf2_runs_is_read_from_tf2_refusals(monkeypatch):
     assert "AllReduce" not in tf2_builders(tf2(MIXED)) and "PS" in tf2_builders(tf2(MIXED))
 
 
+def split_on_ps(plan: Strategy) -> set[str]:
+    return {v.name for v in plan.variables if v.partition is not None and kinds_of(v) == {"ps"}}
+
+
+def kinds_of(variable) -> set[str]:
+    return {s.kind for s in variable.synchronizers()}
+
+
+def test_a_tf_keras_script_is_never_planned_a_split_ps_variable(monkeypatch):
+    """With PS plans the only ones (all-reduce refused), Auto splits the large tables of a Keras 3
+    script over the PSs, and of a tf_keras script (GraphItem.keras) keeps every variable whole."""
+    monkeypatch.setattr(document, "tf2_refusals", lambda variables, replica_devices=None, keras=None: [
+        *refuse_all_reduce(variables), *real_refusals(variables, replica_devices, keras)])
+    assert split_on_ps(Auto().build(facts(tf2(MIXED), ROWS)))
+    plan = Auto().build(facts(tf2(MIXED).model_copy(update={"keras": "tf_keras"}), ROWS))
+    assert plan.keras == "tf_keras" and kinds(plan) == {"ps"} and split_on_ps(plan) == set()
+
+
 def test_compressors_are_offered_only_when_tf2_runs_them(monkeypatch):
     lossy = Auto(AutoOptions(allow_lossy=True))
     assert {s.compressor for v in lossy.build(facts(tf2(DENSE))).variables for s in v.synchronizers()} - {"none"}
-    monkeypatch.setattr(document, "tf2_refusals", lambda variables, replica_devices=None: [((), "no")] if any(
+    monkeypatch.setattr(document, "tf2_refusals", lambda variables, replica_devices=None, keras=None: [((), "no")] if any(
         getattr(s, "compressor", "none") != "none" or isinstance(s, PSSync) for s in syncs(variables)) else [])
     plan = lossy.build(facts(tf2(DENSE)))
     assert {s.compressor for v in plan.variables for s in v.synchronizers()} == {"none"}

@@ -64,6 +64,39 @@ def test_partitioned_ps_builder_splits_for_tf2() -> None:
     assert sorted(tasks["model/embedding"]) == [0, 1] and sorted(tasks["model/dense/kernel"]) == [0, 1]
 
 
+def test_tf_keras_script_is_never_planned_a_split_ps_variable() -> None:
+    """tf_keras (GraphItem.keras) lists a split variable's shards as its weights: a split on PS tasks
+    is refused at the variable's partition, whole PS variables and all-reduce splits are not; a
+    Keras 3 or unknown flavour splits as before."""
+    rows = Partition(axis=0, shards=[PSSync(ps_task=0), PSSync(ps_task=1)])
+    split = [plan("a", PSSync(ps_task=0)), plan("e", partition=rows), *[plan(f"s{i}", partition=rows) for i in range(3)]]
+    found = tf2_refusals(split, keras="tf_keras")
+    assert [loc for loc, _ in found] == [("variables", 1, "partition")]  # one finding, at the first split
+    assert found[0][1].startswith("'e', 's0', 's1' and 1 more split over PS tasks: TF2 mode splits a variable "
+                                  "over PS tasks for Keras 3 only, and the script trains with tf_keras")
+    assert tf2_refusals(split, keras="keras3") == [] and tf2_refusals(split) == []
+    assert tf2_refusals([plan("a", PSSync(ps_task=0)), plan("b", PSSync(ps_task=1))], keras="tf_keras") == []
+    assert tf2_refusals([plan("b", partition=Partition(axis=0, shards=[AllReduceSync(group=0)] * 2))],
+                        keras="tf_keras") == []
+
+
+def test_tf_keras_flavour_reaches_the_plan_and_the_fingerprint() -> None:
+    """PartitionedPS of a tf_keras item is refused by the document; PSLoadBalancing plans it, its
+    document saying tf_keras; the flavour changes a tf_keras item's fingerprint, not a Keras 3 one's."""
+    from adrun.errors import UserError
+
+    spec = default_local_spec().model_copy(deep=True)
+    spec.nodes[0].ps = 2
+    keras2 = GraphItem(kind="tf2", keras="tf_keras", variables=[DENSE, EMBED], optimizer="Adam")
+    with pytest.raises(UserError, match="variables\\[0\\].partition: 'model/dense/kernel', 'model/embedding' split over PS tasks: TF2 mode "
+                                        "splits a variable over PS tasks for Keras 3 only"):
+        build_strategy("PartitionedPS", keras2, spec)
+    assert build_strategy("PSLoadBalancing", keras2, spec).keras == "tf_keras"
+    plain = GraphItem(kind="tf2", variables=[DENSE, EMBED], optimizer="Adam")
+    assert keras2.fingerprint != plain.fingerprint
+    assert plain.model_copy(update={"keras": "keras3"}).fingerprint == plain.fingerprint
+
+
 def test_refusal_is_a_problem_of_the_document() -> None:
     from pydantic import ValidationError
 

@@ -16,8 +16,8 @@ from keras.src.backend.tensorflow.optimizer import TFOptimizer
 from tensorflow.python.eager import backprop
 
 from adrun.runtime.tf2.ps_gather import row_reads
-from adrun.runtime.tf2.ps_shards import (SplitVariable, gradients_of_whole_variables, shards_of, slot_reference,
-                                         slots_made_like_their_variable)
+from adrun.runtime.tf2.ps_shards import (SplitVariable, gradients_of_whole_variables, joined, shards_of,
+                                         slot_reference, slots_made_like_their_variable, split_gradient)
 
 SPLIT = {"embeddings", "kernel"}
 
@@ -60,3 +60,20 @@ def test_split_model_trains_exactly_as_the_plain_one(monkeypatch: pytest.MonkeyP
     assert [w.shape for w in weights] == [w.shape for w in plain]
     for got, expected in zip(weights, plain, strict=True):
         np.testing.assert_array_equal(got, expected)
+
+
+def test_a_gradient_split_per_shard_joins_back_exactly() -> None:
+    """What a synchronous step pushes of a split variable (ps_apply.gradient_parts): dense row
+    slices; rows by shard, ids shard-local, each shard's rows in their order; `joined` undoes it."""
+    dense = tf.reshape(tf.range(10 * 3, dtype=tf.float32), [10, 3])
+    parts = split_gradient(dense, [4, 3, 3])
+    assert [p.shape[0] for p in parts] == [4, 3, 3]
+    assert np.array_equal(joined([10, 3], [4, 3, 3], parts).numpy(), dense.numpy())
+    rows = tf.IndexedSlices(tf.constant([[1.0], [2.0], [3.0], [4.0], [5.0]]), tf.constant([7, 1, 4, 1, 9]),
+                            tf.constant([10, 1], tf.int64))
+    parts = split_gradient(rows, [4, 3, 3])
+    assert [p.indices.numpy().tolist() for p in parts] == [[1, 1], [0], [0, 2]]  # 7 -> shard 2, row 0
+    assert [p.values.numpy().ravel().tolist() for p in parts] == [[2.0, 4.0], [3.0], [1.0, 5.0]]
+    whole = joined([10, 1], [4, 3, 3], parts)
+    assert whole.indices.numpy().tolist() == [1, 1, 4, 7, 9]
+    assert np.array_equal(tf.convert_to_tensor(whole).numpy(), tf.convert_to_tensor(rows).numpy())
