@@ -124,6 +124,11 @@ def test_merged_invocations_keep_every_run_and_say_every_command(results):
     assert merged.command == "python -m bench.cluster.run --tf2` and `python -m bench.cluster.run --tf2 --workloads dense_keras"
     assert merged.notes == ["shared", "python -m bench.cluster.run --tf2", "python -m bench.cluster.run --tf2 --workloads dense_keras"]
     assert merge_results([results, later.model_copy(update={"finished": None})]).finished is None
+    # a configuration measured again keeps only the later invocation's runs; the others stay
+    again = invocation([run(AR, 0, 150, 30)], "python -m bench.cluster.run --tf2 --builders AllReduce", "2026-01-03T00:00:00")
+    remeasured = merge_results([results, again])
+    assert [r for r in remeasured.runs if r.config == AR] == again.runs
+    assert [r for r in remeasured.runs if r.config != AR] == [r for r in results.runs if r.config != AR]
     with pytest.raises(ValueError, match="no results"):
         merge_results([])
 
