@@ -84,15 +84,14 @@ class Launcher:
         if key not in self.captured:
             script, *args = self.workload_args(config.workload, 2, 1, self.scratch / "capture")
             self.captured[key] = capture_graph(Path(script), args, config.hosts, f"bench-capture-{config.workload}")
-        plan = self.scratch / "plans" / ("-".join([config.workload, str(config.hosts), config.system,
-                                                    *(f"{k}={v}" for k, v in config.options)]) + ".yml")
+        plan = plan_file(self.scratch, config)
         plan.parent.mkdir(parents=True, exist_ok=True)
         dump_strategy(build_strategy(config.system, self.captured[key], load_spec(self.spec(config.hosts)),
                                      dict(config.options)), plan)
         return plan
 
     def _build_auto_plan(self, config: RunConfig) -> Path:
-        plan = self.scratch / "plans" / f"{config.workload}-{config.hosts}-{config.profile}-Auto.yml"
+        plan = plan_file(self.scratch, config)
         plan.parent.mkdir(parents=True, exist_ok=True)
         argv = [self.python, "-m", "adrun", "strategy", "build", "Auto", "--spec", str(self.spec(config.hosts)),
                 "--no-record", *(f"--strategy-opt={k}={v}" for k, v in config.options), "-o", str(plan),
@@ -195,6 +194,15 @@ def digest(log: str) -> str:
     errors = [line for line in log.splitlines() if line.startswith(("adrun: error", "root cause"))
               or EXCEPTION_LINE.match(line)]
     return "\n".join([*errors[:3], "...", log[-LOG_TAIL:]])
+
+
+def plan_file(scratch: Path, config: RunConfig) -> Path:
+    """Where a configuration's plan is written: one file per workload, host count, system and options
+    (Auto and Auto allow_lossy=true of one group each need theirs), and per profile for a plan that
+    sees the link (bench/cost_model_check.py reads Auto's as <workload>-<hosts>-<profile>-Auto.yml)."""
+    profile = [config.profile] if Launcher.plan_sees_link(config) else []
+    name = "-".join([config.workload, str(config.hosts), *profile, config.system, *(f"{k}={v}" for k, v in config.options)])
+    return scratch / "plans" / f"{name}.yml"
 
 
 def _env(scratch: Path) -> dict[str, str]:

@@ -27,17 +27,19 @@ from .tf2_analysis import failure_reason, mode_rows, peer_rows, tf2_goals
 def merge_results(parts: list[BenchResults]) -> BenchResults:
     """One BenchResults of several invocations: their runs and lower bounds in order, the first's
     machine and versions, the earliest start and latest finish (None if any was interrupted), the
-    commands joined, the notes without repeats. Each invocation interleaved its own repetitions; a
-    group's configurations all come from one invocation, so groups compare like with like."""
+    commands joined, the notes without repeats. Each invocation interleaved its own repetitions. A
+    configuration a later invocation measured again keeps only the later runs: the code or the
+    machine changed in between, and the runs of one configuration come from one invocation."""
     if not parts:
         raise ValueError("no results to merge")
     finished = [p.finished for p in parts]
+    last = {r.config: i for i, p in enumerate(parts) for r in p.runs}  # each configuration's latest invocation
     return BenchResults(
         started=min(p.started for p in parts), finished=None if None in finished else max(f for f in finished if f),
         command="` and `".join(p.command for p in parts), machine=parts[0].machine, versions=parts[0].versions,
         profiles=list({p.name: p for part in parts for p in part.profiles}.values()),
         notes=list(dict.fromkeys(n for p in parts for n in p.notes)),
-        runs=[r for p in parts for r in p.runs], lower_bounds=[b for p in parts for b in p.lower_bounds],
+        runs=[r for i, p in enumerate(parts) for r in p.runs if last[r.config] == i], lower_bounds=[b for p in parts for b in p.lower_bounds],
     )
 
 

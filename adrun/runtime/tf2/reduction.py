@@ -4,10 +4,12 @@ Dense gradients go through graph mode's grouping and compressors (`kernels/allre
 `kernels/compression.py`: one fused buffer per plan group, dtype and compressor; fp16, fp16-ef,
 powersgd) under run-time instance keys (`keys.py`). A partitioned variable's gradient is cut into the
 plan's shards, each reduced in its own group (PartitionedAR), and joined again. Sparse gradients are
-all-gathered row for row (`gathered_rows`), not summed per distinct row first: Keras 3's sparse
-optimizers treat each row of an IndexedSlices on its own (Adam squares each), so only the very rows
-one process would have seen give the same step. Each collective runs on the device and in the
-group routes.py gives its dtype (NCCL for floating-point tensors when the job runs on GPUs).
+all-gathered (`gathered_rows`): for an optimizer that applies them only through their rows summed
+per index (duplicate_rows.py: SGD, Lion, every tf_keras optimizer, when unclipped) each worker first
+sums its rows of equal index, as graph mode does; for the others (Keras 3's Adam squares each row)
+row for row, since only the very rows one process would have seen give the same step. Each
+collective runs on the device and in the group routes.py gives its dtype (NCCL for floating-point
+tensors when the job runs on GPUs).
 """
 
 from __future__ import annotations
@@ -70,22 +72,36 @@ class TF2Collectives(Collectives):
                 var = self._state[name] = tf.Variable(initial(), trainable=False, name=name.replace("#", "_"))
         return var
 
-    def sparse_rows(self, name: str, grad: tf.IndexedSlices) -> tf.IndexedSlices:
+    def sparse_rows(self, name: str, grad: tf.IndexedSlices, sum_per_index: bool) -> tf.IndexedSlices:
+        """Every worker's rows of `grad`, values divided by N; with `sum_per_index` each worker's rows
+        of equal index summed first (rows of different workers with equal index stay apart)."""
         if self.num_workers == 1:
             return grad
         with tf.name_scope("adrun_allgather"):
+            if sum_per_index:
+                grad = summed_per_index(grad)
             return gathered_rows(grad, self.num_workers, lambda t, part: self.gather(t, f"{name}/{part}"))
 
 
-def mean_gradients(collectives: TF2Collectives, planned: list[tuple[VariablePlan, Any]]) -> list[Any]:
-    """The mean over workers of each (plan, gradient), in order."""
+def summed_per_index(grad: tf.IndexedSlices) -> tf.IndexedSlices:
+    """`grad` with one row per distinct index, the rows of equal index summed (indices in order of
+    first appearance: the optimizers that qualify do not need them sorted)."""
+    indices, positions = tf.unique(grad.indices)
+    values = tf.math.unsorted_segment_sum(grad.values, positions, tf.size(indices))
+    return tf.IndexedSlices(values, indices, grad.dense_shape)
+
+
+def mean_gradients(collectives: TF2Collectives, planned: list[tuple[VariablePlan, Any]],
+                   sum_per_index: bool) -> list[Any]:
+    """The mean over workers of each (plan, gradient), in order; `sum_per_index`: whether the
+    optimizer takes sparse gradients only through their rows summed per index (duplicate_rows.py)."""
     dense: list[tuple[str, AllReduceSync, tf.Tensor]] = []
     pieces: dict[int, list[str]] = {}  # position -> names of its shards in `dense`
     axes: dict[int, int] = {}  # position of a partitioned gradient -> the axis its shards join on
     out: list[Any] = [None] * len(planned)
     for i, (plan, grad) in enumerate(planned):
         if isinstance(grad, tf.IndexedSlices):
-            out[i] = collectives.sparse_rows(plan.name, grad)
+            out[i] = collectives.sparse_rows(plan.name, grad, sum_per_index)
         elif plan.partition is None:
             dense.append((plan.name, _all_reduce(plan.name, plan.sync), grad))
             pieces[i] = [plan.name]

@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from adrun.runtime.context import TaskContext
 from adrun.runtime.refusal import refuse
+from adrun.runtime.tf2.duplicate_rows import sums_duplicate_rows
 from adrun.runtime.tf2.optimizer_hooks import VariableNames, is_sparse, traced_batch_size
 from adrun.runtime.tf2.reduction import TF2Collectives, mean_gradients
 from adrun.runtime.tf2.steps import StepCounters
@@ -35,7 +36,7 @@ class SynchronizedApply:
         with tf.control_dependencies([self._steps.started()]):
             planned = [(i, plan, ordered(grad)) for i, plan, grad in planned]
         self._collectives.wire_bytes = 0
-        means = mean_gradients(self._collectives, [(plan, grad) for _, plan, grad in planned])
+        means = mean_gradients(self._collectives, [(plan, grad) for _, plan, grad in planned], sums_duplicate_rows(optimizer))
         self._wire_bytes[id(optimizer)] = self._collectives.wire_bytes
         self._steps.wire_bytes = sum(self._wire_bytes.values())
         out = list(grads)
