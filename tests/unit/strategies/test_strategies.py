@@ -98,7 +98,7 @@ def test_ps_puts_everything_on_task_0() -> None:
         "PS", graph(400, 300, 200), spec(ps=3), {"sync": "true", "staleness": "2", "local_proxy": "true"}
     )
     assert ps_tasks(strategy) == [0, 0, 0]
-    assert strategy.options == {"sync": True, "staleness": 2, "local_proxy": True}
+    assert strategy.options == {"sync": True, "staleness": 2, "local_proxy": True, "chunk_bytes": 1 << 20}
     assert all(
         isinstance(v.sync, PSSync) and v.sync.staleness == 2 and v.sync.local_proxy for v in strategy.variables
     )
