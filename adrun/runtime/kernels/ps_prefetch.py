@@ -89,12 +89,13 @@ class PrefetchedVariable:
             with tf.device(self.ps_device):
                 same = tf.reduce_all(tf.equal(_bits(current), _bits(self._shadow.read_value())))
                 flat = tf.reshape(current, [-1])
-                resent = flat[: tf.size(flat) * (1 - tf.cast(same, tf.int32))]  # nothing, or all of it
+                # what the check sends: nothing, or all of it
+                self.resent = flat[: tf.size(flat) * (1 - tf.cast(same, tf.int32))]
                 with tf.control_dependencies([same]):
                     shadowed = self._shadow.assign(current, read_value=False)
             with tf.device(self.worker_device):
-                kept = tf.reshape(self._cache.read_value(), [-1])[tf.size(resent):]
-                fresh = tf.reshape(tf.concat([resent, kept], 0), self.var.shape)
+                kept = tf.reshape(self._cache.read_value(), [-1])[tf.size(self.resent):]
+                fresh = tf.reshape(tf.concat([self.resent, kept], 0), self.var.shape)
                 check = tf.group(self._cache.assign(fresh, read_value=False), shadowed)
         for op in self._readers:
             op._update_input(0, self._cache.handle)
