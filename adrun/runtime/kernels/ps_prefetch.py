@@ -44,8 +44,10 @@ def _bits(value: tf.Tensor) -> tf.Tensor:
 
 def prefetchable(var: tf.Variable, grad: object) -> bool:
     """Whether `var` (a synchronous PS variable with gradient `grad`) can get a cache: dense, a
-    resource variable of known shape read whole by the forward pass."""
+    resource variable of known shape (at least one axis) read whole by the forward pass."""
     if isinstance(grad, tf.IndexedSlices) or var.op.type != "VarHandleOp" or not var.shape.is_fully_defined():
+        return False
+    if var.shape.rank == 0:
         return False
     if var.dtype.base_dtype.size not in _SAME_BITS:
         return False
@@ -88,20 +90,24 @@ class PrefetchedVariable:
             current = self._read_ps()
             with tf.device(self.ps_device):
                 same = tf.reduce_all(tf.equal(_bits(current), _bits(self._shadow.read_value())))
-                flat = tf.reshape(current, [-1])
-                # what the check sends: nothing, or all of it
-                self.resent = flat[: tf.size(flat) * (1 - tf.cast(same, tf.int32))]
-                with tf.control_dependencies([same]):
-                    shadowed = self._shadow.assign(current, read_value=False)
+                rows = tf.shape(current)[0] * (1 - tf.cast(same, tf.int32))
+                # what the check sends: no row, or all of them
+                self.resent = current[:rows]
+                shadowed = self._overwrite(self._shadow, self.resent)
             with tf.device(self.worker_device):
-                kept = tf.reshape(self._cache.read_value(), [-1])[tf.size(self.resent):]
-                fresh = tf.reshape(tf.concat([self.resent, kept], 0), self.var.shape)
-                check = tf.group(self._cache.assign(fresh, read_value=False), shadowed)
+                check = tf.group(self._overwrite(self._cache, self.resent), shadowed)
         for op in self._readers:
             op._update_input(0, self._cache.handle)
             op._add_control_input(check)
             if "_class" in op.node_def.attr:
                 op._clear_attr("_class")  # TF colocated the read with the PS variable; it now reads the cache
+
+    @staticmethod
+    def _overwrite(variable: tf.Variable, rows: tf.Tensor) -> tf.Operation:
+        """Write `rows` over the first rows of `variable` in place: nothing when there are none."""
+        return tf.raw_ops.ResourceStridedSliceAssign(
+            ref=variable.handle, begin=[0], end=tf.shape(rows)[:1], strides=[1], value=rows
+        )
 
     def _queue(self, worker: int) -> tf.queue.FIFOQueue:
         with tf.device(self.ps_device):
