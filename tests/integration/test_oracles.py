@@ -34,6 +34,19 @@ def test_averaging_strategy_library(tmp_path, spec_file, strategy, model, option
     train_and_compare(tmp_path, spec_file, strategy, model, "per-worker", *options)
 
 
+# PSLoadBalancing's chunks: w [4, 3] cut into 3 kept on its PS, each pulled back into the workers'
+# caches as soon as it is applied (runtime/kernels/ps_prefetch.py); MonitoredTrainingSession's
+# restore-or-initialize and hooks read the variables outside the steps
+@pytest.mark.parametrize("model,data,optimizer", [
+    ("dense", "per-worker", "sgd"),
+    ("dense-first", "per-worker", "adam"),
+    ("mts", "same", "sgd"),
+    pytest.param("dense", "per-worker", "momentum", marks=pytest.mark.full),
+])
+def test_averaging_ps_chunks(tmp_path, spec_file, model, data, optimizer):
+    train_and_compare(tmp_path, spec_file, "PSLoadBalancing", model, data, "chunk_bytes=16", optimizer=optimizer)
+
+
 @pytest.mark.parametrize("strategy,model,optimizer", [
     ("PS", "sparse", "adam"),
     ("Parallax", "dense-first", "adam"),  # Adam's beta powers replicated on the workers, emb on a PS

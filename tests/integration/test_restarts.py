@@ -24,13 +24,14 @@ from tests.support.restart_oracle import MODEL, PAUSE_AT, STEPS, assert_ends_as_
 
 pytestmark = pytest.mark.integration
 
-def _kill_and_resume(tmp_path: Path, spec_file, live, role: str, index: int, pause_on: int) -> None:
+def _kill_and_resume(tmp_path: Path, spec_file, live, role: str, index: int, pause_on: int, *options: str) -> None:
     """Pause worker `pause_on` at step PAUSE_AT in attempt 0, SIGKILL task (role, index), and check
-    that the job resumes from its checkpoint, ends as the plain run, and left nothing of attempt 0."""
+    that the job resumes from its checkpoint, ends as the plain run, and left nothing of attempt 0.
+    `options`: extra arguments of the run (before the script)."""
     out, result_json = tmp_path / "adrun", tmp_path / "result.json"
     out.mkdir()
-    job = live("--strategy", "PSLoadBalancing", "--spec", str(spec_file()), "--max-restarts", "1", "--restart-backoff", "0",
-               "--result-json", str(result_json), MODEL, "--checkpoint-dir", str(out / "ckpt"), "--out", str(out),
+    job = live("--strategy", "PSLoadBalancing", *options, "--spec", str(spec_file()), "--max-restarts", "1",
+               "--restart-backoff", "0", "--result-json", str(result_json), MODEL, "--checkpoint-dir", str(out / "ckpt"), "--out", str(out),
                "--steps", str(STEPS), "--pause-on", str(pause_on), "--pause-at", str(PAUSE_AT))
     job.wait_for_file(out / "paused")
     first = leftover_processes(job.job_id)
@@ -64,6 +65,12 @@ def _kill_and_resume(tmp_path: Path, spec_file, live, role: str, index: int, pau
 
 def test_a_killed_worker_is_restarted_from_the_checkpoint_and_ends_as_an_uninterrupted_run(tmp_path, spec_file, live):
     _kill_and_resume(tmp_path, spec_file, live, "worker", 1, pause_on=1)
+
+
+@pytest.mark.full
+def test_a_restarted_worker_reads_the_restored_chunks_not_its_old_cache(tmp_path, spec_file, live):
+    # dense/w [4, 3] in 3 chunks on the PS, cached on the workers (runtime/kernels/ps_prefetch.py)
+    _kill_and_resume(tmp_path, spec_file, live, "worker", 1, 1, "--strategy-opt", "chunk_bytes=16")
 
 
 @pytest.mark.full

@@ -30,9 +30,10 @@ import tensorflow as tf
 from adrun.task_context import TaskContext
 from adrun.runtime.grads import is_sparse, records_for, variable_name
 from adrun.runtime.kernels.allreduce_sync import Collectives
-from adrun.runtime.kernels.devices import own_device
+from adrun.runtime.kernels.devices import own_device, ps_device
 from adrun.runtime.kernels.distinct_rows import merged_rows
 from adrun.runtime.kernels.placement import variable_devices
+from adrun.runtime.kernels.ps_prefetch import PrefetchedVariable, chunks, prefetchable
 from adrun.runtime.kernels.ps_sync import StalenessBarrier, StepTokens, ps_aggregations
 from adrun.runtime.kernels.step_order import CollectiveStepOrder
 
@@ -168,6 +169,7 @@ def synchronized_apply(
     pushes: list[tf.Operation] = []
     bsp_vars: list[str] = []  # PS, fully synchronous: the chief applies
     bsp_grads: list[tuple[str, Any, int]] = []  # their (variable, gradient, PS task)
+    bsp_cacheable: list[tuple[str, Any, int]] = []  # those a worker may cache: (variable, var, PS task)
     own_update_vars: list[str] = []  # replicas and async PS variables: every worker applies
     staleness_bounds: list[int] = []
     dense_ar: list[tuple[str, Any, tf.Tensor]] = []
@@ -187,6 +189,8 @@ def synchronized_apply(
         if sync.kind == "ps" and sync.sync and sync.staleness == 0 and n > 1:
             bsp_grads.append((name, grad, sync.ps_task))
             bsp_vars.append(name)
+            if not sync.local_proxy and prefetchable(var, grad):
+                bsp_cacheable.append((name, var, sync.ps_task))
             continue
         own_update_vars.append(name)
         if sync.kind == "ps":
@@ -201,6 +205,10 @@ def synchronized_apply(
         else:
             dense_ar.append((name, sync, grad))
     synced.update(collectives.dense_means(dense_ar))
+    # a step with collectives must not wait on PS queues (step_order.py): no prefetching there
+    prefetched = [] if all_reduced else [
+        PrefetchedVariable(var, name, ps_device(task), here, ctx.task_index, n) for name, var, task in chunks(bsp_cacheable)
+    ]
     for aggregation in ps_aggregations(bsp_grads, n, here):
         pushes.append(aggregation.push)
         if ctx.is_chief:
@@ -209,6 +217,7 @@ def synchronized_apply(
     graph = tf.compat.v1.get_default_graph()
     records = records_for(graph)
     records.setup_ops.extend(collectives.internal_initializers)
+    records.setup_ops.extend(init for p in prefetched for init in p.initializers)
     records.wire_bytes_per_step += collectives.wire_bytes
     before = len(graph.get_operations())
     new_pairs = [(synced.get(variable_name(v), g) if g is not None else g, v) for g, v in grads_and_vars]
@@ -240,7 +249,9 @@ def synchronized_apply(
             applied = order.own_updates_applied(ctx.task_index, own_updates)
             for op in finish:
                 op._add_control_input(applied)
-        return order.end_step(ctx.task_index, [train_op])
+        pulls = [op for p in prefetched for op in p.chief_after_update(updates[p.name])]
+        return order.end_step(ctx.task_index, [train_op, *pulls])
+    pushes += [p.worker_pull() for p in prefetched]
     if own_update_vars:
         chief_only = [u for name in bsp_vars for u in updates[name]]
         own_updates += _local_finish_ops(optimizer, graph, ctx, finish, chief_only)

@@ -18,10 +18,15 @@ def _is_forward_read(op: tf.Operation) -> bool:
     return op.type in _READ_OPS and "/update_" not in op.name and not op.name.startswith(("save", "adrun_"))
 
 
+def forward_readers(var: tf.Variable) -> list[tf.Operation]:
+    """The ops that read `var` for the model (see `_is_forward_read`)."""
+    return [op for op in var.op.outputs[0].consumers() if _is_forward_read(op)]
+
+
 def add_local_proxy(graph: tf.Graph, var: tf.Variable, local_device: str) -> None:
     """Point `var`'s forward reads at a local copy refreshed from the PS before them."""
     handle = var.op.outputs[0]
-    readers = [op for op in handle.consumers() if _is_forward_read(op)]
+    readers = forward_readers(var)
     if not readers:
         return
     with graph.as_default(), tf.device(local_device), tf.name_scope("adrun_proxy"):

@@ -125,18 +125,40 @@ def _batchable(grad: tf.Tensor | tf.IndexedSlices) -> bool:
     return grad.shape.num_elements() * grad.dtype.base_dtype.size < BATCH_BELOW_BYTES
 
 
+# Pushes of one variable's shards on one PS task in flight at once (see `ps_aggregations`).
+PUSHES_IN_FLIGHT = 2
+
+
+def variable_of(name: str) -> str:
+    """The variable a shard (`kernel/part_3`) belongs to; a whole variable's own name."""
+    return name.rsplit("/part_", 1)[0]
+
+
 def ps_aggregations(
     grads: list[tuple[str, tf.Tensor | tf.IndexedSlices, int]], num_workers: int, worker: str
 ) -> list[Aggregation]:
     """The accumulators of one step's synchronous PS gradients, given as (variable, gradient, PS
-    task): small dense gradients batched per (PS task, dtype), every other gradient alone."""
+    task): small dense gradients batched per (PS task, dtype), every other gradient alone.
+
+    The dense shards of one variable on one PS task (PSLoadBalancing's chunks, strategies/ps.py)
+    are pushed in shard order, `PUSHES_IN_FLIGHT` at a time: their gradients exist together, and
+    pushed all at once they would share the link and all arrive at the end, where in order the
+    first shards are applied, and can be pulled again (ps_prefetch.py), while the last still
+    travel."""
     aggregations: list[Aggregation] = []
     batches: dict[tuple[int, str], list[tuple[str, tf.Tensor]]] = defaultdict(list)
+    pushed: dict[tuple[int, str], list[tf.Operation]] = defaultdict(list)
     for name, grad, ps_task in grads:
         if _batchable(grad):
             batches[(ps_task, grad.dtype.base_dtype.name)].append((name, grad))
-        else:
-            aggregations.append(PSAggregation(name, grad, ps_task, num_workers, worker))
+            continue
+        earlier = pushed[(ps_task, variable_of(name))]
+        if not isinstance(grad, tf.IndexedSlices) and len(earlier) >= PUSHES_IN_FLIGHT:
+            with tf.device(worker), tf.control_dependencies([earlier[-PUSHES_IN_FLIGHT]]):
+                grad = tf.identity(grad, name="adrun_push_in_order")
+        aggregation = PSAggregation(name, grad, ps_task, num_workers, worker)
+        earlier.append(aggregation.push)
+        aggregations.append(aggregation)
     for (ps_task, _), members in sorted(batches.items()):
         members.sort(key=lambda member: member[0])  # one layout on every worker
         if len(members) == 1:

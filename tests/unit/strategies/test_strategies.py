@@ -98,7 +98,7 @@ def test_ps_puts_everything_on_task_0() -> None:
         "PS", graph(400, 300, 200), spec(ps=3), {"sync": "true", "staleness": "2", "local_proxy": "true"}
     )
     assert ps_tasks(strategy) == [0, 0, 0]
-    assert strategy.options == {"sync": True, "staleness": 2, "local_proxy": True}
+    assert strategy.options == {"sync": True, "staleness": 2, "local_proxy": True, "chunk_bytes": 1 << 20}
     assert all(
         isinstance(v.sync, PSSync) and v.sync.staleness == 2 and v.sync.local_proxy for v in strategy.variables
     )
@@ -123,6 +123,34 @@ def test_ps_load_balancing_sorts_before_placing() -> None:
     strategy = build_strategy("PSLoadBalancing", item, spec(ps=2), {})
     assert ps_tasks(strategy) == [1, 1, 0, 1, 0]
     assert ps_loads(strategy, item) == [600, 600]
+
+
+@pytest.mark.parametrize("builder", ["PS", "PSLoadBalancing"])
+def test_a_large_dense_variable_is_cut_into_chunks_on_its_one_ps(builder: str) -> None:
+    # 2.5 MiB -> 3 chunks of at most 1 MiB, all on the PS the whole variable gets; the small one whole
+    item = graph(5 * 2**19, 400)
+    strategy = build_strategy(builder, item, spec(ps=2), {})
+    large, small = strategy.variables
+    assert large.partition is not None and large.partition.axis == 0
+    assert [s.ps_task for s in large.partition.shards] == [0, 0, 0]
+    assert small.sync is not None and small.sync.ps_task == (0 if builder == "PS" else 1)
+
+
+@pytest.mark.parametrize("options", [{"chunk_bytes": "0"}, {"staleness": "1"}, {"sync": "false"}, {"local_proxy": "true"}])
+def test_chunks_only_for_synchronous_steps_and_when_asked(options: dict[str, str]) -> None:
+    strategy = build_strategy("PSLoadBalancing", graph(5 * 2**19, 400), spec(ps=2), options)
+    assert all(v.partition is None for v in strategy.variables)
+
+
+def test_no_chunks_for_sparse_unsplittable_or_tf2_variables() -> None:
+    sparse = float_var("emb", 4 * 2**20, grad="sparse")
+    blocked = VariableInfo(name="kernel", shape=[2**20], dtype="float32", trainable=True, grad="dense",
+                           partition_blocker="created with tf.Variable or a Keras layer, not tf.compat.v1.get_variable")
+    item = GraphItem(variables=[sparse, blocked])
+    strategy = build_strategy("PSLoadBalancing", item, spec(ps=2), {})
+    assert all(v.partition is None for v in strategy.variables)
+    tf2 = GraphItem(kind="tf2", variables=[float_var("kernel", 4 * 2**20)])
+    assert build_strategy("PSLoadBalancing", tf2, spec(ps=2), {}).variables[0].partition is None
 
 
 def test_least_loaded_assignment_ties_go_to_lowest_index_and_keep_order() -> None:

@@ -209,6 +209,7 @@ def _by_pair(transfers) -> Counter:
 @pytest.mark.parametrize("strategy,options", [
     ("PSLoadBalancing", {}),
     ("PSLoadBalancing", {"sync": "false"}),
+    ("PSLoadBalancing", {"chunk_bytes": "16"}),  # w [4, 3] in 3 chunks on one PS, pulled as applied
     pytest.param("PartitionedPS", {}, marks=pytest.mark.full),
     ("Parallax", {}),
     pytest.param("PS", {"staleness": "1"}, marks=pytest.mark.full),

@@ -66,3 +66,21 @@ def test_the_batched_mean_equals_the_per_variable_means_exactly(monkeypatch):
         assert batched[name].shape == shape
         np.testing.assert_array_equal(batched[name], alone[name])
         np.testing.assert_array_equal(batched[name], (feeds[0][name] + feeds[1][name]) / np.float32(2))
+
+
+def test_shards_of_one_variable_on_one_task_are_pushed_in_order_two_at_a_time():
+    with tf.Graph().as_default():
+        shards = [(f"k/part_{i}", tf1.placeholder(tf.float32, [LARGE_ROWS, 8]), 0) for i in range(4)]
+        other = [("other", tf1.placeholder(tf.float32, [LARGE_ROWS, 8]), 0)]
+        aggregations = ps_aggregations(shards + other, 2, WORKER)
+    pushes = {a.name: a.push for a in aggregations}
+
+    def waits_for(name: str) -> set[str]:
+        """The pushes whose completion the gradient pushed by `name` waits for."""
+        sent = pushes[name].inputs[-1].op  # apply_grad(handle, local_step, gradient): the gradient
+        return {op.name for op in sent.control_inputs}
+
+    assert waits_for("k/part_0") == waits_for("k/part_1") == set()
+    assert waits_for("k/part_2") == {pushes["k/part_0"].name}
+    assert waits_for("k/part_3") == {pushes["k/part_1"].name}
+    assert waits_for("other") == set()  # another variable: pushed as soon as it exists
