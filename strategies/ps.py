@@ -71,9 +71,11 @@ class ChunkingPSBuilder(PerVariableBuilder):
             return sync
         if var.grad != "dense" or var.nbytes <= size:
             return sync
-        rows, _ = axis0_rows(var)
+        rows, note = axis0_rows(var)
         count = min(rows, math.ceil(var.nbytes / size))
-        return sync if count < 2 else Decision(sync=None, partition=Partition(axis=0, shards=[sync] * count))
+        if count < 2:
+            return Decision(sync=sync, note=note) if note else sync
+        return Decision(sync=None, partition=Partition(axis=0, shards=[sync] * count))
 
 
 def ps_sync(options: SyncOptions, ps_task: int) -> PSSync:

@@ -40,7 +40,7 @@ def describe_graph(graph: tf.Graph) -> GraphItem:
         global_vars = tf.compat.v1.global_variables()
         trainable = {_logical(v)[0] for v in tf.compat.v1.trainable_variables()}
         step = tf.compat.v1.train.get_global_step(graph)
-    blockers = partition_blockers(graph, global_vars)
+    blockers = partition_blockers(graph, global_vars, [pair for call in records.calls for pair in call.grads_and_vars])
     logical: dict[str, VariableInfo] = {}
     for var in global_vars:
         name, shape = _logical(var)

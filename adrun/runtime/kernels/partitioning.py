@@ -8,7 +8,8 @@ their variable, and checkpoints store the original name and full shape (SaveSlic
 
 So only variables the script creates whole through `tf.compat.v1.get_variable` can be
 partitioned; others (tf.Variable, Keras layers) and variables read inside control flow are
-reported as blocked at plan time and kept whole.
+reported as blocked at plan time and kept whole, as is a variable whose gradient the script reduces
+on its way to the update (tf.clip_by_norm: per shard it would take each shard's norm).
 
 Initial values are those of the unpartitioned variable: the script's initializer is called once
 for the full shape, or its initial value (an array, a list, a tensor) taken as one tensor, and TF
@@ -18,6 +19,7 @@ known when the graph is built cannot be cut; capture reports it as blocked too.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
@@ -48,9 +50,42 @@ def _read_in_control_flow(var: Any) -> bool:
     return False
 
 
-def partition_blockers(graph: tf.Graph, variables: list) -> dict[str, str]:
-    """Why a variable cannot be partitioned by adrun, by variable name (absent: it can)."""
+# Ops that make one value of many elements. A gradient that meets one between tf.gradients and the
+# update (tf.clip_by_norm, clip_by_global_norm, a gradient scaled by its own norm) depends on the whole
+# variable's gradient: split into shards, each shard's part would be scaled by a statistic of its
+# shard alone, and the mathematics would no longer be the plain run's.
+_REDUCTIONS = {"Sum", "Mean", "Max", "Min", "Prod", "EuclideanNorm", "L2Loss", "All", "Any", "ArgMax", "ArgMin"}
+_GRADIENT_SCOPE = re.compile(r"^(gradients|gradient_tape)(_\d+)?$")
+_WALK_LIMIT = 10_000  # ops visited per gradient before giving up (and keeping the variable whole)
+REDUCED_GRADIENT = "its gradient passes a reduction (e.g. tf.clip_by_norm) before the update: split, it would be reduced per shard"
+
+
+def _made_by_tf_gradients(op: tf.Operation) -> bool:
+    return any(_GRADIENT_SCOPE.match(part) for part in op.name.split("/")[:-1])
+
+
+def _reduced_on_the_way(grad: Any) -> bool:
+    """Whether the tensor handed to apply_gradients comes from tf.gradients' output through a reduction
+    (or through more ops than the walk visits: then it is taken as reduced, which only keeps a
+    variable whole)."""
+    tensor = grad.values if isinstance(grad, tf.IndexedSlices) else grad
+    todo, seen = [tensor.op], set[str]()
+    while todo:
+        op = todo.pop()
+        if op.name in seen or _made_by_tf_gradients(op):
+            continue
+        if op.type in _REDUCTIONS or len(seen) >= _WALK_LIMIT:
+            return True
+        seen.add(op.name)
+        todo.extend(t.op for t in op.inputs)
+    return False
+
+
+def partition_blockers(graph: tf.Graph, variables: list, grads_and_vars: list[tuple[Any, Any]]) -> dict[str, str]:
+    """Why a variable cannot be partitioned by adrun, by variable name (absent: it can).
+    `grads_and_vars` are the pairs the script handed to apply_gradients."""
     created = _created_by_get_variable(graph)
+    reduced = {var.op.name for grad, var in grads_and_vars if grad is not None and _reduced_on_the_way(grad)}
     blockers = {}
     for var in variables:
         name = var.op.name
@@ -62,6 +97,8 @@ def partition_blockers(graph: tf.Graph, variables: list) -> dict[str, str]:
             blockers[name] = "its shape is not fully known when the graph is built (an initial value of unknown shape)"
         elif _read_in_control_flow(var):
             blockers[name] = "read inside control flow (tf.while_loop, tf.cond or a function)"
+        elif name in reduced:
+            blockers[name] = REDUCED_GRADIENT
     return blockers
 
 

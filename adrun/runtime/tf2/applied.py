@@ -8,7 +8,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from adrun.graph_item import GraphItem, VariableInfo
+from adrun.graph_item import GraphItem, KerasFlavour, VariableInfo
 from adrun.runtime.tf2.optimizer_hooks import VariableNames, is_sparse
 
 
@@ -39,6 +39,6 @@ class AppliedVariables:
     def graph_item(self, batch_size: int | None = None) -> GraphItem:
         """The item of what was seen; `keras` is tf_keras when any optimizer is tf_keras's (what
         refuses split PS variables), else Keras 3."""
-        keras = "tf_keras" if "tf_keras" in self._keras else "keras3"
+        keras: KerasFlavour = "tf_keras" if "tf_keras" in self._keras else "keras3"
         return GraphItem(kind="tf2", keras=keras, variables=list(self._variables.values()),
                          optimizer=", ".join(self._optimizers), batch_size=batch_size)

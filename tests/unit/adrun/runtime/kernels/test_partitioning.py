@@ -19,6 +19,8 @@ from tensorflow.python.ops import embedding_ops, variable_scope  # noqa: E402
 
 from adrun.runtime import patches  # noqa: E402
 from adrun.runtime.capture import describe_graph  # noqa: E402
+from adrun.runtime.grads import GradientRecord, records_for  # noqa: E402
+from adrun.runtime.kernels.partitioning import REDUCED_GRADIENT  # noqa: E402
 from adrun.task_context import TaskContext  # noqa: E402
 from adrun.spec import ClusterSpec, Node  # noqa: E402
 from adrun.strategies import build_strategy  # noqa: E402
@@ -142,3 +144,26 @@ def test_capture_marks_a_variable_of_unknown_static_shape_and_plans_keep_it_whol
         "rank_unknown": (False, "kept whole: the size of axis 0 is unknown"),
         "known": (True, None),
     }
+
+
+def test_a_gradient_reduced_on_its_way_to_the_update_keeps_its_variable_whole():
+    """clip_by_norm (and any norm of the gradient) taken per shard would differ from the plain run's:
+    capture marks such a variable, and neither PartitionedPS nor PS chunks cut it."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [None, 64])
+        raw, clipped, scaled = (tf1.get_variable(n, [64, 64]) for n in ("raw", "clipped", "scaled"))
+        loss = tf.reduce_sum(tf.matmul(tf.matmul(tf.matmul(x, raw), clipped), scaled))
+        optimizer = tf1.train.GradientDescentOptimizer(0.1)
+        (g_raw, _), (g_clipped, _), (g_scaled, _) = optimizer.compute_gradients(loss, [raw, clipped, scaled])
+        pairs = [(g_raw, raw), (tf.clip_by_norm(g_clipped, 1.0), clipped), (g_scaled * 0.5, scaled)]
+        records_for(graph).calls.append(GradientRecord(optimizer, pairs))
+    item = describe_graph(graph)
+    assert {v.name: v.partition_blocker for v in item.variables} == {
+        "raw": None, "clipped": REDUCED_GRADIENT, "scaled": None}  # an elementwise scale cuts as it is
+    two_ps = ClusterSpec(version=1, nodes=[Node(address="localhost", workers=2, ps=2)])
+    cut = {v.name: (v.partition is not None, v.note)
+           for v in build_strategy("PSLoadBalancing", item, two_ps, {"chunk_bytes": "4096"}).variables}
+    assert cut == {"raw": (True, None), "clipped": (False, f"kept whole: {REDUCED_GRADIENT}"), "scaled": (True, None)}
+    split = {v.name: v.partition is not None for v in build_strategy("PartitionedPS", item, two_ps, {}).variables}
+    assert split == {"raw": True, "clipped": False, "scaled": True}
