@@ -58,8 +58,9 @@ VARIANTS = (("PartitionedPS", (("max_shards", "8"),)), ("AllReduce", (("compress
 PEERS = (PEER_TF_PS, PEER_TF_MWMS)
 WORKLOADS = ("sparse", "dense", "ncf", "embed")
 # --tf2's default builders: the all-reduce family and Auto. TF2 mode also runs PS-only plans
-# (strategies/document.py tf2_refusals), left out by default: a Keras 3 Embedding on a PS reads its
-# whole table every step (ops.take converts the variable to a tensor; RESULTS-cluster-tf2-reading.md)
+# (strategies/document.py tf2_refusals), left out by default: with the lookup a row gather on the PS,
+# sparse_keras on the 2-host commodity link ran PSLoadBalancing and PartitionedPS at 0.35x and 0.40x
+# AllReduce in one invocation (2026-11-26, RESULTS-cluster-tf2-reading.md), not within reach of it
 TF2_BUILDERS = ("AllReduce", "PartitionedAR", "Auto")
 
 

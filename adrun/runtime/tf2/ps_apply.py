@@ -33,8 +33,9 @@ from adrun.strategies.document import PSSync, Strategy, VariablePlan, shard_size
 
 def ps_mode(strategy: Strategy) -> PSSync:
     """The one PS synchronizer setting of a TF2 plan (planning refuses plans whose PS variables differ
-    in sync or staleness, strategies/document.py tf2_refusals); its ps_task is the first variable's."""
-    syncs = [v.sync for v in strategy.variables if isinstance(v.sync, PSSync)]
+    in sync or staleness, strategies/document.py tf2_refusals); its ps_task is the first one's. A split
+    variable's shards count too: PartitionedPS may split every variable, leaving no whole-variable sync."""
+    syncs = [s for v in strategy.variables for s in v.synchronizers() if isinstance(s, PSSync)]
     if not syncs:
         raise RuntimeError("a TF2 parameter-server run with no PS variable in its plan")
     return syncs[0]
