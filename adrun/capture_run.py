@@ -93,7 +93,9 @@ class ScriptProcess:
         self.out = Path(self._tmp.name) / "found.json"
         scratch = Path(self._tmp.name) / "scratch"
         scratch.mkdir()
-        self._answer_read: int | None = None  # the pipe's ends while open (ask)
+        # The answer pipe's ends (ask). The read end stays open here too until the end, so that an
+        # answer to a process that has died meanwhile is lost rather than a broken pipe.
+        self._answer_read: int | None = None
         self._answer_write: int | None = None
         if ask:
             self._answer_read, self._answer_write = os.pipe()
