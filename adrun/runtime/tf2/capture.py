@@ -76,7 +76,6 @@ class CaptureAtApply:
         _end(HOOK_DONE_EXIT_CODE)
 
 
-
 class NoApplyCheck:
     """Refuses, at its end, a script that never applied an optimizer, saying what it did: capture
     and the profiling run (profiler.py) alike, so a first start's one process refuses as capture did."""

@@ -35,8 +35,8 @@ import tensorflow as tf
 
 from adrun.exit_codes import HOOK_DONE_EXIT_CODE
 from adrun.profile_samples import ProfileSamples, save_samples
-from adrun.runtime.profiler import ROW_SLICES, slice_counts
 from adrun.runtime.capture_point import CapturePoint
+from adrun.runtime.profiler import ROW_SLICES, slice_counts
 from adrun.runtime.refusal import refusing
 from adrun.runtime.reporting import report
 from adrun.runtime.tf2.applied import AppliedVariables
