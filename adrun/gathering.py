@@ -3,7 +3,7 @@ build` and `adrun profile` do before a builder computes a plan from them.
 
 Every builder needs the captured graph and the cluster spec; Auto (`Auto.needs`) also needs:
 
-profile_model (one process; the profile holds the captured graph) ─┐
+the profile (the process that captured the graph goes on: `started`) ─┐
 network facts (the spec's, else stored for this cluster, else measured) ─┼─► PlanningFacts
 fit(records of this cluster) ───────────────────────────────────────┘
 
@@ -15,6 +15,8 @@ cluster are recorded with them (adrun/records/recording.py) and later plans reus
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,6 +30,7 @@ from adrun.strategies.fit import FitResult, fit
 from adrun.strategies.planning_facts import Fact, PlanningFacts
 
 if TYPE_CHECKING:
+    from adrun.capture_run import CaptureThenProfile
     from adrun.graph_item import GraphItem
 
 # Auto plans whatever the script's length, so a script of a few steps must still leave timed steps
@@ -60,15 +63,34 @@ def capture(sources: FactSources) -> GraphItem:
     return capture_graph(sources.script, sources.script_args, sources.spec.num_workers, sources.job_id)
 
 
+@contextmanager
+def started(sources: FactSources) -> Iterator[CaptureThenProfile]:
+    """The script started once for its graph and, if asked, its profile (capture_run.py): what a
+    builder that profiles starts, so that looking its plan up and profiling cost one start. The
+    process is gone when the block ends."""
+    from adrun.capture_run import CaptureThenProfile
+    from adrun.profile.run import DEFAULT_STEPS
+
+    ui.print_status(f"capturing the graph of {sources.script} ...")
+    with CaptureThenProfile(sources.script, sources.script_args, sources.spec.num_workers, sources.job_id,
+                            (PROFILE_WARMUP, DEFAULT_STEPS)) as run:
+        yield run
+
+
 def gather_facts(needs: frozenset[Fact], sources: FactSources, graph: GraphItem | None = None,
-                 network: NetworkFacts | None = None) -> PlanningFacts:
+                 network: NetworkFacts | None = None, run: CaptureThenProfile | None = None) -> PlanningFacts:
     """The graph (profiled when the profile is needed, else `graph` when already captured, else
-    captured) and the facts of `needs`; `network`: the network facts when already gathered."""
+    captured) and the facts of `needs`; `network`: the network facts when already gathered; `run`:
+    the script's process that captured `graph`, which goes on to the profile (else one is started)."""
     spec, records = sources.spec, sources.records
     key = cluster_key(spec)
     profile = None
     if Fact.PROFILE in needs:
-        profile = _profile(sources)
+        if run is None:
+            with started(sources) as own:
+                profile = _profile(sources, own)
+        else:
+            profile = _profile(sources, run)
         graph = profile.graph
     elif graph is None:
         graph = capture(sources)
@@ -82,16 +104,17 @@ def gather_facts(needs: frozenset[Fact], sources: FactSources, graph: GraphItem 
                          fit=fitted)
 
 
-def _profile(sources: FactSources) -> ModelProfile:
-    """The script profiled on one process (and saved in the records); a script that ends before a
-    step could be timed gets the profile of its facts alone (`ModelProfile.of_facts`, not saved), so
-    that a smoke test of a script is planned rather than refused."""
-    from adrun.profile.run import NoStepTimed, profile_model
+def _profile(sources: FactSources, run: CaptureThenProfile) -> ModelProfile:
+    """The script profiled by `run`, the process that captured it (and saved in the records); a
+    script that ends before a step could be timed gets the profile of its facts alone
+    (`ModelProfile.of_facts`, not saved), so that a smoke test of a script is planned rather than
+    refused."""
+    from adrun.profile.run import NoStepTimed, profile_of
 
-    script, spec = sources.script, sources.spec
-    ui.print_status(f"profiling {script} on one process ...")
+    run.graph()  # the capture's errors first, as a start that only captures reports them
+    ui.print_status(f"profiling {sources.script} on one process ...")
     try:
-        profile = profile_model(script, sources.script_args, spec.num_workers, sources.job_id, warmup=PROFILE_WARMUP)
+        profile = profile_of(sources.script, run.profile_samples(), PROFILE_WARMUP)
     except NoStepTimed as e:
         ui.print_status(f"{e.fact}: planning from the model's facts and the network alone")
         return ModelProfile.of_facts(e.graph)

@@ -21,7 +21,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from adrun.env_vars import (
-    CAPTURE_OUT_VAR, CLUSTER_VAR, JOB_ID_VAR, MODE_VAR, NUM_WORKERS_VAR, PROFILE_STEPS_VAR, PROFILE_WARMUP_VAR,
+    CAPTURE_ANSWER_FD_VAR, CAPTURE_OUT_VAR, CLUSTER_VAR, JOB_ID_VAR, MODE_VAR, NUM_WORKERS_VAR, PROFILE_STEPS_VAR, PROFILE_WARMUP_VAR,
     RESTART_COUNT_VAR, ROLE_VAR, SCRATCH_DIR_VAR, STRATEGY_FILE_VAR, TASK_INDEX_VAR, WORKER_INDEX_VAR, Settings, choice,
     whole_number,
 )
@@ -43,6 +43,29 @@ class Mode(StrEnum):
     PROFILE = "profile"
 
 
+class AfterCapture(StrEnum):
+    """The launcher's answer to a profiling process that was asked to wait at its capture point
+    (`TaskContext.capture_answer_fd`) and reported its graph (`task_events.CapturedEvent`): end
+    there (the plan is remembered, or needs no profile), or go on and profile the script. One line,
+    the member's text, on that pipe; an end of file (the launcher is gone) reads as STOP.
+
+    Why a pipe and not a second start: the capture and the profile are the same run of the script
+    up to the capture point, and a start costs seconds of `import tensorflow` and graph building
+    (bench/RESULTS-auto-start.md). Why not the script's stdin: the script may read its own."""
+
+    STOP = "stop"
+    PROFILE = "profile"
+
+    def as_line(self) -> bytes:
+        return f"{self.value}\n".encode()
+
+    @classmethod
+    def from_line(cls, data: bytes) -> AfterCapture:
+        """The answer `data` (what was read before the end of file) says; STOP for anything else."""
+        text = data.decode(errors="replace").strip()
+        return cls.PROFILE if text == cls.PROFILE.value else cls.STOP
+
+
 @dataclass(frozen=True)
 class TaskContext:
     """Everything the launcher tells one process it starts (docs/architecture.md, "Env contract")."""
@@ -58,6 +81,9 @@ class TaskContext:
     profile_warmup: int = 0  # profile mode: training steps before the timed ones
     profile_steps: int = 0  # profile mode: measured training steps after the warm-up
     scratch_dir: str | None = None  # profile mode: where the script's checkpoint and summary writes go
+    # profile mode: the pipe to read the launcher's AfterCapture from, after reporting the graph at
+    # the point where capture mode would end; None: profile without asking
+    capture_answer_fd: int | None = None
     restart_count: int = 0  # the job's attempt: 0 first, k after the k-th restart
     settings: Settings = field(default_factory=Settings)  # the job's settings (shard data, step bound, timeouts)
 
@@ -113,6 +139,8 @@ class TaskContext:
         for name, count in ((PROFILE_WARMUP_VAR, self.profile_warmup), (PROFILE_STEPS_VAR, self.profile_steps)):
             if count:
                 env[name] = str(count)
+        if self.capture_answer_fd is not None:
+            env[CAPTURE_ANSWER_FD_VAR] = str(self.capture_answer_fd)
         env.update(self.settings.to_env())
         return env
 
@@ -136,6 +164,8 @@ class TaskContext:
             profile_warmup=whole_number(env, PROFILE_WARMUP_VAR, 0, 0, steps),
             profile_steps=whole_number(env, PROFILE_STEPS_VAR, 0, 0, steps),
             scratch_dir=env.get(SCRATCH_DIR_VAR) or None,
+            capture_answer_fd=(whole_number(env, CAPTURE_ANSWER_FD_VAR, 0, 0, "a file descriptor")
+                               if env.get(CAPTURE_ANSWER_FD_VAR, "").strip() else None),
             restart_count=whole_number(env, RESTART_COUNT_VAR, 0, 0, "a whole-number attempt"),
             settings=Settings.from_env(env),
         )

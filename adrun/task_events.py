@@ -2,7 +2,8 @@
 
 A task reports its training steps (`StepEvent`), a step that has been running for a while
 (`WaitingEvent`), that adrun's hook wrote what it was asked for and ended the script
-(`DoneEvent`, capture and profile mode), an exception nothing caught (`ErrorEvent`) and a refusal
+(`DoneEvent`, capture and profile mode), that it wrote the graph and waits to be told whether to
+profile (`CapturedEvent`, a first start's one process for both), an exception nothing caught (`ErrorEvent`) and a refusal
 by the hook (`RefusalEvent`). `encode` is the one writer (the runtime, in every task), `decode`
 the one reader (the supervisor, capture and profile on the launching machine); nothing decides
 anything from the rest of a task's output, which is only shown.
@@ -64,6 +65,16 @@ class DoneEvent:
 
 
 @dataclass(frozen=True)
+class CapturedEvent:
+    """Profile mode asked to wait at the capture point (`TaskContext.capture_answer_fd`): adrun's
+    hook wrote the GraphItem to `wrote`, ADRUN_CAPTURE_OUT, where capture mode would have ended the
+    script, and waits for the launcher's `task_context.AfterCapture`."""
+
+    kind: ClassVar[str] = "captured"
+    wrote: str
+
+
+@dataclass(frozen=True)
 class ErrorEvent:
     """An exception nothing in the task caught, reported by the runtime's excepthook.
 
@@ -92,7 +103,7 @@ class RefusalEvent:
     message: str
 
 
-TaskEvent = StepEvent | WaitingEvent | DoneEvent | ErrorEvent | RefusalEvent
+TaskEvent = StepEvent | WaitingEvent | DoneEvent | CapturedEvent | ErrorEvent | RefusalEvent
 _KINDS: dict[str, type[TaskEvent]] = {cls.kind: cls for cls in typing.get_args(TaskEvent)}
 
 

@@ -12,6 +12,9 @@ A builder that needs a profiling run (Auto) is slow to plan; its plan is remembe
 (`Records.save_plan`, by `plan_key`: graph, cluster, network facts, builder and options, adrun
 version), so that starting the same script on the same cluster again costs the capture only. A plan
 made without a timed step (`ModelProfile.untimed`) is not remembered: a longer run profiles anew.
+Such a builder's capture is the start of its profiling run (`gathering.started`): the process waits
+at the capture point while the plan is looked up, then stops, or goes on to the profile, so that a
+first start starts the script once.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import TYPE_CHECKING
 from adrun.errors import UserError
 
 if TYPE_CHECKING:
+    from adrun.capture_run import CaptureThenProfile
     from adrun.gathering import FactSources
     from adrun.graph_item import GraphItem
     from adrun.strategies.base import StrategyBuilder
@@ -68,43 +72,36 @@ def chosen_plan(strategy: str | None, options: dict[str, str]) -> ChosenPlan:
 def plan_script(chosen: ChosenPlan, sources: FactSources) -> tuple[GraphItem, Strategy]:
     """The Strategy for this cluster and the script's graph: the document (checked against the
     captured graph), a remembered plan, or the builder's plan from the facts it needs."""
-    from adrun.gathering import capture
+    from adrun.gathering import capture, gather_facts, started
     from adrun.strategies.document import check_matches
+    from adrun.strategies.planning_facts import Fact
 
-    if chosen.builder is not None and not _remembers(chosen.builder, sources):
-        return _built(chosen.builder, sources, None)  # the profile, if any, captures the graph itself
-    graph = capture(sources)
+    if chosen.builder is not None and Fact.PROFILE in chosen.builder.needs:
+        with started(sources) as run:  # one start: the graph, then the profile if no plan is remembered
+            return _remembered_or_built(chosen.builder, run, sources)
     if chosen.document is not None:
+        graph = capture(sources)
         check_matches(chosen.document, graph, sources.spec, source=chosen.source)
         return graph, chosen.document
     assert chosen.builder is not None
-    return _remembered_or_built(chosen.builder, graph, sources)
+    facts = gather_facts(chosen.builder.needs, sources)  # captures the graph
+    return facts.graph, chosen.builder.build(facts)
 
 
-def _remembers(builder: StrategyBuilder, sources: FactSources) -> bool:
-    """Whether `builder`'s plans are remembered: it profiles the script, and there are records."""
-    from adrun.strategies.planning_facts import Fact
-
-    return Fact.PROFILE in builder.needs and sources.records is not None
-
-
-def _built(builder: StrategyBuilder, sources: FactSources, graph: GraphItem | None) -> tuple[GraphItem, Strategy]:
-    from adrun.gathering import gather_facts
-
-    facts = gather_facts(builder.needs, sources, graph)
-    return facts.graph, builder.build(facts)
-
-
-def _remembered_or_built(builder: StrategyBuilder, graph: GraphItem,
+def _remembered_or_built(builder: StrategyBuilder, run: CaptureThenProfile,
                          sources: FactSources) -> tuple[GraphItem, Strategy]:
-    """The plan remembered for this graph, cluster, network, builder and adrun, else the builder's
-    (remembered unless made without a timed step)."""
+    """The plan remembered for this graph, cluster, network, builder and adrun (the process `run`
+    is then told to stop), else the builder's from `run`'s profile (remembered unless made without
+    a timed step; with --no-record nothing is looked up or remembered)."""
     from adrun import ui
     from adrun.gathering import gather_facts, network_facts
     from adrun.records.store import cluster_key, plan_key
 
+    graph = run.graph()
     records = sources.records
-    assert records is not None
+    if records is None:
+        facts = gather_facts(builder.needs, sources, graph, run=run)
+        return facts.graph, builder.build(facts)
     name = type(builder).__name__
     network = network_facts(sources)
     key = plan_key(graph.fingerprint, cluster_key(sources.spec), network, name,
@@ -113,7 +110,7 @@ def _remembered_or_built(builder: StrategyBuilder, graph: GraphItem,
     if remembered is not None:
         ui.print_status(f"{name}: the plan made earlier for this graph on this cluster (records {records.path})")
         return graph, remembered
-    facts = gather_facts(builder.needs, sources, graph, network)
+    facts = gather_facts(builder.needs, sources, graph, network, run=run)
     plan = builder.build(facts)
     if facts.profile is not None and not facts.profile.untimed:
         records.save_plan(key, plan)

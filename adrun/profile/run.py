@@ -1,7 +1,9 @@
 """Launching side of the profiling run: what one process of the script measures in a few steps.
 
 `profile_model` runs the unmodified script once, as worker 0 of `num_workers` (so a script that
-sizes its batch by ADRUN_NUM_WORKERS profiles a worker's batch), with ADRUN_MODE=profile. The hook
+sizes its batch by ADRUN_NUM_WORKERS profiles a worker's batch), with ADRUN_MODE=profile, as
+capture_run.CaptureThenProfile does (a first start under Auto asks it for the graph first, and the
+profile only when no plan is remembered). The hook
 (`adrun/runtime/profiler.py`) lets it train on one process with its own plain local Sessions, for
 `warmup` + `steps` training steps, then the process writes what it measured and ends, however long
 the script would have trained. A TF2 script is timed at its optimizer's applies instead
@@ -31,17 +33,15 @@ import statistics
 import sys
 from pathlib import Path
 
-from adrun.capture_run import CAPTURE_TIMEOUT_S, require_training_op, run_in_hook_mode
+from adrun.capture_run import CaptureThenProfile, require_training_op
 from adrun.errors import UserError
 from adrun.graph_item import GraphItem
-from adrun.profile_samples import ProfileSamples, load_samples
+from adrun.profile_samples import ProfileSamples
 from adrun.strategies.facts import ModelProfile, RowsTouched
-from adrun.task_context import Mode
 
 DEFAULT_STEPS = 20
 DEFAULT_WARMUP = 4
 MAX_STEPS = 100_000  # a profile needs tens of steps; more is a mistake, not a wish
-PROFILE_TIMEOUT_S = CAPTURE_TIMEOUT_S
 
 
 def profile_model(
@@ -56,23 +56,16 @@ def profile_model(
     """Profile `script` on one process (see the module's docstring).
 
     Raises UserError when the script fails, is refused by adrun's hook, trains nothing adrun sees
-    (neither a Session's optimizer step nor a Keras or tf_keras optimizer apply), has no training op, does not finish within PROFILE_TIMEOUT_S, or ends before any timed step
+    (neither a Session's optimizer step nor a Keras or tf_keras optimizer apply), has no training op, does not finish within CAPTURE_TIMEOUT_S, or ends before any timed step
     (a script that ends earlier than `warmup + steps` steps is profiled on the steps it ran).
     """
     if not 1 <= steps <= MAX_STEPS:
         raise UserError(f"profiling steps: {steps}; give 1 to {MAX_STEPS}")
     if not 0 <= warmup <= MAX_STEPS:
         raise UserError(f"profiling warm-up steps: {warmup}; give 0 to {MAX_STEPS}")
-    samples = run_in_hook_mode(
-        script, script_args, num_workers, job_id, Mode.PROFILE, load_samples,
-        failed="failed while adrun profiled it",
-        too_slow=f"did not run {warmup + steps} training steps within {PROFILE_TIMEOUT_S} s while adrun profiled it",
-        timeout_s=PROFILE_TIMEOUT_S,
-        profile_steps=(warmup, steps),
-        python=python,
-    )
-    require_training_op(script, samples.graph)
-    return _profile_of(script, samples, warmup)
+    with CaptureThenProfile(script, script_args, num_workers, job_id, (warmup, steps), python=python) as run:
+        samples = run.profile_samples()
+    return profile_of(script, samples, warmup)
 
 
 class NoStepTimed(UserError):
@@ -85,8 +78,11 @@ class NoStepTimed(UserError):
         self.fact, self.graph = fact, graph
 
 
-def _profile_of(script: Path, samples: ProfileSamples, warmup: int) -> ModelProfile:
-    graph = samples.graph
+def profile_of(script: Path, samples: ProfileSamples, warmup: int) -> ModelProfile:
+    """The ModelProfile of what a profiling process measured (`profile_model`'s, or a first start's
+    one process, capture_run.CaptureThenProfile); UserError when its graph has no training op,
+    NoStepTimed when no step was timed."""
+    graph = require_training_op(script, samples.graph)
     if graph.batch_size is None and samples.examples:
         graph = graph.model_copy(update={"batch_size": samples.examples})
     if not samples.step_s:

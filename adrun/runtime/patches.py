@@ -18,6 +18,7 @@ import functools
 import inspect
 import sys
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -312,22 +313,43 @@ def _patch_saver_on_non_chief() -> None:
 def _patch_profile(ctx) -> None:
     """Profile mode (profiler.py): the script's Sessions stay plain local sessions; its training
     steps, by `run` or Keras callable, are timed or counted, and its checkpoint and summary writes
-    go to a scratch directory (no_trace.py)."""
+    go to a scratch directory (no_trace.py). Where capture mode would end the script, the process
+    may wait to be told whether to go on (capture_point.py); a training step capture would refuse
+    (in a Session a run keeps local) is refused here too, with the same words."""
     from tensorflow.python.client import session as tf_session
 
+    from tensorflow.python.framework import ops
+
+    from adrun.runtime.capture_point import CapturePoint
     from adrun.runtime.metrics import StepReporter, examples_in_feed
     from adrun.runtime.no_trace import keep_writes_in
+    from adrun.runtime.pending_sessions import SessionKind, session_kind
     from adrun.runtime.profiler import Profiler
+    from adrun.runtime.session_setup import KEPT_LOCAL
 
     keep_writes_in(ctx.scratch_dir)
-    profiler = Profiler(ctx.profile_warmup, ctx.profile_steps, ctx.capture_out)
+    profiler = Profiler(ctx.profile_warmup, ctx.profile_steps, ctx.capture_out,
+                        CapturePoint(ctx.capture_out, ctx.capture_answer_fd))
+    kept_local: weakref.WeakSet[Any] = weakref.WeakSet()  # Sessions a run would keep local: no training there
 
     original_init = tf_session.Session.__init__
 
     @functools.wraps(original_init)
     def __init__(self, target="", graph=None, config=None):
+        g = graph if graph is not None else ops.get_default_graph()
+        kind = session_kind(g)
+        profiler.at_capture_point(g)
         original_init(self, target, graph, config)
+        if kind is SessionKind.LOCAL:
+            kept_local.add(self)
         profiler.saw_session(self.graph)  # described at exit if the script never trains
+
+    def before_step(session) -> None:
+        """What capture mode does at a training step: refuse one in a Session a run would keep local
+        (so the profile refuses what the run would), and describe a pending Session's graph."""
+        if session in kept_local:
+            refuse(KEPT_LOCAL)
+        profiler.at_capture_point(session.graph)
 
     original_run = tf_session.BaseSession.run
 
@@ -335,6 +357,7 @@ def _patch_profile(ctx) -> None:
     def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
         if not StepReporter.is_training_step(self.graph, fetches):
             return original_run(self, fetches, feed_dict, options, run_metadata)
+        before_step(self)
         return profiler.training_step(
             self.graph, fetches, examples_in_feed(feed_dict),
             lambda: original_run(self, fetches, feed_dict, options, run_metadata),
@@ -362,6 +385,7 @@ def _patch_profile(ctx) -> None:
 
         def training_step(*args, **kwargs):
             first: Any = args[0] if args else None
+            before_step(session)
             return profiler.training_step(
                 session.graph, targets, len(first) if hasattr(first, "__len__") else None,
                 lambda: callable_fn(*args, **kwargs),

@@ -1,6 +1,7 @@
 """Profile mode: time the script's training steps on one process and count the rows they touch.
 
-The launcher runs the script once with ADRUN_MODE=profile (`adrun/profile/run.py`). Its Sessions
+The launcher runs the script once with ADRUN_MODE=profile (`adrun/profile/run.py`), on a first
+start under Auto asked to wait where capture would end it (`at_capture_point`, capture_point.py). Its Sessions
 stay the plain local sessions the script asked for, as a lone worker's are, and it trains as it
 would alone, for `warmup` + `steps` training steps (a `Session.run` or Keras callable that runs an
 optimizer step, as `metrics.StepReporter` counts them). At the next training step, or when the
@@ -39,7 +40,8 @@ import tensorflow as tf
 from adrun.exit_codes import HOOK_DONE_EXIT_CODE
 from adrun.profile_samples import ProfileSamples, save_samples
 from adrun.runtime.capture import describe_graph
-from adrun.runtime.grads import GradientRecord, is_sparse, variable_name
+from adrun.runtime.capture_point import CapturePoint
+from adrun.runtime.grads import GradientRecord, is_sparse, records_for, variable_name
 from adrun.runtime.metrics import controls_a_step, fetched_names
 from adrun.runtime.reporting import report
 from adrun.strategies.document import shard_sizes
@@ -110,7 +112,7 @@ class Profiler:
     """The measurements of one profiling process, written once: at the step after the last one, or
     at the script's end."""
 
-    def __init__(self, warmup: int, steps: int, out_path: str) -> None:
+    def __init__(self, warmup: int, steps: int, out_path: str, capture_point: CapturePoint) -> None:
         self.warmup = warmup
         self.steps = steps
         self.out_path = out_path
@@ -121,11 +123,19 @@ class Profiler:
         self.examples: int | None = None  # in the first step's feed or Keras batch, when it has one
         self._timed: tuple[float, float] | None = None  # (start, end) of the last timed run, until the next step
         self._graph: tf.Graph | None = None  # of the last training step, else of the last Session
+        self._capture_point = capture_point
         atexit.register(self._write_at_exit)
 
     def saw_session(self, graph: tf.Graph) -> None:
         if not self.steps_run:
             self._graph = graph
+
+    def at_capture_point(self, graph: tf.Graph) -> None:
+        """Where capture mode would describe `graph` and end, once it has an optimizer step: a
+        Session created on it, or the first training step (of a Session made before its model),
+        capture_point.py. Called before a step's clock starts, so the pause is never timed."""
+        if records_for(graph).calls:
+            self._capture_point.reached(lambda: describe_graph(graph))
 
     def training_step(
         self,

@@ -150,6 +150,15 @@ def local_init_op(graph: tf.Graph) -> tf.Operation | None:
     return prepared.local_init_op if prepared else None
 
 
+KEPT_LOCAL = (
+    "a training step ran in a Session that adrun kept local: when the Session was created (or first "
+    "ran), its graph had variables but no optimizer step yet, as an evaluation graph has. adrun places "
+    "variables on the cluster before their first run: create the Session after minimize()/"
+    "apply_gradients(), or before the model, running nothing but input initializers in it until the "
+    "optimizer exists."
+)
+
+
 class LocalTrainingError(RuntimeError):
     """A training step ran in a Session that is not a session of the job."""
 
@@ -162,13 +171,7 @@ def take_start_op(graph: tf.Graph) -> tf.Operation | None:
     """
     prepared = _prepared.get(graph)
     if prepared is None:
-        raise LocalTrainingError(
-            "a training step ran in a Session that adrun kept local: when the Session was created (or first "
-            "ran), its graph had variables but no optimizer step yet, as an evaluation graph has. adrun places "
-            "variables on the cluster before their first run: create the Session after minimize()/"
-            "apply_gradients(), or before the model, running nothing but input initializers in it until the "
-            "optimizer exists."
-        )
+        raise LocalTrainingError(KEPT_LOCAL)
     if prepared.start_op is None:
         return None
     op, prepared.start_op = prepared.start_op, None

@@ -47,7 +47,10 @@ def _die_with_parent(parent_pid: int) -> None:
 class LocalProcess(TaskProcess):
     """A task started here: its pipes, exit status, and signals to its whole process group."""
 
-    def __init__(self, argv: Sequence[str], *, cwd: str | Path, env: Mapping[str, str]) -> None:
+    def __init__(self, argv: Sequence[str], *, cwd: str | Path, env: Mapping[str, str],
+                 pass_fds: Sequence[int] = ()) -> None:
+        """`pass_fds`: descriptors the task inherits under the same numbers (a pipe the launcher
+        answers a profiling process on, adrun/capture_run.py)."""
         parent_pid = os.getpid()
         self._popen = subprocess.Popen(
             list(argv),
@@ -57,6 +60,7 @@ class LocalProcess(TaskProcess):
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            pass_fds=tuple(pass_fds),
             preexec_fn=lambda: _die_with_parent(parent_pid),
         )
 
@@ -86,6 +90,11 @@ class LocalProcess(TaskProcess):
 
     def poll(self) -> int | None:
         return self._popen.poll()
+
+    def wait(self, timeout: float) -> int:
+        """The task's exit status once it has ended (TimeoutExpired after `timeout`), for a caller
+        that reads its streams itself."""
+        return self._popen.wait(timeout=timeout)
 
     def terminate_group(self) -> None:
         signal_group(self.pid, signal.SIGTERM)

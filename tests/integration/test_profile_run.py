@@ -86,11 +86,13 @@ def test_dense_script_ending_early_is_profiled_on_every_step_after_the_warm_up(o
     [
         (MODEL, ["--steps", "3", "--dense"], "ran 3 training step(s), all of them warm-up (4), so no step was timed"),
         (SCRIPTS / "tiny_model.py", ["--no-train"], "its graph has no training op"),
-        (SCRIPTS / "eager_script.py", [], "finished without creating a tf.compat.v1.Session"),
+        # as capture refuses it (the first start's one process is a profiling one)
+        (SCRIPTS / "eager_script.py", [], "ran to its end without an optimizer apply: it created 1 variable(s)"),
+        (SCRIPTS / "touch_and_sleep.py", ["/dev/null", "0"], "finished without creating a tf.compat.v1.Session"),
         (SCRIPTS / "tiny_model.py", ["--steps", "9", "--fail-on", "0", "--fail-at", "6"],
          "failed while adrun profiled it (exit code 1); last lines of its stderr:"),
     ],
-    ids=["only-warm-up", "no-training-op", "eager", "crash"],
+    ids=["only-warm-up", "no-training-op", "eager", "no-tensorflow", "crash"],
 )
 def test_unprofilable_scripts_are_refused_with_the_reason(script, args, message, own_tmp):
     with pytest.raises(UserError) as refused:

@@ -51,8 +51,6 @@ class CaptureAtApply:
         self._out = out_path
         self._seen = AppliedVariables()
         self._applied: set[int] = set()
-        self.created = 0  # variables the script created (counted by `count_created`)
-        self.created_names: list[str] = []
 
     def before(self, optimizer: Any, grads: list[Any], variables: list[Any]) -> list[Any]:
         if not self._applied:
@@ -77,6 +75,16 @@ class CaptureAtApply:
         report(DoneEvent(self._out))  # what capture_run reads as "written" (adrun/task_events.py)
         _end(HOOK_DONE_EXIT_CODE)
 
+
+class NoApplyCheck:
+    """Refuses, at its end, a script that never applied an optimizer, saying what it did: capture
+    and the profiling run (profiler.py) alike, so a first start's one process refuses as capture did."""
+
+    def __init__(self, applied: Callable[[], bool]) -> None:
+        self._applied = applied  # whether the script applied (or its graph was described)
+        self.created = 0  # variables the script created (counted by `count_created`)
+        self.created_names: list[str] = []
+
     def count_created(self, next_creator: Callable[..., Any], **kwargs: Any) -> Any:
         """A variable creator that only counts, for the refusal's words."""
         var = next_creator(**kwargs)
@@ -90,7 +98,7 @@ class CaptureAtApply:
         training Session, whose capture would have written the file): say what it did. A script
         ending on an uncaught exception (Python set `sys.last_value` when it reported it) failed
         before that could be judged: its own error is what the user must read."""
-        if (Path(self._out).exists() or getattr(sys, "last_value", None) is not None
+        if (self._applied() or getattr(sys, "last_value", None) is not None
                 or not tf.compat.v1.executing_eagerly_outside_functions()):
             return
         if self.created:
@@ -105,14 +113,21 @@ _capture: CaptureAtApply | None = None
 _scopes: list[Any] = []  # entered for the process's life; a collected one would leave its scope
 
 
+def check_for_apply(applied: Callable[[], bool]) -> None:
+    """Count the variables the script creates from now on and refuse it at its end unless
+    `applied()` (a NoApplyCheck; called right after `import tensorflow`)."""
+    check = NoApplyCheck(applied)
+    scope = tf.variable_creator_scope(check.count_created)
+    scope.__enter__()
+    _scopes.append(scope)
+    atexit.register(check.refuse_at_exit)
+
+
 def capture_hook(out_path: str) -> CaptureAtApply:
-    """The process's one capture hook: made, and its variable counter and exit check installed, at
-    the first call (right after `import tensorflow`)."""
+    """The process's one capture hook: made, and its exit check installed, at the first call
+    (right after `import tensorflow`)."""
     global _capture
     if _capture is None:
         _capture = CaptureAtApply(out_path)
-        scope = tf.variable_creator_scope(_capture.count_created)
-        scope.__enter__()
-        _scopes.append(scope)
-        atexit.register(_capture.refuse_at_exit)
+        check_for_apply(lambda: Path(out_path).exists())
     return _capture

@@ -33,7 +33,7 @@ def _profile_hook() -> Any:
     ctx = current()
     if ctx.capture_out is None:
         raise RuntimeError("a profile-mode task without ADRUN_CAPTURE_OUT: the launcher sets it (capture_run.py)")
-    return profile_hook(ctx.profile_warmup, ctx.profile_steps, ctx.capture_out)
+    return profile_hook(ctx.profile_warmup, ctx.profile_steps, ctx.capture_out, ctx.capture_answer_fd)
 
 
 def _run_hook() -> Any:

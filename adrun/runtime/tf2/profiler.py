@@ -15,8 +15,11 @@ variable's parity, in the graph): a counted step's time includes the counting an
 with sparse variables about every other step is timed, as in graph mode.
 
 The process ends at the mark after `warmup + steps` steps, having written the samples, or at the
-script's own end, writing what it measured. Version checks and refusals are capture's (at the first
-apply); what the script writes goes to a scratch directory (tf2/around.PROFILE_PATCHES).
+script's own end, writing what it measured. Asked to, it waits at CAPTURE_MARK, where capture would
+end the script, for the launcher to say whether to go on (capture_point.py); the step spanning that
+wait is not timed. Version checks and refusals are capture's (at the first apply, and at the end of
+a script that never applied); what the script writes goes to a scratch directory
+(tf2/around.PROFILE_PATCHES).
 """
 
 from __future__ import annotations
@@ -32,23 +35,29 @@ import tensorflow as tf
 
 from adrun.exit_codes import HOOK_DONE_EXIT_CODE
 from adrun.profile_samples import ProfileSamples, save_samples
+from adrun.runtime.capture_point import CapturePoint
 from adrun.runtime.profiler import ROW_SLICES, slice_counts
 from adrun.runtime.refusal import refusing
 from adrun.runtime.reporting import report
 from adrun.runtime.tf2.applied import AppliedVariables
+from adrun.runtime.tf2.capture import check_for_apply
 from adrun.runtime.tf2.optimizer_hooks import is_sparse, traced_batch_size
 from adrun.runtime.tf2.versions import check_versions
 from adrun.task_events import DoneEvent
 
 # (variable name, slices counted) per sparse gradient, in the order of a mark's counts
 Layout = tuple[tuple[str, int], ...]
+# The mark where capture would end the script: step 1's gradients exist, so every apply of step 0
+# (an eager GAN's second optimizer too) has been seen, as capture's eager rule waits for.
+CAPTURE_MARK = 1
 
 
 class ProfileAtApply:
     """Profile mode's ApplyHook (optimizer_hooks.py) for a TF2 script."""
 
-    def __init__(self, warmup: int, steps: int, out_path: str) -> None:
+    def __init__(self, warmup: int, steps: int, out_path: str, capture_point: CapturePoint) -> None:
         self.warmup, self.steps, self.out_path = warmup, steps, out_path
+        self._capture_point = capture_point
         self._seen = AppliedVariables()
         self._first: int | None = None  # id of the first optimizer that applied: its applies are the steps
         self._parity: tf.Variable | None = None
@@ -60,6 +69,11 @@ class ProfileAtApply:
         self.examples: int | None = None
         self._written = False
         atexit.register(self._write)
+
+    @property
+    def applied(self) -> bool:
+        """Whether a TF2 optimizer applied (graph mode's applies are its own profiler's)."""
+        return self._first is not None
 
     def before(self, optimizer: Any, grads: list[Any], variables: list[Any]) -> list[Any]:
         from tensorflow.python.framework import ops
@@ -119,6 +133,8 @@ class ProfileAtApply:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(HOOK_DONE_EXIT_CODE)
+        if step == CAPTURE_MARK and self._capture_point.reached(lambda: self._seen.graph_item(self.examples)):
+            now, self._last = time.perf_counter(), None  # the step that spans the pause is not timed
         self.marks += 1
         if not step:
             self.examples = int(batch) or None
@@ -153,9 +169,11 @@ class ProfileAtApply:
 _profiler: ProfileAtApply | None = None
 
 
-def profile_hook(warmup: int, steps: int, out_path: str) -> ProfileAtApply:
-    """The process's one profiling hook, made at the first call."""
+def profile_hook(warmup: int, steps: int, out_path: str, answer_fd: int | None) -> ProfileAtApply:
+    """The process's one profiling hook, made, and capture's exit check installed, at the first call
+    (right after `import tensorflow`); `answer_fd`: see capture_point.py."""
     global _profiler
     if _profiler is None:
-        _profiler = ProfileAtApply(warmup, steps, out_path)
+        profiler = _profiler = ProfileAtApply(warmup, steps, out_path, CapturePoint(out_path, answer_fd))
+        check_for_apply(lambda: profiler.applied)
     return _profiler

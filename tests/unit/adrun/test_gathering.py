@@ -51,12 +51,14 @@ def test_autos_facts_profile_measure_fit_and_are_kept(calls, tmp_path):
         facts = gathering.gather_facts(Auto.needs, sources(records, remote))
         assert records.network_for(cluster_key(SPEC)) == MEASURED
         assert records.profile_for(GRAPH.fingerprint, 8) == facts.profile
-    assert calls.captures == []  # the profile holds the captured graph
-    assert calls.profiles == [(Path("train.py"), ["--steps", "3"], 2, "job-1", gathering.PROFILE_WARMUP)]
+    start = (Path("train.py"), ["--steps", "3"], 2, "job-1")
+    assert calls.starts == calls.captures == [start]  # one process: the graph, then the profile
+    assert calls.profiles == [(*start, gathering.PROFILE_WARMUP)]
     assert facts.graph == GRAPH and facts.profile.graph == GRAPH and facts.network == MEASURED
     assert remote.connects == 1  # the other node was reached to measure the path to it
     assert facts.fit.records_used == 0 and facts.fit.coefficients == Coefficients.analytical()
-    assert calls.status == ["profiling train.py on one process ...", "measuring the network ...",
+    assert calls.status == ["capturing the graph of train.py ...", "profiling train.py on one process ...",
+                            "measuring the network ...",
                                "cost model: analytical coefficients (no usable records of this cluster)"]
     assert not facts.missing(Auto.needs)
 

@@ -13,7 +13,7 @@ from adrun.env_vars import CONTRACT_VARS, MODE_VAR, RESTART_COUNT_VAR, SETTING_V
 from adrun.errors import UserError
 from adrun.launch.env import run_context, task_env
 from adrun.launch.job.tasks import Task
-from adrun.task_context import Mode, Role, TaskContext
+from adrun.task_context import AfterCapture, Mode, Role, TaskContext
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -32,6 +32,7 @@ EVERY_VARIABLE = {
     "ADRUN_PROFILE_WARMUP": "1",
     "ADRUN_PROFILE_STEPS": "20",
     "ADRUN_SCRATCH_DIR": "/tmp/scratch",
+    "ADRUN_CAPTURE_ANSWER_FD": "5",
     "ADRUN_SHARD_DATA": "1",
     "ADRUN_MAX_STEPS": "5",
     "ADRUN_INIT_TIMEOUT": "30",
@@ -45,7 +46,7 @@ def test_every_variable_of_the_contract_and_every_setting_is_read():
     assert TaskContext.from_env(EVERY_VARIABLE) == TaskContext(
         mode="profile", role="worker", task_index=1, num_workers=2, job_id="job-7", cluster=CLUSTER,
         strategy_file="/runs/job-7/strategy.yml", capture_out="/tmp/found.json", profile_warmup=1, profile_steps=20,
-        scratch_dir="/tmp/scratch", restart_count=3,
+        scratch_dir="/tmp/scratch", capture_answer_fd=5, restart_count=3,
         settings=Settings(shard_data=True, max_steps=5, init_timeout_s=30.0, op_timeout_s=2.5,
                           allow_untested_versions=True),
     )
@@ -61,6 +62,8 @@ def test_every_variable_of_the_contract_and_every_setting_is_read():
     TaskContext(mode=Mode.PROFILE, role=Role.WORKER, task_index=0, num_workers=1, job_id="p", cluster={},
                 capture_out="/o.json", profile_warmup=0, profile_steps=20, scratch_dir="/s",
                 settings=Settings(max_steps=40)),
+    TaskContext(mode=Mode.PROFILE, role=Role.WORKER, task_index=0, num_workers=2, job_id="p", cluster={},
+                capture_out="/o.json", profile_warmup=1, profile_steps=20, scratch_dir="/s", capture_answer_fd=0),
 ])
 def test_a_context_written_to_the_environment_reads_back_equal(context):
     env = context.to_env()
@@ -88,6 +91,7 @@ def test_text_given_for_an_enum_field_is_held_as_the_enum():
     ("ADRUN_CLUSTER", '{"worker": "localhost:2000"}'),
     ("ADRUN_PROFILE_WARMUP", "-2"),
     ("ADRUN_PROFILE_STEPS", "2.5"),
+    ("ADRUN_CAPTURE_ANSWER_FD", "-3"),
     ("ADRUN_SHARD_DATA", "yes"),
     ("ADRUN_MAX_STEPS", "0"),
     ("ADRUN_INIT_TIMEOUT", "soon"),
@@ -97,6 +101,17 @@ def test_text_given_for_an_enum_field_is_held_as_the_enum():
 def test_a_bad_value_is_refused_with_the_variables_name(name, value):
     with pytest.raises(UserError, match=f"^{name}='{re.escape(value)}': expected "):
         TaskContext.from_env({**EVERY_VARIABLE, name: value})
+
+
+@pytest.mark.parametrize("answer", list(AfterCapture))
+def test_the_answer_after_capture_reads_back_as_sent(answer):
+    assert AfterCapture.from_line(answer.as_line()) is answer
+
+
+@pytest.mark.parametrize("line", [b"", b"prof", b"profile please\n", b"\xff\n"])
+def test_anything_but_the_profile_answer_stops_the_process(line):
+    """The end of the pipe (a launcher gone) and any garbage mean stop: never train unasked."""
+    assert AfterCapture.from_line(line) is AfterCapture.STOP
 
 
 def test_a_process_adrun_did_not_start_has_no_context():

@@ -6,6 +6,7 @@ tests/unit/adrun/cli/test_remembered_plans.py."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -36,13 +37,24 @@ def gathered(monkeypatch):
         asked.append("capture")
         return GRAPH
 
-    def gather_facts(needs, sources, graph=None, known_network=None):
+    def gather_facts(needs, sources, graph=None, known_network=None, run=None):
         asked.append(needs)
         return PlanningFacts(spec=sources.spec, graph=GRAPH, profile=profile(GRAPH, 0.01, {"emb": 5}),
                              network=network(SPEC, 1e8), fit=fit([]))
 
+    class Started:
+        """The script's one process for a builder that profiles: its graph is a capture."""
+
+        def graph(self):
+            return capture(None)
+
+    @contextmanager
+    def started(sources):
+        yield Started()
+
     monkeypatch.setattr("adrun.gathering.gather_facts", gather_facts)
     monkeypatch.setattr("adrun.gathering.capture", capture)
+    monkeypatch.setattr("adrun.gathering.started", started)
     return asked
 
 
@@ -64,7 +76,7 @@ def test_without_a_strategy_the_default_builder_plans_with_the_options(gathered)
     chosen = chosen_plan(None, {"allow_lossy": "true"})
     assert DEFAULT_BUILDER == "Auto" and chosen.needs == Auto.needs and chosen.source == ""
     _, plan = plan_script(chosen, sources())
-    assert gathered == [Auto.needs]  # no records: the profiling run captures the graph itself
+    assert gathered == ["capture", Auto.needs]  # no records: one process, its graph then the facts (profile)
     assert plan.builder == "Auto" and plan.options == AutoOptions(allow_lossy=True).model_dump()
     assert plan.reason.startswith("predicted step ")
 

@@ -39,7 +39,7 @@ def plan(records, spec: ClusterSpec | None = None, options: dict[str, str] | Non
 def test_a_default_start_profiles_once_and_the_next_start_reuses_the_remembered_plan(calls, tmp_path):
     with open_records(tmp_path / "records.sqlite") as records:
         _, first = plan(records)
-        assert (len(calls.captures), len(calls.profiles), len(calls.measures)) == (1, 1, 1)
+        assert (len(calls.starts), len(calls.captures), len(calls.profiles), len(calls.measures)) == (1, 1, 1, 1)
         assert first.builder == "Auto"
         # Auto's predicted step beside the next two builders'
         assert first.reason.startswith("predicted step ") and first.reason.count(" ms") == 3
@@ -50,7 +50,8 @@ def test_a_default_start_profiles_once_and_the_next_start_reuses_the_remembered_
         calls.status.clear()
         _, again = plan(records)
         assert again == first
-        assert (len(calls.captures), len(calls.profiles), len(calls.measures)) == (2, 1, 1)  # captured only
+        # captured only: the second start's one process is told to stop at its capture point
+        assert (len(calls.starts), len(calls.captures), len(calls.profiles), len(calls.measures)) == (2, 2, 1, 1)
         assert any("the plan made earlier for this graph on this cluster" in s for s in calls.status)
 
         _, lossy = plan(records, options={"allow_lossy": "true"})  # other options: planned anew

@@ -6,7 +6,7 @@ import pytest
 
 from adrun.launch.job.metrics import Throughput
 from adrun.task_events import (
-    EVENT_PREFIX, DoneEvent, ErrorEvent, RefusalEvent, StepEvent, WaitingEvent, decode, encode,
+    EVENT_PREFIX, CapturedEvent, DoneEvent, ErrorEvent, RefusalEvent, StepEvent, WaitingEvent, decode, encode,
 )
 
 pytestmark = pytest.mark.timeout(10)
@@ -17,6 +17,7 @@ pytestmark = pytest.mark.timeout(10)
     StepEvent(1, 5.0),
     WaitingEvent(7, 12.5, since=10.0),
     DoneEvent("/tmp/found.json"),
+    CapturedEvent("/tmp/found.json"),
     ErrorEvent("tensorflow.python.framework.errors_impl.UnavailableError", "Socket closed\nline two",
                tf_error="UnavailableError"),
     ErrorEvent("ValueError", "bad batch"),
