@@ -28,6 +28,13 @@ def _saved_files(save: Path) -> list[str]:
     return sorted(str(p.relative_to(save)) for p in save.rglob("*") if p.is_file())
 
 
+def _assert_worker_1_saved_nothing(tmp_path: Path) -> None:
+    """No file of worker 1 under `tmp_path` but the script's own per-worker outputs (its weights and
+    the optimizer's step count), which are no saves."""
+    own = ("w1.npz", "iterations-w1.txt")
+    assert not any("w1" in str(p) for p in tmp_path.rglob("*") if p.name not in own), "a file of worker 1 appeared"
+
+
 def test_chief_only_saving_and_shard_data_in_a_two_worker_fit(tmp_path: Path) -> None:
     """Every worker gets the whole data and saves into files named after it; --shard-data gives
     worker w rows w::2 (the averaging oracle), and only worker 0's files exist, holding its weights."""
@@ -40,9 +47,7 @@ def test_chief_only_saving_and_shard_data_in_a_two_worker_fit(tmp_path: Path) ->
 
     assert _saved_files(save) == ["ckpt-w0/e1.weights.h5", "ckpt-w0/e2.weights.h5", "manager-w0/checkpoint",
                                   "manager-w0/ckpt-1.data-00000-of-00001", "manager-w0/ckpt-1.index", "model-w0.keras"]
-    # the script's own per-worker outputs (weights, the optimizer's step count) are not saves
-    assert not any("w1" in str(p) for p in tmp_path.rglob("*") if p.name not in ("w1.npz", "iterations-w1.txt")), \
-        "a file of worker 1 appeared"
+    _assert_worker_1_saved_nothing(tmp_path)
     loaded = tmp_path / "loaded"
     subprocess.run([sys.executable, str(SCRIPTS / "tf2_load_saved.py"), str(save), str(loaded)], check=True,
                    cwd=REPO, capture_output=True, timeout=300)
@@ -63,7 +68,7 @@ def test_tf_keras_chief_only_saving_in_a_two_worker_fit(tmp_path: Path) -> None:
     assert _saved_files(save) == [
         "ckpt-w0/e1.weights.h5", "ckpt-w0/e2.weights.h5", "manager-w0/checkpoint",
         "manager-w0/ckpt-1.data-00000-of-00001", "manager-w0/ckpt-1.index", "model-w0.keras"]
-    assert not any("w1" in str(p) for p in tmp_path.rglob("*") if p.name != "w1.npz"), "a file of worker 1 appeared"
+    _assert_worker_1_saved_nothing(tmp_path)
     loaded = tmp_path / "loaded"
     subprocess.run([sys.executable, str(SCRIPTS / "tf2_load_saved.py"), str(save), str(loaded)], check=True,
                    cwd=REPO, capture_output=True, timeout=300, env={**os.environ, **kind_env(kind)})
