@@ -40,7 +40,7 @@ def test_averaging_strategy_library(tmp_path, spec_file, strategy, model, option
 @pytest.mark.parametrize("model,data,optimizer", [
     ("dense", "per-worker", "sgd"),
     ("dense-first", "per-worker", "adam"),
-    ("mts", "same", "sgd"),
+    pytest.param("mts", "same", "sgd", marks=pytest.mark.full),
     pytest.param("dense", "per-worker", "momentum", marks=pytest.mark.full),
 ])
 def test_averaging_ps_chunks(tmp_path, spec_file, model, data, optimizer):

@@ -25,7 +25,7 @@ def _assert_replicas(output: str, counts: list[int]) -> None:
 
 @pytest.mark.parametrize("strategy,model,replicas,optimizer", [
     ("AllReduce", "sparse", 3, "sgd"),  # 8 rows -> 3+3+2 per worker; sparse rows all-gathered
-    ("PSLoadBalancing", "dense", 2, "sgd"),
+    pytest.param("PSLoadBalancing", "dense", 2, "sgd", marks=pytest.mark.full),
     pytest.param("PS", "lstm", 2, "momentum", marks=pytest.mark.full),  # a tf.while_loop inside the replicated step
 ])
 def test_replicas_match_the_oracle(tmp_path, spec_file, strategy, model, replicas, optimizer):

@@ -25,7 +25,8 @@ PARTITIONED = ("--strategy", "PartitionedPS")
 STEPS = 8  # per worker: 2 epochs of 32 rows in batches of 8 (tests/scripts/tf2_model.py, --data per-worker)
 
 
-@pytest.mark.parametrize("kind", ["fit-sequential", "embed-adam"])
+# embed-adam's slots and rows on a PS: test_partitioned_over_two_ps (split) in make test, whole in -m full
+@pytest.mark.parametrize("kind", ["fit-sequential", pytest.param("embed-adam", marks=pytest.mark.full)])
 def test_synchronous_averaging(tmp_path: Path, kind: str) -> None:
     """The chief applies the mean of both workers' gradients (dense sums; sparse rows gathered)."""
     off, between = averaging(tmp_path, kind, ps=1, strategy=PS)
