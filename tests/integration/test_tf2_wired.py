@@ -35,6 +35,14 @@ def _assert_worker_1_saved_nothing(tmp_path: Path) -> None:
     assert not any("w1" in str(p) for p in tmp_path.rglob("*") if p.name not in own), "a file of worker 1 appeared"
 
 
+
+def _assert_killed_after_epoch_1_and_resumed_at_2(out: Path) -> None:
+    """From the script's begun.txt (worker, attempt, epoch per line): worker 0's first attempt began
+    epochs 0 and 1 only (the capture's too), and both workers of the second began at epoch 2."""
+    begun = [tuple(map(int, line.split())) for line in (out / "begun.txt").read_text().splitlines()]
+    assert sorted({e for w, a, e in begun if a == 0 and w == 0}) == [0, 1]
+    assert sorted(e for w, a, e in begun if a == 1) == [2, 2]
+
 def test_chief_only_saving_and_shard_data_in_a_two_worker_fit(tmp_path: Path) -> None:
     """Every worker gets the whole data and saves into files named after it; --shard-data gives
     worker w rows w::2 (the averaging oracle), and only worker 0's files exist, holding its weights."""
@@ -83,9 +91,7 @@ def test_max_restarts_resumes_exactly_from_backup_and_restore(tmp_path: Path) ->
     backup = tmp_path / "backup"
     result, out = adrun_fit(tmp_path, "fit-sequential", 2, "--epochs", "3", "--backup", str(backup),
                             "--kill-after-epoch", "1", adrun_options=("--max-restarts", "1"))
-    begun = [tuple(map(int, line.split())) for line in (out / "begun.txt").read_text().splitlines()]
-    assert sorted({e for w, a, e in begun if a == 0 and w == 0}) == [0, 1]  # killed at epoch 1 (and the capture)
-    assert sorted(e for w, a, e in begun if a == 1) == [2, 2]  # both workers resumed at epoch 2
+    _assert_killed_after_epoch_1_and_resumed_at_2(out)
     expected = weights(plain("fit-sequential", tmp_path / "plain", "--epochs", "3") / "w0.npz")
     assert max(max_difference(weights(out / f"w{w}.npz"), expected) for w in range(2)) < TOLERANCE
     assert not backup.exists()  # BackupAndRestore deleted it at the end of the completed fit
@@ -100,9 +106,7 @@ def test_max_restarts_resumes_exactly_from_a_checkpoint_manager(tmp_path: Path) 
     manager = tmp_path / "manager"
     _, out = adrun_fit(tmp_path, "loop-function", 2, "--epochs", "3", "--manager", str(manager),
                        "--kill-after-epoch", "1", adrun_options=("--max-restarts", "1"))
-    begun = [tuple(map(int, line.split())) for line in (out / "begun.txt").read_text().splitlines()]
-    assert sorted({e for w, a, e in begun if a == 0 and w == 0}) == [0, 1]  # killed at epoch 1 (and the capture)
-    assert sorted(e for w, a, e in begun if a == 1) == [2, 2]  # both workers resumed at epoch 2
+    _assert_killed_after_epoch_1_and_resumed_at_2(out)
     expected = weights(plain("loop-function", tmp_path / "plain", "--epochs", "3") / "w0.npz")
     assert max(max_difference(weights(out / f"w{w}.npz"), expected) for w in range(2)) <= TOLERANCE
     assert _saved_files(manager) == ["checkpoint", "ckpt-2.data-00000-of-00001", "ckpt-2.index",
