@@ -259,6 +259,9 @@ class Load:
     pull: np.ndarray  # synchronous PS reads, before compute
     after: np.ndarray  # synchronous PS pushes and collectives, after compute
     overlapped: np.ndarray  # PS variables with staleness or asynchronous updates: both directions
+    # reads of PS chunks (`prefetched_chunks`): pulled back after compute as each chunk is applied,
+    # while later chunks are still pushed, in a step without collectives; else read before compute
+    prefetched: np.ndarray
     sync_ps: Counter = field(default_factory=Counter)  # PS task -> synchronous pieces on it
     # accumulators of the synchronous PS pieces: one each for a sparse or large dense gradient, one
     # per (PS task, dtype) for the small dense ones, which share it (`batched_in_accumulator`)
@@ -268,15 +271,39 @@ class Load:
     dense_groups: Counter = field(default_factory=Counter)  # all-reduce group -> dense pieces in it
     sparse_collectives: int = 0  # sparse pieces all-gathered, each its own collectives
     pieces: int = 0  # synchronized variables or shards
+    chunks: Counter = field(default_factory=Counter)  # chunked variable -> its chunks (`prefetched`)
 
     @classmethod
     def empty(cls, paths: Paths) -> Load:
-        return cls(paths.zeros(), paths.zeros(), paths.zeros())
+        return cls(paths.zeros(), paths.zeros(), paths.zeros(), paths.zeros())
 
     def copy(self) -> Load:
-        return Load(self.pull.copy(), self.after.copy(), self.overlapped.copy(), Counter(self.sync_ps),
-                    self.own_accumulators, Counter(self.shared_accumulators), Counter(self.stale_ps),
-                    Counter(self.dense_groups), self.sparse_collectives, self.pieces)
+        return Load(self.pull.copy(), self.after.copy(), self.overlapped.copy(), self.prefetched.copy(),
+                    Counter(self.sync_ps), self.own_accumulators, Counter(self.shared_accumulators),
+                    Counter(self.stale_ps), Counter(self.dense_groups), self.sparse_collectives, self.pieces,
+                    Counter(self.chunks))
+
+    @property
+    def collectives(self) -> int:
+        """All-reduce groups and all-gathered sparse pieces: the step's collectives."""
+        return len(self.dense_groups) + self.sparse_collectives
+
+    @property
+    def prefetches(self) -> bool:
+        """Whether the PS chunks are pulled back after compute: the runtime does so only in a step
+        without collectives, whose end a PS token orders (runtime/kernels/gradient_sync.py)."""
+        return bool(self.chunks) and self.collectives == 0
+
+    @property
+    def every(self) -> np.ndarray:
+        """All of the step's bytes."""
+        return self.pull + self.after + self.overlapped + self.prefetched
+
+    @property
+    def reads(self) -> np.ndarray:
+        """The bytes read before compute: the synchronous PS reads, and the chunks' when they are
+        not pulled back after compute."""
+        return self.pull if self.prefetches else self.pull + self.prefetched
 
     @property
     def accumulators(self) -> int:
@@ -288,8 +315,10 @@ class Load:
         self.pull += sign * other.pull
         self.after += sign * other.after
         self.overlapped += sign * other.overlapped
+        self.prefetched += sign * other.prefetched
         for mine, theirs in ((self.sync_ps, other.sync_ps), (self.shared_accumulators, other.shared_accumulators),
-                             (self.stale_ps, other.stale_ps), (self.dense_groups, other.dense_groups)):
+                             (self.stale_ps, other.stale_ps), (self.dense_groups, other.dense_groups),
+                             (self.chunks, other.chunks)):
             for key, count in theirs.items():
                 mine[key] += sign * count
                 if mine[key] == 0:
@@ -310,6 +339,21 @@ def batched_in_accumulator(var: VariablePlan, shape: Sequence[int]) -> bool:
     if var.grad == "sparse" or any(d < 0 for d in shape):
         return False
     return math.prod(shape) * dtype_itemsize(var.dtype) < PS_BATCH_BELOW_BYTES
+
+
+def prefetched_chunks(var: VariablePlan) -> list[str]:
+    """The shards of `var` that the runtime pulls back as each is applied (runtime/kernels/
+    ps_prefetch.py, `chunks` and `prefetchable`): the dense shards of a variable of known shape
+    that share their synchronous PS task (staleness 0, no local proxy) with another of its shards,
+    as PS and PSLoadBalancing cut a large dense variable (strategies/ps.py). Empty for any other
+    variable. (The runtime also needs the variable read whole by the forward pass, which the plan
+    cannot show: a variable read in pieces is counted as pulled back all the same.)"""
+    if var.partition is None or var.grad != "dense" or any(d < 0 for d in var.shape):
+        return []
+    tasks = Counter(s.ps_task for s in var.partition.shards
+                    if isinstance(s, PSSync) and _is_synchronous(s) and not s.local_proxy)
+    return [name for name, s in zip(var.shard_names(), var.partition.shards, strict=True)
+            if isinstance(s, PSSync) and tasks.get(s.ps_task, 0) > 1 and not s.local_proxy and _is_synchronous(s)]
 
 
 def distinct_rows_of(var: VariablePlan, profile: ModelProfile, num_workers: int) -> dict[str, list[int]]:
@@ -352,6 +396,9 @@ def variable_load(var: VariablePlan, profile: ModelProfile, paths: Paths) -> Loa
     """One planned variable's part of a step's load."""
     load = Load.empty(paths)
     shards = variable_transfers(var, paths.num_workers, distinct_rows_of(var, profile, paths.num_workers))
+    chunks = set(prefetched_chunks(var))
+    if chunks:
+        load.chunks[var.name] = len(chunks)
     for shard, shape in zip(shards, var.shard_shapes(), strict=True):
         load.pieces += 1
         sync = shard.sync
@@ -371,7 +418,7 @@ def variable_load(var: VariablePlan, profile: ModelProfile, paths: Paths) -> Loa
             if isinstance(sync, PSSync) and not _is_synchronous(sync):
                 part = load.overlapped
             elif t.source.role == "ps":
-                part = load.pull
+                part = load.prefetched if shard.name in chunks else load.pull
             else:
                 part = load.after
             paths.load(part, t.source, t.destination, t.nbytes)
@@ -428,13 +475,18 @@ class StepCost:
         # next step's reads full; one busy then has only the short gap of the latencies: none. The
         # pushes and collectives find what the compute (and the reads, if the resource had none)
         # let refill; the overlapped traffic of the whole step, one bucket.
-        pull, pull_at = _busiest(load.pull, paths, c, np.where(load.after > 0, 0.0, paths.burst))
-        after_idle = compute + np.where(load.pull > 0, 0.0, pull)
-        after, after_at = _busiest(load.after, paths, c, paths.refilled(after_idle))
-        every = load.pull + load.after + load.overlapped
-        overlapped, all_at = _busiest(every, paths, c, paths.burst)
+        reads, later = load.reads, (load.prefetched if load.prefetches else paths.zeros())
+        after_compute = load.after + later
+        pull, pull_at = _busiest(reads, paths, c, np.where(after_compute > 0, 0.0, paths.burst))
+        after_idle = compute + np.where(reads > 0, 0.0, pull)
+        refilled = paths.refilled(after_idle)
+        after, after_at = _busiest(after_compute, paths, c, refilled)
+        if load.prefetches:
+            after += chunk_pipeline_fill(_busiest(load.after, paths, c, refilled)[0],
+                                         _busiest(later, paths, c, refilled)[0], load.chunks)
+        overlapped, all_at = _busiest(load.every, paths, c, paths.burst)
         n = paths.num_workers
-        collectives = len(load.dense_groups) + load.sparse_collectives
+        collectives = load.collectives
         # a step of several workers mixing PS variables and collectives is ordered by collective
         # barriers, not by the PS token queues (runtime/kernels/step_order.py), each a one-number
         # all-gather of N-1 ring steps (Collectives.barrier): one that ends the step after every
@@ -463,6 +515,20 @@ class StepCost:
         critical = pull + compute + after + latency + overhead
         return StepTime(max(critical, overlapped), compute, pull, after, latency, overhead, overlapped,
                         pull_at, after_at, all_at)
+
+
+def chunk_pipeline_fill(pushes_s: float, pulls_s: float, chunks: Counter) -> float:
+    """What a step's chunk pipeline (PS chunks pushed in order and pulled back as each is applied,
+    runtime/kernels/ps_prefetch.py) takes beyond its pushes and pulls run at once: a chunk's pull
+    starts when that chunk's push is in, so the first chunk crosses one way before anything comes
+    back, and the last comes back after every push is in. With C equal chunks whose pushes take
+    `pushes_s` in all and pulls `pulls_s`, the two-stage pipeline takes (C - 1)·max(a, b) + a + b
+    for a chunk's a = pushes_s / C and b = pulls_s / C, that is max(pushes_s, pulls_s) +
+    min(pushes_s, pulls_s) / C. Several chunked variables push side by side (each two chunks in
+    flight, ps_sync.ps_aggregations), so their first chunks arrive together: C is then the
+    chunks per variable, on average."""
+    per_variable = sum(chunks.values()) / len(chunks)
+    return min(pushes_s, pulls_s) / per_variable
 
 
 def compute_seconds(strategy: Strategy, profile: ModelProfile) -> float:
@@ -510,7 +576,7 @@ def predict(
     cost = step_cost(strategy, profile, spec, network)
     t = cost.time(c)
     paths, load = cost.paths, cost.load
-    every = load.pull + load.after + load.overlapped
+    every = load.every
     busiest = _busiest_path(paths, every)
     batch = profile.batch_size
     return Prediction(
@@ -557,8 +623,8 @@ def _bound(t: StepTime, paths: Paths, load: Load) -> str:
         return "latency and per-variable overhead"
     if top == "pull":
         return f"network: {paths.names[t.pull_resource]} (PS reads)"
-    kind = "PS pushes and all-reduce" if load.sync_ps and (load.dense_groups or load.sparse_collectives) else (
-        "PS pushes" if load.sync_ps else "all-reduce ring")
+    kind = "PS pushes and all-reduce" if load.sync_ps and load.collectives else (
+        "PS pushes and chunk pulls" if load.prefetches else "PS pushes" if load.sync_ps else "all-reduce ring")
     return f"network: {paths.names[t.after_resource]} ({kind})"
 
 
@@ -573,6 +639,10 @@ def variable_shares(
     synchronous pieces (variables or shards); normalized to sum to 1 (all 0 when nothing is
     synchronized)."""
     loads = [variable_load(v, profile, paths) for v in variables]
+    total = Load.empty(paths)
+    for ld in loads:
+        total.add(ld)
+    chunks_at = t.after_resource if total.prefetches else t.pull_resource
     synchronous = [ld.pieces - sum(ld.stale_ps.values()) for ld in loads]
     latency_per_piece = t.latency / sum(synchronous) if sum(synchronous) else 0.0
     pieces_on_task = sum((ld.sync_ps for ld in loads), Counter())
@@ -581,6 +651,7 @@ def variable_shares(
     slower = paths.cpu_contention
     raw = [
         float(paths.seconds(ld.pull, c)[t.pull_resource] + paths.seconds(ld.after, c)[t.after_resource]
+              + paths.seconds(ld.prefetched, c)[chunks_at]
               + paths.seconds(ld.overlapped, c)[t.all_resource]
               + slower * (ld.pieces * c.variable_overhead_s + ld.own_accumulators * c.ps_variable_overhead_s
                           + sum(c.ps_variable_overhead_s * k / sharing[key] for key, k in ld.shared_accumulators.items())

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 from adrun.errors import UserError
 from adrun.graph_item import GraphItem
 from adrun.spec import ClusterSpec, Node
-from adrun.strategies.cost_model import Coefficients, distinct_rows_of, predict
+from adrun.strategies.cost_model import Coefficients, chunk_pipeline_fill, distinct_rows_of, predict, prefetched_chunks
 from adrun.strategies.document import AllReduceSync, Partition, PSSync
 from adrun.strategies.facts import ModelProfile, NodeBytes, RowsTouched
 from tests.support.cost_facts import BANDWIDTH_ONLY, hosts_spec, network, plan, planned, profile, var
@@ -293,6 +295,69 @@ def test_staleness_overlaps_communication_with_compute(compute_s):
     spec = hosts_spec(2, ps=[1, 0])
     stale = plan(DENSE, spec, [planned(W, sync=PSSync(ps_task=0, staleness=2))])
     assert step(stale, profile(DENSE, compute_s), spec, network(spec, B)) == pytest.approx(max(compute_s, M / B))
+
+
+@pytest.mark.parametrize("chunks", [2, 4, 12])
+def test_ps_chunks_are_pulled_back_while_later_chunks_are_pushed(chunks):
+    """w in C chunks on the PS of host 1 (as PS and PSLoadBalancing cut it): worker 1 pushes the
+    chunks in order and pulls each back once it is applied, while the next ones are still pushed.
+    A two-stage pipeline of C equal chunks, M/(C·B) a stage each way: (C - 1)·M/(C·B) + 2·M/(C·B) =
+    M/B + M/(C·B) after compute, where the whole variable takes M/B before and M/B after it. Bytes
+    per node are the same."""
+    spec = hosts_spec(2, ps=[1, 0])
+    chunked = plan(DENSE, spec, [planned(W, partition=Partition(axis=0, shards=[PSSync(ps_task=0)] * chunks))])
+    prediction = predict(chunked, profile(DENSE, 0.01), spec, network(spec, B), BANDWIDTH_ONLY)
+    assert prediction.step_s == pytest.approx(0.01 + M / B + M / (chunks * B))
+    # both directions carry M after compute: the first in host order is named
+    assert prediction.bound == "network: 10.0.0.1 -> 10.0.0.2 (PS pushes and chunk pulls)"
+    assert prediction.node_bytes == {"10.0.0.1": NodeBytes(sent=M, received=M), "10.0.0.2": NodeBytes(sent=M, received=M)}
+
+
+def test_ps_chunks_pay_the_reverse_share_of_both_directions_at_once():
+    """The chunks' pushes and pulls cross the link at the same time, so each direction carries the
+    reverse-traffic share of the other, as the ring does; the fill (one chunk) is charged on top."""
+    spec = hosts_spec(2, ps=[1, 0])
+    chunked = plan(DENSE, spec, [planned(W, partition=Partition(axis=0, shards=[PSSync(ps_task=0)] * 4))])
+    c = BANDWIDTH_ONLY.model_copy(update={"reverse_traffic_share": 0.1})
+    assert step(chunked, profile(DENSE, 0.01), spec, network(spec, B), c) == pytest.approx(
+        0.01 + 1.1 * M / B + M / (4 * B))
+
+
+def test_ps_chunks_in_a_step_with_collectives_are_read_before_compute():
+    """The runtime pulls chunks back only in a step that a PS token ends: beside an all-reduced
+    variable they are read before compute, as whole variables are (M/B), and pushed after it with
+    the ring's bytes (k each way between the two workers)."""
+    b = var("b", [1000])
+    graph = GraphItem(variables=[W, b], batch_size=100)
+    spec = hosts_spec(2, ps=[1, 0])
+    strategy = plan(graph, spec, [planned(W, partition=Partition(axis=0, shards=[PSSync(ps_task=0)] * 4)),
+                                  planned(b, sync=AllReduceSync(group=0))])
+    assert step(strategy, profile(graph, 0.01), spec, network(spec, B)) == pytest.approx(
+        M / B + 0.01 + (M + 4000) / B)
+
+
+@pytest.mark.parametrize("how, chunks", [
+    ({"partition": Partition(axis=0, shards=[PSSync(ps_task=0)] * 3)}, ["w/part_0", "w/part_1", "w/part_2"]),
+    # one shard per task (PartitionedPS, Auto): nothing pulled back
+    ({"partition": Partition(axis=0, shards=[PSSync(ps_task=0), PSSync(ps_task=1)])}, []),
+    # two shards share task 0, the third is alone on task 1
+    ({"partition": Partition(axis=0, shards=[PSSync(ps_task=0), PSSync(ps_task=0), PSSync(ps_task=1)])},
+     ["w/part_0", "w/part_1"]),
+    ({"partition": Partition(axis=0, shards=[PSSync(ps_task=0, staleness=1)] * 2)}, []),
+    ({"partition": Partition(axis=0, shards=[PSSync(ps_task=0, local_proxy=True)] * 2)}, []),
+    ({"sync": PSSync(ps_task=0)}, []),
+])
+def test_which_shards_are_pulled_back_as_applied(how, chunks):
+    """As the runtime's ps_prefetch.chunks: synchronous dense shards sharing their PS task."""
+    assert prefetched_chunks(planned(W, **how)) == chunks
+
+
+def test_chunk_pipeline_fill_is_one_chunk_of_the_shorter_stage():
+    """max(A, B) + min(A, B)/C beyond the two stages at once: min(A, B)/C; several chunked variables
+    push side by side, C their chunks on average."""
+    assert chunk_pipeline_fill(0.3, 0.1, Counter({"w": 4})) == pytest.approx(0.1 / 4)
+    assert chunk_pipeline_fill(0.1, 0.3, Counter({"w": 4})) == pytest.approx(0.1 / 4)
+    assert chunk_pipeline_fill(0.2, 0.2, Counter({"w": 2, "v": 6})) == pytest.approx(0.2 / 4)
 
 
 def test_local_proxy_reads_the_whole_variable():
