@@ -217,8 +217,50 @@ class Paths:
 
     def phase_seconds(self, bytes_by_resource: np.ndarray, c: Coefficients, burst: np.ndarray) -> np.ndarray:
         """Seconds each resource needs for a set of transfers that run at the same time: as
-        `seconds`, less the `burst` bytes its token bucket passes at once at the phase's start."""
-        return np.maximum(0.0, self._load(bytes_by_resource, c) - burst) / self.effective(c)
+        `seconds`, less the `burst` bytes its token bucket passes at once at the phase's start, and
+        with the time a host's received side waits for its senders (`receiving_share`: its own
+        bytes take 1 / share of their time; the reverse-traffic share of its other direction does
+        not wait for them)."""
+        waiting = bytes_by_resource / self.receiving_share(bytes_by_resource) - bytes_by_resource
+        return np.maximum(0.0, self._load(bytes_by_resource, c) + waiting - burst) / self.effective(c)
+
+    @functools.cached_property
+    def _pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        """The resource of each path between two hosts as a hosts x hosts matrix (sender, receiver;
+        the diagonal points at the first resource and is masked), and of each host's received side."""
+        hosts = self.hosts
+        pair = np.array([[self.index["pair", a, b] if a != b else 0 for b in hosts] for a in hosts], dtype=int)
+        received = np.array([self.index["received", h, ""] for h in hosts], dtype=int)
+        return pair.reshape(len(hosts), len(hosts)), received
+
+    def receiving_share(self, bytes_by_resource: np.ndarray) -> np.ndarray:
+        """Per resource, the share of its time it can be busy in a phase of `bytes_by_resource`: 1,
+        except for the received side of a host that several senders send to while they also send
+        to other hosts (flows converging on one shaped port in an all-to-all phase).
+
+        A phase's transfers start together (the runtime issues a step's PS reads, and its pushes,
+        all at once: runtime/kernels/ps_sync.py, gradient_sync.py), and each sender's port is one
+        shaped FIFO queue that one TCP connection can fill (the kernel lets a socket queue more
+        than the shaper's whole queue): a sender serves its flows one after another, in an order
+        that no other sender knows. A receiver's port is then busy only while at least one of its
+        senders is serving it, the head-of-line effect of an input-queued switch: with p_s the
+        share of sender s's bytes between hosts in the phase that go to receiver r, r is idle
+        Π_s (1 − p_s) of the time, so it passes its bytes at (1 − Π_s (1 − p_s)) of its rate.
+        A ring or an incast (every sender sends only to r, p_s = 1) and a fan-out (r's one sender
+        is bound by its own port anyway) lose nothing; an all-to-all over 4 hosts (three senders,
+        p_s = 1/3 each) passes 1 − (2/3)³ = 0.70. A runtime that orders a phase's flows so that no
+        two senders serve one receiver at once (a staggered all-to-all) would lose nothing either:
+        this function is where the model follows the runtime's order."""
+        share = np.ones(len(self.names))
+        if len(self.hosts) < 3:  # each receiver has one sender
+            return share
+        pair, received = self._pairs
+        flows = np.where(np.eye(len(self.hosts), dtype=bool), 0.0, bytes_by_resource[pair])
+        sent = flows.sum(axis=1, keepdims=True)
+        p = np.divide(flows, sent, out=np.zeros_like(flows), where=sent > 0)
+        busy = 1.0 - np.prod(1.0 - p, axis=0)
+        share[received] = np.where(busy > 0, busy, 1.0)
+        return share
 
     def refilled(self, idle_s: float | np.ndarray) -> np.ndarray:
         """The bytes each resource's token bucket holds after `idle_s` seconds without traffic
