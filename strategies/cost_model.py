@@ -12,13 +12,20 @@ step, the rows its sparse variables touch), a ClusterSpec, NetworkFacts and a fe
   outgoing (incoming) capacity is the fastest path measured from (to) it. A group of transfers that
   runs at the same time takes as long as its busiest resource needs: (bytes + share × the bytes
   going the other way on that link − what its token bucket passes at once) / (capacity × factor).
+- Flows converging on one shaped port: in a phase where a host receives from senders that also
+  send to other hosts (an all-to-all: a sharded PS's reads and pushes), its received side waits
+  for senders that serve their flows one at a time and passes its bytes at 1 − Π_s (1 − p_s) of its
+  rate, p_s the share of sender s's bytes that go to it (`Paths.receiving_share`).
 - Critical path of a synchronous step, nothing overlapped: pull (synchronous PS variables are read
   before the step computes) + compute + after-compute (gradients pushed to PSs and all-reduced,
   concurrently, sharing the links) + latencies + per-variable overheads (every piece, and more
   for each accumulator the synchronous PS pieces push into: one per sparse or large dense piece,
   one per PS task for the small dense ones, as the runtime batches them) + a per-PS-task overhead for every
   worker and PS task of the step (each worker's step runs a subgraph on each synchronous PS task
-  it reads from and pushes to). Communication of PS
+  it reads from and pushes to). PS chunks (a large dense variable cut into shards on one PS, as PS
+  and PSLoadBalancing do) are pulled back after compute as each is applied, while later chunks are
+  still pushed, in a step without collectives: a two-stage pipeline, max(pushes, pulls) plus one
+  chunk of the shorter (`chunk_pipeline_fill`). Communication of PS
   variables with staleness or asynchronous updates overlaps the rest, so the step is at least the
   time the links need for all of its bytes.
 - Hosts that share one machine's CPUs (the benchmark's namespace hosts, `NetworkFacts.shared_cpus`):
