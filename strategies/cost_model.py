@@ -237,8 +237,7 @@ class Paths:
         the diagonal points at the first resource and is masked), and of each host's received side."""
         hosts = self.hosts
         pair = np.array([[self.index["pair", a, b] if a != b else 0 for b in hosts] for a in hosts], dtype=int)
-        received = np.array([self.index["received", h, ""] for h in hosts], dtype=int)
-        return pair.reshape(len(hosts), len(hosts)), received
+        return pair, np.array([self.index["received", h, ""] for h in hosts], dtype=int)
 
     def receiving_share(self, bytes_by_resource: np.ndarray) -> np.ndarray:
         """Per resource, the share of its time it can be busy in a phase of `bytes_by_resource`: 1,
@@ -399,10 +398,10 @@ def prefetched_chunks(var: VariablePlan) -> list[str]:
     cannot show: a variable read in pieces is counted as pulled back all the same.)"""
     if var.partition is None or var.grad != "dense" or any(d < 0 for d in var.shape):
         return []
-    tasks = Counter(s.ps_task for s in var.partition.shards
-                    if isinstance(s, PSSync) and _is_synchronous(s) and not s.local_proxy)
-    return [name for name, s in zip(var.shard_names(), var.partition.shards, strict=True)
-            if isinstance(s, PSSync) and tasks.get(s.ps_task, 0) > 1 and not s.local_proxy and _is_synchronous(s)]
+    cached = {name: s.ps_task for name, s in zip(var.shard_names(), var.partition.shards, strict=True)
+              if isinstance(s, PSSync) and _is_synchronous(s) and not s.local_proxy}
+    sharing = Counter(cached.values())
+    return [name for name, task in cached.items() if sharing[task] > 1]
 
 
 def distinct_rows_of(var: VariablePlan, profile: ModelProfile, num_workers: int) -> dict[str, list[int]]:
