@@ -707,5 +707,5 @@ def variable_shares(
               + pieces * latency_per_piece)
         for ld, pieces in zip(loads, synchronous, strict=True)
     ]
-    total = sum(raw)
-    return {v.name: (s / total if total > 0 else 0.0) for v, s in zip(variables, raw, strict=True)}
+    whole = sum(raw)
+    return {v.name: (s / whole if whole > 0 else 0.0) for v, s in zip(variables, raw, strict=True)}
