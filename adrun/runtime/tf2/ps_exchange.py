@@ -8,11 +8,12 @@ resource here is made once, eagerly, by its raw op with an explicit shared name 
 its handle is used by raw ops, eagerly or inside the script's `tf.function` (a captured handle):
 - dense gradients of one dtype bound for one PS task are pushed as one flat buffer into one
   accumulator (reduction SUM); the chief takes the sum of all N and divides by N;
-- a sparse gradient's rows go, unmerged, into one queue per non-chief worker on the variable's PS;
+- a sparse gradient's rows go, as given, into one queue per non-chief worker on the variable's PS;
   the chief concatenates its own rows and each worker's in worker order and divides by N. Keras 3's
-  sparse optimizers treat each row on its own (Adam squares each, duplicates included), so these are
-  the very rows one process would see for the union of the workers' batches (as TF2's all-reduce
-  path gathers them: reduction.py);
+  sparse Adam treats each row on its own (it squares each, duplicates included), so row for row
+  these are the very rows one process would see for the union of the workers' batches; for an
+  optimizer that takes only their sums per id, ps_apply.py sums them before (as TF2's all-reduce
+  path does before its gather: reduction.py);
 - each non-chief worker has its own release queue on PS 0, so a fast worker never takes a slow
   worker's token; staleness queues per ordered pair of workers bound how far one runs ahead.
 """
