@@ -28,6 +28,7 @@ from adrun.runtime.context import TaskContext
 from adrun.runtime.tf2.duplicate_rows import summed_per_index, sums_duplicate_rows
 from adrun.runtime.tf2.ps_exchange import GradientExchange, StalenessTokens
 from adrun.runtime.tf2.ps_shards import joined, shards_of, split_gradient
+from adrun.runtime.tf2.ps_updates import on_its_ps
 from adrun.runtime.tf2.optimizer_hooks import traced_batch_size
 from adrun.runtime.tf2.steps import StepCounters
 from adrun.runtime.tf2.sync import PlanCheck, ordered, value_of
@@ -117,7 +118,8 @@ class PSApply:
         means = exchange.means(pushed)
         out = list(grads)
         for i, plan, _ in planned:
-            out[i] = _distinct(_whole(plan, means), sums)
+            with on_its_ps(variables[i]):  # the mean's sum where the update runs
+                out[i] = _distinct(_whole(plan, means), sums)
         with tf.control_dependencies([value_of(m) for m in means.values()]):
             result = apply(out)
         return result, exchange.end_step(_touched(optimizer, variables))

@@ -85,7 +85,8 @@ class GradientExchange:
         return pushes
 
     def means(self, planned: list[tuple[str, Any, int]]) -> dict[str, Any]:
-        """The chief's mean over every worker's gradient of each (name, gradient, PS task)."""
+        """The chief's mean over every worker's gradient of each (name, gradient, PS task), made on
+        that PS, where the chief's update of the variable runs (ps_updates.py)."""
         n = self._n
         found: dict[str, Any] = {}
         for (task, dtype), members in sorted(_dense_batches(planned).items()):
@@ -96,18 +97,19 @@ class GradientExchange:
                 with tf.control_dependencies([pushed]):
                     total = gen_data_flow_ops.resource_accumulator_take_gradient(handle, n, dtype)
                 mean = total / tf.cast(n, dtype)
-            pieces = tf.split(mean, [g.shape.num_elements() for _, g in members])
-            found.update({name: tf.reshape(p, g.shape) for (name, g), p in zip(members, pieces, strict=True)})
+                pieces = tf.split(mean, [g.shape.num_elements() for _, g in members])
+                found.update({name: tf.reshape(p, g.shape) for (name, g), p in zip(members, pieces, strict=True)})
         for name, grad, task in planned:
             if isinstance(grad, tf.IndexedSlices):
                 values, indices = [grad.values], [tf.cast(grad.indices, tf.int64)]
-                for w in range(1, n):
-                    v, i = gen_data_flow_ops.queue_dequeue_v2(self._rows(name, task, grad, w),
-                                                            [grad.values.dtype, tf.int64])
-                    values.append(v)
-                    indices.append(i)
-                found[name] = tf.IndexedSlices(tf.concat(values, 0) / tf.cast(n, grad.values.dtype),
-                                               tf.cast(tf.concat(indices, 0), grad.indices.dtype), grad.dense_shape)
+                with tf.device(ps_device(task)):
+                    for w in range(1, n):
+                        v, i = gen_data_flow_ops.queue_dequeue_v2(self._rows(name, task, grad, w),
+                                                                [grad.values.dtype, tf.int64])
+                        values.append(v)
+                        indices.append(i)
+                    found[name] = tf.IndexedSlices(tf.concat(values, 0) / tf.cast(n, grad.values.dtype),
+                                                   tf.cast(tf.concat(indices, 0), grad.indices.dtype), grad.dense_shape)
         return found
 
     def _dense_accumulator(self, task: int, dtype: tf.DType, members: list[tuple[str, tf.Tensor]]) -> tf.Tensor:
