@@ -146,10 +146,13 @@ def _refuse_split_variables(names: list[str]) -> Callable[[], None]:
 
 
 def _ps_slot_patches() -> None:
-    """Keras 3 slots made eagerly, placed or split as their variable (ps_shards.py)."""
+    """Keras 3 slots made eagerly, placed or split as their variable (ps_shards.py); updates on
+    their variable's PS (ps_updates.py)."""
     from adrun.runtime.tf2.ps_shards import slots_made_like_their_variable
+    from adrun.runtime.tf2.ps_updates import updates_on_their_ps
 
     slots_made_like_their_variable()
+    updates_on_their_ps()
 
 
 def _ps_variable_patches() -> None:

@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from adrun.runtime.kernels.allreduce_sync import Collectives, gathered_rows
 from adrun.runtime.tf2.broadcast import internal
+from adrun.runtime.tf2.duplicate_rows import summed_per_index
 from adrun.runtime.tf2.keys import RuntimeKeys
 from adrun.runtime.tf2.routes import Route, Routes
 from adrun.strategies.document import AllReduceSync, PSSync, VariablePlan, shard_sizes
@@ -81,14 +82,6 @@ class TF2Collectives(Collectives):
             if sum_per_index:
                 grad = summed_per_index(grad)
             return gathered_rows(grad, self.num_workers, lambda t, part: self.gather(t, f"{name}/{part}"))
-
-
-def summed_per_index(grad: tf.IndexedSlices) -> tf.IndexedSlices:
-    """`grad` with one row per distinct index, the rows of equal index summed (indices in order of
-    first appearance: the optimizers that qualify do not need them sorted)."""
-    indices, positions = tf.unique(grad.indices)
-    values = tf.math.unsorted_segment_sum(grad.values, positions, tf.size(indices))
-    return tf.IndexedSlices(values, indices, grad.dense_shape)
 
 
 def mean_gradients(collectives: TF2Collectives, planned: list[tuple[VariablePlan, Any]],
