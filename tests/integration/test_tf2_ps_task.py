@@ -1,7 +1,7 @@
 """A TF2 plan's PS task survives a worker creating its eager context on it while another worker's
 creation is under way (adrun/runtime/tf2/ps_task.py; docs/tf2-plans.md, "Known problems").
 
-The interleaving that killed the PS task in about 1 job in 15 is made to happen, not waited for:
+The interleaving that killed the PS task (about 1 job in 12-20) is made to happen, not waited for:
 worker A's session config asks for TF's coordination service with health checks, whose leader is a
 fake gRPC service in this test, so the PS's `CreateContext` for A holds (after A's EagerContext is
 made, before it is registered) until the test answers the PS's `RegisterTask`. Worker B connects
@@ -124,6 +124,7 @@ def connect_inside_another(tmp_path: Path, kind: str) -> tuple[str, str, int | N
             b_out = client(address, b_port).communicate(timeout=TIMEOUT_S)[0]
             leader.release()
             a_out = a.communicate(timeout=TIMEOUT_S)[0]
+            # A fails only once the PS's sockets close: then the PS has died (wait reaps it)
             return b_out, a_out, ps.wait(TIMEOUT_S) if a.returncode else ps.poll()
     finally:
         if a is not None and a.poll() is None:
