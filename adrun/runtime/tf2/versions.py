@@ -32,6 +32,7 @@ PRIVATE_API: dict[str, tuple[str, ...]] = {
     "tensorflow.python.eager.context": (
         "Context.configure_collective_ops", "Context.configure_coordination_service",
         "Context.enable_collective_ops", "Context.abort_collective_ops", "Context.set_server_def",
+        "Context.ensure_initialized",  # a TF2 plan's PS task starts its server through it (ps_task.py)
     ),
     "tensorflow.python.ops.collective_ops": (
         "all_reduce_v2", "all_gather_v2", "broadcast_send_v2", "broadcast_recv_v2",
