@@ -49,7 +49,8 @@ def _run_hook() -> Any:
         else:
             from adrun.runtime.tf2.step_deadline import StepDeadline
 
-            _hook = _collective_hook(ctx, StepCounters(reporter, StepDeadline(ctx.settings.op_timeout_s)))
+            timeout_s = ctx.settings.op_timeout_s if ctx.num_workers > 1 else 0.0  # one worker: no collectives
+            _hook = _collective_hook(ctx, StepCounters(reporter, StepDeadline(timeout_s)))
     return _hook
 
 
