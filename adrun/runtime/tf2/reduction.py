@@ -30,12 +30,12 @@ from adrun.strategies.document import AllReduceSync, PSSync, VariablePlan, shard
 
 @dataclass
 class TF2Collectives(Collectives):
-    """Graph mode's collectives with run-time instance keys, one ordering token, a timeout and a
-    device per dtype (`routes`, decided at the first collective); compressor state made once per
-    name, eagerly, on this worker only. A run of one worker has neither keys nor routes and never
-    reaches a collective."""
+    """Graph mode's collectives with run-time instance keys, one ordering token and a device per
+    dtype (`routes`, decided at the first collective); compressor state made once per name, eagerly,
+    on this worker only. No collective carries a timeout of its own: TF would start a thread per
+    call to keep it; the step's deadline keeps ADRUN_OP_TIMEOUT instead (step_deadline.py). A run of
+    one worker has neither keys nor routes and never reaches a collective."""
 
-    timeout_s: float = 0.0
     keys: RuntimeKeys | None = None
     routes: Callable[[], Routes] | None = None
     _state: dict[str, tf.Variable] = field(default_factory=dict)
@@ -54,7 +54,7 @@ class TF2Collectives(Collectives):
             return tf.raw_ops.CollectiveReduceV2(
                 input=t, group_size=self.num_workers, group_key=route.group_key, instance_key=keys.next(),
                 ordering_token=keys.ordering_token(device), merge_op="Add", final_op=final_op,
-                communication_hint=route.communication_hint, timeout_seconds=self.timeout_s,
+                communication_hint=route.communication_hint,
             )
 
     def gather(self, t: tf.Tensor, label: str, step: Any = None) -> tf.Tensor:
@@ -63,7 +63,6 @@ class TF2Collectives(Collectives):
             return tf.raw_ops.CollectiveGatherV2(
                 input=t, group_size=self.num_workers, group_key=route.group_key, instance_key=keys.next(),
                 ordering_token=keys.ordering_token(device), communication_hint=route.communication_hint,
-                timeout_seconds=self.timeout_s,
             )
 
     def state_variable(self, initial: Callable[[], tf.Tensor], name: str) -> tf.Variable:

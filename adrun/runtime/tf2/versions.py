@@ -62,7 +62,8 @@ PRIVATE_API: dict[str, tuple[str, ...]] = {
     "keras.src.optimizers.base_optimizer": ("BaseOptimizer.apply", "BaseOptimizer.add_variable_from_reference"),
     "keras.src.backend.tensorflow.optimizer": ("TFOptimizer.add_variable_from_reference",
                                                "TFOptimizer._distributed_tf_update_step"),
-    # ps_atomic.py; ps_gather.py adds Variable.sparse_read, which tf.gather uses (test_ps_gather.py)
+    # ps_atomic.py; ps_gather.py and row_reads.py add Variable.sparse_read, which tf.gather uses
+    # (test_ps_gather.py, test_row_reads.py)
     "keras.src.backend.tensorflow.core": (
         "Variable.assign_add", "Variable.assign_sub", "Variable._convert_to_tensor", "Variable.value",
     ),
