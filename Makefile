@@ -16,8 +16,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.adrun-installed
 BENCH_STAMP := $(VENV)/.adrun-bench-installed
 # The suite on TEST_WORKERS pytest-xdist workers (docs/testing.md, "Running in parallel"): its tests
-# mostly wait (TF start-up, gRPC, events), so 2 nearly halve it on 2 cores; more would start more TF
-# processes than 2 cores run without slowing each other. TEST_WORKERS=0 runs it in one process.
+# mostly wait (TF start-up, gRPC, events): a second worker's tests use the time the first one's wait;
+# more would start more TF processes than 2 cores run without slowing each other. TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
