@@ -29,19 +29,13 @@ import tensorflow as tf
 from tensorflow.python.ops import gen_resource_variable_ops, resource_variable_ops
 
 from adrun.runtime.tf2.ps_shards import ShardedVariable, shards_of, split_gradient
+from adrun.runtime.tf2.row_reads import install_sparse_read
 
 
 def row_reads() -> None:
-    """Give Keras 3's TensorFlow Variable a `sparse_read`, which `tf.gather(variable, ids)` uses."""
-    from keras.src.backend.tensorflow.core import Variable
-
-    def sparse_read(self: Any, indices: Any, name: str | None = None) -> tf.Tensor:
-        value = self.value
-        if isinstance(value, (ShardedVariable, resource_variable_ops.BaseResourceVariable)):
-            return distinct_rows_lookup(shards_of(value), indices)
-        return tf.gather(value, indices, name=name)
-
-    Variable.sparse_read = sparse_read
+    """Give Keras 3's TensorFlow Variable a `sparse_read` reading each distinct row once from its PS."""
+    install_sparse_read(lambda value, ids, name: distinct_rows_lookup(shards_of(value), ids),
+                        (ShardedVariable, resource_variable_ops.BaseResourceVariable))
 
 
 def distinct_rows_lookup(shards: list[Any], ids: Any) -> tf.Tensor:

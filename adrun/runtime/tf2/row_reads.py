@@ -19,20 +19,31 @@ stateless or autocast scope Keras's `value` is a tensor, not a variable: that is
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import tensorflow as tf
 from tensorflow.python.ops import resource_variable_ops
 
+Lookup = Callable[[Any, Any, str | None], tf.Tensor]
+
 
 def local_row_reads() -> None:
     """Give Keras 3's TensorFlow Variable a `sparse_read`, which `tf.gather(variable, ids)` uses."""
+    install_sparse_read(lambda value, ids, name: value.sparse_read(ids, name=name),
+                        (resource_variable_ops.BaseResourceVariable,))
+
+
+def install_sparse_read(lookup: Lookup, kinds: tuple[type, ...]) -> None:
+    """Keras 3's Variable gets a `sparse_read` that looks rows up by `lookup(value, ids, name)` when
+    its value is one of `kinds`, and gathers a tensor value (stateless or autocast scope) as
+    `tf.gather` would have. The one installer for local (this module) and PS lookups (ps_gather.py)."""
     from keras.src.backend.tensorflow.core import Variable
 
     def sparse_read(self: Any, indices: Any, name: str | None = None) -> tf.Tensor:
         value = self.value
-        if isinstance(value, resource_variable_ops.BaseResourceVariable):
-            return value.sparse_read(indices, name=name)
+        if isinstance(value, kinds):
+            return lookup(value, indices, name)
         return tf.gather(value, indices, name=name)
 
     Variable.sparse_read = sparse_read
