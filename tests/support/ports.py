@@ -55,3 +55,30 @@ def free_ports(count: int) -> list[int]:
     finally:
         for s in held:
             s.close()
+
+
+def free_port_run(count: int) -> int:
+    """The first of `count` consecutive ports of this process's block, all free at the time of
+    the call (for a spec's `base_port`, from which adrun hands out consecutive ports)."""
+    for _ in range(len(_BLOCK) // count):
+        start = next(_CURSOR)
+        for _ in range(count - 1):  # the cursor moves past the run tried
+            next(_CURSOR)
+        if start + count > _BLOCK.stop:
+            continue
+        held: list[socket.socket] = []
+        try:
+            for port in range(start, start + count):
+                sock = socket.socket()
+                try:
+                    sock.bind(("", port))
+                except OSError:
+                    sock.close()
+                    break
+                held.append(sock)
+            if len(held) == count:
+                return start
+        finally:
+            for s in held:
+                s.close()
+    raise RuntimeError(f"no {count} consecutive free ports in {_BLOCK}")

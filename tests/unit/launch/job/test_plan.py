@@ -16,6 +16,7 @@ from adrun.launch.job.backends import JobNodes
 from adrun.launch.job.plan import plan_job
 from adrun.launch.job.ports import allocate_ports
 from adrun.launch.job.tasks import Task, cluster_def, plan_tasks
+from tests.support.ports import free_port_run
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -39,12 +40,6 @@ class Node:
 class Spec:
     nodes: list[Node]
 
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
 
 
 def test_workers_start_on_the_chief_node_and_ps_follow_node_order():
@@ -93,7 +88,7 @@ def test_free_ports_are_distinct_and_bindable():
 
 
 def test_base_port_gives_consecutive_ports():
-    base = _free_port()
+    base = free_port_run(3)
     spec = Spec([Node(workers=2, ps=1, base_port=base)])
     assert allocate_ports(spec.nodes) == [[base, base + 1, base + 2]]
 
@@ -118,14 +113,14 @@ def test_port_in_use_names_host_port_and_holder():
 
 
 def test_overlapping_base_ports_on_this_machine_are_rejected():
-    base = _free_port()
+    base = free_port_run(3)
     spec = Spec([Node("localhost", workers=2, base_port=base), Node("127.0.0.1", workers=1, base_port=base + 1)])
     with pytest.raises(UserError, match=f"port {base + 1} on 127.0.0.1 would be used by two tasks"):
         allocate_ports(spec.nodes)
 
 
 def test_plan_job_builds_commands_and_contract(tmp_path):
-    base = _free_port()
+    base = free_port_run(3)
     spec = Spec([Node("localhost", workers=2, ps=1, base_port=base, python="/opt/py/bin/python3", env={"FOO": "bar"})])
 
     launches = plan_job(
