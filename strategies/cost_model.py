@@ -294,10 +294,10 @@ class Paths:
         every worker's transfers start together, in no order shared between workers); a runtime
         that orders them (staggered rounds) changes who waits for whom here and in
         `receiving_share`, the two places the model reads that order."""
-        pair, _ = self._pairs
+        pair, received = self._pairs
         sent = np.array([self.index["sent", h, ""] for h in self.hosts], dtype=int)
         row = int(np.argmax(seconds[sent]))
-        if seconds[sent[row]] <= 0 or seconds[sent[row]] < seconds.max() * (1 - 1e-9):
+        if seconds[sent[row]] <= 0 or seconds[sent[row]] < np.delete(seconds, received).max() * (1 - 1e-9):
             return 1.0, 0.0
         flows = np.delete(bytes_by_resource[pair[row]], row)
         largest = float(flows.max())
@@ -583,11 +583,13 @@ class StepCost:
             # the later ones still read; the collectives wait for the last worker. What is left
             # after the last worker's reads: the collectives and that worker's share of the
             # pushes at least, and no less than the reads and the rest together on any resource
-            # both load (the machine's CPUs, a direction carrying the other's reverse share)
+            # both load (the machine's CPUs, a direction carrying the other's reverse share); never
+            # more than the phases one after the other
             pushes = _busiest(load.pushes, paths, c, refilled)[0]
             tail = _busiest(after_compute - load.pushes * (served - 1) / served, paths, c, refilled)[0]
             together = _busiest(reads + after_compute, paths, c, paths.burst)[0]
-            after = max(after - workers_in_turn_overlap(pull, pushes, served, in_turn), tail, together - pull)
+            after = min(after, max(after - workers_in_turn_overlap(pull, pushes, served, in_turn), tail,
+                                   together - pull))
         overlapped, all_at = _busiest(load.every, paths, c, paths.burst)
         n = paths.num_workers
         collectives = load.collectives
