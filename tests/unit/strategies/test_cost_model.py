@@ -151,6 +151,27 @@ def test_reads_from_two_senders_alike_end_in_their_own_orders():
     assert (served, in_turn) == pytest.approx((3, 2 / 3))
 
 
+def test_a_fan_outs_receivers_waiting_longer_by_their_reverse_share_leave_the_sender_binding():
+    """Host 1 sends M to each of hosts 2-4, host 2 sends M/4 to hosts 3 and 4 (the item rows beside
+    the user rows of ncf's Parallax). Host 2's received side waits for host 1 (busy a third of the
+    time) and carries the reverse share of what it sends: a little longer than host 1's sent side,
+    which still serves the three workers in turn; host 2's sent side takes M/2 plus the reverse
+    share of its M received, 0.7/3 of host 1's 3M: a lead of 23/30. A path binding instead:
+    nothing served in turn."""
+    spec = hosts_spec(4)
+    paths = Paths.of(spec, network(spec, B, queue_bytes=M))
+    reads = paths.zeros()
+    for src, dst, nbytes in ((0, 1, M), (0, 2, M), (0, 3, M), (1, 2, M / 4), (1, 3, M / 4)):
+        paths.load(reads, ps(src), worker(dst), nbytes)
+    c = BANDWIDTH_ONLY.model_copy(update={"reverse_traffic_share": 0.2})
+    seconds = paths.phase_seconds(reads, c, paths.zeros())
+    received_2, sent_1 = paths.index["received", "10.0.0.2", ""], paths.index["sent", "10.0.0.1", ""]
+    assert seconds[received_2] > seconds[sent_1]
+    assert paths.served_in_turn(reads, seconds) == pytest.approx((3, 23 / 30))
+    seconds[paths.index["pair", "10.0.0.1", "10.0.0.2"]] = 2 * seconds[sent_1]
+    assert paths.served_in_turn(reads, seconds) == (1.0, 0.0)
+
+
 def test_workers_in_turn_overlap_is_the_flow_shops_saving():
     """k workers, reads a and pushes b each: (k - 1)·max(a, b) + a + b against k·a + k·b."""
     assert workers_in_turn_overlap(0.3, 0.6, 3, 1.0) == pytest.approx(3 * 0.1 + 3 * 0.2 - (2 * 0.2 + 0.1 + 0.2))
