@@ -55,7 +55,7 @@ from adrun.strategies.document import AllReduceSync, Partition, Strategy, load_s
 from adrun.strategies.facts import Link, ModelProfile, NetworkFacts, RowsTouched, TrialRecord
 from adrun.strategies.fit import FitResult, fit
 from adrun.strategies.planning_facts import PlanningFacts
-from tests.cluster.netns import bucket_bytes
+from tests.cluster.netns import bucket_bytes, queue_bytes
 
 from .cluster.analysis import Summary, summarize
 from .cluster.results import BenchResults, Profile, RunConfig
@@ -91,12 +91,13 @@ PAYLOAD_SHARE = 1448 / 1514
 
 
 def network_facts(profile: Profile, spec: ClusterSpec, shared_cpus: int | None = None) -> NetworkFacts:
-    """The profile's shaping as the links' facts: its rate and token bucket in payload bytes
+    """The profile's shaping as the links' facts: its rate, token bucket and queue in payload bytes
     (`PAYLOAD_SHARE` of the frames the shaper counts), its added delay, given to every pair of
     `spec`'s hosts as `adrun profile --hosts` does (adrun/profile/scaling.py); with `shared_cpus`,
     the hosts as what they are on the benchmark, namespaces of one machine with that many CPUs."""
     link = Link(bytes_per_s=profile.rate_mbit * 1e6 / 8 * PAYLOAD_SHARE, latency_s=profile.delay_ms / 1000,
-                burst_bytes=bucket_bytes(profile.rate_mbit) * PAYLOAD_SHARE, source="spec")
+                burst_bytes=bucket_bytes(profile.rate_mbit) * PAYLOAD_SHARE,
+                queue_bytes=queue_bytes(profile.rate_mbit) * PAYLOAD_SHARE, source="spec")
     return scaled_network(NetworkFacts(local=LOCAL, shared_cpus=shared_cpus), link, spec)
 
 

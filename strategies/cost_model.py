@@ -25,7 +25,10 @@ step, the rows its sparse variables touch), a ClusterSpec, NetworkFacts and a fe
   it reads from and pushes to). PS chunks (a large dense variable cut into shards on one PS, as PS
   and PSLoadBalancing do) are pulled back after compute as each is applied, while later chunks are
   still pushed, in a step without collectives: a two-stage pipeline, max(pushes, pulls) plus one
-  chunk of the shorter (`chunk_pipeline_fill`). Communication of PS
+  chunk of the shorter (`chunk_pipeline_fill`). Each worker's own timeline: when one host's
+  sent side binds the reads (a fan-out) and serves the workers in turn (what of each flow its
+  queue holds), the first workers push while the later ones read: a two-stage flow shop over the
+  workers (`Paths.served_in_turn`, `workers_in_turn_overlap`). Communication of PS
   variables with staleness or asynchronous updates overlaps the rest, so the step is at least the
   time the links need for all of its bytes.
 - Hosts that share one machine's CPUs (the benchmark's namespace hosts, `NetworkFacts.shared_cpus`):
@@ -144,6 +147,8 @@ class Paths:
     # runs its per-message and per-variable work than alone: workers / CPUs, at least 1
     cpu_resource: int | None = None
     cpu_contention: float = 1.0
+    # host -> what the sender's queue on its fastest outgoing path holds (Link.queue_bytes; 0 unknown)
+    sent_queue: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def of(cls, spec: ClusterSpec, network: NetworkFacts) -> Paths:
@@ -192,8 +197,11 @@ class Paths:
         }
         n = len(workers)
         ring = max((link(workers[w], workers[(w + 1) % n]).latency_s for w in range(n)), default=0.0)
+        sent_queue = {h: max((link(h, o) for o in hosts if o != h), key=lambda p: p.bytes_per_s).queue_bytes
+                      for h in hosts if len(hosts) > 1}
         return cls(hosts, task_host, names, np.array(capacity, dtype=float), np.array(burst, dtype=float),
-                   np.array(is_local), index, opposite, ps_latency, ring, spec.num_workers, cpu_resource, contention)
+                   np.array(is_local), index, opposite, ps_latency, ring, spec.num_workers, cpu_resource, contention,
+                   sent_queue)
 
     def zeros(self) -> np.ndarray:
         return np.zeros(len(self.names))
@@ -268,6 +276,37 @@ class Paths:
         share[received] = np.where(busy > 0, busy, 1.0)
         return share
 
+    def served_in_turn(self, bytes_by_resource: np.ndarray, seconds: np.ndarray) -> tuple[float, float]:
+        """Whether a phase of `bytes_by_resource` (taking `seconds` per resource) serves the hosts'
+        workers one after another: (k, share). When a host's sent side binds the phase (its
+        seconds are the phase's; the receivers of a fan-out, waiting for it, may tie), k is the
+        hosts it sends to, counted as its bytes over its largest flow's (k equal flows: k; one
+        flow that dominates: about 1), else 1 (a receiver's side, a path, loopback or the CPUs
+        binding: what it carries ends for its one receiver, or for all, at once). `share` is the
+        part of a flow the sender serves in turn rather than beside the others: a flow's message
+        written at once enters the sender's queue whole when it fits (Link.queue_bytes), and the
+        queue passes it before the next flow's; of a larger one the queue holds queue / flow
+        bytes, and the rest goes side by side with the other flows as the queue drains (tc's
+        token bucket drops what does not fit: bench's probes, docs/performance.md). 0 when the
+        queue is not known: the flows then share the sender evenly and all end together. And a
+        worker's reads from the other senders end in their own orders, at any time of their
+        phases: the share counts only the binding sender's lead over the next busiest sent side,
+        1 - its seconds / the binding one's (one PS host sending: all of it; two alike: none).
+
+        Hook (issue 21.3): which PS hosts a worker exchanges with when is the runtime's (today
+        every worker's transfers start together, in no order shared between workers); a runtime
+        that orders them (staggered rounds) changes who waits for whom here and in
+        `receiving_share`, the two places the model reads that order."""
+        pair, received = self._pairs
+        sent = np.array([self.index["sent", h, ""] for h in self.hosts], dtype=int)
+        row = int(np.argmax(seconds[sent]))
+        if seconds[sent[row]] <= 0 or seconds[sent[row]] < np.delete(seconds, received).max() * (1 - 1e-9):
+            return 1.0, 0.0
+        flows = np.delete(bytes_by_resource[pair[row]], row)
+        largest = float(flows.max())
+        lead = 1.0 - float(np.delete(seconds[sent], row).max()) / float(seconds[sent[row]])
+        return float(flows.sum() / largest), lead * min(1.0, self.sent_queue[self.hosts[row]] / largest)
+
     def refilled(self, idle_s: float | np.ndarray) -> np.ndarray:
         """The bytes each resource's token bucket holds after `idle_s` seconds without traffic
         (it refills at the path's rate, up to its size). No idle time refills nothing, also on a
@@ -306,6 +345,7 @@ class Load:
 
     pull: np.ndarray  # synchronous PS reads, before compute
     after: np.ndarray  # synchronous PS pushes and collectives, after compute
+    pushes: np.ndarray  # the synchronous PS pushes among `after` (each worker's own, not a collective)
     overlapped: np.ndarray  # PS variables with staleness or asynchronous updates: both directions
     # reads of PS chunks (`prefetched_chunks`): pulled back after compute as each chunk is applied,
     # while later chunks are still pushed, in a step without collectives; else read before compute
@@ -323,10 +363,11 @@ class Load:
 
     @classmethod
     def empty(cls, paths: Paths) -> Load:
-        return cls(paths.zeros(), paths.zeros(), paths.zeros(), paths.zeros())
+        return cls(paths.zeros(), paths.zeros(), paths.zeros(), paths.zeros(), paths.zeros())
 
     def copy(self) -> Load:
-        return Load(self.pull.copy(), self.after.copy(), self.overlapped.copy(), self.prefetched.copy(),
+        return Load(self.pull.copy(), self.after.copy(), self.pushes.copy(), self.overlapped.copy(),
+                    self.prefetched.copy(),
                     Counter(self.sync_ps), self.own_accumulators, Counter(self.shared_accumulators),
                     Counter(self.stale_ps), Counter(self.dense_groups), self.sparse_collectives, self.pieces,
                     Counter(self.chunks))
@@ -362,6 +403,7 @@ class Load:
         """Add `other` (sign 1) or take it away (sign -1)."""
         self.pull += sign * other.pull
         self.after += sign * other.after
+        self.pushes += sign * other.pushes
         self.overlapped += sign * other.overlapped
         self.prefetched += sign * other.prefetched
         for mine, theirs in ((self.sync_ps, other.sync_ps), (self.shared_accumulators, other.shared_accumulators),
@@ -448,8 +490,9 @@ def variable_load(var: VariablePlan, profile: ModelProfile, paths: Paths) -> Loa
     if chunks:
         load.chunks[var.name] = len(chunks)
     for shard, shape in zip(shards, var.shard_shapes(), strict=True):
-        load.pieces += 1
         sync = shard.sync
+        # a collective of one worker is no op (runtime/kernels/allreduce_sync.py): nothing to pay
+        load.pieces += isinstance(sync, PSSync) or paths.num_workers > 1
         if isinstance(sync, PSSync) and _is_synchronous(sync):
             load.sync_ps[sync.ps_task] += 1
             if batched_in_accumulator(var, shape):
@@ -469,6 +512,8 @@ def variable_load(var: VariablePlan, profile: ModelProfile, paths: Paths) -> Loa
                 part = load.prefetched if shard.name in chunks else load.pull
             else:
                 part = load.after
+                if t.destination.role == "ps":
+                    paths.load(load.pushes, t.source, t.destination, t.nbytes)
             paths.load(part, t.source, t.destination, t.nbytes)
     return load
 
@@ -525,13 +570,29 @@ class StepCost:
         # let refill; the overlapped traffic of the whole step, one bucket.
         reads, later = load.reads, (load.prefetched if load.prefetches else paths.zeros())
         after_compute = load.after + later
-        pull, pull_at = _busiest(reads, paths, c, np.where(after_compute > 0, 0.0, paths.burst))
+        read_seconds = paths.phase_seconds(reads, c, np.where(after_compute > 0, 0.0, paths.burst))
+        pull_at = int(np.argmax(read_seconds))
+        pull = float(read_seconds[pull_at])
         after_idle = compute + np.where(reads > 0, 0.0, pull)
         refilled = paths.refilled(after_idle)
         after, after_at = _busiest(after_compute, paths, c, refilled)
         if load.prefetches:
             after += chunk_pipeline_fill(_busiest(load.after, paths, c, refilled)[0],
                                          _busiest(later, paths, c, refilled)[0], load.chunks)
+        served, in_turn = paths.served_in_turn(reads, read_seconds)
+        if served > 1 and in_turn > 0 and load.pushes.any():
+            # each worker's own timeline: the busiest sender of the reads serves the workers one
+            # after another, and each computes and pushes as soon as its own reads are in, while
+            # the later ones still read; the collectives wait for the last worker. What is left
+            # after the last worker's reads: the collectives and that worker's share of the
+            # pushes at least, and no less than the reads and the rest together on any resource
+            # both load (the machine's CPUs, a direction carrying the other's reverse share); never
+            # more than the phases one after the other
+            pushes = _busiest(load.pushes, paths, c, refilled)[0]
+            tail = _busiest(after_compute - load.pushes * (served - 1) / served, paths, c, refilled)[0]
+            together = _busiest(reads + after_compute, paths, c, paths.burst)[0]
+            after = min(after, max(after - workers_in_turn_overlap(pull, pushes, served, in_turn), tail,
+                                   together - pull))
         overlapped, all_at = _busiest(load.every, paths, c, paths.burst)
         n = paths.num_workers
         collectives = load.collectives
@@ -563,6 +624,17 @@ class StepCost:
         critical = pull + compute + after + latency + overhead
         return StepTime(max(critical, overlapped), compute, pull, after, latency, overhead, overlapped,
                         pull_at, after_at, all_at)
+
+
+def workers_in_turn_overlap(pulls_s: float, pushes_s: float, served: float, in_turn: float) -> float:
+    """What the pushes save when the reads' busiest sender serves `served` workers one after
+    another (`Paths.served_in_turn`) and each worker pushes as soon as it has computed: a two-stage
+    flow shop of k workers, a = pulls_s / k and b = pushes_s / k a stage each (the compute between
+    them the same for all), takes (k - 1)·max(a, b) + a + b = pulls_s + pushes_s - (k - 1)·min(a, b)
+    where the phases one after the other take pulls_s + pushes_s: (k - 1) / k · min(pulls_s,
+    pushes_s) less, of which the share `in_turn` of the reads the sender serves in turn. One
+    worker served (2 hosts; a receiver's own side binding) saves nothing."""
+    return in_turn * min(pulls_s, pushes_s) * (served - 1) / served
 
 
 def chunk_pipeline_fill(pushes_s: float, pulls_s: float, chunks: Counter) -> float:

@@ -80,6 +80,10 @@ class Link(BaseModel):
     # bytes a token-bucket-shaped path passes at once after an idle moment (tc tbf's `burst`, a
     # virtual machine's burst allowance) before it falls to `bytes_per_s`; 0: not shaped, or unknown
     burst_bytes: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    # bytes the sender's queue on the path holds before it drops (tc tbf's `limit`: rate x latency
+    # + burst); 0: unknown. A message that fits is sent whole before the next flow's: see
+    # cost_model.Paths.served_in_turn
+    queue_bytes: float = Field(default=0.0, ge=0, allow_inf_nan=False)
 
 
 class HostLink(Link):

@@ -42,12 +42,19 @@ SSHD_READY_TIMEOUT = 15.0
 STOP_TIMEOUT = 5.0
 COMMAND_TIMEOUT = 30.0
 BURST_S = 0.002  # token bucket size of shape(), in seconds of the rate
+QUEUE_MS = 50  # what shape()'s token bucket queues before it drops (tc tbf's `latency`)
 
 
 def bucket_bytes(rate_mbit: float) -> int:
     """The token bucket `NetnsCluster.shape` gives a link of `rate_mbit`: 2 ms of the rate, at least
     64 KiB (tc's `kb` is KiB)."""
     return 1024 * max(64, math.ceil(rate_mbit * 1e6 / 8 * BURST_S / 1024))
+
+
+def queue_bytes(rate_mbit: float) -> int:
+    """What `NetnsCluster.shape`'s token bucket holds queued before it drops: tc tbf's limit for a
+    `latency` of QUEUE_MS, the rate times that latency plus the bucket."""
+    return round(rate_mbit * 1e6 / 8 * QUEUE_MS / 1000) + bucket_bytes(rate_mbit)
 
 
 def missing_requirements() -> str | None:
@@ -273,7 +280,7 @@ class NetnsCluster:
         The bucket holds 2 ms of the rate (at least 64 KiB): a fixed 64 KiB bucket let a
         1 Gbit/s link carry only ~520 Mbit/s here, as the kernel refills it too seldom."""
         qdisc = ["root", "tbf", "rate", f"{rate_mbit}mbit", "burst", f"{bucket_bytes(rate_mbit) // 1024}kb",
-                 "latency", "50ms"]
+                 "latency", f"{QUEUE_MS}ms"]
         _run("tc", "qdisc", "replace", "dev", host.veth, *qdisc)
         _run(*host.exec_argv("tc", "qdisc", "replace", "dev", "eth0", *qdisc))
 

@@ -37,13 +37,14 @@ def hosts_spec(count: int, workers: int = 1, ps: Sequence[int] | int = 1) -> Clu
 
 
 def network(spec: ClusterSpec, bytes_per_s: float, latency_s: float = 0.0,
-            local_bytes_per_s: float = 1e15, local_latency_s: float = 0.0, burst_bytes: float = 0.0) -> NetworkFacts:
+            local_bytes_per_s: float = 1e15, local_latency_s: float = 0.0, burst_bytes: float = 0.0,
+            queue_bytes: float = 0.0) -> NetworkFacts:
     """The same path between every two hosts of `spec`, in both directions."""
     hosts = [node.address for node in spec.nodes]
     return NetworkFacts(
         local=Link(bytes_per_s=local_bytes_per_s, latency_s=local_latency_s, source="assumed"),
         links=[HostLink(src=a, dst=b, bytes_per_s=bytes_per_s, latency_s=latency_s, burst_bytes=burst_bytes,
-                        source="assumed")
+                        queue_bytes=queue_bytes, source="assumed")
                for a in hosts for b in hosts if a != b],
     )
 

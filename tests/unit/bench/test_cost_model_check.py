@@ -272,3 +272,11 @@ def test_auto_is_judged_by_the_builder_of_its_plan_else_by_its_own_runs():
     assert rows["ran"].endswith("| its own, as run (made on the shaped link) | PartitionedPS (100) | 1.07 |")
     assert rows["neither"].endswith("| not measured |")
     assert lines[-1].startswith("At least 0.95x: **1 of 2** groups")
+
+
+def test_the_links_queue_is_the_shapers_limit_in_payload_bytes():
+    """tc tbf with `latency 50ms` queues the rate times 50 ms plus its bucket before it drops: at
+    100 Mbit/s 625,000 + 65,536 bytes of frames, 0.956 of them payload (PAYLOAD_SHARE); the same
+    on every pair of hosts, as `adrun profile --hosts` scales the link."""
+    net = network_facts(COMMODITY, cluster_spec(3))
+    assert [link.queue_bytes for link in net.links] == pytest.approx([(625_000 + 65_536) * 1448 / 1514] * 6)

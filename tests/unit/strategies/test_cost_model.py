@@ -11,7 +11,7 @@ from adrun.graph_item import GraphItem
 from adrun.spec import ClusterSpec, Node
 from adrun.placement import ps, worker
 from adrun.strategies.cost_model import (
-    Coefficients, Paths, chunk_pipeline_fill, distinct_rows_of, predict, prefetched_chunks,
+    Coefficients, Paths, chunk_pipeline_fill, distinct_rows_of, predict, prefetched_chunks, workers_in_turn_overlap,
 )
 from adrun.strategies.document import AllReduceSync, Partition, PSSync
 from adrun.strategies.facts import ModelProfile, NodeBytes, RowsTouched
@@ -97,6 +97,86 @@ def test_k_flows_into_one_port_take_k_times_one_flows_time(k):
     graph = GraphItem(variables=[W], batch_size=100)
     strategy = plan(graph, spec, [planned(W, sync=PSSync(ps_task=0))])
     assert step(strategy, profile(graph, 0.01), spec, network(spec, B)) == pytest.approx(0.01 + 2 * k * M / B)
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_workers_served_in_turn_push_while_the_later_ones_read(k):
+    """The fan-out and incast above, with a sender queue that holds a whole read (M bytes): host 1
+    serves the k remote workers' reads one after another, and each computes and pushes as soon as
+    its own read is in, while the later ones still read. A flow shop of k workers, M / B a stage:
+    (k + 1)·M / B of wire where the phases one after the other take 2k·M / B (the old model's
+    figure, still the one without a known queue, above)."""
+    spec = hosts_spec(k + 1, ps=[1] + [0] * k)
+    strategy = plan(DENSE, spec, [planned(W, sync=PSSync(ps_task=0))])
+    prof = profile(DENSE, 0.01)
+    assert step(strategy, prof, spec, network(spec, B, queue_bytes=M)) == pytest.approx(0.01 + (k + 1) * M / B)
+    assert step(strategy, prof, spec, network(spec, B)) == pytest.approx(0.01 + 2 * k * M / B)
+
+
+def test_a_read_larger_than_the_senders_queue_is_served_in_turn_for_the_queues_share():
+    """3 remote workers, a queue of a quarter of a read: a quarter of each read enters the queue
+    whole and passes in turn, the rest goes side by side with the other workers' reads. The
+    overlap is a quarter of the flow shop's (k - 1)/k · M·k/B = 2·M/B."""
+    spec = hosts_spec(4, ps=[1, 0, 0, 0])
+    strategy = plan(DENSE, spec, [planned(W, sync=PSSync(ps_task=0))])
+    assert step(strategy, profile(DENSE, 0.01), spec, network(spec, B, queue_bytes=M / 4)) == pytest.approx(
+        0.01 + 6 * M / B - 0.25 * 2 * M / B)
+
+
+def test_reads_from_two_senders_alike_end_in_their_own_orders():
+    """Two PS hosts each send every remote worker M/2 (w in two shards on hosts 1 and 2, the
+    workers on hosts 3 to 5): each worker's reads end only when both senders served it, in two
+    unrelated orders, so nothing is gained: the phases as without a queue (each worker waits for
+    its two senders, 1 - (2/3)^2 of the time busy; each PS host for its three, 1 - (1/2)^3). With
+    the shards 3:1, host 1's lead over host 2 is two thirds of its phase: two thirds of the flow
+    shop's overlap."""
+    spec = ClusterSpec(version=1, nodes=[
+        Node(address="10.0.0.1", chief=True, workers=0, ps=1), Node(address="10.0.0.2", workers=0, ps=1),
+        *(Node(address=f"10.0.0.{i}", workers=1) for i in (3, 4, 5))])
+    w = var("w", [1000, 1000])
+    graph = GraphItem(variables=[w], batch_size=100)
+    even = plan(graph, spec, [planned(w, partition=Partition(axis=0, shards=[PSSync(ps_task=0), PSSync(ps_task=1)]))])
+    net = network(spec, B, queue_bytes=M)
+    paths = Paths.of(spec, net)
+    prof = profile(graph, 0.01)
+    assert step(even, prof, spec, net) == pytest.approx(0.01 + M / B * 9 / 5 + 3 * M / 2 / B * 8 / 7)
+    assert step(even, prof, spec, net) == pytest.approx(step(even, prof, spec, network(spec, B)))
+    reads = paths.zeros()
+    for host, nbytes in ((0, 3 * M / 4), (1, M / 4)):
+        for w_host in (2, 3, 4):
+            reads[paths.index["pair", paths.hosts[host], paths.hosts[w_host]]] += nbytes
+            reads[paths.index["sent", paths.hosts[host], ""]] += nbytes
+    seconds = paths.phase_seconds(reads, BANDWIDTH_ONLY, paths.zeros())
+    served, in_turn = paths.served_in_turn(reads, seconds)
+    assert (served, in_turn) == pytest.approx((3, 2 / 3))
+
+
+def test_a_fan_outs_receivers_waiting_longer_by_their_reverse_share_leave_the_sender_binding():
+    """Host 1 sends M to each of hosts 2-4, host 2 sends M/4 to hosts 3 and 4 (the item rows beside
+    the user rows of ncf's Parallax). Host 2's received side waits for host 1 (busy a third of the
+    time) and carries the reverse share of what it sends: a little longer than host 1's sent side,
+    which still serves the three workers in turn; host 2's sent side takes M/2 plus the reverse
+    share of its M received, 0.7/3 of host 1's 3M: a lead of 23/30. A path binding instead:
+    nothing served in turn."""
+    spec = hosts_spec(4)
+    paths = Paths.of(spec, network(spec, B, queue_bytes=M))
+    reads = paths.zeros()
+    for src, dst, nbytes in ((0, 1, M), (0, 2, M), (0, 3, M), (1, 2, M / 4), (1, 3, M / 4)):
+        paths.load(reads, ps(src), worker(dst), nbytes)
+    c = BANDWIDTH_ONLY.model_copy(update={"reverse_traffic_share": 0.2})
+    seconds = paths.phase_seconds(reads, c, paths.zeros())
+    received_2, sent_1 = paths.index["received", "10.0.0.2", ""], paths.index["sent", "10.0.0.1", ""]
+    assert seconds[received_2] > seconds[sent_1]
+    assert paths.served_in_turn(reads, seconds) == pytest.approx((3, 23 / 30))
+    seconds[paths.index["pair", "10.0.0.1", "10.0.0.2"]] = 2 * seconds[sent_1]
+    assert paths.served_in_turn(reads, seconds) == (1.0, 0.0)
+
+
+def test_workers_in_turn_overlap_is_the_flow_shops_saving():
+    """k workers, reads a and pushes b each: (k - 1)·max(a, b) + a + b against k·a + k·b."""
+    assert workers_in_turn_overlap(0.3, 0.6, 3, 1.0) == pytest.approx(3 * 0.1 + 3 * 0.2 - (2 * 0.2 + 0.1 + 0.2))
+    assert workers_in_turn_overlap(0.3, 0.6, 3, 0.5) == pytest.approx(0.1)
+    assert workers_in_turn_overlap(0.3, 0.6, 1, 1.0) == 0.0
 
 
 def test_receiving_share_of_a_port_whose_senders_also_send_elsewhere():
@@ -219,6 +299,20 @@ def test_one_worker_with_a_ps_and_an_all_reduced_variable_has_no_barrier():
     c = BANDWIDTH_ONLY.model_copy(update={"message_latency_s": 0.0005})
     hybrid = plan(graph, spec, [planned(u, sync=PSSync(ps_task=0)), planned(v, sync=AllReduceSync(group=0))])
     assert step(hybrid, profile(graph, 0.01), spec, net, c) == pytest.approx(0.01 + 6 * 0.0015)
+
+
+def test_one_worker_pays_nothing_for_its_all_reduced_variables():
+    """One worker's all-reduce is no op (runtime/kernels/allreduce_sync.py): none of its pieces pays
+    the per-variable overhead; a PS piece still does (its push and take run)."""
+    u, v = var("u", [1000]), var("v", [1000])
+    graph = GraphItem(variables=[u, v])
+    spec = hosts_spec(1)
+    c = BANDWIDTH_ONLY.model_copy(update={"variable_overhead_s": 0.002})
+    ring = plan(graph, spec, [planned(u, sync=AllReduceSync(group=0)), planned(v, sync=AllReduceSync(group=0))])
+    hybrid = plan(graph, spec, [planned(u, sync=PSSync(ps_task=0)), planned(v, sync=AllReduceSync(group=0))])
+    prof, net = profile(graph, 0.01), network(spec, B)
+    assert step(ring, prof, spec, net, c) == pytest.approx(0.01)
+    assert step(hybrid, prof, spec, net, c) == pytest.approx(0.01 + 0.002)
 
 
 def test_a_hybrid_with_stale_ps_variables_ends_with_the_barrier_only():
