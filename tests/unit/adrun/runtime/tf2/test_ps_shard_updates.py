@@ -1,5 +1,5 @@
 """ps_shard_updates.py in one process: a split variable's Keras 3 update runs shard by shard (the
-shards and their slots' shards are what the update step sees) and trains exactly as the plain model;
+shards and their slots' shards are what the update step sees) and trains as the plain model (within 1e-6);
 an update rule that is not element-wise keeps the whole update; a chief's joined mean is updated from
 its parts, the join read by nothing."""
 
@@ -43,7 +43,7 @@ def _updated(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
 
 
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
-def test_a_split_variable_is_updated_shard_by_shard_exactly_as_whole(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+def test_a_split_variable_is_updated_shard_by_shard_as_the_whole_one_is(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     plain, _ = trained(False, OPTIMIZERS[name])
     split_patches(monkeypatch)
     seen = _updated(monkeypatch)
@@ -52,6 +52,8 @@ def test_a_split_variable_is_updated_shard_by_shard_exactly_as_whole(monkeypatch
     # each split variable's update step saw its two shards, never the variable whole
     assert {id(v) for v in seen} >= {id(s) for s in (*embeddings.variables, *kernel.variables)}
     assert not any(isinstance(v, SplitVariable) for v in seen)
+    # within float rounding: TF's element-wise kernels may round an element differently over a
+    # shard than over the whole (centered RMSprop: 16 of 44 elements by up to 6e-8; the others equal)
     for got, expected in zip(weights, plain, strict=True):
         np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7)
 
@@ -66,7 +68,7 @@ def test_an_update_rule_that_is_not_element_wise_updates_the_whole_variable(monk
     embeddings, kernel, _ = (w.value for w in model.weights)
     assert {id(embeddings), id(kernel)} <= {id(v) for v in seen}
     for got, expected in zip(weights, plain, strict=True):
-        np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7)
+        np.testing.assert_array_equal(got, expected)
 
 
 def test_element_wise_update_rules() -> None:
