@@ -95,11 +95,12 @@ def test_equivalence(tmp_path: Path, kind: str) -> None:
 
 
 @pytest.mark.full
-def test_staleness_applies_every_worker_update(tmp_path: Path) -> None:
-    """Bounded staleness: each worker applies its own gradient to the shared variables, so the shared
-    step count is the sum of the workers' steps."""
-    _, out = adrun_fit(tmp_path, "fit-sequential", 2, "--data", "per-worker", ps=1,
-                       strategy=("--strategy", "PS", "--strategy-opt", "staleness=1"))
+@pytest.mark.parametrize(("ps", "strategy"), [(1, "PS"), (2, "PartitionedPS")])
+def test_staleness_applies_every_worker_update(tmp_path: Path, ps: int, strategy: str) -> None:
+    """Bounded staleness: each worker applies its own gradient to the shared variables (a split
+    variable's shard by shard on their PSs), so the shared step count is the sum of the workers' steps."""
+    _, out = adrun_fit(tmp_path, "fit-sequential", 2, "--data", "per-worker", ps=ps,
+                       strategy=("--strategy", strategy, "--strategy-opt", "staleness=1"))
     assert max(int((out / f"iterations-w{w}.txt").read_text()) for w in range(2)) == 2 * STEPS
 
 

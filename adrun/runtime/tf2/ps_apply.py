@@ -3,8 +3,9 @@
 The variables are shared on the PS tasks (ps_variables.py), so an apply updates everyone's copy:
 - synchronous (`sync: true, staleness: 0`): every worker pushes its gradient into the variable's
   PS, a split variable's each shard's part into that shard's PS (ps_exchange.py: dense sums divided by N, sparse rows gathered in worker order and divided by
-  N); the chief takes the mean over all N, applies it with the script's own
-  optimizer, and then gives each other worker its release token. A sparse gradient is pushed and
+  N); the chief takes the mean over all N on each PS, applies it with the script's own
+  optimizer (each variable's update on its PS, a split one's shard by shard: ps_updates.py), and
+  then gives each other worker its release token. A sparse gradient is pushed and
   applied with its rows summed per id when the optimizer takes only those sums (duplicate_rows.py,
   the all-reduce path's rule), row for row otherwise. The other workers do not apply:
   their step ends when their token arrives, so their next step reads the updated variables;
@@ -25,8 +26,10 @@ import tensorflow as tf
 from tensorflow.python.ops import gen_resource_variable_ops
 
 from adrun.runtime.context import TaskContext
+from adrun.runtime.kernels.devices import ps_device
 from adrun.runtime.tf2.duplicate_rows import summed_per_index, sums_duplicate_rows
 from adrun.runtime.tf2.ps_exchange import GradientExchange, StalenessTokens
+from adrun.runtime.tf2.ps_shard_updates import known_parts
 from adrun.runtime.tf2.ps_shards import joined, shards_of, split_gradient
 from adrun.runtime.tf2.ps_updates import on_its_ps
 from adrun.runtime.tf2.optimizer_hooks import traced_batch_size
@@ -116,11 +119,12 @@ class PSApply:
             with tf.control_dependencies([released]):  # later reads in the same function come after
                 return None, tf.group(*_touched(None, variables))
         means = exchange.means(pushed)
-        out = list(grads)
+        out, joins = list(grads), []
         for i, plan, _ in planned:
-            with on_its_ps(variables[i]):  # the mean's sum where the update runs
-                out[i] = _distinct(_whole(plan, means), sums)
-        with tf.control_dependencies([value_of(m) for m in means.values()]):
+            out[i], parts = _mean(plan, means, variables[i], sums)
+            if parts:
+                joins.append((out[i], parts))
+        with tf.control_dependencies([value_of(m) for m in means.values()]), known_parts(joins):
             result = apply(out)
         return result, exchange.end_step(_touched(optimizer, variables))
 
@@ -153,12 +157,19 @@ def gradient_parts(plan: VariablePlan, grad: Any) -> list[tuple[str, Any, int]]:
     return [(f"{plan.name}/part_{k}", piece, task) for k, (piece, task) in enumerate(zip(pieces, tasks, strict=True))]
 
 
-def _whole(plan: VariablePlan, means: dict[str, Any]) -> Any:
-    """The mean gradient of a whole variable from the means of its parts (`gradient_parts`)."""
+def _mean(plan: VariablePlan, means: dict[str, Any], variable: Any, sums: bool) -> tuple[Any, list[Any]]:
+    """(the mean gradient of `variable`, its shards' parts or []) from the means of its parts
+    (`gradient_parts`), each summed per id (`sums`) on its PS, where its update runs: a split
+    variable's update takes its parts shard by shard (ps_shard_updates.py), and the join is what
+    Keras's apply sees."""
     if plan.partition is None:
-        return means[plan.name]
-    rows = shard_sizes(plan.shape[0], len(plan.partition.shards))
-    return joined(plan.shape, rows, [means[f"{plan.name}/part_{k}"] for k in range(len(rows))])
+        with on_its_ps(variable):
+            return _distinct(means[plan.name], sums), []
+    parts = []
+    for k, sync in enumerate(plan.synchronizers()):
+        with tf.device(ps_device(_ps_task(sync))):
+            parts.append(_distinct(means[f"{plan.name}/part_{k}"], sums))
+    return joined(plan.shape, shard_sizes(plan.shape[0], len(parts)), parts), parts
 
 
 def _ps_task(sync: Any) -> int:

@@ -16,7 +16,8 @@ variable whole (`SplitVariable`), and three things are patched:
   sharded variable "as a reference" and fails; and a slot made while `fit` traces its first step
   bypasses any variable creator the script runs under (tf.function's own creator makes it). The
   slot is made under `tf.init_scope()` (eagerly, through adrun's creator), and the creator is told
-  which variable it belongs to, so it is split, or placed, as its variable is;
+  which variable it belongs to, so it is split, or placed, as its variable is (and a split
+  variable lists its slots: `SplitVariable.slots`);
 - an Embedding lookup: ps_gather.py gathers each shard's distinct rows on its PS
   (`ShardedVariable.sparse_read` concatenates the shards' rows in shard order instead of the ids').
 """
@@ -43,7 +44,13 @@ class SplitVariable(ShardedVariable):
     (Keras's `Variable.__array__` calls the wrapped variable's `__array__`, which ShardedVariable
     lacks) and a checkpoint's one tensor under the plain model's name and full shape (Keras's
     `Variable._serialize_to_tensors` asks the wrapped variable; ShardedVariable has only TF1-style
-    slice saveables, which `tf.train.Checkpoint` does not take from inside a Keras variable)."""
+    slice saveables, which `tf.train.Checkpoint` does not take from inside a Keras variable).
+    It also lists the Keras 3 optimizer slots made for it (split alike), which its update shard by
+    shard takes shard by shard too (ps_shard_updates.py)."""
+
+    def __init__(self, variables: list[Any], name: str = "ShardedVariable") -> None:
+        super().__init__(variables, name=name)
+        self.slots: list[Any] = []
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         return np.array(self.numpy(), dtype=dtype, copy=copy)
@@ -87,9 +94,12 @@ def slots_made_like_their_variable() -> None:
         _slots.reference = reference
         try:
             with tf.init_scope():
-                return make(self, reference_variable, name=name, initializer=initializer)
+                slot = make(self, reference_variable, name=name, initializer=initializer)
         finally:
             _slots.reference = None
+        if isinstance(reference, SplitVariable):
+            reference.slots.append(slot)
+        return slot
 
     TFOptimizer.add_variable_from_reference = add_variable_from_reference
 

@@ -8,8 +8,9 @@ workload under PSLoadBalancing: 1.9x the byte bound, most of it the 1 MB logits 
 trip). Graph mode's PS plans place a variable's update ops with the variable; here each variable's
 update runs under its PS's device scope, so the mean stays where it was summed and a worker's own
 apply (asynchronous and bounded-staleness plans) sends its gradient to the PS once. A split
-variable (PartitionedPS) has no one device: its update stays on the worker, which sends each shard
-its slice. The ops and their kernels are the same, only their device changes.
+variable (PartitionedPS) is updated shard by shard, each shard's update under its own PS's device
+scope (ps_shard_updates.py), when the optimizer's update rule is element-wise; else its update stays
+on the worker. The ops and their kernels are the same, only their device changes.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import tensorflow as tf
 from tensorflow.python.ops import resource_variable_ops
 
+from adrun.runtime.tf2.ps_shard_updates import split_for_update, update_by_shards
 from adrun.runtime.tf2.ps_shards import shards_of
 
 
@@ -33,14 +35,22 @@ def on_its_ps(variable: Any) -> contextlib.AbstractContextManager[Any]:
 
 
 def updates_on_their_ps() -> None:
-    """Patch Keras 3's TensorFlow optimizer: each variable's update step under its variable's device."""
+    """Patch Keras 3's TensorFlow optimizer: each variable's update step under its variable's device,
+    a split variable's shard by shard under each shard's."""
     from keras.src.backend.tensorflow.optimizer import TFOptimizer
 
     keras_step = TFOptimizer._distributed_tf_update_step
 
     def _distributed_tf_update_step(self: Any, distribution: Any, grads_and_vars: Any, learning_rate: Any) -> None:
+        def update(grad: Any, var: Any) -> None:
+            keras_step(self, distribution, [(grad, var)], learning_rate)
+
         for grad, var in grads_and_vars:
-            with on_its_ps(var):
-                keras_step(self, distribution, [(grad, var)], learning_rate)
+            split = split_for_update(self, var)
+            if split is not None:
+                update_by_shards(self, update, grad, split)
+            else:
+                with on_its_ps(var):
+                    update(grad, var)
 
     TFOptimizer._distributed_tf_update_step = _distributed_tf_update_step

@@ -59,13 +59,17 @@ PRIVATE_API: dict[str, tuple[str, ...]] = {
         "CheckpointManager._directory", "CheckpointManager._checkpoint_prefix",
         "CheckpointManager._maybe_delete",
     ),
-    "keras.src.optimizers.base_optimizer": ("BaseOptimizer.apply", "BaseOptimizer.add_variable_from_reference"),
+    # ps_shard_updates.py: a shard takes its variable's index, a slot wraps its shard
+    "keras.src.optimizers.base_optimizer": ("BaseOptimizer.apply", "BaseOptimizer.add_variable_from_reference",
+                                            "BaseOptimizer._get_variable_index",
+                                            "BaseOptimizer._trainable_variables_indices"),
     "keras.src.backend.tensorflow.optimizer": ("TFOptimizer.add_variable_from_reference",
-                                               "TFOptimizer._distributed_tf_update_step"),
+                                               "TFOptimizer._distributed_tf_update_step", "TFOptimizer._var_key"),
     # ps_atomic.py; ps_gather.py and row_reads.py add Variable.sparse_read, which tf.gather uses
     # (test_ps_gather.py, test_row_reads.py)
     "keras.src.backend.tensorflow.core": (
         "Variable.assign_add", "Variable.assign_sub", "Variable._convert_to_tensor", "Variable.value",
+        "Variable._value", "Variable._shape",
     ),
     "keras.src.backend.common.stateless_scope": ("in_stateless_scope",),
     "keras.src.saving.saving_api": ("save_model", "save_weights", "load_model", "load_weights"),
@@ -83,7 +87,8 @@ PRIVATE_API: dict[str, tuple[str, ...]] = {
 }
 
 # attributes set on instances by __init__ rather than defined on the class: checked on the source
-_INSTANCE_ATTRIBUTES = {"_directory", "_checkpoint_prefix", "_maybe_delete"}
+_INSTANCE_ATTRIBUTES = {"_directory", "_checkpoint_prefix", "_maybe_delete", "_trainable_variables_indices", "_value",
+                        "_shape"}
 
 
 def installed_versions() -> dict[str, str]:
