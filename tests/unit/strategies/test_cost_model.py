@@ -182,6 +182,23 @@ def test_workers_in_turn_overlap_is_the_flow_shops_saving():
     assert workers_in_turn_overlap(0.3, 0.6, 1, 1.0) == 0.0
 
 
+def test_the_pushes_part_of_a_phase_shared_with_the_ring_takes_its_bucket_once():
+    """A PS on host 1 (w, M bytes) read by the 3 remote workers in turn, and a dense variable r of M
+    bytes all-reduced: after compute host 1's received side carries the three pushes (3M) and the
+    ring's 1.5M, less one token bucket X. The pushes' part of that phase is 3M/B (the phase less
+    the ring's (1.5M - X)/B), a = b = M/B: the flow shop leaves the last worker's push and the
+    ring, (M + 1.5M - X)/B. Taking the pushes alone, bucket off ((3M - X)/B), the old model saved
+    2X/3 less."""
+    spec = hosts_spec(4, ps=[1, 0, 0, 0])
+    r = var("r", [1000, 1000])
+    graph = GraphItem(variables=[W, r], batch_size=100)
+    strategy = plan(graph, spec, [planned(W, sync=PSSync(ps_task=0)), planned(r, sync=AllReduceSync(group=0))])
+    burst = M / 2
+    net = network(spec, B, queue_bytes=M, burst_bytes=burst)
+    assert step(strategy, profile(graph, 0.05), spec, net) == pytest.approx(
+        3 * M / B + 0.05 + (M + 1.5 * M - burst) / B)
+
+
 def test_a_second_sender_delays_the_first_workers_reads_not_the_whole_overlap():
     """ncf's Parallax at 4 hosts: host 1 serves three workers the user rows in turn (a = 0.1 s
     each), host 2 sends the item rows in 0.17 s in its own order, and each worker's push (b = 0.05
