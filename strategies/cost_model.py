@@ -28,7 +28,8 @@ step, the rows its sparse variables touch), a ClusterSpec, NetworkFacts and a fe
   chunk of the shorter (`chunk_pipeline_fill`). Each worker's own timeline: when one host's
   sent side binds the reads (a fan-out) and serves the workers in turn (what of each flow its
   queue holds), the first workers push while the later ones read: a two-stage flow shop over the
-  workers (`Paths.served_in_turn`, `workers_in_turn_overlap`). Communication of PS
+  workers, none of whose reads is in before the other senders' phase ends (`Paths.served_in_turn`,
+  `workers_in_turn_overlap`). Communication of PS
   variables with staleness or asynchronous updates overlaps the rest, so the step is at least the
   time the links need for all of its bytes.
 - Hosts that share one machine's CPUs (the benchmark's namespace hosts, `NetworkFacts.shared_cpus`):
