@@ -28,7 +28,8 @@ step, the rows its sparse variables touch), a ClusterSpec, NetworkFacts and a fe
   chunk of the shorter (`chunk_pipeline_fill`). Each worker's own timeline: when one host's
   sent side binds the reads (a fan-out) and serves the workers in turn (what of each flow its
   queue holds), the first workers push while the later ones read: a two-stage flow shop over the
-  workers (`Paths.served_in_turn`, `workers_in_turn_overlap`). Communication of PS
+  workers, none of whose reads is in before the other senders' phase ends (`Paths.served_in_turn`,
+  `workers_in_turn_overlap`). Communication of PS
   variables with staleness or asynchronous updates overlaps the rest, so the step is at least the
   time the links need for all of its bytes.
 - Hosts that share one machine's CPUs (the benchmark's namespace hosts, `NetworkFacts.shared_cpus`):
@@ -276,11 +277,11 @@ class Paths:
         share[received] = np.where(busy > 0, busy, 1.0)
         return share
 
-    def served_in_turn(self, bytes_by_resource: np.ndarray, seconds: np.ndarray) -> tuple[float, float]:
+    def served_in_turn(self, bytes_by_resource: np.ndarray, seconds: np.ndarray) -> tuple[float, float, float]:
         """Whether a phase of `bytes_by_resource` (taking `seconds` per resource) serves the hosts'
-        workers one after another: (k, share). When a host's sent side binds the phase (its
-        seconds are the phase's; the receivers of a fan-out, waiting for it, may tie), k is the
-        hosts it sends to, counted as its bytes over its largest flow's (k equal flows: k; one
+        workers one after another: (k, share, others). When a host's sent side binds the phase
+        (its seconds are the phase's; the receivers of a fan-out, waiting for it, may tie), k is
+        the hosts it sends to, counted as its bytes over its largest flow's (k equal flows: k; one
         flow that dominates: about 1), else 1 (a receiver's side, a path, loopback or the CPUs
         binding: what it carries ends for its one receiver, or for all, at once). `share` is the
         part of a flow the sender serves in turn rather than beside the others: a flow's message
@@ -288,10 +289,12 @@ class Paths:
         queue passes it before the next flow's; of a larger one the queue holds queue / flow
         bytes, and the rest goes side by side with the other flows as the queue drains (tc's
         token bucket drops what does not fit: bench's probes, docs/performance.md). 0 when the
-        queue is not known: the flows then share the sender evenly and all end together. And a
-        worker's reads from the other senders end in their own orders, at any time of their
-        phases: the share counts only the binding sender's lead over the next busiest sent side,
-        1 - its seconds / the binding one's (one PS host sending: all of it; two alike: none).
+        queue is not known: the flows then share the sender evenly and all end together.
+        `others`: the next busiest sent side's seconds over the binding one's. A worker's reads
+        from the other senders end in their own orders, at any time of their phases, so no
+        worker has all its reads before they end, at the latest: `workers_in_turn_overlap` takes
+        that share of the phase as the earliest a worker's reads are in (one PS host sending: 0;
+        two alike: 1, all at the phase's end, nothing in turn).
 
         Hook (issue 21.3): which PS hosts a worker exchanges with when is the runtime's (today
         every worker's transfers start together, in no order shared between workers); a runtime
@@ -301,11 +304,11 @@ class Paths:
         sent = np.array([self.index["sent", h, ""] for h in self.hosts], dtype=int)
         row = int(np.argmax(seconds[sent]))
         if seconds[sent[row]] <= 0 or seconds[sent[row]] < np.delete(seconds, received).max() * (1 - 1e-9):
-            return 1.0, 0.0
+            return 1.0, 0.0, 0.0
         flows = np.delete(bytes_by_resource[pair[row]], row)
         largest = float(flows.max())
-        lead = 1.0 - float(np.delete(seconds[sent], row).max()) / float(seconds[sent[row]])
-        return float(flows.sum() / largest), lead * min(1.0, self.sent_queue[self.hosts[row]] / largest)
+        others = float(np.delete(seconds[sent], row).max()) / float(seconds[sent[row]])
+        return float(flows.sum() / largest), min(1.0, self.sent_queue[self.hosts[row]] / largest), others
 
     def refilled(self, idle_s: float | np.ndarray) -> np.ndarray:
         """The bytes each resource's token bucket holds after `idle_s` seconds without traffic
@@ -579,7 +582,7 @@ class StepCost:
         if load.prefetches:
             after += chunk_pipeline_fill(_busiest(load.after, paths, c, refilled)[0],
                                          _busiest(later, paths, c, refilled)[0], load.chunks)
-        served, in_turn = paths.served_in_turn(reads, read_seconds)
+        served, in_turn, others = paths.served_in_turn(reads, read_seconds)
         if served > 1 and in_turn > 0 and load.pushes.any():
             # each worker's own timeline: the busiest sender of the reads serves the workers one
             # after another, and each computes and pushes as soon as its own reads are in, while
@@ -588,10 +591,12 @@ class StepCost:
             # pushes at least, and no less than the reads and the rest together on any resource
             # both load (the machine's CPUs, a direction carrying the other's reverse share); never
             # more than the phases one after the other
-            pushes = _busiest(load.pushes, paths, c, refilled)[0]
+            # the pushes' part of the phase: what it takes with them less what it takes without them
+            # (the token bucket passes its bytes once per phase, not once per part of it)
+            pushes = after - _busiest(after_compute - load.pushes, paths, c, refilled)[0]
             tail = _busiest(after_compute - load.pushes * (served - 1) / served, paths, c, refilled)[0]
             together = _busiest(reads + after_compute, paths, c, paths.burst)[0]
-            after = min(after, max(after - workers_in_turn_overlap(pull, pushes, served, in_turn), tail,
+            after = min(after, max(after - workers_in_turn_overlap(pull, pushes, served, in_turn, others), tail,
                                    together - pull))
         overlapped, all_at = _busiest(load.every, paths, c, paths.burst)
         n = paths.num_workers
@@ -626,15 +631,26 @@ class StepCost:
                         pull_at, after_at, all_at)
 
 
-def workers_in_turn_overlap(pulls_s: float, pushes_s: float, served: float, in_turn: float) -> float:
+def workers_in_turn_overlap(pulls_s: float, pushes_s: float, served: float, in_turn: float,
+                            others: float = 0.0) -> float:
     """What the pushes save when the reads' busiest sender serves `served` workers one after
-    another (`Paths.served_in_turn`) and each worker pushes as soon as it has computed: a two-stage
-    flow shop of k workers, a = pulls_s / k and b = pushes_s / k a stage each (the compute between
-    them the same for all), takes (k - 1)·max(a, b) + a + b = pulls_s + pushes_s - (k - 1)·min(a, b)
-    where the phases one after the other take pulls_s + pushes_s: (k - 1) / k · min(pulls_s,
-    pushes_s) less, of which the share `in_turn` of the reads the sender serves in turn. One
+    another (`Paths.served_in_turn`) and each worker pushes as soon as it has computed (the compute
+    the same for all): a flow shop of k workers, a = pulls_s / k and b = pushes_s / k a stage,
+    worker j's reads in at r_j = max(j·a, others·pulls_s) (the other senders' share of the phase,
+    `others`, ends in their own order: no worker's reads are in before it, at the latest), its push then queued
+    behind the earlier ones on the pushes' binding resource. The last push ends
+    max_j (r_j + (k - j + 1)·b) - r_k after the last worker's reads, where the phases one after
+    the other push all k·b then: the difference, of which the share `in_turn` of the reads the
+    sender serves in turn. One sender (others 0): (k - 1)·min(a, b), the two-stage flow shop
+    (k - 1)·max(a, b) + a + b against k·a + k·b; two senders alike (others 1): 0. One
     worker served (2 hosts; a receiver's own side binding) saves nothing."""
-    return in_turn * min(pulls_s, pushes_s) * (served - 1) / served
+    k = round(served)
+    if k <= 1:
+        return 0.0
+    a, b = pulls_s / k, pushes_s / k
+    ready = [max(j * a, others * pulls_s) for j in range(1, k + 1)]
+    left = max(r + (k - j) * b for j, r in enumerate(ready)) - ready[-1]
+    return in_turn * max(0.0, pushes_s - left)
 
 
 def chunk_pipeline_fill(pushes_s: float, pulls_s: float, chunks: Counter) -> float:

@@ -128,8 +128,9 @@ def test_reads_from_two_senders_alike_end_in_their_own_orders():
     workers on hosts 3 to 5): each worker's reads end only when both senders served it, in two
     unrelated orders, so nothing is gained: the phases as without a queue (each worker waits for
     its two senders, 1 - (2/3)^2 of the time busy; each PS host for its three, 1 - (1/2)^3). With
-    the shards 3:1, host 1's lead over host 2 is two thirds of its phase: two thirds of the flow
-    shop's overlap."""
+    the shards 3:1, host 2's phase (a third of host 1's) ends by the time host 1 has served its
+    first worker: the whole queue's share (1) is served in turn, a third of the phase the earliest
+    a worker's reads are in."""
     spec = ClusterSpec(version=1, nodes=[
         Node(address="10.0.0.1", chief=True, workers=0, ps=1), Node(address="10.0.0.2", workers=0, ps=1),
         *(Node(address=f"10.0.0.{i}", workers=1) for i in (3, 4, 5))])
@@ -147,8 +148,9 @@ def test_reads_from_two_senders_alike_end_in_their_own_orders():
             reads[paths.index["pair", paths.hosts[host], paths.hosts[w_host]]] += nbytes
             reads[paths.index["sent", paths.hosts[host], ""]] += nbytes
     seconds = paths.phase_seconds(reads, BANDWIDTH_ONLY, paths.zeros())
-    served, in_turn = paths.served_in_turn(reads, seconds)
-    assert (served, in_turn) == pytest.approx((3, 2 / 3))
+    sent_1, sent_2 = (seconds[paths.index["sent", paths.hosts[h], ""]] for h in (0, 1))
+    assert sent_2 == pytest.approx(sent_1 / 3)
+    assert paths.served_in_turn(reads, seconds) == pytest.approx((3, 1, 1 / 3))
 
 
 def test_a_fan_outs_receivers_waiting_longer_by_their_reverse_share_leave_the_sender_binding():
@@ -156,8 +158,9 @@ def test_a_fan_outs_receivers_waiting_longer_by_their_reverse_share_leave_the_se
     the user rows of ncf's Parallax). Host 2's received side waits for host 1 (busy a third of the
     time) and carries the reverse share of what it sends: a little longer than host 1's sent side,
     which still serves the three workers in turn; host 2's sent side takes M/2 plus the reverse
-    share of its M received, 0.7/3 of host 1's 3M: a lead of 23/30. A path binding instead:
-    nothing served in turn."""
+    share of its M received, 0.7/3 of host 1's 3M: 7/30 of the phase the earliest a worker's reads
+    are in. A path
+    binding instead: nothing served in turn."""
     spec = hosts_spec(4)
     paths = Paths.of(spec, network(spec, B, queue_bytes=M))
     reads = paths.zeros()
@@ -167,9 +170,9 @@ def test_a_fan_outs_receivers_waiting_longer_by_their_reverse_share_leave_the_se
     seconds = paths.phase_seconds(reads, c, paths.zeros())
     received_2, sent_1 = paths.index["received", "10.0.0.2", ""], paths.index["sent", "10.0.0.1", ""]
     assert seconds[received_2] > seconds[sent_1]
-    assert paths.served_in_turn(reads, seconds) == pytest.approx((3, 23 / 30))
+    assert paths.served_in_turn(reads, seconds) == pytest.approx((3, 1, 7 / 30))
     seconds[paths.index["pair", "10.0.0.1", "10.0.0.2"]] = 2 * seconds[sent_1]
-    assert paths.served_in_turn(reads, seconds) == (1.0, 0.0)
+    assert paths.served_in_turn(reads, seconds) == (1.0, 0.0, 0.0)
 
 
 def test_workers_in_turn_overlap_is_the_flow_shops_saving():
@@ -177,6 +180,38 @@ def test_workers_in_turn_overlap_is_the_flow_shops_saving():
     assert workers_in_turn_overlap(0.3, 0.6, 3, 1.0) == pytest.approx(3 * 0.1 + 3 * 0.2 - (2 * 0.2 + 0.1 + 0.2))
     assert workers_in_turn_overlap(0.3, 0.6, 3, 0.5) == pytest.approx(0.1)
     assert workers_in_turn_overlap(0.3, 0.6, 1, 1.0) == 0.0
+
+
+def test_the_pushes_part_of_a_phase_shared_with_the_ring_takes_its_bucket_once():
+    """A PS on host 1 (w, M bytes) read by the 3 remote workers in turn, and a dense variable r of M
+    bytes all-reduced: after compute host 1's received side carries the three pushes (3M) and the
+    ring's 1.5M, less one token bucket X. The pushes' part of that phase is 3M/B (the phase less
+    the ring's (1.5M - X)/B), a = b = M/B: the flow shop leaves the last worker's push and the
+    ring, (M + 1.5M - X)/B. Taking the pushes alone, bucket off ((3M - X)/B), the old model saved
+    2X/3 less."""
+    spec = hosts_spec(4, ps=[1, 0, 0, 0])
+    r = var("r", [1000, 1000])
+    graph = GraphItem(variables=[W, r], batch_size=100)
+    strategy = plan(graph, spec, [planned(W, sync=PSSync(ps_task=0)), planned(r, sync=AllReduceSync(group=0))])
+    burst = M / 2
+    net = network(spec, B, queue_bytes=M, burst_bytes=burst)
+    assert step(strategy, profile(graph, 0.05), spec, net) == pytest.approx(
+        3 * M / B + 0.05 + (M + 1.5 * M - burst) / B)
+
+
+def test_a_second_sender_delays_the_first_workers_reads_not_the_whole_overlap():
+    """ncf's Parallax at 4 hosts: host 1 serves three workers the user rows in turn (a = 0.1 s
+    each), host 2 sends the item rows in 0.17 s in its own order, and each worker's push (b = 0.05
+    s) queues on host 1's received side. The reads are in at 0.17, 0.2 and 0.3 s at the latest:
+    the first two pushes end (0.27 s) before the last worker's reads are in, so only its own push
+    is left, the whole flow shop's (k - 1)·b = 0.1 s saved. The old scaling by host 1's lead over
+    host 2 (1 - 0.17 / 0.3) gave 0.043 s. Two senders alike (0.3 s): every read in at the end,
+    nothing saved; a second sender slower than the first worker's reads by 0.25 s: the first two
+    pushes run behind each other from 0.25 s, 0.025 s of the saving left."""
+    assert workers_in_turn_overlap(0.3, 0.15, 3, 1.0, 0.17 / 0.3) == pytest.approx(0.1)
+    assert workers_in_turn_overlap(0.3, 0.15, 3, 1.0, 1.0) == pytest.approx(0.0)
+    assert workers_in_turn_overlap(0.3, 0.15, 3, 1.0, 0.25 / 0.3) == pytest.approx(0.15 - (0.25 + 0.15 - 0.3))
+    assert workers_in_turn_overlap(0.3, 0.15, 3, 0.5, 0.17 / 0.3) == pytest.approx(0.05)
 
 
 def test_receiving_share_of_a_port_whose_senders_also_send_elsewhere():
