@@ -51,6 +51,6 @@ def test_workers_whose_steps_differ_fail_saying_so(tmp_path: Path, kind: str) ->
                        str(tmp_path / "out"), "--worker1-skips-last", env={"ADRUN_OP_TIMEOUT": "3000"})
     assert result.returncode == 1, result.output
     text = " ".join(result.output.replace("│", " ").split())
-    assert "adrun: the workers' optimizer steps differ" in text, result.output
+    assert "adrun: the optimizer steps of the workers differ" in text, result.output
     assert "ADRUN_OP_TIMEOUT" not in text, result.output
     assert leftover_processes(result.job_id) == []

@@ -81,9 +81,9 @@ class TF2Collectives(Collectives):
             every = self.gather(mine, "adrun/same_step")
             return tf.debugging.assert_equal(
                 every, tf.tile(mine, [self.num_workers]), summarize=self.num_workers,
-                message=(f"adrun: the workers' optimizer steps differ: every worker must apply gradients to the same "
-                         f"variables, of the same kinds, in the same order of applies. This worker's apply reduces "
-                         f"{_shortened(applied)}; hashes of the workers' applies (worker order) and of this one's:"),
+                message=(f"adrun: the optimizer steps of the workers differ: every worker must apply gradients to the "
+                         f"same variables, of the same kinds, in the same order of applies. This apply reduces "
+                         f"{_shortened(applied)}; hashes of the applies of the workers (in worker order), and of this one:"),
             )
 
     def state_variable(self, initial: Callable[[], tf.Tensor], name: str) -> tf.Variable:

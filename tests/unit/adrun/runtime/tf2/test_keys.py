@@ -162,8 +162,8 @@ def test_workers_whose_applies_differ_fail_the_step_naming_it(monkeypatch: pytes
     StandIns(monkeypatch, peer_offset=1)  # the peer's hash differs
     routes = LocalRoutes(0)
     collectives = TF2Collectives(2, keys=StepKeys(LOCAL_CPU), routes=lambda: routes)
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r"adrun: the workers' optimizer steps differ(.|\n)*"
-                                                             r"This worker's apply reduces dense_0 \(dense\)"):
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"adrun: the optimizer steps of the workers differ(.|\n)*"
+                                                             r"This apply reduces dense_0 \(dense\)"):
         collectives.same_on_every_worker("dense_0 (dense)")
 
 
