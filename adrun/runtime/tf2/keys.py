@@ -5,11 +5,10 @@ group leader asks the leader to resolve every instance key it has not used befor
 CollectiveParamResolverDistributed: one `CompleteInstance` RPC, before the collective can start);
 a key it has used is resolved from its cache. So a step's collectives take the same keys every
 step, as graph mode's do, named by what they reduce: a key is a hash of the collective's label (the
-plan group and variable names, kernels/allreduce_sync.py), the same on every worker whenever and
-however often each traced its step; a label met twice in one traced function is numbered. The
-cache also holds an instance's shape and refuses another: a collective whose shape is known only at
-run time (the padded rows of a sparse gather) takes a key of its label and its shape, so each shape
-is resolved once.
+plan group and variable names, kernels/allreduce_sync.py) and of its shape, the same on every worker
+whenever and however often each traced its step; a label met twice in one traced function is
+numbered. The shape is in the key because the cache holds an instance's shape and refuses another:
+the padded rows of a sparse gather change shape from step to step, and each shape is resolved once.
 
 TF chains collectives of one function in program order, unless each takes a resource (the
 ordering token). On the host each label has its own token, so the step's collectives run at once
@@ -56,11 +55,13 @@ class StepKeys:
         return label if met[label] == 1 else f"{label}#{met[label]}"
 
     def instance_key(self, label: str, t: tf.Tensor) -> int | tf.Tensor:
-        """The key of the collective of `label` (from `label()`) on `t`: fixed when `t`'s shape is,
-        otherwise one per run-time shape."""
+        """The key of the collective of `label` (from `label()`) on `t`, a hash of both: a number
+        when `t`'s shape is known now (always, eagerly), else computed from its run-time shape the
+        same way, so a worker that traced a shape as known and one that traced it as unknown agree."""
         base = zlib.crc32(label.encode()) % _STEP_KEYS
         if t.shape.is_fully_defined():
-            key = STEP_KEYS_START + base
+            weighted = sum(d * _SHAPE_PRIMES[i % len(_SHAPE_PRIMES)] for i, d in enumerate(t.shape.as_list()))
+            key = STEP_KEYS_START + (base + weighted) % _STEP_KEYS
             other = self._labels.setdefault(key, label)
             if other != label:
                 raise RuntimeError(f"adrun: collectives '{other}' and '{label}' hash to one instance key {key}; "
@@ -68,8 +69,7 @@ class StepKeys:
             return key
         dims = tf.shape(t, out_type=tf.int64)
         weights = tf.gather(tf.constant(_SHAPE_PRIMES, tf.int64), tf.range(tf.size(dims)) % len(_SHAPE_PRIMES))
-        mixed = (base + tf.reduce_sum(dims * weights)) % _STEP_KEYS
-        return tf.cast(STEP_KEYS_START + mixed, tf.int32)
+        return tf.cast(STEP_KEYS_START + (base + tf.reduce_sum(dims * weights)) % _STEP_KEYS, tf.int32)
 
     def ordering_token(self, device: str, label: str) -> list[tf.Tensor]:
         """The ordering token of the collective of `label` on `device` (a full device name)."""

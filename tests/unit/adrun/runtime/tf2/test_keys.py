@@ -173,3 +173,20 @@ def test_workers_whose_applies_agree_pass_the_check(monkeypatch: pytest.MonkeyPa
     collectives = TF2Collectives(2, keys=StepKeys(LOCAL_CPU), routes=lambda: routes)
     assert collectives.same_on_every_worker("dense_0 (dense)") is None  # eager: checked, nothing to wait for
     assert TF2Collectives(1).same_on_every_worker("dense_0 (dense)") is None
+
+
+def test_a_shape_known_when_traced_and_one_known_when_run_take_one_key() -> None:
+    """One worker may trace a gather's rows as known and another (after a retrace with relaxed shapes)
+    as unknown: both must reach the same key; eagerly, each shape has its own key (TF's resolver
+    refuses a second shape under one key)."""
+    keys = StepKeys(LOCAL_CPU)
+    rows = tf.ones([5, 4])
+    known = keys.instance_key("adrun/allgather/t/values", rows)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4])])
+    def unknown(t: tf.Tensor) -> tf.Tensor:
+        return keys.instance_key("adrun/allgather/t/values", t)
+
+    assert isinstance(known, int)
+    assert int(unknown(rows)) == known
+    assert keys.instance_key("adrun/allgather/t/values", tf.ones([6, 4])) != known
