@@ -31,7 +31,7 @@ ctx = TaskContext(mode="run", role="worker", task_index=index, num_workers=2, jo
 start_collectives(ctx)
 
 routes = Routes(index, Route("CPU:1", GPU_GROUP_KEY, "auto"))  # the GPU group, on a virtual CPU
-collectives = TF2Collectives(2, timeout_s=60, keys=StepKeys(routes.device(HOST)), routes=lambda: routes)
+collectives = TF2Collectives(2, keys=StepKeys(routes.device(HOST)), routes=lambda: routes)
 broadcaster = Broadcaster(index, 2, 60, lambda: routes)
 with tf.variable_creator_scope(broadcaster):
     weights = tf.Variable(tf.fill([3], float(index + 1)))
