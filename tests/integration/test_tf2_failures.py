@@ -1,5 +1,5 @@
-"""A TF2 job whose workers run different numbers of optimizer steps fails, naming the worker that
-left, with no hang and nothing left running."""
+"""A TF2 job whose workers run different numbers of optimizer steps, or steps of different
+collectives, fails, naming what happened, with no hang and nothing left running."""
 
 from __future__ import annotations
 
@@ -37,4 +37,20 @@ def test_a_stuck_peer_fails_the_step_after_the_op_timeout(tmp_path: Path) -> Non
     assert "root cause: w0 failed" in text, result.output
     assert "a training step's collectives ran longer than ADRUN_OP_TIMEOUT (3 s)" in text, result.output
     assert "adrun: error: worker 0: a collective with another worker timed out" in text, result.output
+    assert leftover_processes(result.job_id) == []
+
+
+@pytest.mark.parametrize("kind", ["loop-function", "loop-eager"])
+def test_workers_whose_steps_differ_fail_saying_so(tmp_path: Path, kind: str) -> None:
+    """Worker 1 applies no gradient to the last variable, so its step's collectives are not worker
+    0's: each step checks that every worker's apply reduces the same gradients (reduction.py,
+    `same_on_every_worker`) and fails at once, instead of waiting in collectives no peer joins until
+    ADRUN_OP_TIMEOUT (set far above this test's own timeout)."""
+    spec = write_spec(tmp_path / "cluster.yml", workers=2, ps=1)
+    result = run_adrun("--spec", str(spec), "--quiet", "--strategy", "AllReduce", SCRIPT, "--kind", kind, "--out",
+                       str(tmp_path / "out"), "--worker1-skips-last", env={"ADRUN_OP_TIMEOUT": "3000"})
+    assert result.returncode == 1, result.output
+    text = " ".join(result.output.replace("│", " ").split())
+    assert "adrun: the optimizer steps of the workers differ" in text, result.output
+    assert "ADRUN_OP_TIMEOUT" not in text, result.output
     assert leftover_processes(result.job_id) == []

@@ -1,7 +1,8 @@
 """TF2 mode's two collective groups, run: the GPU group's route pointed at a second virtual CPU
 (tests/scripts/tf2_routes_worker.py), two workers started without adrun. Floating-point collectives
 run on that device in their own group, integer ones on CPU:0 in the host group, in one traced step
-under one ordering token, and every result is exact. What this cannot show without a GPU (NCCL
+(the float ones under their device's ordering token, the host ones each under its own), and every
+result is exact. What this cannot show without a GPU (NCCL
 itself, CUDA_VISIBLE_DEVICES): docs/gpu.md."""
 
 from __future__ import annotations

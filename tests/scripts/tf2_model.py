@@ -44,6 +44,9 @@ parser.add_argument("--kill-after-epoch", type=int, help="fit and loop kinds: on
                     "worker 0 kills itself (SIGKILL) at this epoch's end, after its backup or checkpoint")
 parser.add_argument("--wait-for-w0", action="store_true", help="fit kinds: worker 1 waits after its first batch "
                     "until worker 0 has written its weights (asynchronous PS training must let worker 0 finish)")
+parser.add_argument("--worker1-skips-last", action="store_true", help="loop kinds: worker 1 applies no gradient to "
+                    "the last variable (its step's collectives differ from worker 0's; every worker builds its "
+                    "optimizer for all variables first)")
 args = parser.parse_args()
 
 import tensorflow as tf  # noqa: E402
@@ -260,12 +263,15 @@ def custom_loop(traced: bool):
     model = dense_stack()
     opt = optimizer()
     first, save = resumed(model, opt)
+    if args.worker1_skips_last:
+        opt.build(model.trainable_variables)  # the same slots on every worker: only the applies differ
 
     def step(inputs, targets):
         with tf.GradientTape() as tape:
             loss = tf.reduce_mean(tf.square(model(inputs, training=True) - targets))
         grads = tape.gradient(loss, model.trainable_variables)
-        opt.apply_gradients(zip(grads, model.trainable_variables))
+        pairs = list(zip(grads, model.trainable_variables))
+        opt.apply_gradients(pairs[:-1] if args.worker1_skips_last and worker == 1 else pairs)
         return loss
 
     step = tf.function(step) if traced else step

@@ -6,8 +6,8 @@ as they would with NCCL on a GPU (adrun/runtime/tf2/routes.py).
     python tf2_routes_worker.py TASK_INDEX PORT0 PORT1 OUT.json
 
 Broadcasts a float and an int64 variable from worker 0, reduces a dense gradient and gathers
-sparse rows eagerly (to read the device each ran on) and in one traced step (both groups under one
-ordering token), and writes what it got as JSON.
+sparse rows eagerly (to read the device each ran on) and in one traced step (both groups in one
+function), and writes what it got as JSON.
 """
 
 import json
@@ -18,7 +18,7 @@ import tensorflow as tf
 from adrun.runtime.context import TaskContext
 from adrun.runtime.tf2.broadcast import Broadcaster
 from adrun.runtime.tf2.collective_runtime import start_collectives
-from adrun.runtime.tf2.keys import RuntimeKeys
+from adrun.runtime.tf2.keys import StepKeys
 from adrun.runtime.tf2.reduction import TF2Collectives
 from adrun.runtime.tf2.routes import GPU_GROUP_KEY, HOST, Route, Routes
 from adrun.strategies.document import AllReduceSync
@@ -31,7 +31,7 @@ ctx = TaskContext(mode="run", role="worker", task_index=index, num_workers=2, jo
 start_collectives(ctx)
 
 routes = Routes(index, Route("CPU:1", GPU_GROUP_KEY, "auto"))  # the GPU group, on a virtual CPU
-collectives = TF2Collectives(2, timeout_s=60, keys=RuntimeKeys(routes.device(HOST)), routes=lambda: routes)
+collectives = TF2Collectives(2, keys=StepKeys(routes.device(HOST)), routes=lambda: routes)
 broadcaster = Broadcaster(index, 2, 60, lambda: routes)
 with tf.variable_creator_scope(broadcaster):
     weights = tf.Variable(tf.fill([3], float(index + 1)))

@@ -66,7 +66,7 @@ def _collective_hook(ctx: Any, steps: Any) -> Any:
     """All-reduce plans: peers joined by TF's collectives, worker 0's initial values broadcast."""
     from adrun.runtime.tf2.broadcast import Broadcaster
     from adrun.runtime.tf2.collective_runtime import routes_of, start_collectives
-    from adrun.runtime.tf2.keys import RuntimeKeys
+    from adrun.runtime.tf2.keys import StepKeys
     from adrun.runtime.tf2.reduction import TF2Collectives
     from adrun.runtime.tf2.sync import SynchronizedApply
 
@@ -77,7 +77,7 @@ def _collective_hook(ctx: Any, steps: Any) -> Any:
 
         start_collectives(ctx)
         report_collective_failures(ctx.task_index)
-        keys = RuntimeKeys(Routes(ctx.task_index).device(HOST))
+        keys = StepKeys(Routes(ctx.task_index).device(HOST))
         routes = routes_of(ctx)
         _enter(Broadcaster(ctx.task_index, ctx.num_workers, ctx.settings.op_timeout_s, routes))
     collectives = TF2Collectives(ctx.num_workers, keys=keys, routes=routes)

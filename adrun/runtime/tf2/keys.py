@@ -1,62 +1,85 @@
-"""Instance keys of a TF2 worker's collectives.
+"""Instance keys and ordering tokens of a TF2 worker's collectives.
 
-Collectives of different workers pair up by (group key, instance key). MultiWorkerMirroredStrategy
-feeds each call a fresh key through a captured call-time value, which fails inside Keras's
-`steps_per_execution` loop (the capture is re-bound in a cond branch nobody feeds). Here a key is
-made at run time by a counter variable (`assign_add(1)`), correct whatever each worker traced and
-inside conds and loops, as long as every worker runs the same sequence of collectives; its handle
-is the ordering token of every collective on the worker's CPU, so TF runs them in program order.
+Collectives of different workers pair up by (group key, instance key), and a worker that is not the
+group leader asks the leader to resolve every instance key it has not used before (TF's
+CollectiveParamResolverDistributed: one `CompleteInstance` RPC, before the collective can start);
+a key it has used is resolved from its cache. So a step's collectives take the same keys every
+step, as graph mode's do, named by what they reduce: a key is a hash of the collective's label (the
+plan group and variable names, kernels/allreduce_sync.py) and of its shape, the same on every worker
+whenever and however often each traced its step; a label met twice in one traced function is
+numbered. The shape is in the key because the cache holds an instance's shape and refuses another:
+the padded rows of a sparse gather change shape from step to step, and each shape is resolved once.
 
-A collective is placed with its ordering token (TF's placer colocates an op with the resources it
-takes; seen: a reduce meant for a second device ran on CPU:0, with the counter, and joined the
-wrong group), so a collective on another device (routes.py: the GPU) gets a token of that device,
-one per device as MultiWorkerMirroredStrategy has: the collectives of each device run in program
-order, which NCCL needs, and each still takes its key from the one counter.
+TF chains collectives of one function in program order, unless each takes a resource (the
+ordering token). On the host each label has its own token, so the step's collectives run at once
+where their data allows, as graph mode's do (their keys do not depend on the order they run in). A
+collective on another device (routes.py: NCCL on a GPU) shares one token per device, as
+MultiWorkerMirroredStrategy does: NCCL needs every device to launch them in the same order.
+The placer puts a collective with its token, so a token lives on its collective's device.
 
-Variables are broadcast eagerly, in creation order, under keys counted in Python from 1; the
-run-time counter starts above them.
+Variables are broadcast eagerly, in creation order, under keys counted in Python from 1; step keys
+lie above them.
 """
 
 from __future__ import annotations
 
+import weakref
+import zlib
+from collections import Counter
+
 import tensorflow as tf
 
-RUNTIME_KEYS_START = 1 << 24  # broadcasts of initial values below, run-time collectives above
+STEP_KEYS_START = 1 << 24  # broadcasts of initial values below, step collectives from here
+_STEP_KEYS = (1 << 31) - 1 - STEP_KEYS_START  # how many int32 keys lie above the broadcasts'
+_SHAPE_PRIMES = (7919, 104729, 1299709, 15485863)  # a run-time dimension's weight in its key
 
 
-class RuntimeKeys:
-    """The counter is made at the first collective (not at start-up, where it would start TF's
-    context before the script's own tf.config settings), eagerly, outside the broadcast, on the
-    worker's CPU (`host_device`: a key is read on the host, whichever device runs the collective)."""
+class StepKeys:
+    """Keys and tokens are made at the first collective (not at start-up, where a token variable
+    would start TF's context before the script's own tf.config settings), eagerly."""
 
     def __init__(self, host_device: str) -> None:
         self._host_device = host_device
-        self._variable: tf.Variable | None = None
-        self._tokens: dict[str, tf.Variable] = {}  # device -> the ordering token of its collectives
+        self._tokens: dict[str, tf.Variable] = {}  # host label or other device -> its ordering token
+        self._labels: dict[int, str] = {}  # fixed key -> its label: two labels on one key are refused
+        self._met: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> labels traced in it
 
-    def _counter(self) -> tf.Variable:
-        if self._variable is None:
-            from adrun.runtime.tf2.broadcast import internal
+    def label(self, label: str) -> str:
+        """`label`, numbered from its second use in the graph being traced (two collectives of one
+        label in one function may run at once, so they need keys of their own). Eager collectives run
+        one after the other and keep their label."""
+        if tf.executing_eagerly():
+            return label
+        met = self._met.setdefault(tf.compat.v1.get_default_graph(), Counter())
+        met[label] += 1
+        return label if met[label] == 1 else f"{label}#{met[label]}"
 
-            with tf.init_scope(), internal(), tf.device(self._host_device):
-                self._variable = tf.Variable(RUNTIME_KEYS_START, dtype=tf.int32, trainable=False,
-                                             name="adrun_instance_key")
-        return self._variable
+    def instance_key(self, label: str, t: tf.Tensor) -> int | tf.Tensor:
+        """The key of the collective of `label` (from `label()`) on `t`, a hash of both: a number
+        when `t`'s shape is known now (always, eagerly), else computed from its run-time shape the
+        same way, so a worker that traced a shape as known and one that traced it as unknown agree."""
+        base = zlib.crc32(label.encode()) % _STEP_KEYS
+        if t.shape.is_fully_defined():
+            weighted = sum(d * _SHAPE_PRIMES[i % len(_SHAPE_PRIMES)] for i, d in enumerate(t.shape.as_list()))
+            key = STEP_KEYS_START + (base + weighted) % _STEP_KEYS
+            other = self._labels.setdefault(key, label)
+            if other != label:
+                raise RuntimeError(f"adrun: collectives '{other}' and '{label}' hash to one instance key {key}; "
+                                   "rename one of the variables")
+            return key
+        dims = tf.shape(t, out_type=tf.int64)
+        weights = tf.gather(tf.constant(_SHAPE_PRIMES, tf.int64), tf.range(tf.size(dims)) % len(_SHAPE_PRIMES))
+        return tf.cast(STEP_KEYS_START + (base + tf.reduce_sum(dims * weights)) % _STEP_KEYS, tf.int32)
 
-    def next(self) -> tf.Tensor:
-        """A fresh instance key, made when the collective runs."""
-        return tf.identity(self._counter().assign_add(1))
-
-    def ordering_token(self, device: str) -> list[tf.Tensor]:
-        """The ordering token of the collectives that run on `device` (a full device name)."""
-        if device == self._host_device:
-            return [self._counter().handle]
-        token = self._tokens.get(device)
+    def ordering_token(self, device: str, label: str) -> list[tf.Tensor]:
+        """The ordering token of the collective of `label` on `device` (a full device name)."""
+        name = label if device == self._host_device else device
+        token = self._tokens.get(name)
         if token is None:
             from adrun.runtime.tf2.broadcast import internal
 
             with tf.init_scope(), internal(), tf.device(device):
-                token = self._tokens[device] = tf.Variable(0.0, trainable=False, name="adrun_ordering_token")
+                token = self._tokens[name] = tf.Variable(0.0, trainable=False, name="adrun_ordering_token")
         return [token.handle]
 
 
@@ -69,6 +92,6 @@ class CreationKeys:
 
     def next(self) -> int:
         self._last += 1
-        if self._last >= RUNTIME_KEYS_START:
-            raise RuntimeError(f"adrun: more than {RUNTIME_KEYS_START - 1} variables were created")
+        if self._last >= STEP_KEYS_START:
+            raise RuntimeError(f"adrun: more than {STEP_KEYS_START - 1} variables were created")
         return self._last

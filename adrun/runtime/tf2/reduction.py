@@ -2,7 +2,7 @@
 
 Dense gradients go through graph mode's grouping and compressors (`kernels/allreduce_sync.py`,
 `kernels/compression.py`: one fused buffer per plan group, dtype and compressor; fp16, fp16-ef,
-powersgd) under run-time instance keys (`keys.py`). A partitioned variable's gradient is cut into the
+powersgd) under instance keys fixed per collective (`keys.py`). A partitioned variable's gradient is cut into the
 plan's shards, each reduced in its own group (PartitionedAR), and joined again. Sparse gradients are
 all-gathered (`gathered_rows`): for an optimizer that applies them only through their rows summed
 per index (duplicate_rows.py: SGD, Lion, every tf_keras optimizer, when unclipped) each worker first
@@ -14,6 +14,7 @@ tensors when the job runs on GPUs).
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,46 +24,66 @@ import tensorflow as tf
 from adrun.runtime.kernels.allreduce_sync import Collectives, gathered_rows
 from adrun.runtime.tf2.broadcast import internal
 from adrun.runtime.tf2.duplicate_rows import summed_per_index
-from adrun.runtime.tf2.keys import RuntimeKeys
+from adrun.runtime.tf2.keys import StepKeys
 from adrun.runtime.tf2.routes import Route, Routes
 from adrun.strategies.document import AllReduceSync, PSSync, VariablePlan, shard_sizes
 
 
 @dataclass
 class TF2Collectives(Collectives):
-    """Graph mode's collectives with run-time instance keys, one ordering token and a device per
-    dtype (`routes`, decided at the first collective); compressor state made once per name, eagerly,
+    """Graph mode's collectives with step keys and ordering tokens (keys.py) and a device per dtype
+    (`routes`, decided at the first collective); compressor state made once per name, eagerly,
     on this worker only. No collective carries a timeout of its own: TF would start a thread per
     call to keep it; the step's deadline keeps ADRUN_OP_TIMEOUT instead (step_deadline.py). A run of
     one worker has neither keys nor routes and never reaches a collective."""
 
-    keys: RuntimeKeys | None = None
+    keys: StepKeys | None = None
     routes: Callable[[], Routes] | None = None
     _state: dict[str, tf.Variable] = field(default_factory=dict)
 
-    def _route(self, t: tf.Tensor) -> tuple[RuntimeKeys, Route, str]:
-        """The keys, `t`'s route and its device."""
+    def _route(self, t: tf.Tensor, label: str) -> tuple[Route, str, dict[str, Any]]:
+        """`t`'s route, its device and the collective's key and token."""
         if self.keys is None or self.routes is None:
             raise RuntimeError("TF2Collectives: a collective op in a run of one worker (no keys, no routes)")
         routes = self.routes()
         route = routes.of(t.dtype.base_dtype.name)
-        return self.keys, route, routes.device(route)
+        device = routes.device(route)
+        label = self.keys.label(label)
+        return route, device, {"instance_key": self.keys.instance_key(label, t),
+                               "ordering_token": self.keys.ordering_token(device, label)}
 
     def _reduce(self, t: tf.Tensor, label: str, final_op: str) -> tf.Tensor:
-        keys, route, device = self._route(t)
+        route, device, key = self._route(t, label)
         with tf.device(device):
             return tf.raw_ops.CollectiveReduceV2(
-                input=t, group_size=self.num_workers, group_key=route.group_key, instance_key=keys.next(),
-                ordering_token=keys.ordering_token(device), merge_op="Add", final_op=final_op,
-                communication_hint=route.communication_hint,
+                input=t, group_size=self.num_workers, group_key=route.group_key, merge_op="Add", final_op=final_op,
+                communication_hint=route.communication_hint, **key,
             )
 
     def gather(self, t: tf.Tensor, label: str, step: Any = None) -> tf.Tensor:
-        keys, route, device = self._route(t)
+        route, device, key = self._route(t, label)
         with tf.device(device):
             return tf.raw_ops.CollectiveGatherV2(
-                input=t, group_size=self.num_workers, group_key=route.group_key, instance_key=keys.next(),
-                ordering_token=keys.ordering_token(device), communication_hint=route.communication_hint,
+                input=t, group_size=self.num_workers, group_key=route.group_key,
+                communication_hint=route.communication_hint, **key,
+            )
+
+    def same_on_every_worker(self, applied: str) -> tf.Operation | None:
+        """An op that fails the step, saying so, unless every worker's apply reduces what this one's
+        does (`applied` names it): a worker whose step has other collectives would otherwise wait
+        for partners that never come. It gathers a hash of `applied` in a collective of its own,
+        built first (so an eager apply checks before it reduces) and not waited for by the others
+        (so a traced step spends no time on it)."""
+        if self.num_workers == 1:
+            return None
+        mine = tf.constant([zlib.crc32(applied.encode())], tf.int64)
+        with tf.name_scope("adrun_same_step"):
+            every = self.gather(mine, "adrun/same_step")
+            return tf.debugging.assert_equal(
+                every, tf.tile(mine, [self.num_workers]), summarize=self.num_workers,
+                message=(f"adrun: the optimizer steps of the workers differ: every worker must apply gradients to the "
+                         f"same variables, of the same kinds, in the same order of applies. This apply reduces "
+                         f"{_shortened(applied)}; hashes of the applies of the workers (in worker order), and of this one:"),
             )
 
     def state_variable(self, initial: Callable[[], tf.Tensor], name: str) -> tf.Variable:
@@ -81,6 +102,10 @@ class TF2Collectives(Collectives):
             if sum_per_index:
                 grad = summed_per_index(grad)
             return gathered_rows(grad, self.num_workers, lambda t, part: self.gather(t, f"{name}/{part}"))
+
+
+def _shortened(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[:limit] + " ..."
 
 
 def mean_gradients(collectives: TF2Collectives, planned: list[tuple[VariablePlan, Any]],

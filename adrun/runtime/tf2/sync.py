@@ -35,14 +35,17 @@ class SynchronizedApply:
             return grads
         with tf.control_dependencies([self._steps.started()]):
             planned = [(i, plan, ordered(grad)) for i, plan, grad in planned]
+        sum_per_index = sums_duplicate_rows(optimizer)
+        applied = ", ".join(f"{plan.name} ({'sparse' if is_sparse(grad) else 'dense'})" for _, plan, grad in planned)
+        checked = self._collectives.same_on_every_worker(f"{applied}; rows summed per index: {sum_per_index}")
         self._collectives.wire_bytes = 0
-        means = mean_gradients(self._collectives, [(plan, grad) for _, plan, grad in planned], sums_duplicate_rows(optimizer))
+        means = mean_gradients(self._collectives, [(plan, grad) for _, plan, grad in planned], sum_per_index)
         self._wire_bytes[id(optimizer)] = self._collectives.wire_bytes
         self._steps.wire_bytes = sum(self._wire_bytes.values())
         out = list(grads)
         for (i, _, _), mean in zip(planned, means, strict=True):
             out[i] = mean
-        with tf.control_dependencies([value_of(m) for m in means]):
+        with tf.control_dependencies([value_of(m) for m in means] + ([checked] if checked is not None else [])):
             self._steps.done(None if tf.executing_eagerly() else traced_batch_size())
         return out
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from adrun.runtime.tf2.keys import RuntimeKeys
+from adrun.runtime.tf2.keys import StepKeys
 from adrun.runtime.tf2.reduction import TF2Collectives
 from adrun.runtime.tf2.routes import Route, Routes
 from adrun.runtime.tf2.step_deadline import StepDeadline
@@ -24,7 +24,7 @@ class LocalRoutes(Routes):
 
 def test_a_traced_step_s_collectives_carry_no_timeout() -> None:
     routes = LocalRoutes(0)
-    collectives = TF2Collectives(2, keys=RuntimeKeys(LOCAL_CPU), routes=lambda: routes)
+    collectives = TF2Collectives(2, keys=StepKeys(LOCAL_CPU), routes=lambda: routes)
 
     @tf.function
     def step(dense: tf.Tensor, rows: tf.Tensor, ids: tf.Tensor) -> tuple:
