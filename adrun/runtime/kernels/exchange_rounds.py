@@ -1,0 +1,154 @@
+"""The order in which a worker exchanges with the PS tasks: one PS task at a time, staggered.
+
+A step of a sharded PS plan moves rows and shards between every worker and every PS task twice:
+the pulls (PS -> worker, forward) and the pushes (worker -> PS, after backward). Left to TF, a
+worker asks every PS task at once, so each host's shaped link carries three or more TCP flows in
+each direction at the same moments; measured on 4 namespace hosts at 100 Mbit/s (bench/RESULTS-
+cluster-embed-4h-schedule.md) they overflow the link's queue (hundreds of drops per run on each
+host's egress), retransmit, and one late flow holds the whole step.
+
+So a worker exchanges with the PS tasks in rounds: worker w starts with the PS task after its own
+(`exchange_order`) and goes round the tasks, its own host's last. With one worker and one PS task
+per host, in round r worker w talks to PS task (w + r) mod P only, so every PS task serves one
+worker per round and every worker hears from one PS task: one flow enters and one leaves each
+port. A round starts when the previous one has arrived:
+
+- pulls (`order_pulls`, at session set-up): the reads and row gathers a worker's step makes on the
+  PS tasks of round r wait, by a control dependency, for identities on the worker through which the
+  values of round r-1 reach the forward pass (so the wait is for arrival, not for the PS op to have
+  run; TF's graph optimizer keeps an identity after a device crossing);
+- pushes (`ps_sync.ps_aggregations`): the gradients bound for round r's PS task leave the worker
+  once the accumulators of round r-1 have taken this worker's gradients.
+
+Only the order changes: every value sent and every sum taken is the one it was.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Collection, Mapping, Sequence
+
+import tensorflow as tf
+
+from adrun.runtime.grads import records_for
+from adrun.runtime.kernels.devices import ps_device
+
+_PULL_OPS = ("ReadVariableOp", "ResourceGather")
+
+
+def _host(address: str) -> str:
+    return address.rsplit(":", 1)[0]
+
+
+def exchange_order(worker: int, cluster: Mapping[str, Sequence[str]]) -> list[int]:
+    """PS task indices in the order worker `worker` exchanges with them.
+
+    The rotation starts after the first PS task of the worker's host, offset by the worker's rank
+    among that host's workers (so two workers of one host start on different tasks), and the
+    worker's own host comes last: its transfers use no link. Without a PS task on its host, the
+    worker's index sets the start. `cluster`: TF job name -> "host:port" by task index."""
+    ps_hosts = [_host(a) for a in cluster.get("ps", ())]
+    if not ps_hosts:
+        return []
+    workers = [_host(a) for a in cluster.get("worker", ())]
+    host = workers[worker] if worker < len(workers) else None
+    if host in ps_hosts:
+        rank = sum(1 for w in workers[:worker] if w == host)
+        start = ps_hosts.index(host) + rank
+    else:
+        start = worker
+    n = len(ps_hosts)
+    order = [(start + 1 + r) % n for r in range(n)]
+    return [t for t in order if ps_hosts[t] != host] + [t for t in order if ps_hosts[t] == host]
+
+
+def _in_control_flow(op: tf.Operation) -> bool:
+    return op._get_control_flow_context() is not None
+
+
+def _step_ops(graph: tf.Graph) -> set[str]:
+    """Names of the ops the recorded training steps' gradients are computed from."""
+    stack = [g.values if isinstance(g, tf.IndexedSlices) else g
+             for call in records_for(graph).calls for g, _ in call.grads_and_vars if g is not None]
+    stack = [t.op for t in stack]
+    seen: set[str] = set()
+    while stack:
+        op = stack.pop()
+        if op.name in seen:
+            continue
+        seen.add(op.name)
+        stack.extend(t.op for t in op.inputs)
+        stack.extend(op.control_inputs)
+    return seen
+
+
+def _on_ps(op: tf.Operation, ps_variables: Collection[str]) -> bool:
+    return op.device.startswith("/job:ps") or any(
+        g.decode().startswith("loc:@") and g.decode()[len("loc:@"):] in ps_variables for g in op.colocation_groups()
+    )
+
+
+def _ps_variables(devices: Mapping[str, str], order: Sequence[int]) -> dict[str, int]:
+    """Variable name -> PS task, for the variables on the PS tasks of `order`."""
+    task_of = {ps_device(t): t for t in order}
+    return {name: task_of[device] for name, device in devices.items() if device in task_of}
+
+
+def step_pulls(graph: tf.Graph, devices: Mapping[str, str], order: Sequence[int]) -> list[list[tf.Operation]]:
+    """Per PS task of `order` (tasks with none left out), the reads and row gathers of its
+    variables that the training step makes for this worker's forward pass (consumed off the PS
+    tasks, outside control flow)."""
+    ps_variables = _ps_variables(devices, order)
+    step = _step_ops(graph)
+    by_task: dict[int, list[tf.Operation]] = defaultdict(list)
+    for op in graph.get_operations():
+        if op.type not in _PULL_OPS or op.name not in step or _in_control_flow(op):
+            continue
+        handle = op.inputs[0].op
+        if handle.type != "VarHandleOp" or handle.name not in ps_variables:
+            continue
+        if any(not _on_ps(c, ps_variables.keys()) for c in op.outputs[0].consumers()):
+            by_task[ps_variables[handle.name]].append(op)
+    return [by_task[t] for t in order if by_task[t]]
+
+
+def _source_key(op: tf.Operation) -> str | None:
+    """What an op's value depends on beyond the variable: a gather's ids tensor, nothing for a read."""
+    return op.inputs[1].name if op.type == "ResourceGather" else None
+
+
+def order_pulls(graph: tf.Graph, devices: Mapping[str, str], local_device: str, order: Sequence[int]) -> int:
+    """Make the step's pulls from the PS tasks of `order` go one task after the other; returns how
+    many pull ops were given a wait.
+
+    A pull of round r waits for the arrival of round r-1's reads, and a row gather also for round
+    r-1's gathers with the same ids: never for a value needing an input it did not need already,
+    so no fetch comes to need a feed it did not need before."""
+    rounds = step_pulls(graph, devices, order)
+    ps_variables = _ps_variables(devices, order).keys()
+    markers: dict[str, tf.Operation] = {}
+
+    def arrived(op: tf.Operation) -> tf.Operation:
+        """An identity on this worker that the op's worker-side consumers now read through."""
+        if op.name not in markers:
+            value = op.outputs[0]
+            consumers = [c for c in value.consumers() if not _on_ps(c, ps_variables)]
+            with graph.as_default(), tf.control_dependencies(None), tf.device(local_device), \
+                    tf.name_scope("adrun_pull_arrived"):
+                through = tf.identity(value)
+            for consumer in consumers:
+                for i, t in enumerate(consumer.inputs):
+                    if t is value:
+                        consumer._update_input(i, through)
+            markers[op.name] = through.op
+        return markers[op.name]
+
+    waited = 0
+    for previous, current in zip(rounds, rounds[1:]):
+        for op in current:
+            key = _source_key(op)
+            waits = [arrived(p) for p in previous if _source_key(p) in (None, key)]
+            if waits:
+                op._add_control_inputs(waits)
+                waited += 1
+    return waited
