@@ -2,10 +2,11 @@
 
 A step of a sharded PS plan moves rows and shards between every worker and every PS task twice:
 the pulls (PS -> worker, forward) and the pushes (worker -> PS, after backward). Left to TF, a
-worker asks every PS task at once, so each host's shaped link carries three or more TCP flows in
-each direction at the same moments; measured on 4 namespace hosts at 100 Mbit/s (bench/RESULTS-
-cluster-embed-4h-schedule.md) they overflow the link's queue (hundreds of drops per run on each
-host's egress), retransmit, and one late flow holds the whole step.
+worker asks every PS task at once, so each host's shaped link carries three or more TCP flows out
+at the same moments (its PS serving three workers, or its worker pushing to three PS tasks);
+measured on 4 namespace hosts at 100 Mbit/s they overflow the link's queue (thousands of drops per
+run, retransmissions) and single transfers stall for a few hundred ms while the link idles
+(docs/performance.md, "PS transfers in staggered rounds").
 
 So a worker exchanges with the PS tasks in rounds: worker w starts with the PS task after its own
 (`exchange_order`) and goes round the tasks, its own host's last. With one worker and one PS task
