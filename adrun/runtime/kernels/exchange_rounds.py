@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
+from itertools import pairwise
 
 import tensorflow as tf
 
@@ -145,7 +146,7 @@ def order_pulls(graph: tf.Graph, devices: Mapping[str, str], local_device: str, 
         return markers[op.name]
 
     waited = 0
-    for previous, current in zip(rounds, rounds[1:]):
+    for previous, current in pairwise(rounds):
         for op in current:
             key = _source_key(op)
             waits = [arrived(p) for p in previous if _source_key(p) in (None, key)]

@@ -5,6 +5,7 @@ read back from the graph as data (which PS task's transfers wait for which)."""
 from __future__ import annotations
 
 from collections import defaultdict
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -123,7 +124,7 @@ def _pull_waits(graph: tf.Graph) -> dict[int, set[int]]:
 def test_pushes_and_pulls_go_round_the_ps_tasks_in_the_workers_order(tmp_path, worker):
     graph = _worker_graph(tmp_path, worker)
     order = exchange_order(worker, _cluster(HOSTS))
-    chain = {task: {before} for before, task in zip(order, order[1:])}
+    chain = {task: {before} for before, task in pairwise(order)}
     assert _push_waits(graph) == chain
     assert _pull_waits(graph) == chain
     # every pull of every round but the first waits: the embedding's row gather and the layer's read
