@@ -15,6 +15,11 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.adrun-installed
 BENCH_STAMP := $(VENV)/.adrun-bench-installed
+# The suite on TEST_WORKERS pytest-xdist workers (docs/testing.md, "Running in parallel"): its tests
+# mostly wait (TF start-up, gRPC, events): a second worker's tests use the time the first one's wait;
+# more would start more TF processes than 2 cores run without slowing each other. TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 .PHONY: demo lint test test-full bench bench-cluster bench-cluster-quick bench-cluster-tf2 bench-cluster-tf2-quick clean
 
@@ -33,11 +38,11 @@ lint: $(STAMP)
 
 test: $(STAMP) lint
 	./tests/cluster/install-deps.sh
-	$(BIN)/python -m pytest -q -m "not full" tests
+	$(PYTEST) -m "not full" tests
 
 test-full: $(STAMP)
 	./tests/cluster/install-deps.sh
-	$(BIN)/python -m pytest -q tests
+	$(PYTEST) tests
 
 bench: $(STAMP)
 	$(BIN)/python bench/strategies.py

@@ -70,6 +70,10 @@ SLICES = 16  # slices of a sparse variable's rows whose touched rows are counted
 Group = tuple[str, str, int]  # (workload, profile, hosts)
 PLANS = REPO / "bench" / "results" / "plans"
 LINK_PLANNED = ("Auto",)  # builders whose plan depends on the link: read from --plans, not replanned
+# PS and PSLoadBalancing cut a large dense variable into chunks since this commit (strategies/ps.py,
+# runtime/kernels/ps_prefetch.py); their runs measured at a commit without it ran it whole
+CHUNKS_SINCE = "efc32b4"
+CHUNKING_BUILDERS = ("PS", "PSLoadBalancing")
 
 
 def cluster_spec(hosts: int) -> ClusterSpec:
@@ -198,11 +202,28 @@ def main(results: tuple[Path, ...], compute_given: tuple[str, ...], plans_dir: P
               "local_path": LOCAL.model_dump(),
               "machine_cpus": cpus,
               "groups": check(measured, profiles, model_profiles, repeatability, plans, cpus,
-                              measured_ranges(results))}
+                              measured_ranges(results), measured_before_chunks(results))}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
     markdown.write_text(render(report, out))
     click.echo(f"cost-model-check: wrote {out} and {markdown}")
+
+
+def measured_before_chunks(results: Sequence[Path]) -> set[Group]:
+    """The groups whose runs (from their source file, `group_sources`) were measured at a commit
+    that does not contain CHUNKS_SINCE: their PS and PSLoadBalancing ran whole variables, and are
+    planned again with `chunk_bytes=0`, the plan that ran. A commit git does not know is a
+    UsageError naming the file."""
+    commits = {path: bench.versions.get("commit") for path, bench in _runs(results)}
+    before = {}
+    for path, commit in commits.items():
+        answer = subprocess.run(["git", "-C", str(REPO), "merge-base", "--is-ancestor", CHUNKS_SINCE, str(commit)],
+                                capture_output=True, text=True)
+        if answer.returncode not in (0, 1):
+            raise click.UsageError(f"{path}: measured at commit {commit}, which git does not know here "
+                                   f"({answer.stderr.strip()}): cannot tell whether its PS runs had chunks")
+        before[path] = answer.returncode == 1
+    return {group for group, path in group_sources(results).items() if before[path]}
 
 
 def one_host_rates(results: Sequence[Path]) -> dict[tuple[Path, str], float]:
@@ -312,7 +333,8 @@ def check(measured: dict[Group, dict[RunConfig, float]], profiles: dict[str, Pro
           model_profiles: dict[Group, ModelProfile],
           repeatability: dict[Group, float] | None = None,
           plans: dict[tuple[Group, str], Strategy] | None = None, shared_cpus: int | None = None,
-          ranges: dict[tuple[Group, str], tuple[float, float]] | None = None) -> list[dict]:
+          ranges: dict[tuple[Group, str], tuple[float, float]] | None = None,
+          before_chunks: set[Group] | None = None) -> list[dict]:
     """Per group: the predictions of every configuration with the analytical coefficients; when the
     cluster (profile, hosts) has records of other workloads, fitted without this workload's (leave
     one workload out) and with all (in-sample); when the profile has records at other host counts,
@@ -321,7 +343,9 @@ def check(measured: dict[Group, dict[RunConfig, float]], profiles: dict[str, Pro
     (`repetition_tau`) when given. A configuration of a link-planned builder (Auto) is predicted for
     the plan it ran, from `plans`. `shared_cpus`: the CPUs of the one machine all hosts ran on
     (NetworkFacts.shared_cpus), None to predict them as separate machines. `ranges`: each
-    configuration's lowest and highest examples/s over its repetitions, kept beside its median."""
+    configuration's lowest and highest examples/s over its repetitions, kept beside its median.
+    `before_chunks`: the groups measured before PS chunks (`measured_before_chunks`), whose PS and
+    PSLoadBalancing are planned with `chunk_bytes=0` unless the run gave it."""
     records: dict[tuple[str, int], list[TrialRecord]] = defaultdict(list)
     rows: dict[Group, list[tuple[str, Strategy, float, float]]] = {}  # label, plan, examples/s, step s
     for (workload, profile, hosts), configs in sorted(measured.items()):
@@ -329,8 +353,11 @@ def check(measured: dict[Group, dict[RunConfig, float]], profiles: dict[str, Pro
         rows[workload, profile, hosts] = []
         for config, rate in sorted(configs.items(), key=lambda kv: -kv[1]):
             group = (workload, profile, hosts)
+            options = dict(config.options)
+            if group in (before_chunks or set()) and config.system in CHUNKING_BUILDERS:
+                options.setdefault("chunk_bytes", "0")
             strategy = (plans or {}).get((group, config.system)) or build_strategy(
-                config.system, prof.graph, spec, dict(config.options))
+                config.system, prof.graph, spec, options)
             steps_per_s = rate / (prof.graph.batch_size * spec.num_workers)
             records[profile, hosts].append(TrialRecord(
                 recorded_at="bench", cluster_key=f"{profile}-{hosts}h", workload=workload, spec=spec,

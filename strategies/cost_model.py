@@ -12,13 +12,20 @@ step, the rows its sparse variables touch), a ClusterSpec, NetworkFacts and a fe
   outgoing (incoming) capacity is the fastest path measured from (to) it. A group of transfers that
   runs at the same time takes as long as its busiest resource needs: (bytes + share × the bytes
   going the other way on that link − what its token bucket passes at once) / (capacity × factor).
+- Flows converging on one shaped port: in a phase where a host receives from senders that also
+  send to other hosts (an all-to-all: a sharded PS's reads and pushes), its received side waits
+  for senders that serve their flows one at a time and passes its bytes at 1 − Π_s (1 − p_s) of its
+  rate, p_s the share of sender s's bytes that go to it (`Paths.receiving_share`).
 - Critical path of a synchronous step, nothing overlapped: pull (synchronous PS variables are read
   before the step computes) + compute + after-compute (gradients pushed to PSs and all-reduced,
   concurrently, sharing the links) + latencies + per-variable overheads (every piece, and more
   for each accumulator the synchronous PS pieces push into: one per sparse or large dense piece,
   one per PS task for the small dense ones, as the runtime batches them) + a per-PS-task overhead for every
   worker and PS task of the step (each worker's step runs a subgraph on each synchronous PS task
-  it reads from and pushes to). Communication of PS
+  it reads from and pushes to). PS chunks (a large dense variable cut into shards on one PS, as PS
+  and PSLoadBalancing do) are pulled back after compute as each is applied, while later chunks are
+  still pushed, in a step without collectives: a two-stage pipeline, max(pushes, pulls) plus one
+  chunk of the shorter (`chunk_pipeline_fill`). Communication of PS
   variables with staleness or asynchronous updates overlaps the rest, so the step is at least the
   time the links need for all of its bytes.
 - Hosts that share one machine's CPUs (the benchmark's namespace hosts, `NetworkFacts.shared_cpus`):
@@ -217,8 +224,49 @@ class Paths:
 
     def phase_seconds(self, bytes_by_resource: np.ndarray, c: Coefficients, burst: np.ndarray) -> np.ndarray:
         """Seconds each resource needs for a set of transfers that run at the same time: as
-        `seconds`, less the `burst` bytes its token bucket passes at once at the phase's start."""
-        return np.maximum(0.0, self._load(bytes_by_resource, c) - burst) / self.effective(c)
+        `seconds`, less the `burst` bytes its token bucket passes at once at the phase's start, and
+        with the time a host's received side waits for its senders (`receiving_share`: its own
+        bytes take 1 / share of their time; the reverse-traffic share of its other direction does
+        not wait for them)."""
+        waiting = bytes_by_resource / self.receiving_share(bytes_by_resource) - bytes_by_resource
+        return np.maximum(0.0, self._load(bytes_by_resource, c) + waiting - burst) / self.effective(c)
+
+    @functools.cached_property
+    def _pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        """The resource of each path between two hosts as a hosts x hosts matrix (sender, receiver;
+        the diagonal points at the first resource and is masked), and of each host's received side."""
+        hosts = self.hosts
+        pair = np.array([[self.index["pair", a, b] if a != b else 0 for b in hosts] for a in hosts], dtype=int)
+        return pair, np.array([self.index["received", h, ""] for h in hosts], dtype=int)
+
+    def receiving_share(self, bytes_by_resource: np.ndarray) -> np.ndarray:
+        """Per resource, the share of its time it can be busy in a phase of `bytes_by_resource`: 1,
+        except for the received side of a host that several senders send to while they also send
+        to other hosts (flows converging on one shaped port in an all-to-all phase).
+
+        A phase's transfers start together (the runtime issues a step's PS reads, and its pushes,
+        all at once: runtime/kernels/ps_sync.py, gradient_sync.py), and each sender's port is one
+        shaped FIFO queue that one TCP connection can fill (the kernel lets a socket queue more
+        than the shaper's whole queue): a sender serves its flows one after another, in an order
+        that no other sender knows. A receiver's port is then busy only while at least one of its
+        senders is serving it, the head-of-line effect of an input-queued switch: with p_s the
+        share of sender s's bytes between hosts in the phase that go to receiver r, r is idle
+        Π_s (1 − p_s) of the time, so it passes its bytes at (1 − Π_s (1 − p_s)) of its rate.
+        A ring or an incast (every sender sends only to r, p_s = 1) and a fan-out (r's one sender
+        is bound by its own port anyway) lose nothing; an all-to-all over 4 hosts (three senders,
+        p_s = 1/3 each) passes 1 − (2/3)³ = 0.70. A runtime that orders a phase's flows so that no
+        two senders serve one receiver at once (a staggered all-to-all) would lose nothing either:
+        this function is where the model follows the runtime's order."""
+        share = np.ones(len(self.names))
+        if len(self.hosts) < 3:  # each receiver has one sender
+            return share
+        pair, received = self._pairs
+        flows = np.where(np.eye(len(self.hosts), dtype=bool), 0.0, bytes_by_resource[pair])
+        sent = flows.sum(axis=1, keepdims=True)
+        p = np.divide(flows, sent, out=np.zeros_like(flows), where=sent > 0)
+        busy = 1.0 - np.prod(1.0 - p, axis=0)
+        share[received] = np.where(busy > 0, busy, 1.0)
+        return share
 
     def refilled(self, idle_s: float | np.ndarray) -> np.ndarray:
         """The bytes each resource's token bucket holds after `idle_s` seconds without traffic
@@ -259,6 +307,9 @@ class Load:
     pull: np.ndarray  # synchronous PS reads, before compute
     after: np.ndarray  # synchronous PS pushes and collectives, after compute
     overlapped: np.ndarray  # PS variables with staleness or asynchronous updates: both directions
+    # reads of PS chunks (`prefetched_chunks`): pulled back after compute as each chunk is applied,
+    # while later chunks are still pushed, in a step without collectives; else read before compute
+    prefetched: np.ndarray
     sync_ps: Counter = field(default_factory=Counter)  # PS task -> synchronous pieces on it
     # accumulators of the synchronous PS pieces: one each for a sparse or large dense gradient, one
     # per (PS task, dtype) for the small dense ones, which share it (`batched_in_accumulator`)
@@ -268,15 +319,39 @@ class Load:
     dense_groups: Counter = field(default_factory=Counter)  # all-reduce group -> dense pieces in it
     sparse_collectives: int = 0  # sparse pieces all-gathered, each its own collectives
     pieces: int = 0  # synchronized variables or shards
+    chunks: Counter = field(default_factory=Counter)  # chunked variable -> its chunks (`prefetched`)
 
     @classmethod
     def empty(cls, paths: Paths) -> Load:
-        return cls(paths.zeros(), paths.zeros(), paths.zeros())
+        return cls(paths.zeros(), paths.zeros(), paths.zeros(), paths.zeros())
 
     def copy(self) -> Load:
-        return Load(self.pull.copy(), self.after.copy(), self.overlapped.copy(), Counter(self.sync_ps),
-                    self.own_accumulators, Counter(self.shared_accumulators), Counter(self.stale_ps),
-                    Counter(self.dense_groups), self.sparse_collectives, self.pieces)
+        return Load(self.pull.copy(), self.after.copy(), self.overlapped.copy(), self.prefetched.copy(),
+                    Counter(self.sync_ps), self.own_accumulators, Counter(self.shared_accumulators),
+                    Counter(self.stale_ps), Counter(self.dense_groups), self.sparse_collectives, self.pieces,
+                    Counter(self.chunks))
+
+    @property
+    def collectives(self) -> int:
+        """All-reduce groups and all-gathered sparse pieces: the step's collectives."""
+        return len(self.dense_groups) + self.sparse_collectives
+
+    @property
+    def prefetches(self) -> bool:
+        """Whether the PS chunks are pulled back after compute: the runtime does so only in a step
+        without collectives, whose end a PS token orders (runtime/kernels/gradient_sync.py)."""
+        return bool(self.chunks) and self.collectives == 0
+
+    @property
+    def every(self) -> np.ndarray:
+        """All of the step's bytes."""
+        return self.pull + self.after + self.overlapped + self.prefetched
+
+    @property
+    def reads(self) -> np.ndarray:
+        """The bytes read before compute: the synchronous PS reads, and the chunks' when they are
+        not pulled back after compute."""
+        return self.pull if self.prefetches else self.pull + self.prefetched
 
     @property
     def accumulators(self) -> int:
@@ -288,8 +363,10 @@ class Load:
         self.pull += sign * other.pull
         self.after += sign * other.after
         self.overlapped += sign * other.overlapped
+        self.prefetched += sign * other.prefetched
         for mine, theirs in ((self.sync_ps, other.sync_ps), (self.shared_accumulators, other.shared_accumulators),
-                             (self.stale_ps, other.stale_ps), (self.dense_groups, other.dense_groups)):
+                             (self.stale_ps, other.stale_ps), (self.dense_groups, other.dense_groups),
+                             (self.chunks, other.chunks)):
             for key, count in theirs.items():
                 mine[key] += sign * count
                 if mine[key] == 0:
@@ -310,6 +387,21 @@ def batched_in_accumulator(var: VariablePlan, shape: Sequence[int]) -> bool:
     if var.grad == "sparse" or any(d < 0 for d in shape):
         return False
     return math.prod(shape) * dtype_itemsize(var.dtype) < PS_BATCH_BELOW_BYTES
+
+
+def prefetched_chunks(var: VariablePlan) -> list[str]:
+    """The shards of `var` that the runtime pulls back as each is applied (runtime/kernels/
+    ps_prefetch.py, `chunks` and `prefetchable`): the dense shards of a variable of known shape
+    that share their synchronous PS task (staleness 0, no local proxy) with another of its shards,
+    as PS and PSLoadBalancing cut a large dense variable (strategies/ps.py). Empty for any other
+    variable. (The runtime also needs the variable read whole by the forward pass, which the plan
+    cannot show: a variable read in pieces is counted as pulled back all the same.)"""
+    if var.partition is None or var.grad != "dense" or any(d < 0 for d in var.shape):
+        return []
+    cached = {name: s.ps_task for name, s in zip(var.shard_names(), var.partition.shards, strict=True)
+              if isinstance(s, PSSync) and _is_synchronous(s) and not s.local_proxy}
+    sharing = Counter(cached.values())
+    return [name for name, task in cached.items() if sharing[task] > 1]
 
 
 def distinct_rows_of(var: VariablePlan, profile: ModelProfile, num_workers: int) -> dict[str, list[int]]:
@@ -352,6 +444,9 @@ def variable_load(var: VariablePlan, profile: ModelProfile, paths: Paths) -> Loa
     """One planned variable's part of a step's load."""
     load = Load.empty(paths)
     shards = variable_transfers(var, paths.num_workers, distinct_rows_of(var, profile, paths.num_workers))
+    chunks = set(prefetched_chunks(var))
+    if chunks:
+        load.chunks[var.name] = len(chunks)
     for shard, shape in zip(shards, var.shard_shapes(), strict=True):
         load.pieces += 1
         sync = shard.sync
@@ -371,7 +466,7 @@ def variable_load(var: VariablePlan, profile: ModelProfile, paths: Paths) -> Loa
             if isinstance(sync, PSSync) and not _is_synchronous(sync):
                 part = load.overlapped
             elif t.source.role == "ps":
-                part = load.pull
+                part = load.prefetched if shard.name in chunks else load.pull
             else:
                 part = load.after
             paths.load(part, t.source, t.destination, t.nbytes)
@@ -428,13 +523,18 @@ class StepCost:
         # next step's reads full; one busy then has only the short gap of the latencies: none. The
         # pushes and collectives find what the compute (and the reads, if the resource had none)
         # let refill; the overlapped traffic of the whole step, one bucket.
-        pull, pull_at = _busiest(load.pull, paths, c, np.where(load.after > 0, 0.0, paths.burst))
-        after_idle = compute + np.where(load.pull > 0, 0.0, pull)
-        after, after_at = _busiest(load.after, paths, c, paths.refilled(after_idle))
-        every = load.pull + load.after + load.overlapped
-        overlapped, all_at = _busiest(every, paths, c, paths.burst)
+        reads, later = load.reads, (load.prefetched if load.prefetches else paths.zeros())
+        after_compute = load.after + later
+        pull, pull_at = _busiest(reads, paths, c, np.where(after_compute > 0, 0.0, paths.burst))
+        after_idle = compute + np.where(reads > 0, 0.0, pull)
+        refilled = paths.refilled(after_idle)
+        after, after_at = _busiest(after_compute, paths, c, refilled)
+        if load.prefetches:
+            after += chunk_pipeline_fill(_busiest(load.after, paths, c, refilled)[0],
+                                         _busiest(later, paths, c, refilled)[0], load.chunks)
+        overlapped, all_at = _busiest(load.every, paths, c, paths.burst)
         n = paths.num_workers
-        collectives = len(load.dense_groups) + load.sparse_collectives
+        collectives = load.collectives
         # a step of several workers mixing PS variables and collectives is ordered by collective
         # barriers, not by the PS token queues (runtime/kernels/step_order.py), each a one-number
         # all-gather of N-1 ring steps (Collectives.barrier): one that ends the step after every
@@ -463,6 +563,20 @@ class StepCost:
         critical = pull + compute + after + latency + overhead
         return StepTime(max(critical, overlapped), compute, pull, after, latency, overhead, overlapped,
                         pull_at, after_at, all_at)
+
+
+def chunk_pipeline_fill(pushes_s: float, pulls_s: float, chunks: Counter) -> float:
+    """What a step's chunk pipeline (PS chunks pushed in order and pulled back as each is applied,
+    runtime/kernels/ps_prefetch.py) takes beyond its pushes and pulls run at once: a chunk's pull
+    starts when that chunk's push is in, so the first chunk crosses one way before anything comes
+    back, and the last comes back after every push is in. With C equal chunks whose pushes take
+    `pushes_s` in all and pulls `pulls_s`, the two-stage pipeline takes (C - 1)·max(a, b) + a + b
+    for a chunk's a = pushes_s / C and b = pulls_s / C, that is max(pushes_s, pulls_s) +
+    min(pushes_s, pulls_s) / C. Several chunked variables push side by side (each two chunks in
+    flight, ps_sync.ps_aggregations), so their first chunks arrive together: C is then the
+    chunks per variable, on average."""
+    per_variable = sum(chunks.values()) / len(chunks)
+    return min(pushes_s, pulls_s) / per_variable
 
 
 def compute_seconds(strategy: Strategy, profile: ModelProfile) -> float:
@@ -510,7 +624,7 @@ def predict(
     cost = step_cost(strategy, profile, spec, network)
     t = cost.time(c)
     paths, load = cost.paths, cost.load
-    every = load.pull + load.after + load.overlapped
+    every = load.every
     busiest = _busiest_path(paths, every)
     batch = profile.batch_size
     return Prediction(
@@ -557,8 +671,8 @@ def _bound(t: StepTime, paths: Paths, load: Load) -> str:
         return "latency and per-variable overhead"
     if top == "pull":
         return f"network: {paths.names[t.pull_resource]} (PS reads)"
-    kind = "PS pushes and all-reduce" if load.sync_ps and (load.dense_groups or load.sparse_collectives) else (
-        "PS pushes" if load.sync_ps else "all-reduce ring")
+    kind = "PS pushes and all-reduce" if load.sync_ps and load.collectives else (
+        "PS pushes and chunk pulls" if load.prefetches else "PS pushes" if load.sync_ps else "all-reduce ring")
     return f"network: {paths.names[t.after_resource]} ({kind})"
 
 
@@ -573,6 +687,10 @@ def variable_shares(
     synchronous pieces (variables or shards); normalized to sum to 1 (all 0 when nothing is
     synchronized)."""
     loads = [variable_load(v, profile, paths) for v in variables]
+    total = Load.empty(paths)
+    for ld in loads:
+        total.add(ld)
+    chunks_at = t.after_resource if total.prefetches else t.pull_resource
     synchronous = [ld.pieces - sum(ld.stale_ps.values()) for ld in loads]
     latency_per_piece = t.latency / sum(synchronous) if sum(synchronous) else 0.0
     pieces_on_task = sum((ld.sync_ps for ld in loads), Counter())
@@ -581,6 +699,7 @@ def variable_shares(
     slower = paths.cpu_contention
     raw = [
         float(paths.seconds(ld.pull, c)[t.pull_resource] + paths.seconds(ld.after, c)[t.after_resource]
+              + paths.seconds(ld.prefetched, c)[chunks_at]
               + paths.seconds(ld.overlapped, c)[t.all_resource]
               + slower * (ld.pieces * c.variable_overhead_s + ld.own_accumulators * c.ps_variable_overhead_s
                           + sum(c.ps_variable_overhead_s * k / sharing[key] for key, k in ld.shared_accumulators.items())
@@ -588,5 +707,5 @@ def variable_shares(
               + pieces * latency_per_piece)
         for ld, pieces in zip(loads, synchronous, strict=True)
     ]
-    total = sum(raw)
-    return {v.name: (s / total if total > 0 else 0.0) for v, s in zip(variables, raw, strict=True)}
+    whole = sum(raw)
+    return {v.name: (s / whole if whole > 0 else 0.0) for v, s in zip(variables, raw, strict=True)}

@@ -1,5 +1,6 @@
 """Fixtures every test may use: adrun's records and homes kept apart from the user's, local
-cluster specs, and adrun started in the background. Their logic lives in tests/support/."""
+cluster specs, and adrun started in the background. Their logic lives in tests/support/. Also the
+one rule of the parallel run (pytest-xdist, docs/testing.md): the namespace-host tests share a worker."""
 
 from __future__ import annotations
 
@@ -13,9 +14,23 @@ from tests.support.adrun_cli import write_spec
 from tests.support.live_jobs import LiveAdrun, live_jobs
 
 
+NETNS_GROUP = "netns"  # the xdist_group of every `cluster` test
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every `cluster` test in one xdist group, so under `--dist loadgroup` they run one after another
+    on one worker: they make root-namespace bridges, veths, sshds, tc qdiscs and nftables tables
+    and pick a free 10.77.X subnet by looking first, which two at once could both pick. Outside
+    `-n`, the marker does nothing."""
+    for item in items:
+        if item.get_closest_marker("cluster") is not None:
+            item.add_marker(pytest.mark.xdist_group(NETNS_GROUP))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def adrun_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Every adrun the tests start records its jobs here (ADRUN_HOME), not in the user's ~/.adrun."""
+    """Every adrun the tests start records its jobs here (ADRUN_HOME), not in the user's ~/.adrun;
+    one per pytest process, so each xdist worker has its own (tmp_path_factory's base is per worker)."""
     home = tmp_path_factory.mktemp("adrun-home")
     os.environ["ADRUN_HOME"] = str(home)
     return home

@@ -70,21 +70,23 @@ def tf_session_from(host: NetnsHost, address: str, port: int) -> str:
     return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-2000:]
 
 
-def adrun_tables(netns: str | None = None) -> list[str]:
-    """adrun's nftables tables in the root namespace, or in `netns`."""
+def job_tables(job_id: str, netns: str | None = None) -> list[str]:
+    """The names of job `job_id`'s nftables tables (any attempt's) in the root namespace, or in
+    `netns`. Only the job's own: other tests' jobs (another xdist worker's) hold tables of their
+    own in the root namespace meanwhile."""
     argv = ["nft", "list", "tables"]
     if netns is not None:
         argv = ["ip", "netns", "exec", netns, *argv]
     out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=30).stdout
-    return [line for line in out.splitlines() if " adrun_" in line]
+    prefix = table_name(job_id, 0).removesuffix("0")  # adrun_<job>_a
+    return [line.split()[-1] for line in out.splitlines() if line.split() and line.split()[-1].startswith(prefix)]
 
 
 def wait_for_no_tables(job: LiveAdrun, netns: list[str | None]) -> None:
     """Every namespace in `netns` (None: the root one) without a table of the job (bounded wait)."""
-    prefix = table_name(job.job_id, 0).rsplit("_a", 1)[0]
     deadline = time.monotonic() + GUARD_S
-    while any(prefix in line for ns in netns for line in adrun_tables(ns)):
-        assert time.monotonic() < deadline, [adrun_tables(ns) for ns in netns]
+    while any(job_tables(job.job_id, ns) for ns in netns):
+        assert time.monotonic() < deadline, [job_tables(job.job_id, ns) for ns in netns]
         time.sleep(0.1)
 
 
@@ -115,7 +117,7 @@ def test_the_embedded_default_refuses_other_hosts(netns_cluster: NetnsCluster, l
     # gRPC retries a refused connection until the op's deadline: either error means nothing ran
     assert tf_session_from(outsider, c.gateway, tasks["ps0"][1]) in ("REFUSED UnavailableError",
                                                                      "REFUSED DeadlineExceededError")
-    assert len(adrun_tables()) >= 1
+    assert job_tables(job.job_id) == [table_name(job.job_id, 0)]
     release.touch()
     assert job.wait(timeout_s=GUARD_S) == 0, job.output
     assert "accept connections from any host" not in job.output  # nothing was left open
@@ -183,7 +185,7 @@ def test_nothing_is_left_after_the_launcher_is_killed(netns_cluster: NetnsCluste
     job = live(*spec, "--strategy", "PS", *ORACLE, "--out", str(tmp_path / "out"), "--hold", str(release))
     job.wait_for_line(r"^\[w0(@\S+)?\] holding$")
     namespaces = [c.hosts[0].netns, c.hosts[1].netns] if spec else [None]
-    assert all(any(table_name(job.job_id, 0) in line for line in adrun_tables(ns)) for ns in namespaces)
+    assert all(job_tables(job.job_id, ns) == [table_name(job.job_id, 0)] for ns in namespaces)
     job.proc.kill()  # SIGKILL: no teardown code of the launcher runs
     job.proc.wait(timeout=GUARD_S)
     wait_no_leftovers(job.job_id, GUARD_S)
@@ -199,7 +201,7 @@ def test_without_the_rule_the_outsider_runs_code_on_the_ps(netns_cluster: NetnsC
     job = live("--allow-exposed", "--strategy", "PS", *ORACLE, "--out", str(tmp_path / "out"), "--hold", str(release))
     tasks = task_addresses(job)
     job.wait_for_line(r"^\[w0\] holding$")
-    assert adrun_tables() == []
+    assert job_tables(job.job_id) == []
     answer = tf_session_from(outsider, c.gateway, tasks["ps0"][1])
     assert answer.startswith("RAN") and "adrun.runtime.ps_server" in answer, answer
     release.touch()

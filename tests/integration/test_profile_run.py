@@ -13,6 +13,7 @@ import pytest
 from adrun.errors import UserError
 from adrun.launch.job.teardown import leftover_processes
 from adrun.profile.run import profile_model
+from tests.support.adrun_cli import new_job_id
 from tests.support.paths import SCRIPTS, files_under
 
 pytestmark = pytest.mark.integration
@@ -95,12 +96,13 @@ def test_dense_script_ending_early_is_profiled_on_every_step_after_the_warm_up(o
     ids=["only-warm-up", "no-training-op", "eager", "no-tensorflow", "crash"],
 )
 def test_unprofilable_scripts_are_refused_with_the_reason(script, args, message, own_tmp):
+    job_id = new_job_id()  # each case its own: two cases may run at once on two xdist workers
     with pytest.raises(UserError) as refused:
-        profile_model(script, args, 1, "profile-bad", steps=4, warmup=4)
+        profile_model(script, args, 1, job_id, steps=4, warmup=4)
     assert message in str(refused.value)
     assert str(script) in str(refused.value)
     assert files_under(own_tmp) == []
-    assert leftover_processes("profile-bad") == []
+    assert leftover_processes(job_id) == []
 
 
 @pytest.mark.parametrize(("steps", "warmup", "message"), [

@@ -61,6 +61,16 @@ def test_partitioned_over_two_ps(tmp_path: Path, kind: str) -> None:
     assert between == 0.0
 
 
+@pytest.mark.parametrize(("kind", "strategy"), [("embed-sgd", PARTITIONED),
+                                                pytest.param("embed-adam", BALANCED, marks=pytest.mark.full)])
+def test_many_duplicate_ids_per_batch(tmp_path: Path, kind: str, strategy: tuple[str, ...]) -> None:
+    """A batch's 40 ids over a 6-row table: lookups read each distinct row once (ps_gather.py), SGD's
+    rows are pushed summed per id and Adam's row for row (ps_apply.py, duplicate_rows.py): exact."""
+    off, between = averaging(tmp_path, kind, ps=2, strategy=strategy, script_args=("--vocab", "6"))
+    assert off <= TOLERANCE
+    assert between == 0.0
+
+
 def test_partitioned_tf_keras_is_refused_when_planned(tmp_path: Path) -> None:
     """tf_keras would train and save a split variable's shards as variables of their own: the
     capture records the script's Keras, and the plan is refused before any task starts."""

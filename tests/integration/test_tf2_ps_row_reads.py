@@ -1,6 +1,9 @@
-"""A Keras 3 Embedding whose table is shared on a PS reads only its looked-up rows
-(adrun/runtime/tf2/ps_gather.py), split in shards too (ps_shards.py), measured as the bytes the PS sends the worker per training step
-through a counting forwarder (tests/scripts/tf2_ps_row_reads.py)."""
+"""A Keras 3 Embedding whose table is shared on a PS reads only its looked-up rows, each distinct row
+once (adrun/runtime/tf2/ps_gather.py), split in shards too (ps_shards.py), measured as the bytes the
+PS sends the worker per training step through a counting forwarder (tests/scripts/tf2_ps_row_reads.py).
+Inside a `tf.function` a PS fetches a worker's tensors from the worker's own server, past the
+forwarder, so the pushes are measured on the benchmark's hosts instead (docs/tf2-plans.md) and their
+rows checked in tests/unit/adrun/runtime/tf2/test_ps_apply.py."""
 
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ ROW = 32 * 4  # bytes of one float32 row of the script's tables
 OVERHEAD = 1024  # per step, for the RPCs around the rows (measured: under 300 bytes)
 
 
-def test_lookup_reads_the_rows_not_the_table(tmp_path: Path) -> None:
+def test_lookup_reads_the_distinct_rows_not_the_table(tmp_path: Path) -> None:
     ps_port, forwarder_port, worker_port = (str(p) for p in free_ports(3))
     env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2"}
     ps = subprocess.Popen([sys.executable, SCRIPT, "ps", ps_port], cwd=REPO, env=env,
@@ -43,3 +46,8 @@ def test_lookup_reads_the_rows_not_the_table(tmp_path: Path) -> None:
         assert looked_up * ROW <= found[f"gather_{rows}_{looked_up}"] <= looked_up * ROW + OVERHEAD, (rows, looked_up)
     # a table split in 2 shards (PartitionedPS): each shard gathers its own rows
     assert 64 * ROW <= found["split_20000_64"] <= 64 * ROW + 2 * OVERHEAD
+    # 512 ids naming 64 rows 8 times each: the lookup reads the 64 (split in shards too); the
+    # variable's own gather, the control, reads all 512
+    assert found["every_id_64x8"] >= 512 * ROW
+    assert 64 * ROW <= found["distinct_64x8"] <= 64 * ROW + OVERHEAD
+    assert 64 * ROW <= found["split_distinct_64x8"] <= 64 * ROW + 2 * OVERHEAD

@@ -29,6 +29,8 @@ parser.add_argument("--kind", required=True, choices=[
 parser.add_argument("--data", choices=["same", "per-worker"], default="same")
 parser.add_argument("--skew-seed", action="store_true", help="worker 1 initializes from another seed")
 parser.add_argument("--reference", type=int, default=0, help="one process, the mean step of N workers")
+parser.add_argument("--vocab", type=int, default=50, help="embed kinds: the table's rows (few rows: a batch's 40 ids "
+                    "name each many times)")
 parser.add_argument("--epochs", type=int, default=2)
 parser.add_argument("--worker1-epochs", type=int, help="worker 1 trains this many epochs instead")
 parser.add_argument("--out", required=True)
@@ -51,7 +53,7 @@ if args.kind.startswith("tfkeras"):
 else:
     import keras  # noqa: E402
 
-BATCH, ROWS, FEATURES, VOCAB, IDS = 8, 64, 8, 50, 5
+BATCH, ROWS, FEATURES, VOCAB, IDS = 8, 64, 8, args.vocab, 5
 worker = int(os.environ.get("ADRUN_WORKER_INDEX", "0"))
 workers = int(os.environ.get("ADRUN_NUM_WORKERS", "1"))
 os.makedirs(args.out, exist_ok=True)

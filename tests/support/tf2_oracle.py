@@ -93,12 +93,13 @@ def equivalence(tmp_path: Path, kind: str, workers: int = 2, ps: int = 0,
 
 
 def averaging(tmp_path: Path, kind: str, workers: int = 2, ps: int = 0,
-              strategy: tuple[str, ...] = ALL_REDUCE) -> tuple[float, float]:
+              strategy: tuple[str, ...] = ALL_REDUCE, script_args: tuple[str, ...] = ()) -> tuple[float, float]:
     """(max difference of any worker from the mean-gradient reference, max difference between
-    workers) with each worker on its own rows (`ps`, `strategy`: as for `adrun_fit`)."""
-    expected = weights(plain(kind, tmp_path / "ref", "--data", "per-worker", "--reference", str(workers))
+    workers) with each worker on its own rows (`ps`, `strategy`: as for `adrun_fit`; `script_args`:
+    more options of the script, for both runs)."""
+    expected = weights(plain(kind, tmp_path / "ref", "--data", "per-worker", "--reference", str(workers), *script_args)
                        / "reference.npz")
-    _, out = adrun_fit(tmp_path, kind, workers, "--data", "per-worker", ps=ps, strategy=strategy)
+    _, out = adrun_fit(tmp_path, kind, workers, "--data", "per-worker", *script_args, ps=ps, strategy=strategy)
     found = [weights(out / f"w{w}.npz") for w in range(workers)]
     return (max(max_difference(f, expected) for f in found),
             max(max_difference(f, found[0]) for f in found[1:]))

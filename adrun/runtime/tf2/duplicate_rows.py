@@ -1,8 +1,8 @@
-"""Whether an optimizer applies a sparse gradient only through its rows summed per index.
+"""Whether an optimizer applies a sparse gradient only through its rows summed per index, and that sum.
 
 Such an optimizer takes the same step from an IndexedSlices with repeated indices as from its rows
-summed per index, so a worker may sum its rows before the all-gather (reduction.py) and each looked-up
-id crosses the network once per worker instead of once per lookup. What qualifies was read from the
+summed per index, so a worker may sum its rows before the all-gather (reduction.py) or the push to a
+PS (ps_apply.py) and each looked-up id crosses the network once per worker instead of once per lookup. What qualifies was read from the
 installed Keras 3.15 and tf_keras sources and is held by tests/unit/adrun/runtime/tf2/test_duplicate_rows.py:
 
 - Keras 3, TF backend (keras/src/backend/tensorflow/sparse.py, numpy.py, optimizer.py): an op mixing
@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import sys
 from typing import Any
+
+import tensorflow as tf
 
 _CLIPPING = ("clipnorm", "global_clipnorm", "clipvalue")
 
@@ -62,3 +64,11 @@ def sums_duplicate_rows(optimizer: Any) -> bool:
 
 def _unclipped(optimizer: Any) -> bool:
     return not any(getattr(optimizer, attr, None) for attr in _CLIPPING)
+
+
+def summed_per_index(grad: tf.IndexedSlices) -> tf.IndexedSlices:
+    """`grad` with one row per distinct index, the rows of equal index summed (indices in order of
+    first appearance: the optimizers that qualify do not need them sorted)."""
+    indices, positions = tf.unique(grad.indices)
+    values = tf.math.unsorted_segment_sum(grad.values, positions, tf.size(indices))
+    return tf.IndexedSlices(values, indices, grad.dense_shape)

@@ -43,8 +43,14 @@ def _run_hook() -> Any:
         from adrun.runtime.tf2.steps import StepCounters
 
         ctx = current()
-        steps = StepCounters(StepReporter(ctx.settings.max_steps))
-        _hook = _ps_hook(ctx, steps) if ctx.strategy.uses_ps else _collective_hook(ctx, steps)
+        reporter = StepReporter(ctx.settings.max_steps)
+        if ctx.strategy.uses_ps:
+            _hook = _ps_hook(ctx, StepCounters(reporter))
+        else:
+            from adrun.runtime.tf2.step_deadline import StepDeadline
+
+            timeout_s = ctx.settings.op_timeout_s if ctx.num_workers > 1 else 0.0  # one worker: no collectives
+            _hook = _collective_hook(ctx, StepCounters(reporter, StepDeadline(timeout_s)))
     return _hook
 
 
@@ -64,7 +70,6 @@ def _collective_hook(ctx: Any, steps: Any) -> Any:
     from adrun.runtime.tf2.reduction import TF2Collectives
     from adrun.runtime.tf2.sync import SynchronizedApply
 
-    timeout_s = ctx.settings.op_timeout_s
     keys = routes = None
     if ctx.num_workers > 1:
         from adrun.runtime.tf2.peers import report_collective_failures
@@ -74,8 +79,8 @@ def _collective_hook(ctx: Any, steps: Any) -> Any:
         report_collective_failures(ctx.task_index)
         keys = RuntimeKeys(Routes(ctx.task_index).device(HOST))
         routes = routes_of(ctx)
-        _enter(Broadcaster(ctx.task_index, ctx.num_workers, timeout_s, routes))
-    collectives = TF2Collectives(ctx.num_workers, timeout_s=timeout_s, keys=keys, routes=routes)
+        _enter(Broadcaster(ctx.task_index, ctx.num_workers, ctx.settings.op_timeout_s, routes))
+    collectives = TF2Collectives(ctx.num_workers, keys=keys, routes=routes)
     return SynchronizedApply(ctx, collectives, steps)
 
 
@@ -119,6 +124,7 @@ def patches(mode: str) -> dict[str, Callable[[], None]]:
         "keras.src.optimizers.base_optimizer": _installer(hook_of, "hook_keras3"),
         "tf_keras.src.optimizers.optimizer": _installer(hook_of, "hook_tf_keras"),
         "tf_keras.src.optimizers.legacy.optimizer_v2": _installer(hook_of, "hook_tf_keras_legacy"),
+        "keras.src.backend.tensorflow.core": _local_variable_patches,
     }
     if mode == "run" and current().strategy.uses_ps:
         found["keras.src.backend.tensorflow.core"] = _ps_variable_patches
@@ -145,11 +151,21 @@ def _refuse_split_variables(names: list[str]) -> Callable[[], None]:
     return refuse_tf_keras
 
 
+def _local_variable_patches() -> None:
+    """Keras 3 variables of this worker's own: lookups as row gathers (row_reads.py)."""
+    from adrun.runtime.tf2.row_reads import local_row_reads
+
+    local_row_reads()
+
+
 def _ps_slot_patches() -> None:
-    """Keras 3 slots made eagerly, placed or split as their variable (ps_shards.py)."""
+    """Keras 3 slots made eagerly, placed or split as their variable (ps_shards.py); updates on
+    their variable's PS (ps_updates.py)."""
     from adrun.runtime.tf2.ps_shards import slots_made_like_their_variable
+    from adrun.runtime.tf2.ps_updates import updates_on_their_ps
 
     slots_made_like_their_variable()
+    updates_on_their_ps()
 
 
 def _ps_variable_patches() -> None:

@@ -4,7 +4,9 @@ The variables are shared on the PS tasks (ps_variables.py), so an apply updates 
 - synchronous (`sync: true, staleness: 0`): every worker pushes its gradient into the variable's
   PS, a split variable's each shard's part into that shard's PS (ps_exchange.py: dense sums divided by N, sparse rows gathered in worker order and divided by
   N); the chief takes the mean over all N, applies it with the script's own
-  optimizer, and then gives each other worker its release token. The other workers do not apply:
+  optimizer, and then gives each other worker its release token. A sparse gradient is pushed and
+  applied with its rows summed per id when the optimizer takes only those sums (duplicate_rows.py,
+  the all-reduce path's rule), row for row otherwise. The other workers do not apply:
   their step ends when their token arrives, so their next step reads the updated variables;
 - bounded staleness (`staleness: s`): every worker applies its own gradient, and staleness tokens
   (graph mode's StalenessBarrier) keep each worker within s steps of every other;
@@ -23,8 +25,10 @@ import tensorflow as tf
 from tensorflow.python.ops import gen_resource_variable_ops
 
 from adrun.runtime.context import TaskContext
+from adrun.runtime.tf2.duplicate_rows import summed_per_index, sums_duplicate_rows
 from adrun.runtime.tf2.ps_exchange import GradientExchange, StalenessTokens
 from adrun.runtime.tf2.ps_shards import joined, shards_of, split_gradient
+from adrun.runtime.tf2.ps_updates import on_its_ps
 from adrun.runtime.tf2.optimizer_hooks import traced_batch_size
 from adrun.runtime.tf2.steps import StepCounters
 from adrun.runtime.tf2.sync import PlanCheck, ordered, value_of
@@ -71,12 +75,15 @@ class PSApply:
                    if grad is not None]
         if not planned:
             return apply(grads)
+        sums = sums_duplicate_rows(optimizer)
+        grads = [_distinct(grad, sums) for grad in grads]
+        planned = [(i, plan, grads[i]) for i, plan, _ in planned]
         with tf.control_dependencies([self._steps.started()]):
             planned = [(i, plan, ordered(grad)) for i, plan, grad in planned]
         call = self._call_index(optimizer)
         n, worker = self._ctx.num_workers, self._ctx.task_index
         if self._mode.sync and self._mode.staleness == 0 and n > 1:
-            result, end = self._synchronous(call, optimizer, grads, variables, planned, apply)
+            result, end = self._synchronous(call, optimizer, grads, variables, planned, apply, sums)
         else:
             result = apply(grads)
             end = tf.group(*_touched(optimizer, variables))
@@ -97,8 +104,10 @@ class PSApply:
         return call
 
     def _synchronous(self, call: int, optimizer: Any, grads: list[Any], variables: list[Any],
-                     planned: list[tuple[int, Any, Any]], apply: Callable[[list[Any]], Any]) -> tuple[Any, tf.Operation]:
-        """(the apply's result, the step's end) of a synchronous step: the chief applies the mean."""
+                     planned: list[tuple[int, Any, Any]], apply: Callable[[list[Any]], Any],
+                     sums: bool) -> tuple[Any, tf.Operation]:
+        """(the apply's result, the step's end) of a synchronous step: the chief applies the mean
+        (with `sums`, the workers' rows of equal id summed too, so its update sends each row once)."""
         exchange = GradientExchange(call, self._ctx.num_workers, self._ctx.task_index)
         pushed = [part for _, plan, grad in planned for part in gradient_parts(plan, grad)]
         if self._ctx.task_index != 0:
@@ -109,10 +118,17 @@ class PSApply:
         means = exchange.means(pushed)
         out = list(grads)
         for i, plan, _ in planned:
-            out[i] = _whole(plan, means)
+            with on_its_ps(variables[i]):  # the mean's sum where the update runs
+                out[i] = _distinct(_whole(plan, means), sums)
         with tf.control_dependencies([value_of(m) for m in means.values()]):
             result = apply(out)
         return result, exchange.end_step(_touched(optimizer, variables))
+
+
+def _distinct(grad: Any, sums: bool) -> Any:
+    """`grad`, a sparse one summed per id when the optimizer takes only those sums (`sums`,
+    duplicate_rows.py): a batch names the same rows many times, and each row is then pushed once."""
+    return summed_per_index(grad) if sums and isinstance(grad, tf.IndexedSlices) else grad
 
 
 def _state_like_the_chief(optimizer: Any, variables: list[Any]) -> None:

@@ -8,11 +8,12 @@ resource here is made once, eagerly, by its raw op with an explicit shared name 
 its handle is used by raw ops, eagerly or inside the script's `tf.function` (a captured handle):
 - dense gradients of one dtype bound for one PS task are pushed as one flat buffer into one
   accumulator (reduction SUM); the chief takes the sum of all N and divides by N;
-- a sparse gradient's rows go, unmerged, into one queue per non-chief worker on the variable's PS;
+- a sparse gradient's rows go, as given, into one queue per non-chief worker on the variable's PS;
   the chief concatenates its own rows and each worker's in worker order and divides by N. Keras 3's
-  sparse optimizers treat each row on its own (Adam squares each, duplicates included), so these are
-  the very rows one process would see for the union of the workers' batches (as TF2's all-reduce
-  path gathers them: reduction.py);
+  sparse Adam treats each row on its own (it squares each, duplicates included), so row for row
+  these are the very rows one process would see for the union of the workers' batches; for an
+  optimizer that takes only their sums per id, ps_apply.py sums them before (as TF2's all-reduce
+  path does before its gather: reduction.py);
 - each non-chief worker has its own release queue on PS 0, so a fast worker never takes a slow
   worker's token; staleness queues per ordered pair of workers bound how far one runs ahead.
 """
@@ -84,7 +85,8 @@ class GradientExchange:
         return pushes
 
     def means(self, planned: list[tuple[str, Any, int]]) -> dict[str, Any]:
-        """The chief's mean over every worker's gradient of each (name, gradient, PS task)."""
+        """The chief's mean over every worker's gradient of each (name, gradient, PS task), made on
+        that PS, where the chief's update of the variable runs (ps_updates.py)."""
         n = self._n
         found: dict[str, Any] = {}
         for (task, dtype), members in sorted(_dense_batches(planned).items()):
@@ -95,18 +97,19 @@ class GradientExchange:
                 with tf.control_dependencies([pushed]):
                     total = gen_data_flow_ops.resource_accumulator_take_gradient(handle, n, dtype)
                 mean = total / tf.cast(n, dtype)
-            pieces = tf.split(mean, [g.shape.num_elements() for _, g in members])
-            found.update({name: tf.reshape(p, g.shape) for (name, g), p in zip(members, pieces, strict=True)})
+                pieces = tf.split(mean, [g.shape.num_elements() for _, g in members])
+                found.update({name: tf.reshape(p, g.shape) for (name, g), p in zip(members, pieces, strict=True)})
         for name, grad, task in planned:
             if isinstance(grad, tf.IndexedSlices):
                 values, indices = [grad.values], [tf.cast(grad.indices, tf.int64)]
-                for w in range(1, n):
-                    v, i = gen_data_flow_ops.queue_dequeue_v2(self._rows(name, task, grad, w),
-                                                            [grad.values.dtype, tf.int64])
-                    values.append(v)
-                    indices.append(i)
-                found[name] = tf.IndexedSlices(tf.concat(values, 0) / tf.cast(n, grad.values.dtype),
-                                               tf.cast(tf.concat(indices, 0), grad.indices.dtype), grad.dense_shape)
+                with tf.device(ps_device(task)):
+                    for w in range(1, n):
+                        v, i = gen_data_flow_ops.queue_dequeue_v2(self._rows(name, task, grad, w),
+                                                                [grad.values.dtype, tf.int64])
+                        values.append(v)
+                        indices.append(i)
+                    found[name] = tf.IndexedSlices(tf.concat(values, 0) / tf.cast(n, grad.values.dtype),
+                                                   tf.cast(tf.concat(indices, 0), grad.indices.dtype), grad.dense_shape)
         return found
 
     def _dense_accumulator(self, task: int, dtype: tf.DType, members: list[tuple[str, tf.Tensor]]) -> tf.Tensor:

@@ -17,9 +17,8 @@ variable whole (`SplitVariable`), and three things are patched:
   bypasses any variable creator the script runs under (tf.function's own creator makes it). The
   slot is made under `tf.init_scope()` (eagerly, through adrun's creator), and the creator is told
   which variable it belongs to, so it is split, or placed, as its variable is;
-- an Embedding lookup: `tf.nn.embedding_lookup` of the sharded variable, one gather per shard on
-  its PS (TF's dispatch for `ShardedVariable`); `ShardedVariable.sparse_read` concatenates the
-  shards' rows in shard order instead of the ids' order.
+- an Embedding lookup: ps_gather.py gathers each shard's distinct rows on its PS
+  (`ShardedVariable.sparse_read` concatenates the shards' rows in shard order instead of the ids').
 """
 
 from __future__ import annotations
@@ -33,7 +32,7 @@ from tensorflow.python.distribute.sharded_variable import ShardedVariable
 from tensorflow.python.eager import backprop
 from tensorflow.python.util import nest
 
-__all__ = ["ShardedVariable", "SplitVariable", "gradients_of_whole_variables", "joined", "lookup", "shards_of",
+__all__ = ["ShardedVariable", "SplitVariable", "gradients_of_whole_variables", "joined", "shards_of",
            "slot_reference", "slots_made_like_their_variable", "split_gradient"]
 
 _slots = threading.local()  # .reference: the tf.Variable whose slot is being made
@@ -71,11 +70,6 @@ def _inner(variable: Any) -> Any:
 def slot_reference() -> Any:
     """The variable (a tf.Variable or ShardedVariable) whose optimizer slot is being made, or None."""
     return getattr(_slots, "reference", None)
-
-
-def lookup(sharded: ShardedVariable, ids: Any) -> tf.Tensor:
-    """Rows `ids` of `sharded`, in the ids' order: each shard gathers its own rows on its PS."""
-    return tf.nn.embedding_lookup(sharded, ids)
 
 
 def slots_made_like_their_variable() -> None:

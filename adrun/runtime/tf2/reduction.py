@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from adrun.runtime.kernels.allreduce_sync import Collectives, gathered_rows
 from adrun.runtime.tf2.broadcast import internal
+from adrun.runtime.tf2.duplicate_rows import summed_per_index
 from adrun.runtime.tf2.keys import RuntimeKeys
 from adrun.runtime.tf2.routes import Route, Routes
 from adrun.strategies.document import AllReduceSync, PSSync, VariablePlan, shard_sizes
@@ -29,12 +30,12 @@ from adrun.strategies.document import AllReduceSync, PSSync, VariablePlan, shard
 
 @dataclass
 class TF2Collectives(Collectives):
-    """Graph mode's collectives with run-time instance keys, one ordering token, a timeout and a
-    device per dtype (`routes`, decided at the first collective); compressor state made once per
-    name, eagerly, on this worker only. A run of one worker has neither keys nor routes and never
-    reaches a collective."""
+    """Graph mode's collectives with run-time instance keys, one ordering token and a device per
+    dtype (`routes`, decided at the first collective); compressor state made once per name, eagerly,
+    on this worker only. No collective carries a timeout of its own: TF would start a thread per
+    call to keep it; the step's deadline keeps ADRUN_OP_TIMEOUT instead (step_deadline.py). A run of
+    one worker has neither keys nor routes and never reaches a collective."""
 
-    timeout_s: float = 0.0
     keys: RuntimeKeys | None = None
     routes: Callable[[], Routes] | None = None
     _state: dict[str, tf.Variable] = field(default_factory=dict)
@@ -53,7 +54,7 @@ class TF2Collectives(Collectives):
             return tf.raw_ops.CollectiveReduceV2(
                 input=t, group_size=self.num_workers, group_key=route.group_key, instance_key=keys.next(),
                 ordering_token=keys.ordering_token(device), merge_op="Add", final_op=final_op,
-                communication_hint=route.communication_hint, timeout_seconds=self.timeout_s,
+                communication_hint=route.communication_hint,
             )
 
     def gather(self, t: tf.Tensor, label: str, step: Any = None) -> tf.Tensor:
@@ -62,7 +63,6 @@ class TF2Collectives(Collectives):
             return tf.raw_ops.CollectiveGatherV2(
                 input=t, group_size=self.num_workers, group_key=route.group_key, instance_key=keys.next(),
                 ordering_token=keys.ordering_token(device), communication_hint=route.communication_hint,
-                timeout_seconds=self.timeout_s,
             )
 
     def state_variable(self, initial: Callable[[], tf.Tensor], name: str) -> tf.Variable:
@@ -81,14 +81,6 @@ class TF2Collectives(Collectives):
             if sum_per_index:
                 grad = summed_per_index(grad)
             return gathered_rows(grad, self.num_workers, lambda t, part: self.gather(t, f"{name}/{part}"))
-
-
-def summed_per_index(grad: tf.IndexedSlices) -> tf.IndexedSlices:
-    """`grad` with one row per distinct index, the rows of equal index summed (indices in order of
-    first appearance: the optimizers that qualify do not need them sorted)."""
-    indices, positions = tf.unique(grad.indices)
-    values = tf.math.unsorted_segment_sum(grad.values, positions, tf.size(indices))
-    return tf.IndexedSlices(values, indices, grad.dense_shape)
 
 
 def mean_gradients(collectives: TF2Collectives, planned: list[tuple[VariablePlan, Any]],

@@ -6,6 +6,7 @@ counters of its own in the graph (started, done, examples) and a thread reads th
 second into graph mode's `StepReporter`: step counts, examples per step, and a `waiting` event
 for a step that has started and not finished for WAITING_AFTER_S. With ADRUN_MAX_STEPS the step
 whose count reaches it calls the reporter's `end_worker` from the graph, after its collectives.
+Each read also tells the step deadline (step_deadline.py, all-reduce plans) whether a step is running.
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ import tensorflow as tf
 
 from adrun.runtime.metrics import EMIT_INTERVAL_S, StepReporter
 from adrun.runtime.tf2.broadcast import internal
+from adrun.runtime.tf2.step_deadline import StepDeadline
 
 
 class StepCounters:
-    def __init__(self, reporter: StepReporter) -> None:
+    def __init__(self, reporter: StepReporter, deadline: StepDeadline | None = None) -> None:
         self._reporter = reporter
+        self._deadline = deadline
         self._variables: tuple[tf.Variable, tf.Variable, tf.Variable] | None = None
         self._lock = threading.Lock()
         self.wire_bytes = 0
@@ -72,3 +75,5 @@ class StepCounters:
                 self._reporter.step_done(examples or None, self.wire_bytes)
             if started > done and not self._reporter.in_step:
                 self._reporter.before_step()
+            if self._deadline is not None:
+                self._deadline.observe(started, done)

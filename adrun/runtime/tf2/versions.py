@@ -32,6 +32,7 @@ PRIVATE_API: dict[str, tuple[str, ...]] = {
     "tensorflow.python.eager.context": (
         "Context.configure_collective_ops", "Context.configure_coordination_service",
         "Context.enable_collective_ops", "Context.abort_collective_ops", "Context.set_server_def",
+        "Context.ensure_initialized",  # a TF2 plan's PS task starts its server through it (ps_task.py)
     ),
     "tensorflow.python.ops.collective_ops": (
         "all_reduce_v2", "all_gather_v2", "broadcast_send_v2", "broadcast_recv_v2",
@@ -59,8 +60,10 @@ PRIVATE_API: dict[str, tuple[str, ...]] = {
         "CheckpointManager._maybe_delete",
     ),
     "keras.src.optimizers.base_optimizer": ("BaseOptimizer.apply", "BaseOptimizer.add_variable_from_reference"),
-    "keras.src.backend.tensorflow.optimizer": ("TFOptimizer.add_variable_from_reference",),
-    # ps_atomic.py; ps_gather.py adds Variable.sparse_read, which tf.gather uses (test_ps_gather.py)
+    "keras.src.backend.tensorflow.optimizer": ("TFOptimizer.add_variable_from_reference",
+                                               "TFOptimizer._distributed_tf_update_step"),
+    # ps_atomic.py; ps_gather.py and row_reads.py add Variable.sparse_read, which tf.gather uses
+    # (test_ps_gather.py, test_row_reads.py)
     "keras.src.backend.tensorflow.core": (
         "Variable.assign_add", "Variable.assign_sub", "Variable._convert_to_tensor", "Variable.value",
     ),

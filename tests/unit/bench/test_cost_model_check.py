@@ -20,6 +20,7 @@ from bench.cost_model_check import (
     cluster_spec,
     link_planned,
     group_sources,
+    measured_before_chunks,
     measured_rates,
     one_host_rates,
     network_facts,
@@ -159,6 +160,33 @@ def test_a_group_measured_again_replaces_the_earlier_files_runs(tmp_path):
     measured, _ = measured_rates([old, new])
     assert measured == {("sparse", "commodity", 1): {ring: 300.0}, ("dense", "commodity", 1): {other: 70.0}}
     assert group_sources([old, new]) == {("sparse", "commodity", 1): new, ("dense", "commodity", 1): old}
+
+
+def test_ps_runs_measured_before_chunks_are_planned_whole(tmp_path):
+    """A file measured at a commit without PS chunks (a637006) ran PSLoadBalancing's 2 MB kernel
+    whole: its group is planned with chunk_bytes=0 and predicted as the serial plan; a file of a
+    commit with chunks (2f17f90) is planned as today. A commit git does not know is named."""
+    pslb = RunConfig(workload="dense", profile="commodity", hosts=2, kind="adrun", system="PSLoadBalancing")
+    ring = RunConfig(workload="sparse", profile="commodity", hosts=2, kind="adrun", system="AllReduce")
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    for path, commit, config in ((old, "a637006", pslb), (new, "2f17f90", ring)):
+        path.write_text(BenchResults(started="now", command="test", machine={}, versions={"commit": commit},
+                                     profiles=[COMMODITY], runs=[one_run(config, 0, 10.0)]).model_dump_json())
+    assert measured_before_chunks([old, new]) == {("dense", "commodity", 2)}
+    spec, net = cluster_spec(2), network_facts(COMMODITY, cluster_spec(2))
+    whole = predict(build_strategy("PSLoadBalancing", DENSE.graph, spec, {"chunk_bytes": "0"}), DENSE, spec, net)
+    chunked = predict(build_strategy("PSLoadBalancing", DENSE.graph, spec), DENSE, spec, net)
+    assert chunked.step_s < 0.9 * whole.step_s  # 2 chunks: the wire time 1.5 M/B instead of 2 M/B
+    measured = {("dense", "commodity", 2): {pslb: 10.0}}
+    for before, expected in (({("dense", "commodity", 2)}, whole), (set(), chunked)):
+        [group] = check(measured, {"commodity": COMMODITY}, {("dense", "commodity", 2): DENSE}, before_chunks=before)
+        [row] = group["models"]["analytical"]["systems"]
+        assert row["predicted_step_s"] == pytest.approx(expected.step_s)
+    unknown = tmp_path / "unknown.json"
+    unknown.write_text(BenchResults(started="now", command="test", machine={}, versions={"commit": "0" * 40},
+                                    profiles=[COMMODITY], runs=[one_run(ring, 0, 10.0)]).model_dump_json())
+    with pytest.raises(click.UsageError, match=f"{unknown}: measured at commit 0{{40}}"):
+        measured_before_chunks([unknown])
 
 
 def test_coefficients_fitted_at_other_host_counts_carry_over():

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 from adrun.errors import UserError
 from adrun.graph_item import GraphItem
 from adrun.spec import ClusterSpec, Node
-from adrun.strategies.cost_model import Coefficients, distinct_rows_of, predict
+from adrun.placement import ps, worker
+from adrun.strategies.cost_model import (
+    Coefficients, Paths, chunk_pipeline_fill, distinct_rows_of, predict, prefetched_chunks,
+)
 from adrun.strategies.document import AllReduceSync, Partition, PSSync
 from adrun.strategies.facts import ModelProfile, NodeBytes, RowsTouched
 from tests.support.cost_facts import BANDWIDTH_ONLY, hosts_spec, network, plan, planned, profile, var
@@ -53,8 +58,11 @@ def test_synchronous_ps_pays_three_round_trips():
 
 @pytest.mark.parametrize("k", [1, 2, 4, 8])
 def test_k_ps_hosts_apart_from_the_workers(k):
-    """4 worker hosts, k PS hosts, w split evenly over the k PSs: each direction of each phase takes
-    max(M/B, N·M/(k·B)): the PS links bound it until k reaches N, the workers' links from there."""
+    """4 worker hosts, k PS hosts, w split evenly over the k PSs. Reads: each PS host sends M/k to
+    each worker (4·M/k in all), each worker receives M/k from each PS host, a quarter of that
+    host's bytes: it waits for its senders (3/4)^k of the time. Pushes: each worker sends M/k to
+    each PS host, 1/k of its bytes; a PS host receives 4·M/k, waiting (1 - 1/k)^4 of the time. With
+    one PS host (k = 1) every worker has one sender and the PS host's link bounds both phases."""
     spec = ClusterSpec(version=1, nodes=[
         *(Node(address=f"10.0.0.{i + 1}", chief=i == 0, workers=1) for i in range(4)),
         *(Node(address=f"10.0.1.{p + 1}", workers=0, ps=1) for p in range(k)),
@@ -62,18 +70,49 @@ def test_k_ps_hosts_apart_from_the_workers(k):
     how = {"sync": PSSync(ps_task=0)} if k == 1 else {
         "partition": Partition(axis=0, shards=[PSSync(ps_task=p) for p in range(k)])}
     strategy = plan(DENSE, spec, [planned(W, **how)])
-    phase = max(M / B, 4 * M / (k * B))
-    assert step(strategy, profile(DENSE, 0.01), spec, network(spec, B)) == pytest.approx(0.01 + 2 * phase)
+    reads = max(4 * M / (k * B), M / (B * (1 - (3 / 4) ** k)))
+    pushes = max(M / B, 4 * M / (k * B * (1 - (1 - 1 / k) ** 4)))
+    assert step(strategy, profile(DENSE, 0.01), spec, network(spec, B)) == pytest.approx(0.01 + reads + pushes)
 
 
-def test_one_ps_per_host_equals_the_ring():
-    """Colocated partitioned PS moves 2(N-1)/N·M per host, like ring all-reduce (BytePS)."""
+def test_one_ps_per_host_moves_the_rings_bytes_all_to_all():
+    """Colocated partitioned PS moves 2(N-1)/N·M per host, like ring all-reduce (BytePS), but each
+    phase is an all-to-all: every host sends a third of its bytes to each other host, so each
+    receiver waits for its three senders (2/3)^3 of the time and passes its bytes at 1 - (2/3)^3 =
+    19/27 of the rate. The ring's receivers have one sender each and lose nothing."""
     spec = hosts_spec(4)
     ps = plan(DENSE, spec, [planned(W, partition=Partition(axis=0, shards=[PSSync(ps_task=p) for p in range(4)]))])
     ring = plan(DENSE, spec, [planned(W, sync=AllReduceSync(group=0))])
     prof, net = profile(DENSE, 0.01), network(spec, B)
-    assert step(ps, prof, spec, net) == pytest.approx(0.01 + 2 * 3 / 4 * M / B)
+    assert step(ps, prof, spec, net) == pytest.approx(0.01 + 2 * 3 / 4 * M / B * 27 / 19)
     assert step(ring, prof, spec, net) == pytest.approx(0.01 + 2 * 3 / 4 * M / B)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_k_flows_into_one_port_take_k_times_one_flows_time(k):
+    """An incast: k workers each push M to the PS of host 1 and send nothing else, so the port
+    is never idle and passes the k·M at its rate: k times one flow's time (the reads, a fan-out
+    from host 1, take as long)."""
+    spec = hosts_spec(k + 1, ps=[1] + [0] * k)
+    graph = GraphItem(variables=[W], batch_size=100)
+    strategy = plan(graph, spec, [planned(W, sync=PSSync(ps_task=0))])
+    assert step(strategy, profile(graph, 0.01), spec, network(spec, B)) == pytest.approx(0.01 + 2 * k * M / B)
+
+
+def test_receiving_share_of_a_port_whose_senders_also_send_elsewhere():
+    """Host 3 receives from host 1 (two thirds of the bytes host 1 sends to other hosts; its 5 MB
+    to its own worker stay on the host) and from host 2 (all of host 2's): host 2 always serves it,
+    so it never waits. Host 2 receives a third of host 1's bytes and nothing else: busy 1/3 of the
+    time. A host that receives nothing keeps its whole rate, and so does every other resource."""
+    spec = hosts_spec(3)
+    paths = Paths.of(spec, network(spec, B))
+    load = paths.zeros()
+    for src, dst, nbytes in ((0, 2, 2e6), (0, 1, 1e6), (0, 0, 5e6), (1, 2, 3e6)):
+        paths.load(load, ps(src), worker(dst), nbytes)
+    share = paths.receiving_share(load)
+    received = [paths.index["received", h, ""] for h in paths.hosts]
+    assert share[received].tolist() == pytest.approx([1.0, 1 / 3, 1.0])
+    assert share[[i for i in range(len(share)) if i not in received]].tolist() == [1.0] * (len(share) - 3)
 
 
 @pytest.mark.parametrize("n", [2, 3, 5])
@@ -274,8 +313,10 @@ def test_sparse_all_gather_grows_with_the_workers_and_ps_does_not():
     gathered = plan(SPARSE, spec, [planned(EMB, sync=AllReduceSync(group=0))])
     split = plan(SPARSE, spec, [planned(EMB, partition=Partition(axis=0, shards=[PSSync(ps_task=p) for p in range(4)]))])
     assert step(gathered, prof, spec, net) == pytest.approx(0.01 + 3 * 1000 * (ROW + 8) / B)
-    # each host serves its 250 rows to 3 workers, then receives their pushes
-    assert step(split, prof, spec, net) == pytest.approx(0.01 + 3 * 250 * ROW / B + 3 * 250 * (ROW + 8) / B)
+    # each host serves its 250 rows to 3 workers, then receives their pushes, each phase an
+    # all-to-all at 19/27 of the rate (test_one_ps_per_host_moves_the_rings_bytes_all_to_all)
+    assert step(split, prof, spec, net) == pytest.approx(
+        0.01 + (3 * 250 * ROW / B + 3 * 250 * (ROW + 8) / B) * 27 / 19)
 
 
 @pytest.mark.parametrize("compressor, buffer", [("none", M), ("fp16", M // 2), ("powersgd", (1000 + 1000) * 4 * 4)])
@@ -293,6 +334,69 @@ def test_staleness_overlaps_communication_with_compute(compute_s):
     spec = hosts_spec(2, ps=[1, 0])
     stale = plan(DENSE, spec, [planned(W, sync=PSSync(ps_task=0, staleness=2))])
     assert step(stale, profile(DENSE, compute_s), spec, network(spec, B)) == pytest.approx(max(compute_s, M / B))
+
+
+@pytest.mark.parametrize("chunks", [2, 4, 12])
+def test_ps_chunks_are_pulled_back_while_later_chunks_are_pushed(chunks):
+    """w in C chunks on the PS of host 1 (as PS and PSLoadBalancing cut it): worker 1 pushes the
+    chunks in order and pulls each back once it is applied, while the next ones are still pushed.
+    A two-stage pipeline of C equal chunks, M/(C·B) a stage each way: (C - 1)·M/(C·B) + 2·M/(C·B) =
+    M/B + M/(C·B) after compute, where the whole variable takes M/B before and M/B after it. Bytes
+    per node are the same."""
+    spec = hosts_spec(2, ps=[1, 0])
+    chunked = plan(DENSE, spec, [planned(W, partition=Partition(axis=0, shards=[PSSync(ps_task=0)] * chunks))])
+    prediction = predict(chunked, profile(DENSE, 0.01), spec, network(spec, B), BANDWIDTH_ONLY)
+    assert prediction.step_s == pytest.approx(0.01 + M / B + M / (chunks * B))
+    # both directions carry M after compute: the first in host order is named
+    assert prediction.bound == "network: 10.0.0.1 -> 10.0.0.2 (PS pushes and chunk pulls)"
+    assert prediction.node_bytes == {"10.0.0.1": NodeBytes(sent=M, received=M), "10.0.0.2": NodeBytes(sent=M, received=M)}
+
+
+def test_ps_chunks_pay_the_reverse_share_of_both_directions_at_once():
+    """The chunks' pushes and pulls cross the link at the same time, so each direction carries the
+    reverse-traffic share of the other, as the ring does; the fill (one chunk) is charged on top."""
+    spec = hosts_spec(2, ps=[1, 0])
+    chunked = plan(DENSE, spec, [planned(W, partition=Partition(axis=0, shards=[PSSync(ps_task=0)] * 4))])
+    c = BANDWIDTH_ONLY.model_copy(update={"reverse_traffic_share": 0.1})
+    assert step(chunked, profile(DENSE, 0.01), spec, network(spec, B), c) == pytest.approx(
+        0.01 + 1.1 * M / B + M / (4 * B))
+
+
+def test_ps_chunks_in_a_step_with_collectives_are_read_before_compute():
+    """The runtime pulls chunks back only in a step that a PS token ends: beside an all-reduced
+    variable they are read before compute, as whole variables are (M/B), and pushed after it with
+    the ring's bytes (k each way between the two workers)."""
+    b = var("b", [1000])
+    graph = GraphItem(variables=[W, b], batch_size=100)
+    spec = hosts_spec(2, ps=[1, 0])
+    strategy = plan(graph, spec, [planned(W, partition=Partition(axis=0, shards=[PSSync(ps_task=0)] * 4)),
+                                  planned(b, sync=AllReduceSync(group=0))])
+    assert step(strategy, profile(graph, 0.01), spec, network(spec, B)) == pytest.approx(
+        M / B + 0.01 + (M + 4000) / B)
+
+
+@pytest.mark.parametrize("how, chunks", [
+    ({"partition": Partition(axis=0, shards=[PSSync(ps_task=0)] * 3)}, ["w/part_0", "w/part_1", "w/part_2"]),
+    # one shard per task (PartitionedPS, Auto): nothing pulled back
+    ({"partition": Partition(axis=0, shards=[PSSync(ps_task=0), PSSync(ps_task=1)])}, []),
+    # two shards share task 0, the third is alone on task 1
+    ({"partition": Partition(axis=0, shards=[PSSync(ps_task=0), PSSync(ps_task=0), PSSync(ps_task=1)])},
+     ["w/part_0", "w/part_1"]),
+    ({"partition": Partition(axis=0, shards=[PSSync(ps_task=0, staleness=1)] * 2)}, []),
+    ({"partition": Partition(axis=0, shards=[PSSync(ps_task=0, local_proxy=True)] * 2)}, []),
+    ({"sync": PSSync(ps_task=0)}, []),
+])
+def test_which_shards_are_pulled_back_as_applied(how, chunks):
+    """As the runtime's ps_prefetch.chunks: synchronous dense shards sharing their PS task."""
+    assert prefetched_chunks(planned(W, **how)) == chunks
+
+
+def test_chunk_pipeline_fill_is_one_chunk_of_the_shorter_stage():
+    """max(A, B) + min(A, B)/C beyond the two stages at once: min(A, B)/C; several chunked variables
+    push side by side, C their chunks on average."""
+    assert chunk_pipeline_fill(0.3, 0.1, Counter({"w": 4})) == pytest.approx(0.1 / 4)
+    assert chunk_pipeline_fill(0.1, 0.3, Counter({"w": 4})) == pytest.approx(0.1 / 4)
+    assert chunk_pipeline_fill(0.2, 0.2, Counter({"w": 2, "v": 6})) == pytest.approx(0.2 / 4)
 
 
 def test_local_proxy_reads_the_whole_variable():

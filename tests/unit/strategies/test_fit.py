@@ -6,7 +6,7 @@ import pytest
 
 from adrun.graph_item import GraphItem
 from adrun.spec import ClusterSpec, Node
-from adrun.strategies import BUILDERS
+from adrun.strategies import BUILDERS, build_strategy
 from adrun.strategies.cost_model import Coefficients, predict
 from adrun.strategies.facts import TrialRecord
 from adrun.strategies.fit import fit
@@ -62,13 +62,15 @@ def test_fit_recovers_known_coefficients_and_removes_the_error():
 
 
 def test_fit_tells_the_reverse_traffic_share_from_the_bandwidth_and_recovers_the_ps_variable_overhead():
-    """Two hosts, the PS on the first: a PS plan loads the path in one direction at a time (its
-    reads, then its pushes), the ring in both at once; 40 variables with their own accumulators make
-    the per-PS-variable overhead count. Records made with known values give them back."""
+    """Two hosts, the PS on the first: a PS plan of whole variables (`chunk_bytes=0`: no chunk
+    pulled back while others are pushed) loads the path in one direction at a time (its reads, then
+    its pushes), the ring in both at once; 40 variables with their own accumulators make the
+    per-PS-variable overhead count. Records made with known values give them back."""
     spec = ClusterSpec(version=1, nodes=[Node(address="10.0.0.1", chief=True, ps=1), Node(address="10.0.0.2")])
     net = network(spec, 1e8, latency_s=2e-4)
     true = Coefficients(remote_bandwidth_factor=0.7, reverse_traffic_share=0.25, ps_variable_overhead_s=1e-3)
-    result = fit(_records_made_with(true, spec, net, (0.002, 0.005, 0.01, 0.02, 0.05, 0.1), ("PS", "AllReduce")))
+    result = fit(_records_made_with(true, spec, net, (0.002, 0.005, 0.01, 0.02, 0.05, 0.1), ("PS", "AllReduce"),
+                                    {"PS": {"chunk_bytes": "0"}}))
     assert result.error_after < 0.01 < result.error_before
     assert result.coefficients.remote_bandwidth_factor == pytest.approx(0.7, rel=0.02)
     assert result.coefficients.ps_variable_overhead_s == pytest.approx(1e-3, rel=0.02)
@@ -131,14 +133,16 @@ def test_one_cluster_at_a_time():
     assert fit(mixed, cluster_key="other").records_used == 3
 
 
-def _records_made_with(true: Coefficients, spec: ClusterSpec, net, compute_times, builders) -> list[TrialRecord]:
-    """A trial record per model, compute time and builder, its rate what `true` predicts."""
+def _records_made_with(true: Coefficients, spec: ClusterSpec, net, compute_times, builders,
+                       options: dict[str, dict[str, str]] | None = None) -> list[TrialRecord]:
+    """A trial record per model, compute time and builder (configured by `options`, by builder), its
+    rate what `true` predicts."""
     records = []
     for graph, rows in MODELS:
         for compute_s in compute_times:
             prof = profile(graph, compute_s, rows)
             for builder in builders:
-                strategy = BUILDERS[builder]().build(PlanningFacts(spec=spec, graph=graph))
+                strategy = build_strategy(builder, graph, spec, (options or {}).get(builder))
                 records.append(TrialRecord(recorded_at="2026-11-23T03:00:00", cluster_key=f"{len(spec.nodes)}-hosts",
                                            workload="w", spec=spec, strategy=strategy, profile=prof, network=net,
                                            steps_per_s=1 / predict(strategy, prof, spec, net, true).step_s))

@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from adrun.runtime.tf2.reduction import TF2Collectives, summed_per_index
+from adrun.runtime.tf2.duplicate_rows import summed_per_index
+from adrun.runtime.tf2.reduction import TF2Collectives
 
 
 class TwoSameWorkers(TF2Collectives):
