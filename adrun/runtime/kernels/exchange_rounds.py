@@ -1,25 +1,31 @@
 """The order in which a worker exchanges with the PS tasks: one PS task at a time, staggered.
 
-A step of a sharded PS plan moves rows and shards between every worker and every PS task twice:
-the pulls (PS -> worker, forward) and the pushes (worker -> PS, after backward). Left to TF, a
+A step of a PS plan with a sharded embedding moves rows between every worker and every PS task
+twice: the pulls (row gathers, PS -> worker, forward) and the pushes (sparse gradients, worker ->
+PS, after backward). Left to TF, a
 worker asks every PS task at once, so each host's shaped link carries three or more TCP flows out
 at the same moments (its PS serving three workers, or its worker pushing to three PS tasks);
 measured on 4 namespace hosts at 100 Mbit/s they overflow the link's queue (thousands of drops per
 run, retransmissions) and single transfers stall for a few hundred ms while the link idles
 (docs/performance.md, "PS transfers in staggered rounds").
 
-So a worker exchanges with the PS tasks in rounds: worker w starts with the PS task after its own
+So a worker exchanges rows with the PS tasks in rounds: worker w starts with the PS task after its own
 (`exchange_order`) and goes round the tasks, its own host's last. With one worker and one PS task
 per host, in round r worker w talks to PS task (w + r) mod P only, so every PS task serves one
 worker per round and every worker hears from one PS task: one flow enters and one leaves each
 port. A round starts when the previous one has arrived:
 
-- pulls (`order_pulls`, at session set-up): the reads and row gathers a worker's step makes on the
-  PS tasks of round r wait, by a control dependency, for identities on the worker through which the
-  values of round r-1 reach the forward pass (so the wait is for arrival, not for the PS op to have
-  run; TF's graph optimizer keeps an identity after a device crossing);
-- pushes (`ps_sync.ps_aggregations`): the gradients bound for round r's PS task leave the worker
-  once the accumulators of round r-1 have taken this worker's gradients.
+- pulls (`order_pulls`, at session set-up): the row gathers a worker's step makes on the PS tasks
+  of round r wait, by a control dependency, for identities on the worker through which the rows of
+  round r-1 reach the forward pass (so the wait is for arrival, not for the PS op to have run;
+  TF's graph optimizer keeps an identity after a device crossing);
+- pushes (`ps_sync.ps_aggregations`): the sparse gradients bound for round r's PS task leave the
+  worker once the sparse accumulators of round r-1 have taken this worker's rows.
+
+Dense reads and pushes (a sharded layer's shards, biases) go at once, as TF sends them: a round
+costs a message back from the previous PS task before the next starts, a few ms each on a busy
+CPU, and in rounds the dense shards of PartitionedPS paid it six times a step for a slower step
+(docs/performance.md, "PS transfers in staggered rounds").
 
 Only the order changes: every value sent and every sum taken is the one it was.
 """
@@ -35,7 +41,8 @@ import tensorflow as tf
 from adrun.runtime.grads import records_for
 from adrun.runtime.kernels.devices import ps_device
 
-_PULL_OPS = ("ReadVariableOp", "ResourceGather")
+_ROW_PULL = "ResourceGather"
+_FEED_TYPES = ("Placeholder", "PlaceholderV2")
 
 
 def _host(address: str) -> str:
@@ -97,14 +104,14 @@ def _ps_variables(devices: Mapping[str, str], order: Sequence[int]) -> dict[str,
 
 
 def step_pulls(graph: tf.Graph, devices: Mapping[str, str], order: Sequence[int]) -> list[list[tf.Operation]]:
-    """Per PS task of `order` (tasks with none left out), the reads and row gathers of its
-    variables that the training step makes for this worker's forward pass (consumed off the PS
-    tasks, outside control flow)."""
+    """Per PS task of `order` (tasks with none left out), the row gathers of its variables that the
+    training step makes for this worker's forward pass (consumed off the PS tasks, outside control
+    flow)."""
     ps_variables = _ps_variables(devices, order)
     step = _step_ops(graph)
     by_task: dict[int, list[tf.Operation]] = defaultdict(list)
     for op in graph.get_operations():
-        if op.type not in _PULL_OPS or op.name not in step or _in_control_flow(op):
+        if op.type != _ROW_PULL or op.name not in step or _in_control_flow(op):
             continue
         handle = op.inputs[0].op
         if handle.type != "VarHandleOp" or handle.name not in ps_variables:
@@ -114,18 +121,29 @@ def step_pulls(graph: tf.Graph, devices: Mapping[str, str], order: Sequence[int]
     return [by_task[t] for t in order if by_task[t]]
 
 
-def _source_key(op: tf.Operation) -> str | None:
-    """What an op's value depends on beyond the variable: a gather's ids tensor, nothing for a read."""
-    return op.inputs[1].name if op.type == "ResourceGather" else None
+def _inputs_read(op: tf.Operation) -> frozenset[str]:
+    """The placeholders and iterator reads an op's value depends on: what running it needs fed or
+    takes from the input pipeline."""
+    stack, seen, found = [op], set(), set()
+    while stack:
+        current = stack.pop()
+        if current.name in seen:
+            continue
+        seen.add(current.name)
+        if current.type in _FEED_TYPES or current.type.startswith("IteratorGetNext"):
+            found.add(current.name)
+        stack.extend(t.op for t in current.inputs)
+        stack.extend(current.control_inputs)
+    return frozenset(found)
 
 
 def order_pulls(graph: tf.Graph, devices: Mapping[str, str], local_device: str, order: Sequence[int]) -> int:
-    """Make the step's pulls from the PS tasks of `order` go one task after the other; returns how
-    many pull ops were given a wait.
+    """Make the step's row gathers from the PS tasks of `order` go one task after the other;
+    returns how many gathers were given a wait.
 
-    A pull of round r waits for the arrival of round r-1's reads, and a row gather also for round
-    r-1's gathers with the same ids: never for a value needing an input it did not need already,
-    so no fetch comes to need a feed it did not need before."""
+    A gather of round r waits for the arrival of those of round r-1 whose ids come from no
+    placeholder or iterator read it does not read already (the shards of one lookup share their
+    ids' source): so no fetch comes to need a feed, or to take a batch, it did not before."""
     rounds = step_pulls(graph, devices, order)
     ps_variables = _ps_variables(devices, order).keys()
     markers: dict[str, tf.Operation] = {}
@@ -145,11 +163,11 @@ def order_pulls(graph: tf.Graph, devices: Mapping[str, str], local_device: str, 
             markers[op.name] = through.op
         return markers[op.name]
 
+    reads = {op.name: _inputs_read(op) for ops in rounds for op in ops}
     waited = 0
     for previous, current in pairwise(rounds):
         for op in current:
-            key = _source_key(op)
-            waits = [arrived(p) for p in previous if _source_key(p) in (None, key)]
+            waits = [arrived(p) for p in previous if reads[p.name] <= reads[op.name]]
             if waits:
                 op._add_control_inputs(waits)
                 waited += 1

@@ -93,10 +93,8 @@ class BatchedPSAggregation:
     """Push and take ops for several small dense gradients of one dtype bound for one PS task:
     one flat buffer, one accumulator, one take per step."""
 
-    def __init__(self, members: list[tuple[str, tf.Tensor]], ps_task: int, num_workers: int, worker: str,
-                 after: Sequence[tf.Operation] = ()) -> None:
-        """`members`: (variable name, gradient) with static shapes, in an order every worker shares;
-        the buffer leaves `worker` once the ops `after` have run."""
+    def __init__(self, members: list[tuple[str, tf.Tensor]], ps_task: int, num_workers: int, worker: str) -> None:
+        """`members`: (variable name, gradient) with static shapes, in an order every worker shares."""
         self.names = [name for name, _ in members]
         self.shapes = [grad.shape for _, grad in members]
         self.device = ps_device(ps_task)
@@ -106,7 +104,6 @@ class BatchedPSAggregation:
         shared = f"adrun/accumulator/ps{ps_task}/{dtype.name}/{digest}"
         with tf.device(worker), tf.name_scope("adrun_push_buffer"):
             buffer = tf.concat([tf.reshape(grad, [-1]) for _, grad in members], axis=0)
-        buffer = _leaving(buffer, after, worker)
         with tf.device(self.device):
             self._acc = tf.compat.v1.ConditionalAccumulator(
                 dtype, shape=buffer.shape, shared_name=shared, reduction_type="SUM", name="adrun_acc"
@@ -158,10 +155,12 @@ def ps_aggregations(
     """The accumulators of one step's synchronous PS gradients, given as (variable, gradient, PS
     task): small dense gradients batched per (PS task, dtype), every other gradient alone.
 
-    The PS tasks of `order` (`exchange_rounds.exchange_order`) get this worker's gradients one task
-    after the other: what goes to a task leaves the worker once the previous task's accumulators
-    have taken theirs, so each host's link carries one push at a time. Tasks not in `order` are
-    pushed to at once.
+    The PS tasks of `order` (`exchange_rounds.exchange_order`) get this worker's sparse gradients
+    (the rows, the all-to-all's bulk) one task after the other: what goes to a task leaves the
+    worker once the previous task's sparse accumulators have taken theirs, so each host's link
+    carries one push of rows at a time. Dense gradients, and tasks not in `order`, are pushed at
+    once: a round costs a message back from the PS before the next leaves, which a dense shard's
+    push paid without gaining (docs/performance.md, "PS transfers in staggered rounds").
 
     The dense shards of one variable on one PS task (PSLoadBalancing's chunks, strategies/ps.py)
     are pushed in shard order, `PUSHES_IN_FLIGHT` at a time: their gradients exist together, and
@@ -171,23 +170,22 @@ def ps_aggregations(
     by_task: dict[int, list[tuple[str, tf.Tensor | tf.IndexedSlices]]] = defaultdict(list)
     for name, grad, ps_task in grads:
         by_task[ps_task].append((name, grad))
-    chained = [t for t in order if t in by_task]
     aggregations: list[Aggregation] = []
     previous: list[tf.Operation] = []
-    for ps_task in chained:
-        built = _task_aggregations(by_task[ps_task], ps_task, num_workers, worker, previous)
+    for ps_task in sorted(by_task, key=lambda t: (order.index(t) if t in order else len(order), t)):
+        built = _task_aggregations(by_task[ps_task], ps_task, num_workers, worker, previous if ps_task in order else [])
         aggregations += built
-        previous = [a.push for a in built]
-    for ps_task in sorted(set(by_task) - set(chained)):
-        aggregations += _task_aggregations(by_task[ps_task], ps_task, num_workers, worker, [])
+        rows = [a.push for a in built if isinstance(a, PSAggregation) and a.sparse]
+        if ps_task in order and rows:
+            previous = rows
     return aggregations
 
 
 def _task_aggregations(
     members: list[tuple[str, tf.Tensor | tf.IndexedSlices]], ps_task: int, num_workers: int, worker: str,
-    after: list[tf.Operation],
+    rows_after: list[tf.Operation],
 ) -> list[Aggregation]:
-    """The accumulators of one PS task's gradients, each leaving the worker after `after`."""
+    """The accumulators of one PS task's gradients, the sparse ones leaving the worker after `rows_after`."""
     aggregations: list[Aggregation] = []
     batches: dict[str, list[tuple[str, tf.Tensor]]] = defaultdict(list)
     pushed: dict[str, list[tf.Operation]] = defaultdict(list)
@@ -195,17 +193,20 @@ def _task_aggregations(
         if _batchable(grad):
             batches[grad.dtype.base_dtype.name].append((name, grad))
             continue
+        if isinstance(grad, tf.IndexedSlices):
+            aggregations.append(PSAggregation(name, grad, ps_task, num_workers, worker, rows_after))
+            continue
         earlier = pushed[variable_of(name)]
-        in_flight = [earlier[-PUSHES_IN_FLIGHT]] if not isinstance(grad, tf.IndexedSlices) and len(earlier) >= PUSHES_IN_FLIGHT else []
-        aggregation = PSAggregation(name, grad, ps_task, num_workers, worker, after + in_flight)
+        in_flight = [earlier[-PUSHES_IN_FLIGHT]] if len(earlier) >= PUSHES_IN_FLIGHT else []
+        aggregation = PSAggregation(name, grad, ps_task, num_workers, worker, in_flight)
         earlier.append(aggregation.push)
         aggregations.append(aggregation)
     for _, batch in sorted(batches.items()):
         batch.sort(key=lambda member: member[0])  # one layout on every worker
         if len(batch) == 1:
-            aggregations.append(PSAggregation(*batch[0], ps_task, num_workers, worker, after))
+            aggregations.append(PSAggregation(*batch[0], ps_task, num_workers, worker))
         else:
-            aggregations.append(BatchedPSAggregation(batch, ps_task, num_workers, worker, after))
+            aggregations.append(BatchedPSAggregation(batch, ps_task, num_workers, worker))
     return aggregations
 
 

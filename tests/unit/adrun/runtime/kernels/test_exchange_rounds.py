@@ -1,6 +1,7 @@
-"""A worker exchanges with the PS tasks one host after the other, staggered (`exchange_rounds`):
-the order itself, and the control dependencies that impose it in a worker's rewritten graph,
-read back from the graph as data (which PS task's transfers wait for which)."""
+"""A worker exchanges rows with the PS tasks one host after the other, staggered
+(`exchange_rounds`): the order itself, and the control dependencies that impose it in a worker's
+rewritten graph, read back from the graph as data (which PS task's transfers wait for which, and
+that dense reads and pushes wait for none)."""
 
 from __future__ import annotations
 
@@ -56,8 +57,8 @@ def test_a_worker_without_a_ps_task_on_its_host_starts_after_its_index():
     assert exchange_order(0, {"worker": ["a:1"]}) == []
 
 
-def _model(partition_of):
-    ids = tf1.placeholder(tf.int64, [None, BAG], name="ids")
+def _model(partition_of, lookups: int = 1):
+    """An embedding looked up `lookups` times, each from ids of its own placeholder, and a dense layer."""
     y = tf1.placeholder(tf.float32, [None, 1], name="y")
 
     def variable(name, shape):
@@ -65,7 +66,10 @@ def _model(partition_of):
         return tf1.get_variable(name, shape, partitioner=partitioner_for(partition) if partition else None)
 
     emb, w = variable("emb", [VOCAB, DIM]), variable("w", [DIM, HIDDEN])
-    pooled = tf.reduce_mean(tf1.nn.embedding_lookup(emb, ids, partition_strategy="div"), axis=1)
+    pooled = tf.add_n([
+        tf.reduce_mean(tf1.nn.embedding_lookup(emb, tf1.placeholder(tf.int64, [None, BAG], name=f"ids{i}"),
+                                               partition_strategy="div"), axis=1)
+        for i in range(lookups)])
     loss = tf.reduce_mean(tf.square(tf.reduce_sum(tf.matmul(pooled, w), axis=1, keepdims=True) - y))
     optimizer = tf1.train.GradientDescentOptimizer(0.1)
     pairs = optimizer.compute_gradients(loss)
@@ -73,10 +77,10 @@ def _model(partition_of):
     return optimizer, pairs
 
 
-def _worker_graph(tmp_path: Path, worker: int) -> tf.Graph:
+def _worker_graph(tmp_path: Path, worker: int, lookups: int = 1) -> tf.Graph:
     """Worker `worker`'s graph of a PartitionedPS plan on 4 hosts, rewritten as in a job."""
     with tf.Graph().as_default() as graph:
-        _model(lambda name: None)
+        _model(lambda name: None, lookups)
         item = describe_graph(graph)
     spec = ClusterSpec(version=1, nodes=[Node(address=f"10.0.0.{h + 1}", workers=1, ps=1, chief=h == 0) for h in range(HOSTS)])
     plan = tmp_path / "plan.yml"
@@ -84,7 +88,7 @@ def _worker_graph(tmp_path: Path, worker: int) -> tf.Graph:
     ctx = TaskContext(mode="run", role="worker", task_index=worker, num_workers=HOSTS, job_id="t",
                       cluster=_cluster(HOSTS), strategy_file=str(plan), capture_out=None)
     with tf.Graph().as_default() as graph:
-        optimizer, pairs = _model(ctx.plan.partition)
+        optimizer, pairs = _model(ctx.plan.partition, lookups)
         synchronized_apply(optimizer, optimizer.apply_gradients, pairs, ctx, 0)
     session_setup.prepare_graph(graph, ctx)
     return graph
@@ -121,15 +125,40 @@ def _pull_waits(graph: tf.Graph) -> dict[int, set[int]]:
 
 
 @pytest.mark.parametrize("worker", [0, 1, 3])
-def test_pushes_and_pulls_go_round_the_ps_tasks_in_the_workers_order(tmp_path, worker):
+def test_rows_go_round_the_ps_tasks_in_the_workers_order_and_dense_transfers_at_once(tmp_path, worker):
     graph = _worker_graph(tmp_path, worker)
     order = exchange_order(worker, _cluster(HOSTS))
     chain = {task: {before} for before, task in pairwise(order)}
     assert _push_waits(graph) == chain
     assert _pull_waits(graph) == chain
-    # every pull of every round but the first waits: the embedding's row gather and the layer's read
+    # the waits sit on the rows only: the embedding's row gathers and sparse pushes of every round
+    # but the first; the dense layer's shards are read and pushed at once
     gathers = [op for op in graph.get_operations() if op.type == "ResourceGather" and op.control_inputs]
-    reads = [op for op in graph.get_operations() if op.type == "ReadVariableOp" and any(
-        c.name.startswith("adrun_pull_arrived") for c in op.control_inputs)]
     assert sorted(_ps_task(op) for op in gathers) == sorted(order[1:])
-    assert sorted(_ps_task(op) for op in reads) == sorted(order[1:])
+    assert not [op for op in graph.get_operations() if op.type == "ReadVariableOp" and any(
+        c.name.startswith("adrun_pull_arrived") for c in op.control_inputs)]
+    pushed = {c.type for op in graph.get_operations() if "adrun_push_in_order" in op.name for c in op.outputs[0].consumers()}
+    assert pushed == {"SparseAccumulatorApplyGradient"}
+
+
+def test_a_gather_waits_only_for_gathers_of_ids_from_the_same_inputs(tmp_path):
+    """Two lookups from two placeholders: each lookup's shards go round the tasks, but neither
+    waits for the other's (fetching one would then need the other's ids fed)."""
+    graph = _worker_graph(tmp_path, 0, lookups=2)
+
+    def placeholders(op: tf.Operation) -> set[str]:
+        stack, seen = [op], set()
+        while stack:
+            current = stack.pop()
+            if current.name not in seen:
+                seen.add(current.name)
+                stack += [t.op for t in current.inputs if not t.op.name.startswith("adrun_pull_arrived")]
+        return {name for name in seen if name.startswith("ids")}
+
+    waiting = [op for op in graph.get_operations() if op.type == "ResourceGather" and op.control_inputs]
+    assert len(waiting) == 2 * (HOSTS - 1)
+    for op in waiting:
+        mine = placeholders(op)
+        assert len(mine) == 1
+        for arrived in op.control_inputs:
+            assert placeholders(arrived.inputs[0].op) == mine
