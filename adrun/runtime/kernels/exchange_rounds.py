@@ -22,24 +22,32 @@ port. A round starts when the previous one has arrived:
 - pushes (`ps_sync.ps_aggregations`): the sparse gradients bound for round r's PS task leave the
   worker once the sparse accumulators of round r-1 have taken this worker's rows.
 
-Dense reads and pushes (a sharded layer's shards, biases) go at once, as TF sends them: a round
-costs a message back from the previous PS task before the next starts, a few ms each on a busy
-CPU, and in rounds the dense shards of PartitionedPS paid it six times a step for a slower step
-(docs/performance.md, "PS transfers in staggered rounds").
+Dense reads and pushes (biases, small layers) go at once, as TF sends them. And a plan whose PS
+tasks also hold large dense pieces (`rows_only` false: PartitionedPS's head shards, PS's whole
+layers) gets no rounds at all: those pieces fill the links with flows at once whatever the rows
+do, so ordering the rows beside them only adds a wait per round (a message back from the previous
+PS task, a few ms to tens of ms on a busy CPU), and measured that way PartitionedPS's step got
+slower, −6 % with the rows in rounds and −12 % with its shards in them too (docs/performance.md,
+"PS transfers in staggered rounds").
 
 Only the order changes: every value sent and every sum taken is the one it was.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from itertools import pairwise
 
 import tensorflow as tf
 
+from adrun.graph_item import dtype_itemsize
 from adrun.runtime.grads import records_for
 from adrun.runtime.kernels.devices import ps_device
+from adrun.runtime.kernels.ps_sync import BATCH_BELOW_BYTES
+from adrun.strategies.document import PSSync, Strategy
+from adrun.task_context import TaskContext
 
 _ROW_PULL = "ResourceGather"
 _FEED_TYPES = ("Placeholder", "PlaceholderV2")
@@ -69,6 +77,28 @@ def exchange_order(worker: int, cluster: Mapping[str, Sequence[str]]) -> list[in
     n = len(ps_hosts)
     order = [(start + 1 + r) % n for r in range(n)]
     return [t for t in order if ps_hosts[t] != host] + [t for t in order if ps_hosts[t] == host]
+
+
+def rows_only(strategy: Strategy) -> bool:
+    """Whether the plan's PS traffic is rows: a sparse variable has a piece on a PS task, and every
+    dense piece on one is small (below `ps_sync.BATCH_BELOW_BYTES`, pushed in one batch per task)."""
+    rows = False
+    for variable in strategy.variables:
+        size = dtype_itemsize(variable.dtype)
+        for sync, shape in zip(variable.synchronizers(), variable.shard_shapes(), strict=True):
+            if not isinstance(sync, PSSync):
+                continue
+            if variable.grad == "sparse":
+                rows = True
+            elif math.prod(shape) * size >= BATCH_BELOW_BYTES:
+                return False
+    return rows
+
+
+def round_order(ctx: TaskContext) -> list[int]:
+    """The PS tasks in the order this worker exchanges rows with them (`exchange_order`), or none
+    (every transfer at once) when the plan's PS traffic is not rows only (`rows_only`)."""
+    return exchange_order(ctx.task_index, ctx.cluster) if rows_only(ctx.strategy) else []
 
 
 def _in_control_flow(op: tf.Operation) -> bool:

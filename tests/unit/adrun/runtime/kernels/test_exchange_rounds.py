@@ -17,7 +17,8 @@ tf1 = tf.compat.v1
 from adrun.runtime import session_setup  # noqa: E402
 from adrun.runtime.capture import describe_graph  # noqa: E402
 from adrun.runtime.grads import GradientRecord, records_for  # noqa: E402
-from adrun.runtime.kernels.exchange_rounds import exchange_order  # noqa: E402
+from adrun.runtime.kernels.exchange_rounds import exchange_order, rows_only  # noqa: E402
+from adrun.runtime.kernels.ps_sync import BATCH_BELOW_BYTES  # noqa: E402
 from adrun.runtime.kernels.gradient_sync import synchronized_apply  # noqa: E402
 from adrun.runtime.kernels.partitioning import partitioner_for  # noqa: E402
 from adrun.spec import ClusterSpec, Node  # noqa: E402
@@ -57,15 +58,16 @@ def test_a_worker_without_a_ps_task_on_its_host_starts_after_its_index():
     assert exchange_order(0, {"worker": ["a:1"]}) == []
 
 
-def _model(partition_of, lookups: int = 1):
-    """An embedding looked up `lookups` times, each from ids of its own placeholder, and a dense layer."""
+def _model(partition_of, lookups: int = 1, hidden: int = HIDDEN):
+    """An embedding looked up `lookups` times, each from ids of its own placeholder, and a dense
+    layer of `hidden` units."""
     y = tf1.placeholder(tf.float32, [None, 1], name="y")
 
     def variable(name, shape):
         partition = partition_of(name)
         return tf1.get_variable(name, shape, partitioner=partitioner_for(partition) if partition else None)
 
-    emb, w = variable("emb", [VOCAB, DIM]), variable("w", [DIM, HIDDEN])
+    emb, w = variable("emb", [VOCAB, DIM]), variable("w", [DIM, hidden])
     pooled = tf.add_n([
         tf.reduce_mean(tf1.nn.embedding_lookup(emb, tf1.placeholder(tf.int64, [None, BAG], name=f"ids{i}"),
                                                partition_strategy="div"), axis=1)
@@ -77,10 +79,10 @@ def _model(partition_of, lookups: int = 1):
     return optimizer, pairs
 
 
-def _worker_graph(tmp_path: Path, worker: int, lookups: int = 1) -> tf.Graph:
+def _worker_graph(tmp_path: Path, worker: int, lookups: int = 1, hidden: int = HIDDEN) -> tf.Graph:
     """Worker `worker`'s graph of a PartitionedPS plan on 4 hosts, rewritten as in a job."""
     with tf.Graph().as_default() as graph:
-        _model(lambda name: None, lookups)
+        _model(lambda name: None, lookups, hidden)
         item = describe_graph(graph)
     spec = ClusterSpec(version=1, nodes=[Node(address=f"10.0.0.{h + 1}", workers=1, ps=1, chief=h == 0) for h in range(HOSTS)])
     plan = tmp_path / "plan.yml"
@@ -88,7 +90,7 @@ def _worker_graph(tmp_path: Path, worker: int, lookups: int = 1) -> tf.Graph:
     ctx = TaskContext(mode="run", role="worker", task_index=worker, num_workers=HOSTS, job_id="t",
                       cluster=_cluster(HOSTS), strategy_file=str(plan), capture_out=None)
     with tf.Graph().as_default() as graph:
-        optimizer, pairs = _model(ctx.plan.partition, lookups)
+        optimizer, pairs = _model(ctx.plan.partition, lookups, hidden)
         synchronized_apply(optimizer, optimizer.apply_gradients, pairs, ctx, 0)
     session_setup.prepare_graph(graph, ctx)
     return graph
@@ -162,3 +164,23 @@ def test_a_gather_waits_only_for_gathers_of_ids_from_the_same_inputs(tmp_path):
         assert len(mine) == 1
         for arrived in op.control_inputs:
             assert placeholders(arrived.inputs[0].op) == mine
+
+
+def test_no_rounds_where_large_dense_shards_travel_beside_the_rows(tmp_path):
+    """A layer whose PartitionedPS shards are each BATCH_BELOW_BYTES (as the embed workload's 512 x
+    512 kernel in 4 shards): every transfer goes at once, as TF sends them (the rounds would only
+    add waits beside those flows)."""
+    graph = _worker_graph(tmp_path, 1, hidden=BATCH_BELOW_BYTES * HOSTS // (4 * DIM))
+    assert not _push_waits(graph) and not _pull_waits(graph)
+    assert not [op for op in graph.get_operations() if op.type == "ResourceGather" and op.control_inputs]
+
+
+def test_rows_only_plans(tmp_path):
+    """Which builders' plans of the embed workload's shape send rows only to the PS tasks."""
+    with tf.Graph().as_default() as graph:
+        _model(lambda name: None, hidden=BATCH_BELOW_BYTES * HOSTS // (4 * DIM))
+        item = describe_graph(graph)
+    spec = ClusterSpec(version=1, nodes=[Node(address=f"10.0.0.{h + 1}", workers=1, ps=1, chief=h == 0) for h in range(HOSTS)])
+    plans = {b: rows_only(build_strategy(b, item, spec, {})) for b in ("PartitionedPS", "PS", "Parallax", "AllReduce")}
+    # PartitionedPS's and PS's layer pieces are large; Parallax all-reduces the layer; AllReduce uses no PS
+    assert plans == {"PartitionedPS": False, "PS": False, "Parallax": True, "AllReduce": False}
