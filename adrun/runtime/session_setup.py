@@ -28,6 +28,7 @@ from adrun.runtime.graph_edit import unfinalized
 from adrun.runtime.grads import records_for
 from adrun.runtime.kernels.devices import COLLECTIVE_GROUP_LEADER, own_device
 from adrun.runtime.kernels.distinct_rows import dedup_remote_lookups
+from adrun.runtime.kernels.exchange_rounds import order_pulls, round_order
 from adrun.runtime.kernels.gradient_sync import PlanMismatchError
 from adrun.runtime.kernels.initialization import keep_shared_initialization
 from adrun.runtime.kernels.placement import place_variables, variable_devices
@@ -103,6 +104,7 @@ def _prepare_graph(graph: tf.Graph, ctx: TaskContext) -> PreparedGraph:
                 if sync is not None and sync.kind == "ps" and sync.local_proxy and var.op.type == "VarHandleOp":
                     add_local_proxy(graph, var, local)
         dedup_remote_lookups(graph, devices, local)
+        order_pulls(graph, devices, local, round_order(ctx))
         prepared = PreparedGraph(
             start_op=build_start_op(graph, devices, local, ctx.task_index, ctx.num_workers, ctx.plan.uses_ps)
         )

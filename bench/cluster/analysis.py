@@ -90,8 +90,8 @@ def summarize(results: BenchResults) -> list[Summary]:
             median=statistics.median(rates) if rates else None,
             low=min(rates) if rates else None, high=max(rates) if rates else None,
             sent_per_step=bytes_per_step(runs),
-            bound=(bounds.get((config.workload, config.hosts, config.label, config.profile))
-                   or bounds.get((config.workload, config.hosts, config.label, ""))) if config.kind == "adrun" else None,
+            bound=(bounds.get((config.workload, config.hosts, config.planned.label, config.profile))
+                   or bounds.get((config.workload, config.hosts, config.planned.label, ""))) if config.kind == "adrun" else None,
         ))
     return summaries
 

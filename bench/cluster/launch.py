@@ -50,6 +50,7 @@ class Launcher:
     runs_started: int = field(default=0, init=False)
     captured: dict[tuple[str, int], GraphItem] = field(default_factory=dict, init=False)
     plan_files: dict[str, Path] = field(default_factory=dict)  # given strategy documents, by system label
+    runtimes: dict[str, Path] = field(default_factory=dict)  # other checkouts (with a .venv), by --runtime label
 
     def workload_args(self, workload: str, steps: int, warmup: int, result_dir: Path) -> list[str]:
         """The workload's script and its flags, as run under adrun."""
@@ -130,13 +131,24 @@ class Launcher:
         )
 
     # -- adrun ------------------------------------------------------------------------------------
+    def adrun_from(self, config: RunConfig) -> tuple[str, Path]:
+        """(interpreter, working directory) that run the configuration's adrun: this checkout's, or
+        for a --runtime twin the other checkout's venv, started in that checkout (so `python -m
+        adrun` imports its package, and the tasks, which default to the launcher's interpreter and
+        directory, run its runtime too)."""
+        if not config.runtime:
+            return self.python, self.repo
+        checkout = self.runtimes[config.runtime]
+        return str(checkout / ".venv" / "bin" / "python"), checkout
+
     def _run_adrun(self, config: RunConfig, steps: int, warmup: int, plan: Path, run_dir: Path) -> tuple[int, str]:
-        argv = [self.python, "-m", "adrun", "--spec", str(self.spec(config.hosts)), "--strategy", str(plan), "--quiet",
+        python, cwd = self.adrun_from(config)
+        argv = [python, "-m", "adrun", "--spec", str(self.spec(config.hosts)), "--strategy", str(plan), "--quiet",
                 "--log-dir", str(run_dir / "logs"), *self.workload_args(config.workload, steps, warmup, run_dir / "results")]
         log = run_dir / "adrun.log"
         with log.open("wb") as out:
             proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    cwd=self.repo, env=_env(self.scratch))
+                                    cwd=cwd, env=_env(self.scratch))
             try:
                 code = proc.wait(timeout=self.timeout_s)
             except subprocess.TimeoutExpired:

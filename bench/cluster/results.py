@@ -30,12 +30,21 @@ class RunConfig(BaseModel):
     kind: Literal["adrun", "peer"]
     system: str  # an adrun builder name or a peer name
     options: tuple[tuple[str, str], ...] = ()  # builder options, as typed after --strategy-opt
+    runtime: str = ""  # another checkout's adrun ran it (run.py --runtime LABEL=CHECKOUT); "": this one's
 
     @property
     def label(self) -> str:
-        """`AllReduce (compressor=fp16)`, `tf_ps`: the system as the tables and plots name it."""
+        """`AllReduce (compressor=fp16)`, `tf_ps`, `PartitionedPS @main`: the system as the tables
+        and plots name it."""
         opts = ", ".join(f"{k}={v}" for k, v in self.options)
-        return f"{self.system} ({opts})" if opts else self.system
+        name = f"{self.system} ({opts})" if opts else self.system
+        return f"{name} @{self.runtime}" if self.runtime else name
+
+    @property
+    def planned(self) -> RunConfig:
+        """The configuration whose plan document this one runs: itself run by this checkout's adrun
+        (a --runtime twin runs the same plan, so that only the runtime differs)."""
+        return self.model_copy(update={"runtime": ""})
 
 
 class WorkerResult(BaseModel):

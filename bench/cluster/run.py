@@ -175,6 +175,34 @@ def with_given_plans(configs: list[RunConfig], blocks: tuple[Block, ...], plans:
     return configs + extra
 
 
+def with_runtimes(configs: list[RunConfig], runtimes: Mapping[str, Path]) -> list[RunConfig]:
+    """`configs` with, right after each adrun configuration, its twin per --runtime label: the same
+    plan run by another checkout's adrun (so a round-robin schedule runs the two side by side)."""
+    out = []
+    for config in configs:
+        out.append(config)
+        if config.kind == "adrun":
+            out += [config.model_copy(update={"runtime": label}) for label in runtimes]
+    return out
+
+
+def _runtimes(items: tuple[str, ...]) -> dict[str, Path]:
+    """--runtime LABEL=CHECKOUT options as {label: checkout}; exits 2 on a malformed or repeated
+    item, or a checkout without a .venv/bin/python."""
+    runtimes: dict[str, Path] = {}
+    for item in items:
+        label, sep, checkout = item.partition("=")
+        if not sep or not label or not checkout:
+            _fail(f"--runtime {item!r}: expected LABEL=CHECKOUT")
+        if label in runtimes:
+            _fail(f"--runtime {item!r}: the label {label!r} is given twice")
+        if not (Path(checkout) / ".venv" / "bin" / "python").is_file():
+            _fail(f"--runtime {item!r}: {Path(checkout) / '.venv' / 'bin' / 'python'} not found "
+                  "(make .venv/.adrun-installed in that checkout)")
+        runtimes[label] = Path(checkout).resolve()
+    return runtimes
+
+
 def _given_plans(items: tuple[str, ...]) -> dict[str, Path]:
     """--plan LABEL=FILE options as {label: path}; exits 2 on a malformed item, a label that names a
     builder or peer, or a missing or invalid document."""
@@ -265,6 +293,9 @@ def hook_overhead(scratch: Path) -> HookOverhead:
 @click.option("--plan", "plan_files", multiple=True, metavar="LABEL=FILE",
               help="Also run this strategy document as system LABEL in every group (repeatable): a hand-made plan "
                    "beside the builders', e.g. to tell the cost model's choice from the runtime's speed.")
+@click.option("--runtime", "runtime_items", multiple=True, metavar="LABEL=CHECKOUT",
+              help="Also run every adrun configuration, interleaved, with the same plan under another checkout's "
+              "adrun (its .venv, e.g. a worktree of main), labelled 'SYSTEM @LABEL' (repeatable).")
 @click.option("--variant", "variant_items", multiple=True, metavar="BUILDER:KEY=VALUE",
               help="Also this one builder with this option (repeatable), e.g. AllReduce:compressor=fp16; instead of --variants.")
 @click.option("--variants/--no-variants", default=False, show_default=True,
@@ -287,7 +318,7 @@ def hook_overhead(scratch: Path) -> HookOverhead:
 @click.option("--markdown", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="The report [default: bench/RESULTS-cluster.md; --tf2: bench/RESULTS-cluster-tf2.md].")
 def main(quick: bool, tf2: bool, workloads: str | None, profiles: str | None, host_counts: str | None, builders: str | None,
-         peers: str | None, plan_files: tuple[str, ...], variant_items: tuple[str, ...], variants: bool, reps: int, steps: int | None, warmup: int | None, measure_hook: bool | None,
+         peers: str | None, plan_files: tuple[str, ...], runtime_items: tuple[str, ...], variant_items: tuple[str, ...], variants: bool, reps: int, steps: int | None, warmup: int | None, measure_hook: bool | None,
          timeout: float, workloads_dir: Path, extra_args: str, out: Path | None, notes: tuple[str, ...],
          markdown: Path | None) -> None:
     """Run the benchmark matrix on namespace hosts and write JSON, markdown and plots. Without
@@ -323,6 +354,7 @@ def main(quick: bool, tf2: bool, workloads: str | None, profiles: str | None, ho
             _fail(f"{path} not found")
 
     given_plans = _given_plans(plan_files)
+    runtimes = _runtimes(runtime_items)
     chosen_variants = variants or _variants(variant_items)
     # what this machine lacks is said after the command line's own mistakes
     reason = missing_requirements()
@@ -330,7 +362,7 @@ def main(quick: bool, tf2: bool, workloads: str | None, profiles: str | None, ho
         _fail(reason)
     if importlib.util.find_spec("matplotlib") is None:
         _fail("matplotlib is missing: install the bench extra (.venv/bin/pip install -e '.[bench]')")
-    configs = with_given_plans(matrix(blocks, chosen_variants), blocks, given_plans)
+    configs = with_runtimes(with_given_plans(matrix(blocks, chosen_variants), blocks, given_plans), runtimes)
     order = schedule(configs, reps, lengths)
     guess = estimate([(c, n) for _, c, n, _ in order], load_history((REPO / "bench" / "results").glob("*.json")), measure_hook)
     click.echo(f"bench-cluster: {len(configs)} configurations × {reps} repetitions = {len(order)} runs on up to "
@@ -347,7 +379,7 @@ def main(quick: bool, tf2: bool, workloads: str | None, profiles: str | None, ho
     try:
         with tempfile.TemporaryDirectory(prefix="adrun-bench-") as scratch, NetnsCluster(counts[-1]) as cluster:
             launcher = Launcher(cluster, REPO, Path(scratch), workloads_dir, tuple(shlex.split(extra_args)), timeout,
-                                plan_files=given_plans)
+                                plan_files=given_plans, runtimes=runtimes)
             _run_matrix(launcher, cluster, order, reps, results, out)
         if measure_hook:
             click.echo("bench-cluster: hook overhead (bench/hook_overhead.py)")
@@ -397,7 +429,9 @@ def _run_matrix(launcher: Launcher, cluster: NetnsCluster, order: list[tuple[int
 
 def _plan(launcher: Launcher, config: RunConfig, plans: dict[RunConfig, Path | str], results: BenchResults) -> Path | str:
     """The configuration's plan document (built on first use, with its lower bound), or why there is
-    none. A plan that sees the link (Auto's) is made once per profile, on the shaped link."""
+    none. A plan that sees the link (Auto's) is made once per profile, on the shaped link; a
+    --runtime twin runs its counterpart's."""
+    config = config.planned
     sees_link = launcher.plan_sees_link(config)
     key = config if sees_link else config.model_copy(update={"profile": ""})
     if key in plans:

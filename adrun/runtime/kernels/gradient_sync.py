@@ -32,6 +32,7 @@ from adrun.runtime.grads import is_sparse, records_for, variable_name
 from adrun.runtime.kernels.allreduce_sync import Collectives
 from adrun.runtime.kernels.devices import own_device, ps_device
 from adrun.runtime.kernels.distinct_rows import merged_rows
+from adrun.runtime.kernels.exchange_rounds import round_order
 from adrun.runtime.kernels.placement import variable_devices
 from adrun.runtime.kernels.ps_prefetch import PrefetchedVariable, chunks, prefetchable
 from adrun.runtime.kernels.ps_sync import StalenessBarrier, StepTokens, ps_aggregations
@@ -209,7 +210,7 @@ def synchronized_apply(
     prefetched = [] if all_reduced else [
         PrefetchedVariable(var, name, ps_device(task), here, ctx.task_index, n) for name, var, task in chunks(bsp_cacheable)
     ]
-    for aggregation in ps_aggregations(bsp_grads, n, here):
+    for aggregation in ps_aggregations(bsp_grads, n, here, round_order(ctx)):
         pushes.append(aggregation.push)
         if ctx.is_chief:
             synced.update(aggregation.take_means())

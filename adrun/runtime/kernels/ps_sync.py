@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
+from collections.abc import Sequence
 
 import tensorflow as tf
 
@@ -43,8 +44,10 @@ BATCH_BELOW_BYTES = 256 * 1024
 class PSAggregation:
     """Push (every worker) and take (the chief) ops for one variable's gradient."""
 
-    def __init__(self, var_name: str, grad: tf.Tensor | tf.IndexedSlices, ps_task: int, num_workers: int, worker: str) -> None:
-        """`worker`: this worker's device, where a sparse gradient's equal rows are summed."""
+    def __init__(self, var_name: str, grad: tf.Tensor | tf.IndexedSlices, ps_task: int, num_workers: int, worker: str,
+                 after: Sequence[tf.Operation] = ()) -> None:
+        """`worker`: this worker's device, where a sparse gradient's equal rows are summed; the
+        gradient leaves it once the ops `after` have run."""
         self.name = var_name
         self.device = ps_device(ps_task)
         self.num_workers = num_workers
@@ -59,7 +62,7 @@ class PSAggregation:
                     dtype, shape=None, shared_name=shared, reduction_type="SUM", name="adrun_sparse_acc"
                 )
                 self.push = self._acc.apply_indexed_slices_grad(
-                    tf.IndexedSlices(local.values, local.indices, tf.cast(dense_shape, tf.int64)),
+                    tf.IndexedSlices(_leaving(local.values, after, worker), local.indices, tf.cast(dense_shape, tf.int64)),
                     local_step=_ACCEPT_ALWAYS,
                 )
             self._index_dtype = grad.indices.dtype
@@ -69,7 +72,7 @@ class PSAggregation:
                 self._acc = tf.compat.v1.ConditionalAccumulator(
                     dtype, shape=grad.shape, shared_name=shared, reduction_type="SUM", name="adrun_acc"
                 )
-                self.push = self._acc.apply_grad(grad, local_step=_ACCEPT_ALWAYS)
+                self.push = self._acc.apply_grad(_leaving(grad, after, worker), local_step=_ACCEPT_ALWAYS)
 
     def take_means(self) -> dict[str, tf.Tensor | tf.IndexedSlices]:
         """The mean over all workers' gradients; blocks until every worker has pushed."""
@@ -119,6 +122,17 @@ class BatchedPSAggregation:
 Aggregation = PSAggregation | BatchedPSAggregation
 
 
+def _leaving(value: tf.Tensor, after: Sequence[tf.Operation], worker: str) -> tf.Tensor:
+    """`value` as sent from `worker` once the ops `after` have run (itself when there are none).
+
+    The wait must sit on the worker, before the transfer: TF sends a tensor as soon as it exists,
+    whatever the receiving op waits for."""
+    if not after:
+        return value
+    with tf.device(worker), tf.control_dependencies(after):
+        return tf.identity(value, name="adrun_push_in_order")
+
+
 def _batchable(grad: tf.Tensor | tf.IndexedSlices) -> bool:
     if isinstance(grad, tf.IndexedSlices) or not grad.shape.is_fully_defined():
         return False
@@ -135,36 +149,64 @@ def variable_of(name: str) -> str:
 
 
 def ps_aggregations(
-    grads: list[tuple[str, tf.Tensor | tf.IndexedSlices, int]], num_workers: int, worker: str
+    grads: list[tuple[str, tf.Tensor | tf.IndexedSlices, int]], num_workers: int, worker: str,
+    order: Sequence[int] = (),
 ) -> list[Aggregation]:
     """The accumulators of one step's synchronous PS gradients, given as (variable, gradient, PS
     task): small dense gradients batched per (PS task, dtype), every other gradient alone.
+
+    The PS tasks of `order` (`exchange_rounds.exchange_order`) get this worker's sparse gradients
+    (the rows, the all-to-all's bulk) one task after the other: what goes to a task leaves the
+    worker once the previous task's sparse accumulators have taken theirs, so each host's link
+    carries one push of rows at a time. Dense gradients, and tasks not in `order`, are pushed at
+    once: a round costs a message back from the PS before the next leaves, which a dense shard's
+    push paid without gaining (docs/performance.md, "PS transfers in staggered rounds").
 
     The dense shards of one variable on one PS task (PSLoadBalancing's chunks, strategies/ps.py)
     are pushed in shard order, `PUSHES_IN_FLIGHT` at a time: their gradients exist together, and
     pushed all at once they would share the link and all arrive at the end, where in order the
     first shards are applied, and can be pulled again (ps_prefetch.py), while the last still
     travel."""
-    aggregations: list[Aggregation] = []
-    batches: dict[tuple[int, str], list[tuple[str, tf.Tensor]]] = defaultdict(list)
-    pushed: dict[tuple[int, str], list[tf.Operation]] = defaultdict(list)
+    by_task: dict[int, list[tuple[str, tf.Tensor | tf.IndexedSlices]]] = defaultdict(list)
     for name, grad, ps_task in grads:
+        by_task[ps_task].append((name, grad))
+    aggregations: list[Aggregation] = []
+    previous: list[tf.Operation] = []
+    for ps_task in sorted(by_task, key=lambda t: (order.index(t) if t in order else len(order), t)):
+        built = _task_aggregations(by_task[ps_task], ps_task, num_workers, worker, previous if ps_task in order else [])
+        aggregations += built
+        rows = [a.push for a in built if isinstance(a, PSAggregation) and a.sparse]
+        if ps_task in order and rows:
+            previous = rows
+    return aggregations
+
+
+def _task_aggregations(
+    members: list[tuple[str, tf.Tensor | tf.IndexedSlices]], ps_task: int, num_workers: int, worker: str,
+    rows_after: list[tf.Operation],
+) -> list[Aggregation]:
+    """The accumulators of one PS task's gradients, the sparse ones leaving the worker after `rows_after`."""
+    aggregations: list[Aggregation] = []
+    batches: dict[str, list[tuple[str, tf.Tensor]]] = defaultdict(list)
+    pushed: dict[str, list[tf.Operation]] = defaultdict(list)
+    for name, grad in members:
         if _batchable(grad):
-            batches[(ps_task, grad.dtype.base_dtype.name)].append((name, grad))
+            batches[grad.dtype.base_dtype.name].append((name, grad))
             continue
-        earlier = pushed[(ps_task, variable_of(name))]
-        if not isinstance(grad, tf.IndexedSlices) and len(earlier) >= PUSHES_IN_FLIGHT:
-            with tf.device(worker), tf.control_dependencies([earlier[-PUSHES_IN_FLIGHT]]):
-                grad = tf.identity(grad, name="adrun_push_in_order")
-        aggregation = PSAggregation(name, grad, ps_task, num_workers, worker)
+        if isinstance(grad, tf.IndexedSlices):
+            aggregations.append(PSAggregation(name, grad, ps_task, num_workers, worker, rows_after))
+            continue
+        earlier = pushed[variable_of(name)]
+        in_flight = [earlier[-PUSHES_IN_FLIGHT]] if len(earlier) >= PUSHES_IN_FLIGHT else []
+        aggregation = PSAggregation(name, grad, ps_task, num_workers, worker, in_flight)
         earlier.append(aggregation.push)
         aggregations.append(aggregation)
-    for (ps_task, _), members in sorted(batches.items()):
-        members.sort(key=lambda member: member[0])  # one layout on every worker
-        if len(members) == 1:
-            aggregations.append(PSAggregation(*members[0], ps_task, num_workers, worker))
+    for _, batch in sorted(batches.items()):
+        batch.sort(key=lambda member: member[0])  # one layout on every worker
+        if len(batch) == 1:
+            aggregations.append(PSAggregation(*batch[0], ps_task, num_workers, worker))
         else:
-            aggregations.append(BatchedPSAggregation(members, ps_task, num_workers, worker))
+            aggregations.append(BatchedPSAggregation(batch, ps_task, num_workers, worker))
     return aggregations
 
 

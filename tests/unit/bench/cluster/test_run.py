@@ -12,11 +12,13 @@ from bench.cluster.run import (
     QUICK,
     Block,
     _given_plans,
+    _runtimes,
     chosen_blocks,
     matrix,
     run_lengths,
     schedule,
     with_given_plans,
+    with_runtimes,
 )
 
 
@@ -174,3 +176,36 @@ def test_one_variant_at_a_time():
     for item in ("AllReduce", "Nope:compressor=fp16", "AllReduce:compressor"):
         refused = CliRunner().invoke(run.main, ["--workloads", "sparse", "--variant", item])
         assert refused.exit_code == 2 and f"--variant {item!r}: expected BUILDER:KEY=VALUE" in refused.output
+
+
+def test_a_runtime_twin_follows_each_adrun_configuration_and_runs_its_plan(tmp_path):
+    """--runtime main=CHECKOUT: every adrun configuration (not a peer) runs again right after
+    itself under the other checkout's adrun, with the same plan document, labelled apart."""
+    configs = with_runtimes(matrix((block(builders=["PartitionedPS", "Auto"], peers=["tf_ps"]),), False),
+                            {"main": tmp_path})
+    assert [c.label for c in configs] == ["PartitionedPS", "PartitionedPS @main", "Auto", "Auto @main", "tf_ps"]
+    assert configs[1].planned == configs[0] and configs[3].planned == configs[2]
+    assert schedule(configs, 3, {"sparse": (40, 5)})[5][1].label == "PartitionedPS @main"  # rep 2 starts one along
+
+
+def test_a_runtime_twin_runs_the_other_checkouts_interpreter_in_that_checkout(tmp_path):
+    from bench.cluster.launch import Launcher
+
+    launcher = Launcher(cluster=None, repo=tmp_path / "here", scratch=tmp_path, workloads=tmp_path, python="/here/python",
+                        runtimes={"main": tmp_path / "main"})
+    config = RunConfig(workload="embed", profile="commodity", hosts=4, kind="adrun", system="PartitionedPS")
+    assert launcher.adrun_from(config) == ("/here/python", tmp_path / "here")
+    assert launcher.adrun_from(config.model_copy(update={"runtime": "main"})) == (
+        str(tmp_path / "main" / ".venv" / "bin" / "python"), tmp_path / "main")
+
+
+@pytest.mark.parametrize("item, message", [
+    ("main", "--runtime 'main': expected LABEL=CHECKOUT"),
+    ("main=nowhere", "--runtime 'main=nowhere': nowhere/.venv/bin/python not found"),
+])
+def test_a_bad_runtime_is_one_message_and_exit_2(item, message, capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        _runtimes((item,))
+    assert exit_info.value.code == 2
+    assert f"bench-cluster: error: {message}" in capsys.readouterr().err

@@ -1,0 +1,204 @@
+"""The order in which a worker exchanges with the PS tasks: one PS task at a time, staggered.
+
+A step of a PS plan with a sharded embedding moves rows between every worker and every PS task
+twice: the pulls (row gathers, PS -> worker, forward) and the pushes (sparse gradients, worker ->
+PS, after backward). Left to TF, a
+worker asks every PS task at once, so each host's shaped link carries three or more TCP flows out
+at the same moments (its PS serving three workers, or its worker pushing to three PS tasks);
+measured on 4 namespace hosts at 100 Mbit/s they overflow the link's queue (thousands of drops per
+run, retransmissions) and single transfers stall for a few hundred ms while the link idles
+(docs/performance.md, "PS transfers in staggered rounds").
+
+So a worker exchanges rows with the PS tasks in rounds: worker w starts with the PS task after its own
+(`exchange_order`) and goes round the tasks, its own host's last. With one worker and one PS task
+per host, in round r worker w talks to PS task (w + r) mod P only, so every PS task serves one
+worker per round and every worker hears from one PS task: one flow enters and one leaves each
+port. A round starts when the previous one has arrived:
+
+- pulls (`order_pulls`, at session set-up): the row gathers a worker's step makes on the PS tasks
+  of round r wait, by a control dependency, for identities on the worker through which the rows of
+  round r-1 reach the forward pass (so the wait is for arrival, not for the PS op to have run;
+  TF's graph optimizer keeps an identity after a device crossing);
+- pushes (`ps_sync.ps_aggregations`): the sparse gradients bound for round r's PS task leave the
+  worker once the sparse accumulators of round r-1 have taken this worker's rows.
+
+Dense reads and pushes (biases, small layers) go at once, as TF sends them. And a plan whose PS
+tasks also hold large dense pieces (`rows_only` false: PartitionedPS's head shards, PS's whole
+layers) gets no rounds at all: those pieces fill the links with flows at once whatever the rows
+do, so ordering the rows beside them only adds a wait per round (a message back from the previous
+PS task, a few ms to tens of ms on a busy CPU), and measured that way PartitionedPS's step got
+slower, −6 % with the rows in rounds and −12 % with its shards in them too (docs/performance.md,
+"PS transfers in staggered rounds").
+
+Only the order changes: every value sent and every sum taken is the one it was.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Collection, Mapping, Sequence
+from itertools import pairwise
+
+import tensorflow as tf
+
+from adrun.graph_item import dtype_itemsize
+from adrun.runtime.grads import records_for
+from adrun.runtime.kernels.devices import ps_device
+from adrun.runtime.kernels.ps_sync import BATCH_BELOW_BYTES
+from adrun.strategies.document import PSSync, Strategy
+from adrun.task_context import TaskContext
+
+_ROW_PULL = "ResourceGather"
+_FEED_TYPES = ("Placeholder", "PlaceholderV2")
+
+
+def _host(address: str) -> str:
+    return address.rsplit(":", 1)[0]
+
+
+def exchange_order(worker: int, cluster: Mapping[str, Sequence[str]]) -> list[int]:
+    """PS task indices in the order worker `worker` exchanges with them.
+
+    The rotation starts after the first PS task of the worker's host, offset by the worker's rank
+    among that host's workers (so two workers of one host start on different tasks), and the
+    worker's own host comes last: its transfers use no link. Without a PS task on its host, the
+    worker's index sets the start. `cluster`: TF job name -> "host:port" by task index."""
+    ps_hosts = [_host(a) for a in cluster.get("ps", ())]
+    if not ps_hosts:
+        return []
+    workers = [_host(a) for a in cluster.get("worker", ())]
+    host = workers[worker] if worker < len(workers) else None
+    if host in ps_hosts:
+        rank = sum(1 for w in workers[:worker] if w == host)
+        start = ps_hosts.index(host) + rank
+    else:
+        start = worker
+    n = len(ps_hosts)
+    order = [(start + 1 + r) % n for r in range(n)]
+    return [t for t in order if ps_hosts[t] != host] + [t for t in order if ps_hosts[t] == host]
+
+
+def rows_only(strategy: Strategy) -> bool:
+    """Whether the plan's PS traffic is rows: a sparse variable has a piece on a PS task, and every
+    dense piece on one is small (below `ps_sync.BATCH_BELOW_BYTES`, pushed in one batch per task)."""
+    rows = False
+    for variable in strategy.variables:
+        size = dtype_itemsize(variable.dtype)
+        for sync, shape in zip(variable.synchronizers(), variable.shard_shapes(), strict=True):
+            if not isinstance(sync, PSSync):
+                continue
+            if variable.grad == "sparse":
+                rows = True
+            elif math.prod(shape) * size >= BATCH_BELOW_BYTES:
+                return False
+    return rows
+
+
+def round_order(ctx: TaskContext) -> list[int]:
+    """The PS tasks in the order this worker exchanges rows with them (`exchange_order`), or none
+    (every transfer at once) when the plan's PS traffic is not rows only (`rows_only`)."""
+    return exchange_order(ctx.task_index, ctx.cluster) if rows_only(ctx.strategy) else []
+
+
+def _in_control_flow(op: tf.Operation) -> bool:
+    return op._get_control_flow_context() is not None
+
+
+def _step_ops(graph: tf.Graph) -> set[str]:
+    """Names of the ops the recorded training steps' gradients are computed from."""
+    stack = [g.values if isinstance(g, tf.IndexedSlices) else g
+             for call in records_for(graph).calls for g, _ in call.grads_and_vars if g is not None]
+    stack = [t.op for t in stack]
+    seen: set[str] = set()
+    while stack:
+        op = stack.pop()
+        if op.name in seen:
+            continue
+        seen.add(op.name)
+        stack.extend(t.op for t in op.inputs)
+        stack.extend(op.control_inputs)
+    return seen
+
+
+def _on_ps(op: tf.Operation, ps_variables: Collection[str]) -> bool:
+    return op.device.startswith("/job:ps") or any(
+        g.decode().startswith("loc:@") and g.decode()[len("loc:@"):] in ps_variables for g in op.colocation_groups()
+    )
+
+
+def _ps_variables(devices: Mapping[str, str], order: Sequence[int]) -> dict[str, int]:
+    """Variable name -> PS task, for the variables on the PS tasks of `order`."""
+    task_of = {ps_device(t): t for t in order}
+    return {name: task_of[device] for name, device in devices.items() if device in task_of}
+
+
+def step_pulls(graph: tf.Graph, devices: Mapping[str, str], order: Sequence[int]) -> list[list[tf.Operation]]:
+    """Per PS task of `order` (tasks with none left out), the row gathers of its variables that the
+    training step makes for this worker's forward pass (consumed off the PS tasks, outside control
+    flow)."""
+    ps_variables = _ps_variables(devices, order)
+    step = _step_ops(graph)
+    by_task: dict[int, list[tf.Operation]] = defaultdict(list)
+    for op in graph.get_operations():
+        if op.type != _ROW_PULL or op.name not in step or _in_control_flow(op):
+            continue
+        handle = op.inputs[0].op
+        if handle.type != "VarHandleOp" or handle.name not in ps_variables:
+            continue
+        if any(not _on_ps(c, ps_variables.keys()) for c in op.outputs[0].consumers()):
+            by_task[ps_variables[handle.name]].append(op)
+    return [by_task[t] for t in order if by_task[t]]
+
+
+def _inputs_read(op: tf.Operation) -> frozenset[str]:
+    """The placeholders and iterator reads an op's value depends on: what running it needs fed or
+    takes from the input pipeline."""
+    stack, seen, found = [op], set(), set()
+    while stack:
+        current = stack.pop()
+        if current.name in seen:
+            continue
+        seen.add(current.name)
+        if current.type in _FEED_TYPES or current.type.startswith("IteratorGetNext"):
+            found.add(current.name)
+        stack.extend(t.op for t in current.inputs)
+        stack.extend(current.control_inputs)
+    return frozenset(found)
+
+
+def order_pulls(graph: tf.Graph, devices: Mapping[str, str], local_device: str, order: Sequence[int]) -> int:
+    """Make the step's row gathers from the PS tasks of `order` go one task after the other;
+    returns how many gathers were given a wait.
+
+    A gather of round r waits for the arrival of those of round r-1 whose ids come from no
+    placeholder or iterator read it does not read already (the shards of one lookup share their
+    ids' source): so no fetch comes to need a feed, or to take a batch, it did not before."""
+    rounds = step_pulls(graph, devices, order)
+    ps_variables = _ps_variables(devices, order).keys()
+    markers: dict[str, tf.Operation] = {}
+
+    def arrived(op: tf.Operation) -> tf.Operation:
+        """An identity on this worker that the op's worker-side consumers now read through."""
+        if op.name not in markers:
+            value = op.outputs[0]
+            consumers = [c for c in value.consumers() if not _on_ps(c, ps_variables)]
+            with graph.as_default(), tf.control_dependencies(None), tf.device(local_device), \
+                    tf.name_scope("adrun_pull_arrived"):
+                through = tf.identity(value)
+            for consumer in consumers:
+                for i, t in enumerate(consumer.inputs):
+                    if t is value:
+                        consumer._update_input(i, through)
+            markers[op.name] = through.op
+        return markers[op.name]
+
+    reads = {op.name: _inputs_read(op) for ops in rounds for op in ops}
+    waited = 0
+    for previous, current in pairwise(rounds):
+        for op in current:
+            waits = [arrived(p) for p in previous if reads[p.name] <= reads[op.name]]
+            if waits:
+                op._add_control_inputs(waits)
+                waited += 1
+    return waited

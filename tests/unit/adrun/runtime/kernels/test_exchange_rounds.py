@@ -1,0 +1,186 @@
+"""A worker exchanges rows with the PS tasks one host after the other, staggered
+(`exchange_rounds`): the order itself, and the control dependencies that impose it in a worker's
+rewritten graph, read back from the graph as data (which PS task's transfers wait for which, and
+that dense reads and pushes wait for none)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from itertools import pairwise
+from pathlib import Path
+
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+tf1 = tf.compat.v1
+
+from adrun.runtime import session_setup  # noqa: E402
+from adrun.runtime.capture import describe_graph  # noqa: E402
+from adrun.runtime.grads import GradientRecord, records_for  # noqa: E402
+from adrun.runtime.kernels.exchange_rounds import exchange_order, rows_only  # noqa: E402
+from adrun.runtime.kernels.ps_sync import BATCH_BELOW_BYTES  # noqa: E402
+from adrun.runtime.kernels.gradient_sync import synchronized_apply  # noqa: E402
+from adrun.runtime.kernels.partitioning import partitioner_for  # noqa: E402
+from adrun.spec import ClusterSpec, Node  # noqa: E402
+from adrun.strategies import build_strategy  # noqa: E402
+from adrun.strategies.document import dump_strategy  # noqa: E402
+from adrun.task_context import TaskContext  # noqa: E402
+
+HOSTS = 4
+VOCAB, DIM, BAG, HIDDEN = 64, 4, 3, 8
+
+
+def _cluster(hosts: int) -> dict[str, list[str]]:
+    """One worker and one PS task per host, as the benchmark's namespace hosts run them."""
+    return {"worker": [f"10.0.0.{h + 1}:2223" for h in range(hosts)], "ps": [f"10.0.0.{h + 1}:2222" for h in range(hosts)]}
+
+
+def test_each_round_pairs_every_worker_with_another_hosts_ps_task():
+    orders = [exchange_order(w, _cluster(HOSTS)) for w in range(HOSTS)]
+    assert orders[0] == [1, 2, 3, 0] and orders[1] == [2, 3, 0, 1] and orders[3] == [0, 1, 2, 3]
+    for r in range(HOSTS):
+        # round r is a permutation: one flow leaves and one enters each host's link
+        assert sorted(order[r] for order in orders) == list(range(HOSTS))
+    for w, order in enumerate(orders):
+        assert order[-1] == w  # the own host's PS task last: its transfers use no link
+
+
+def test_other_hosts_first_and_two_workers_of_one_host_take_its_tasks_in_turn():
+    cluster = {"worker": ["a:1", "a:2", "b:1"], "ps": ["a:3", "a:4", "b:2"]}
+    assert exchange_order(0, cluster) == [2, 1, 0]
+    assert exchange_order(1, cluster) == [2, 0, 1]
+    assert exchange_order(2, cluster) == [0, 1, 2]  # b's own task last
+
+
+def test_a_worker_without_a_ps_task_on_its_host_starts_after_its_index():
+    cluster = {"worker": ["a:1", "b:1"], "ps": ["c:1", "d:1", "e:1"]}
+    assert exchange_order(1, cluster) == [2, 0, 1]
+    assert exchange_order(0, {"worker": ["a:1"]}) == []
+
+
+def _model(partition_of, lookups: int = 1, hidden: int = HIDDEN):
+    """An embedding looked up `lookups` times, each from ids of its own placeholder, and a dense
+    layer of `hidden` units."""
+    y = tf1.placeholder(tf.float32, [None, 1], name="y")
+
+    def variable(name, shape):
+        partition = partition_of(name)
+        return tf1.get_variable(name, shape, partitioner=partitioner_for(partition) if partition else None)
+
+    emb, w = variable("emb", [VOCAB, DIM]), variable("w", [DIM, hidden])
+    pooled = tf.add_n([
+        tf.reduce_mean(tf1.nn.embedding_lookup(emb, tf1.placeholder(tf.int64, [None, BAG], name=f"ids{i}"),
+                                               partition_strategy="div"), axis=1)
+        for i in range(lookups)])
+    loss = tf.reduce_mean(tf.square(tf.reduce_sum(tf.matmul(pooled, w), axis=1, keepdims=True) - y))
+    optimizer = tf1.train.GradientDescentOptimizer(0.1)
+    pairs = optimizer.compute_gradients(loss)
+    records_for(tf1.get_default_graph()).calls.append(GradientRecord(optimizer, pairs))
+    return optimizer, pairs
+
+
+def _worker_graph(tmp_path: Path, worker: int, lookups: int = 1, hidden: int = HIDDEN) -> tf.Graph:
+    """Worker `worker`'s graph of a PartitionedPS plan on 4 hosts, rewritten as in a job."""
+    with tf.Graph().as_default() as graph:
+        _model(lambda name: None, lookups, hidden)
+        item = describe_graph(graph)
+    spec = ClusterSpec(version=1, nodes=[Node(address=f"10.0.0.{h + 1}", workers=1, ps=1, chief=h == 0) for h in range(HOSTS)])
+    plan = tmp_path / "plan.yml"
+    dump_strategy(build_strategy("PartitionedPS", item, spec, {}), plan)
+    ctx = TaskContext(mode="run", role="worker", task_index=worker, num_workers=HOSTS, job_id="t",
+                      cluster=_cluster(HOSTS), strategy_file=str(plan), capture_out=None)
+    with tf.Graph().as_default() as graph:
+        optimizer, pairs = _model(ctx.plan.partition, lookups, hidden)
+        synchronized_apply(optimizer, optimizer.apply_gradients, pairs, ctx, 0)
+    session_setup.prepare_graph(graph, ctx)
+    return graph
+
+
+def _ps_task(op: tf.Operation) -> int | None:
+    """The PS task an op runs on: its device, or that of the variable its handle input is."""
+    for device in [op.device, *(t.op.device for t in op.inputs[:1])]:
+        if device.startswith("/job:ps/"):
+            return int(device.split("/task:")[1].split("/")[0])
+    return None
+
+
+def _push_waits(graph: tf.Graph) -> dict[int, set[int]]:
+    """PS task -> the PS tasks whose accumulators must have taken this worker's gradients before
+    its own gradients leave the worker."""
+    waits: dict[int, set[int]] = defaultdict(set)
+    for op in graph.get_operations():
+        if "adrun_push_in_order" in op.name:
+            for consumer in op.outputs[0].consumers():
+                waits[_ps_task(consumer)] |= {_ps_task(c) for c in op.control_inputs}
+    return dict(waits)
+
+
+def _pull_waits(graph: tf.Graph) -> dict[int, set[int]]:
+    """PS task -> the PS tasks whose pulled values must have reached this worker before its reads
+    and gathers run."""
+    waits: dict[int, set[int]] = defaultdict(set)
+    for op in graph.get_operations():
+        arrived = [c for c in op.control_inputs if c.name.startswith("adrun_pull_arrived")]
+        if arrived:
+            waits[_ps_task(op)] |= {_ps_task(c.inputs[0].op) for c in arrived}
+    return dict(waits)
+
+
+@pytest.mark.parametrize("worker", [0, 1, 3])
+def test_rows_go_round_the_ps_tasks_in_the_workers_order_and_dense_transfers_at_once(tmp_path, worker):
+    graph = _worker_graph(tmp_path, worker)
+    order = exchange_order(worker, _cluster(HOSTS))
+    chain = {task: {before} for before, task in pairwise(order)}
+    assert _push_waits(graph) == chain
+    assert _pull_waits(graph) == chain
+    # the waits sit on the rows only: the embedding's row gathers and sparse pushes of every round
+    # but the first; the dense layer's shards are read and pushed at once
+    gathers = [op for op in graph.get_operations() if op.type == "ResourceGather" and op.control_inputs]
+    assert sorted(_ps_task(op) for op in gathers) == sorted(order[1:])
+    assert not [op for op in graph.get_operations() if op.type == "ReadVariableOp" and any(
+        c.name.startswith("adrun_pull_arrived") for c in op.control_inputs)]
+    pushed = {c.type for op in graph.get_operations() if "adrun_push_in_order" in op.name for c in op.outputs[0].consumers()}
+    assert pushed == {"SparseAccumulatorApplyGradient"}
+
+
+def test_a_gather_waits_only_for_gathers_of_ids_from_the_same_inputs(tmp_path):
+    """Two lookups from two placeholders: each lookup's shards go round the tasks, but neither
+    waits for the other's (fetching one would then need the other's ids fed)."""
+    graph = _worker_graph(tmp_path, 0, lookups=2)
+
+    def placeholders(op: tf.Operation) -> set[str]:
+        stack, seen = [op], set()
+        while stack:
+            current = stack.pop()
+            if current.name not in seen:
+                seen.add(current.name)
+                stack += [t.op for t in current.inputs if not t.op.name.startswith("adrun_pull_arrived")]
+        return {name for name in seen if name.startswith("ids")}
+
+    waiting = [op for op in graph.get_operations() if op.type == "ResourceGather" and op.control_inputs]
+    assert len(waiting) == 2 * (HOSTS - 1)
+    for op in waiting:
+        mine = placeholders(op)
+        assert len(mine) == 1
+        for arrived in op.control_inputs:
+            assert placeholders(arrived.inputs[0].op) == mine
+
+
+def test_no_rounds_where_large_dense_shards_travel_beside_the_rows(tmp_path):
+    """A layer whose PartitionedPS shards are each BATCH_BELOW_BYTES (as the embed workload's 512 x
+    512 kernel in 4 shards): every transfer goes at once, as TF sends them (the rounds would only
+    add waits beside those flows)."""
+    graph = _worker_graph(tmp_path, 1, hidden=BATCH_BELOW_BYTES * HOSTS // (4 * DIM))
+    assert not _push_waits(graph) and not _pull_waits(graph)
+    assert not [op for op in graph.get_operations() if op.type == "ResourceGather" and op.control_inputs]
+
+
+def test_rows_only_plans(tmp_path):
+    """Which builders' plans of the embed workload's shape send rows only to the PS tasks."""
+    with tf.Graph().as_default() as graph:
+        _model(lambda name: None, hidden=BATCH_BELOW_BYTES * HOSTS // (4 * DIM))
+        item = describe_graph(graph)
+    spec = ClusterSpec(version=1, nodes=[Node(address=f"10.0.0.{h + 1}", workers=1, ps=1, chief=h == 0) for h in range(HOSTS)])
+    plans = {b: rows_only(build_strategy(b, item, spec, {})) for b in ("PartitionedPS", "PS", "Parallax", "AllReduce")}
+    # PartitionedPS's and PS's layer pieces are large; Parallax all-reduces the layer; AllReduce uses no PS
+    assert plans == {"PartitionedPS": False, "PS": False, "Parallax": True, "AllReduce": False}
