@@ -51,6 +51,8 @@ from adrun.task_context import TaskContext
 
 _ROW_PULL = "ResourceGather"
 _FEED_TYPES = ("Placeholder", "PlaceholderV2")
+# stateful ops that only name or read a variable: reaching one moves no input or random state on
+_VARIABLE_ACCESS = frozenset({"VarHandleOp", "ReadVariableOp", "ResourceGather", "VariableV2", "VarIsInitializedOp"})
 
 
 def _host(address: str) -> str:
@@ -152,19 +154,37 @@ def step_pulls(graph: tf.Graph, devices: Mapping[str, str], order: Sequence[int]
 
 
 def _inputs_read(op: tf.Operation) -> frozenset[str]:
-    """The placeholders and iterator reads an op's value depends on: what running it needs fed or
-    takes from the input pipeline."""
-    stack, seen, found = [op], set(), set()
+    """What running an op takes from outside the graph's variables: the placeholders it needs fed,
+    the iterator reads, queue dequeues, readers and other stateful ops its value depends on
+    (running one of them moves the input pipeline or a random state on)."""
+    stack, seen, found = list(_parents(op)), {op.name}, set()
     while stack:
         current = stack.pop()
         if current.name in seen:
             continue
         seen.add(current.name)
-        if current.type in _FEED_TYPES or current.type.startswith("IteratorGetNext"):
+        if current.type in _FEED_TYPES or (current.op_def.is_stateful and current.type not in _VARIABLE_ACCESS):
             found.add(current.name)
-        stack.extend(t.op for t in current.inputs)
-        stack.extend(current.control_inputs)
+        stack.extend(_parents(current))
     return frozenset(found)
+
+
+def _parents(op: tf.Operation) -> list[tf.Operation]:
+    return [t.op for t in op.inputs] + list(op.control_inputs)
+
+
+def _depends_on(op: tf.Operation, ancestor: tf.Operation) -> bool:
+    """Whether `op` runs after `ancestor` already (through data or control edges, those added here
+    included): a wait the other way round would close a cycle."""
+    stack, seen = _parents(op), set()
+    while stack:
+        current = stack.pop()
+        if current is ancestor:
+            return True
+        if current.name not in seen:
+            seen.add(current.name)
+            stack.extend(_parents(current))
+    return False
 
 
 def order_pulls(graph: tf.Graph, devices: Mapping[str, str], local_device: str, order: Sequence[int]) -> int:
@@ -172,8 +192,10 @@ def order_pulls(graph: tf.Graph, devices: Mapping[str, str], local_device: str, 
     returns how many gathers were given a wait.
 
     A gather of round r waits for the arrival of those of round r-1 whose ids come from no
-    placeholder or iterator read it does not read already (the shards of one lookup share their
-    ids' source): so no fetch comes to need a feed, or to take a batch, it did not before."""
+    placeholder, iterator read or other stateful op it does not read already (the shards of one
+    lookup share their ids' source): so no fetch comes to need a feed, or to take a batch, it did
+    not before. A gather whose own value one of those depends on (a lookup of ids looked up
+    before) does not wait for it: that would be a cycle."""
     rounds = step_pulls(graph, devices, order)
     ps_variables = _ps_variables(devices, order).keys()
     markers: dict[str, tf.Operation] = {}
@@ -197,7 +219,8 @@ def order_pulls(graph: tf.Graph, devices: Mapping[str, str], local_device: str, 
     waited = 0
     for previous, current in pairwise(rounds):
         for op in current:
-            waits = [arrived(p) for p in previous if reads[p.name] <= reads[op.name]]
+            waits = [arrived(p) for p in previous
+                     if reads[p.name] <= reads[op.name] and not _depends_on(p, op)]
             if waits:
                 op._add_control_inputs(waits)
                 waited += 1

@@ -35,8 +35,10 @@ _SHAPE_PRIMES = (7919, 104729, 1299709, 15485863)  # a run-time dimension's weig
 
 
 class StepKeys:
-    """Keys and tokens are made at the first collective (not at start-up, where a token variable
-    would start TF's context before the script's own tf.config settings), eagerly."""
+    """A step collective's instance key is a hash of its label and shape (the same on every worker
+    however it traced); its ordering token, a variable, is made at the first collective (not at
+    start-up, where a token variable would start TF's context before the script's own tf.config
+    settings), eagerly."""
 
     def __init__(self, host_device: str) -> None:
         self._host_device = host_device

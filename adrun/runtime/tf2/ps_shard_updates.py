@@ -68,11 +68,12 @@ def split_for_update(optimizer: Any, variable: Any) -> SplitVariable | None:
 @contextlib.contextmanager
 def known_parts(joins: list[tuple[Any, list[Any]]]) -> Iterator[None]:
     """Within: each (joined gradient, its shards' parts) of `joins` is updated from its parts."""
+    outer = getattr(_known, "joins", [])
     _known.joins = joins
     try:
         yield
     finally:
-        _known.joins = []
+        _known.joins = outer
 
 
 def parts_of(grad: Any, variable: SplitVariable) -> list[Any]:
@@ -106,8 +107,8 @@ def _as_shard(optimizer: Any, variable: SplitVariable, k: int) -> Iterator[Any]:
     variable's slots wraps its own shard k; yields the shard."""
     shard = variable.variables[k]
     key = optimizer._var_key(shard)
-    optimizer._trainable_variables_indices[key] = optimizer._get_variable_index(variable)
     wholes = [(slot, slot._value, slot._shape) for slot in variable.slots]
+    optimizer._trainable_variables_indices[key] = optimizer._get_variable_index(variable)
     try:
         for slot, whole, _ in wholes:
             if not isinstance(whole, SplitVariable) or len(whole.variables) != len(variable.variables):

@@ -17,7 +17,7 @@ tf1 = tf.compat.v1
 from adrun.runtime import session_setup  # noqa: E402
 from adrun.runtime.capture import describe_graph  # noqa: E402
 from adrun.runtime.grads import GradientRecord, records_for  # noqa: E402
-from adrun.runtime.kernels.exchange_rounds import exchange_order, rows_only  # noqa: E402
+from adrun.runtime.kernels.exchange_rounds import _depends_on, _inputs_read, exchange_order, rows_only  # noqa: E402
 from adrun.runtime.kernels.ps_sync import BATCH_BELOW_BYTES  # noqa: E402
 from adrun.runtime.kernels.gradient_sync import synchronized_apply  # noqa: E402
 from adrun.runtime.kernels.partitioning import partitioner_for  # noqa: E402
@@ -184,3 +184,20 @@ def test_rows_only_plans(tmp_path):
     plans = {b: rows_only(build_strategy(b, item, spec, {})) for b in ("PartitionedPS", "PS", "Parallax", "AllReduce")}
     # PartitionedPS's and PS's layer pieces are large; Parallax all-reduces the layer; AllReduce uses no PS
     assert plans == {"PartitionedPS": False, "PS": False, "Parallax": True, "AllReduce": False}
+
+
+def test_a_lookup_of_looked_up_ids_never_waits_for_the_one_it_reads_and_queues_count_as_inputs():
+    """Ids dequeued from a queue, looked up in a table whose rows are the ids of a second lookup:
+    the second gather depends on the first (a wait the other way round would be a cycle), and both
+    take from the queue (a fetch made to wait for one would dequeue a batch)."""
+    with tf.Graph().as_default():
+        queue = tf1.FIFOQueue(4, [tf.int64], shapes=[[3]])
+        ids = queue.dequeue()
+        table = tf1.get_variable("table", [10], tf.int64, use_resource=True)
+        emb = tf1.get_variable("emb", [10, 2], use_resource=True)
+        first = table.sparse_read(ids).op
+        second = emb.sparse_read(first.outputs[0]).op
+        fed = emb.sparse_read(tf1.placeholder(tf.int64, [3], name="fed")).op
+    assert _depends_on(second, first) and not _depends_on(first, second)
+    assert ids.op.name in _inputs_read(first) and ids.op.name in _inputs_read(second)
+    assert _inputs_read(fed) == {"fed"}
