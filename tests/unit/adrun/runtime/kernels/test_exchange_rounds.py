@@ -141,6 +141,11 @@ def test_rows_go_round_the_ps_tasks_in_the_workers_order_and_dense_transfers_at_
         c.name.startswith("adrun_pull_arrived") for c in op.control_inputs)]
     pushed = {c.type for op in graph.get_operations() if "adrun_push_in_order" in op.name for c in op.outputs[0].consumers()}
     assert pushed == {"SparseAccumulatorApplyGradient"}
+    waiting_pushes = [op for op in graph.get_operations() if op.type == "SparseAccumulatorApplyGradient"
+                      and any("adrun_push_in_order" in t.op.name for t in op.inputs)]
+    assert len(waiting_pushes) == HOSTS - 1
+    for push in waiting_pushes:  # the ids leave with their rows, not before
+        assert all("adrun_push_in_order" in t.op.name for t in push.inputs[2:4])
 
 
 def test_a_gather_waits_only_for_gathers_of_ids_from_the_same_inputs(tmp_path):
