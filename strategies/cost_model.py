@@ -452,10 +452,14 @@ def batched_in_accumulator(var: VariablePlan, shape: Sequence[int], tf2: bool = 
 def updated_on_the_chief(var: VariablePlan, graph: GraphItem) -> bool:
     """Whether TF2 mode runs the synchronous update of `var`, split over PS tasks, on the chief
     rather than shard by shard on each shard's PS: a Keras 3 optimizer whose update step is not
-    element-wise (`TF2_SHARD_WISE_OPTIMIZERS`; an unrecorded class counts as not), as
-    runtime/tf2/ps_shard_updates.py decides. The chief then reads each shard's mean gradient from
-    its PS and writes the shard's new value back."""
-    return (graph.kind == "tf2" and var.partition is not None and graph.optimizer not in TF2_SHARD_WISE_OPTIMIZERS
+    element-wise (`TF2_SHARD_WISE_OPTIMIZERS`), as runtime/tf2/ps_shard_updates.py decides. The
+    capture records a TF2 script's optimizer classes joined by ", " (runtime/tf2/applied.py); the
+    plan does not say which one updates `var`, so any class not in the table, or none recorded,
+    counts as not element-wise. The chief then reads each shard's mean gradient from its PS and
+    writes the shard's new value back."""
+    classes = (graph.optimizer or "").split(", ")
+    return (graph.kind == "tf2" and var.partition is not None
+            and not all(name in TF2_SHARD_WISE_OPTIMIZERS for name in classes)
             and any(isinstance(s, PSSync) and _is_synchronous(s) for s in var.partition.shards))
 
 

@@ -52,6 +52,8 @@ def test_tf2_pushes_every_dense_gradient_of_a_ps_task_into_one_accumulator(kind,
     ("tf2", "SGD", 2),  # updated shard by shard on each PS (ps_shard_updates.py)
     ("tf2", "Lamb", 3),  # + the remote shard's mean to the chief and its new value back
     ("tf2", None, 3),  # an unrecorded optimizer counts as not element-wise
+    ("tf2", "SGD, Adam", 2),  # a GAN's two element-wise optimizers, as the capture joins them
+    ("tf2", "Adam, Lamb", 3),  # the plan does not say which one updates the variable
 ])
 def test_a_tf2_split_variable_whose_optimizer_is_not_element_wise_is_updated_on_the_chief(kind, optimizer, transfers):
     """A 4 MB dense variable split over the PS tasks of 2 hosts: each step moves its remote half
