@@ -32,6 +32,10 @@ step, the rows its sparse variables touch), a ClusterSpec, NetworkFacts and a fe
   `workers_in_turn_overlap`). Communication of PS
   variables with staleness or asynchronous updates overlaps the rest, so the step is at least the
   time the links need for all of its bytes.
+- A TF2 script's plans (the profile's `GraphItem.kind` "tf2") follow TF2 mode's PS runtime where it
+  differs from graph mode's: every dense gradient of one PS task and dtype in one accumulator, and
+  a split variable whose Keras 3 optimizer is not element-wise updated on the chief (each shard's
+  mean to the chief and its value back, a phase after the pushes).
 - Hosts that share one machine's CPUs (the benchmark's namespace hosts, `NetworkFacts.shared_cpus`):
   the bytes between hosts also load the machine's CPUs (sender and receiver), and compute and the
   per-message and per-variable work run workers/CPUs times slower when there are more workers than
@@ -50,7 +54,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from adrun.errors import UserError
-from adrun.graph_item import dtype_itemsize
+from adrun.graph_item import GraphItem, dtype_itemsize
 from adrun.placement import TaskId, ps, task_hosts, worker
 from adrun.spec import ClusterSpec
 
@@ -80,6 +84,12 @@ PS_TASK_OVERHEAD_S = 4e-4
 # benchmark (bench/results/psperf-before.json: dense, 2 hosts, 4 builders), 1.53e8, rounded to one
 # digit; the runs it is judged on (docs/cost-model.md) did not set it.
 STACK_BYTES_PER_CPU_S = 1.5e8
+# Keras 3 optimizers whose update step treats each element on its own, so that TF2 mode updates a
+# split PS variable shard by shard on each shard's PS (adrun/runtime/tf2/ps_shard_updates.py,
+# `_ELEMENT_WISE`, which imports TensorFlow; tests/unit/strategies/test_cost_model_tf2.py keeps the
+# two equal). Any other class's update of a split variable runs on the chief.
+TF2_SHARD_WISE_OPTIMIZERS = frozenset({"SGD", "Adam", "AdamW", "Adamax", "Nadam", "Adagrad", "RMSprop", "Adadelta",
+                                       "Ftrl", "Lion"})
 
 
 class Coefficients(BaseModel):
@@ -353,6 +363,9 @@ class Load:
     # reads of PS chunks (`prefetched_chunks`): pulled back after compute as each chunk is applied,
     # while later chunks are still pushed, in a step without collectives; else read before compute
     prefetched: np.ndarray
+    # TF2 mode's chief-side updates of split variables (`updated_on_the_chief`): each shard's mean to
+    # the chief and its new value back, after every push is in and before the release
+    on_chief: np.ndarray
     sync_ps: Counter = field(default_factory=Counter)  # PS task -> synchronous pieces on it
     # accumulators of the synchronous PS pieces: one each for a sparse or large dense gradient, one
     # per (PS task, dtype) for the small dense ones, which share it (`batched_in_accumulator`)
@@ -366,11 +379,11 @@ class Load:
 
     @classmethod
     def empty(cls, paths: Paths) -> Load:
-        return cls(paths.zeros(), paths.zeros(), paths.zeros(), paths.zeros(), paths.zeros())
+        return cls(paths.zeros(), paths.zeros(), paths.zeros(), paths.zeros(), paths.zeros(), paths.zeros())
 
     def copy(self) -> Load:
         return Load(self.pull.copy(), self.after.copy(), self.pushes.copy(), self.overlapped.copy(),
-                    self.prefetched.copy(),
+                    self.prefetched.copy(), self.on_chief.copy(),
                     Counter(self.sync_ps), self.own_accumulators, Counter(self.shared_accumulators),
                     Counter(self.stale_ps), Counter(self.dense_groups), self.sparse_collectives, self.pieces,
                     Counter(self.chunks))
@@ -389,7 +402,7 @@ class Load:
     @property
     def every(self) -> np.ndarray:
         """All of the step's bytes."""
-        return self.pull + self.after + self.overlapped + self.prefetched
+        return self.pull + self.after + self.overlapped + self.prefetched + self.on_chief
 
     @property
     def reads(self) -> np.ndarray:
@@ -409,6 +422,7 @@ class Load:
         self.pushes += sign * other.pushes
         self.overlapped += sign * other.overlapped
         self.prefetched += sign * other.prefetched
+        self.on_chief += sign * other.on_chief
         for mine, theirs in ((self.sync_ps, other.sync_ps), (self.shared_accumulators, other.shared_accumulators),
                              (self.stale_ps, other.stale_ps), (self.dense_groups, other.dense_groups),
                              (self.chunks, other.chunks)):
@@ -425,13 +439,28 @@ def _is_synchronous(sync: PSSync) -> bool:
     return sync.sync and sync.staleness == 0
 
 
-def batched_in_accumulator(var: VariablePlan, shape: Sequence[int]) -> bool:
+def batched_in_accumulator(var: VariablePlan, shape: Sequence[int], tf2: bool = False) -> bool:
     """Whether a synchronous PS piece (the variable, or a shard of `shape`) shares its PS task's
-    accumulator: a dense gradient of known shape under PS_BATCH_BELOW_BYTES, as the runtime batches
-    them (runtime/kernels/ps_sync.py)."""
+    accumulator: a dense gradient of known shape under PS_BATCH_BELOW_BYTES, as graph mode batches
+    them (runtime/kernels/ps_sync.py); in TF2 mode (`tf2`) every dense gradient, whatever its size,
+    as TF2's exchange pushes one flat buffer per PS task and dtype (runtime/tf2/ps_exchange.py)."""
     if var.grad == "sparse" or any(d < 0 for d in shape):
         return False
-    return math.prod(shape) * dtype_itemsize(var.dtype) < PS_BATCH_BELOW_BYTES
+    return tf2 or math.prod(shape) * dtype_itemsize(var.dtype) < PS_BATCH_BELOW_BYTES
+
+
+def updated_on_the_chief(var: VariablePlan, graph: GraphItem) -> bool:
+    """Whether TF2 mode runs the synchronous update of `var`, split over PS tasks, on the chief
+    rather than shard by shard on each shard's PS: a Keras 3 optimizer whose update step is not
+    element-wise (`TF2_SHARD_WISE_OPTIMIZERS`), as runtime/tf2/ps_shard_updates.py decides. The
+    capture records a TF2 script's optimizer classes joined by ", " (runtime/tf2/applied.py); the
+    plan does not say which one updates `var`, so any class not in the table, or none recorded,
+    counts as not element-wise. The chief then reads each shard's mean gradient from its PS and
+    writes the shard's new value back."""
+    classes = (graph.optimizer or "").split(", ")
+    return (graph.kind == "tf2" and var.partition is not None
+            and not all(name in TF2_SHARD_WISE_OPTIMIZERS for name in classes)
+            and any(isinstance(s, PSSync) and _is_synchronous(s) for s in var.partition.shards))
 
 
 def prefetched_chunks(var: VariablePlan) -> list[str]:
@@ -486,8 +515,13 @@ def _rows_between(touched: RowsTouched, lo: int, hi: int, rows: int) -> float:
 
 
 def variable_load(var: VariablePlan, profile: ModelProfile, paths: Paths) -> Load:
-    """One planned variable's part of a step's load."""
+    """One planned variable's part of a step's load. A TF2 script's (`GraphItem.kind` "tf2") by TF2
+    mode's PS runtime: its accumulators (`batched_in_accumulator`) and, for a split variable its
+    optimizer cannot update shard by shard, the chief's round trip of each shard after the pushes
+    (`updated_on_the_chief`)."""
     load = Load.empty(paths)
+    tf2 = profile.graph.kind == "tf2"
+    on_chief = updated_on_the_chief(var, profile.graph)
     shards = variable_transfers(var, paths.num_workers, distinct_rows_of(var, profile, paths.num_workers))
     chunks = set(prefetched_chunks(var))
     if chunks:
@@ -498,7 +532,7 @@ def variable_load(var: VariablePlan, profile: ModelProfile, paths: Paths) -> Loa
         load.pieces += isinstance(sync, PSSync) or paths.num_workers > 1
         if isinstance(sync, PSSync) and _is_synchronous(sync):
             load.sync_ps[sync.ps_task] += 1
-            if batched_in_accumulator(var, shape):
+            if batched_in_accumulator(var, shape, tf2):
                 load.shared_accumulators[sync.ps_task, var.dtype] += 1
             else:
                 load.own_accumulators += 1
@@ -518,6 +552,12 @@ def variable_load(var: VariablePlan, profile: ModelProfile, paths: Paths) -> Loa
                 if t.destination.role == "ps":
                     paths.load(load.pushes, t.source, t.destination, t.nbytes)
             paths.load(part, t.source, t.destination, t.nbytes)
+        if on_chief and isinstance(sync, PSSync):
+            # the shard's mean comes to the chief and its new value goes back, between the pushes
+            # and the release (the optimizer's slots too, which this does not count)
+            nbytes = math.prod(max(d, 1) for d in shape) * dtype_itemsize(var.dtype)
+            paths.load(load.on_chief, ps(sync.ps_task), worker(0), nbytes)
+            paths.load(load.on_chief, worker(0), ps(sync.ps_task), nbytes)
     return load
 
 
@@ -536,13 +576,14 @@ class StepTime:
     latency: float  # message latencies on the critical path
     overhead: float  # per-variable and per-PS-task overheads
     overlapped: float  # what the links need for all of the step's bytes, with overlapped latencies
+    on_chief: float  # TF2 mode's chief-side updates of split variables, after the pushes
     pull_resource: int
     after_resource: int
     all_resource: int
 
     @property
     def critical(self) -> float:
-        return self.pull + self.compute + self.after + self.latency + self.overhead
+        return self.pull + self.compute + self.after + self.on_chief + self.latency + self.overhead
 
 
 def _busiest(bytes_by_resource: np.ndarray, paths: Paths, c: Coefficients, burst: np.ndarray) -> tuple[float, int]:
@@ -598,6 +639,7 @@ class StepCost:
             together = _busiest(reads + after_compute, paths, c, paths.burst)[0]
             after = min(after, max(after - workers_in_turn_overlap(pull, pushes, served, in_turn, others), tail,
                                    together - pull))
+        on_chief = _busiest(load.on_chief, paths, c, paths.zeros())[0] if load.on_chief.any() else 0.0
         overlapped, all_at = _busiest(load.every, paths, c, paths.burst)
         n = paths.num_workers
         collectives = load.collectives
@@ -626,8 +668,8 @@ class StepCost:
             overlapped += 4 * (worst + alpha)
         overhead = slower * (load.pieces * c.variable_overhead_s + load.accumulators * c.ps_variable_overhead_s
                              + n * len(load.sync_ps) * c.ps_task_overhead_s)
-        critical = pull + compute + after + latency + overhead
-        return StepTime(max(critical, overlapped), compute, pull, after, latency, overhead, overlapped,
+        critical = pull + compute + after + on_chief + latency + overhead
+        return StepTime(max(critical, overlapped), compute, pull, after, latency, overhead, overlapped, on_chief,
                         pull_at, after_at, all_at)
 
 
@@ -789,6 +831,7 @@ def variable_shares(
         float(paths.seconds(ld.pull, c)[t.pull_resource] + paths.seconds(ld.after, c)[t.after_resource]
               + paths.seconds(ld.prefetched, c)[chunks_at]
               + paths.seconds(ld.overlapped, c)[t.all_resource]
+              + float(np.max(paths.seconds(ld.on_chief, c), initial=0.0))
               + slower * (ld.pieces * c.variable_overhead_s + ld.own_accumulators * c.ps_variable_overhead_s
                           + sum(c.ps_variable_overhead_s * k / sharing[key] for key, k in ld.shared_accumulators.items())
                           + sum(per_task * k / pieces_on_task[task] for task, k in ld.sync_ps.items()))
