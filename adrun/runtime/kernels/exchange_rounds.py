@@ -46,6 +46,7 @@ from adrun.graph_item import dtype_itemsize
 from adrun.runtime.grads import records_for
 from adrun.runtime.kernels.devices import ps_device
 from adrun.runtime.kernels.ps_sync import BATCH_BELOW_BYTES
+from adrun.runtime.kernels.upstream import parents, upstream_ops
 from adrun.strategies.document import PSSync, Strategy
 from adrun.task_context import TaskContext
 
@@ -109,18 +110,9 @@ def _in_control_flow(op: tf.Operation) -> bool:
 
 def _step_ops(graph: tf.Graph) -> set[str]:
     """Names of the ops the recorded training steps' gradients are computed from."""
-    stack = [g.values if isinstance(g, tf.IndexedSlices) else g
+    grads = [g.values if isinstance(g, tf.IndexedSlices) else g
              for call in records_for(graph).calls for g, _ in call.grads_and_vars if g is not None]
-    stack = [t.op for t in stack]
-    seen: set[str] = set()
-    while stack:
-        op = stack.pop()
-        if op.name in seen:
-            continue
-        seen.add(op.name)
-        stack.extend(t.op for t in op.inputs)
-        stack.extend(op.control_inputs)
-    return seen
+    return {op.name for op in upstream_ops(t.op for t in grads)}
 
 
 def _on_ps(op: tf.Operation, ps_variables: Collection[str]) -> bool:
@@ -157,34 +149,15 @@ def _inputs_read(op: tf.Operation) -> frozenset[str]:
     """What running an op takes from outside the graph's variables: the placeholders it needs fed,
     the iterator reads, queue dequeues, readers and other stateful ops its value depends on
     (running one of them moves the input pipeline or a random state on)."""
-    stack, seen, found = list(_parents(op)), {op.name}, set()
-    while stack:
-        current = stack.pop()
-        if current.name in seen:
-            continue
-        seen.add(current.name)
-        if current.type in _FEED_TYPES or (current.op_def.is_stateful and current.type not in _VARIABLE_ACCESS):
-            found.add(current.name)
-        stack.extend(_parents(current))
-    return frozenset(found)
-
-
-def _parents(op: tf.Operation) -> list[tf.Operation]:
-    return [t.op for t in op.inputs] + list(op.control_inputs)
+    return frozenset(
+        current.name for current in upstream_ops(parents(op), skip={op.name})
+        if current.type in _FEED_TYPES or (current.op_def.is_stateful and current.type not in _VARIABLE_ACCESS))
 
 
 def _depends_on(op: tf.Operation, ancestor: tf.Operation) -> bool:
     """Whether `op` runs after `ancestor` already (through data or control edges, those added here
     included): a wait the other way round would close a cycle."""
-    stack, seen = _parents(op), set()
-    while stack:
-        current = stack.pop()
-        if current is ancestor:
-            return True
-        if current.name not in seen:
-            seen.add(current.name)
-            stack.extend(_parents(current))
-    return False
+    return any(current is ancestor for current in upstream_ops(parents(op)))
 
 
 def order_pulls(graph: tf.Graph, devices: Mapping[str, str], local_device: str, order: Sequence[int]) -> int:

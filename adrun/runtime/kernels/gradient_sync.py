@@ -37,6 +37,7 @@ from adrun.runtime.kernels.placement import variable_devices
 from adrun.runtime.kernels.ps_prefetch import PrefetchedVariable, chunks, prefetchable
 from adrun.runtime.kernels.ps_sync import StalenessBarrier, StepTokens, ps_aggregations
 from adrun.runtime.kernels.step_order import CollectiveStepOrder
+from adrun.runtime.kernels.upstream import upstream_ops
 
 
 class PlanMismatchError(RuntimeError):
@@ -95,18 +96,8 @@ def _variables_touched(ops: list[tf.Operation]) -> set[str]:
 def _reads_before(ops: list[tf.Operation], variables: set[str], skip: set[str]) -> bool:
     """Whether any op that `ops` depend on (data or control, themselves included, `skip` excluded)
     takes one of `variables` as an input."""
-    seen: set[str] = set()
-    stack = list(ops)
-    while stack:
-        op = stack.pop()
-        if op.name in seen or op.name in skip:
-            continue
-        seen.add(op.name)
-        if any(t.op.type in _VARIABLE_OPS and t.op.name in variables for t in op.inputs):
-            return True
-        stack.extend(t.op for t in op.inputs)
-        stack.extend(op.control_inputs)
-    return False
+    return any(t.op.type in _VARIABLE_OPS and t.op.name in variables
+               for op in upstream_ops(ops, skip=skip) for t in op.inputs)
 
 
 def _after_updates(new_ops: list[tf.Operation], updates: list[tf.Operation], scope: str) -> list[tf.Operation]:

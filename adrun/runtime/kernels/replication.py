@@ -29,6 +29,7 @@ from tensorflow.core.framework import graph_pb2
 from tensorflow.python.util import nest
 
 from adrun.runtime.graph_edit import unfinalized
+from adrun.runtime.kernels.upstream import upstream_ops
 
 BATCH_INPUT_TYPES = frozenset({
     "Placeholder", "PlaceholderV2", "PlaceholderWithDefault",
@@ -46,20 +47,6 @@ def _grad_tensors(grad: Any) -> list[tf.Tensor]:
     if isinstance(grad, tf.IndexedSlices):
         return [t for t in (grad.values, grad.indices, grad.dense_shape) if t is not None]
     return [grad]
-
-
-def _upstream_ops(tensors: Sequence[tf.Tensor]) -> set[str]:
-    """Names of every op the tensors depend on, through data and control edges."""
-    seen: set[str] = set()
-    stack = [t.op for t in tensors]
-    while stack:
-        op = stack.pop()
-        if op.name in seen:
-            continue
-        seen.add(op.name)
-        stack.extend(t.op for t in op.inputs)
-        stack.extend(op.control_inputs)
-    return seen
 
 
 def _downstream_within(starts: Sequence[tf.Tensor], allowed: set[str]) -> set[str]:
@@ -127,7 +114,7 @@ class Replication:
             raise ValueError("replication needs at least two devices")
         self.graph = graph
         self.count = len(devices)
-        upstream = _upstream_ops([t for g in grads for t in _grad_tensors(g)])
+        upstream = {op.name for op in upstream_ops(t.op for g in grads for t in _grad_tensors(g))}
         inputs = batch_inputs(graph, upstream)
         if not inputs:
             raise ReplicationError(
