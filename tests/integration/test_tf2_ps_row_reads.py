@@ -7,16 +7,12 @@ rows checked in tests/unit/adrun/runtime/tf2/test_ps_apply.py."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.support.paths import REPO, SCRIPTS
-from tests.support.ports import free_ports
+from tests.support.byte_counter import run_counted_ps_script
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -26,19 +22,7 @@ OVERHEAD = 1024  # per step, for the RPCs around the rows (measured: under 300 b
 
 
 def test_lookup_reads_the_distinct_rows_not_the_table(tmp_path: Path) -> None:
-    ps_port, forwarder_port, worker_port = (str(p) for p in free_ports(3))
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2"}
-    ps = subprocess.Popen([sys.executable, SCRIPT, "ps", ps_port], cwd=REPO, env=env,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        out = tmp_path / "bytes.json"
-        worker = subprocess.run([sys.executable, SCRIPT, "worker", ps_port, forwarder_port, worker_port, str(out)],
-                                cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
-        assert worker.returncode == 0, worker.stderr[-3000:]
-    finally:
-        ps.kill()
-        ps.wait()
-    found = json.loads(out.read_text())
+    found = run_counted_ps_script(SCRIPT, tmp_path / "bytes.json", REPO)
     # the negative control: Keras's own read ships the whole 20000-row table every step
     assert found["keras_read"] >= 20000 * ROW
     # the row gather: the looked-up rows, whatever the table's size

@@ -5,16 +5,12 @@ the chief, measured as the bytes the PS sends the chief per step through a count
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.support.paths import REPO, SCRIPTS
-from tests.support.ports import free_ports
+from tests.support.byte_counter import run_counted_ps_script
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -24,19 +20,7 @@ OVERHEAD = 2048  # per step, for the tokens and RPCs around the update
 
 
 def test_the_chief_reads_no_shard_in_its_update(tmp_path: Path) -> None:
-    ps_port, forwarder_port, worker_port = (str(p) for p in free_ports(3))
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2"}
-    ps = subprocess.Popen([sys.executable, SCRIPT, "ps", ps_port], cwd=REPO, env=env,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        out = tmp_path / "bytes.json"
-        worker = subprocess.run([sys.executable, SCRIPT, "worker", ps_port, forwarder_port, worker_port, str(out)],
-                                cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
-        assert worker.returncode == 0, worker.stderr[-3000:]
-    finally:
-        ps.kill()
-        ps.wait()
-    found = json.loads(out.read_text())
+    found = run_counted_ps_script(SCRIPT, tmp_path / "bytes.json", REPO)
     # the control, Keras's update of the whole variable on the chief: Adam reads the kernel's mean
     # and both its slots (4096 rows each); SGD the table's mean rows (62 distinct of 64)
     assert found["whole_dense_adam"] >= 3 * 4096 * ROW, found

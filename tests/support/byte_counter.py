@@ -3,8 +3,15 @@ reads from a server without a shaped network: point the client's cluster address
 
 from __future__ import annotations
 
+import json
+import os
 import socket
+import subprocess
+import sys
 import threading
+from pathlib import Path
+
+from tests.support.ports import free_ports
 
 _CHUNK = 1 << 16
 
@@ -41,3 +48,21 @@ class CountingForwarder:
                     self.sent += len(data)
             sink.sendall(data)
         sink.shutdown(socket.SHUT_WR)
+
+
+def run_counted_ps_script(script: str, out: Path, cwd: Path) -> dict:
+    """Run `script ps PORT` in the background and `script worker PS_PORT FORWARDER_PORT WORKER_PORT
+    OUT` to its end (the worker reaches the PS through a CountingForwarder of its own); returns the
+    byte counts the worker wrote to `out` as JSON. The PS is killed whatever happens."""
+    ps_port, forwarder_port, worker_port = (str(p) for p in free_ports(3))
+    env = {**os.environ, "PYTHONPATH": str(cwd), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    ps = subprocess.Popen([sys.executable, script, "ps", ps_port], cwd=cwd, env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        worker = subprocess.run([sys.executable, script, "worker", ps_port, forwarder_port, worker_port, str(out)],
+                                cwd=cwd, env=env, capture_output=True, text=True, timeout=240)
+        assert worker.returncode == 0, worker.stderr[-3000:]
+    finally:
+        ps.kill()
+        ps.wait()
+    return json.loads(out.read_text())
