@@ -32,7 +32,9 @@ def _assert_worker_1_saved_nothing(tmp_path: Path) -> None:
     """No file of worker 1 under `tmp_path` but the script's own per-worker outputs (its weights and
     the optimizer's step count), which are no saves."""
     own = ("w1.npz", "iterations-w1.txt")
-    assert not any("w1" in str(p) for p in tmp_path.rglob("*") if p.name not in own), "a file of worker 1 appeared"
+    # paths below tmp_path only: tmp_path itself names the xdist worker ("popen-gw1")
+    found = [p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.name not in own]
+    assert not [p for p in found if "w1" in str(p)], "a file of worker 1 appeared"
 
 
 
