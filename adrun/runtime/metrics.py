@@ -137,9 +137,10 @@ class StepReporter:
         """End this worker now, exit status 0, its last metric line and output written.
 
         Bounded runs (`adrun profile --trials`) need every worker to stop after exactly its Nth
-        step. Under a synchronous plan the Nth step of every worker completes (no peer leaves
+        step. Under a synchronous PS plan the Nth step of every worker completes (no peer leaves
         before its own Nth step, and the chief's Nth step releases the others), so nobody waits
-        for a worker that left. The script's code after the step (saving, evaluation, a
+        for a worker that left. Under an all-reduce plan a ring peer may still be fetching this
+        worker's last chunk when it exits (a known race: README, "Limitations"). The script's code after the step (saving, evaluation, a
         MonitoredTrainingSession's hooks at close) does not run: it could run further steps, or
         wait for peers that have already ended.
         """
