@@ -186,14 +186,20 @@ def with_runtimes(configs: list[RunConfig], runtimes: Mapping[str, Path]) -> lis
     return out
 
 
+def _labelled(option: str, item: str, value: str) -> tuple[str, str]:
+    """`item` of `option` split as LABEL=`value`; exits 2 when either side is missing."""
+    label, sep, rest = item.partition("=")
+    if not sep or not label or not rest:
+        _fail(f"{option} {item!r}: expected LABEL={value}")
+    return label, rest
+
+
 def _runtimes(items: tuple[str, ...]) -> dict[str, Path]:
     """--runtime LABEL=CHECKOUT options as {label: checkout}; exits 2 on a malformed or repeated
     item, or a checkout without a .venv/bin/python."""
     runtimes: dict[str, Path] = {}
     for item in items:
-        label, sep, checkout = item.partition("=")
-        if not sep or not label or not checkout:
-            _fail(f"--runtime {item!r}: expected LABEL=CHECKOUT")
+        label, checkout = _labelled("--runtime", item, "CHECKOUT")
         if label in runtimes:
             _fail(f"--runtime {item!r}: the label {label!r} is given twice")
         if not (Path(checkout) / ".venv" / "bin" / "python").is_file():
@@ -208,9 +214,7 @@ def _given_plans(items: tuple[str, ...]) -> dict[str, Path]:
     builder or peer, or a missing or invalid document."""
     plans: dict[str, Path] = {}
     for item in items:
-        label, sep, file = item.partition("=")
-        if not sep or not label or not file:
-            _fail(f"--plan {item!r}: expected LABEL=FILE")
+        label, file = _labelled("--plan", item, "FILE")
         if label in BUILDERS or label in PEERS or label in plans:
             _fail(f"--plan {item!r}: the label {label!r} is already a builder, a peer or another --plan")
         try:

@@ -151,15 +151,18 @@ def test_a_given_plan_runs_in_every_group_after_its_builders(tmp_path):
         (4, "Mixed")]
 
 
-@pytest.mark.parametrize("item, message", [
-    ("Mixed", "--plan 'Mixed': expected LABEL=FILE"),
-    ("AllReduce=x.yml", "--plan 'AllReduce=x.yml': the label 'AllReduce' is already a builder, a peer or another --plan"),
-    ("Mixed=missing.yml", "--plan 'Mixed=missing.yml': "),
+@pytest.mark.parametrize("parse, item, message", [
+    (_given_plans, "Mixed", "--plan 'Mixed': expected LABEL=FILE"),
+    (_given_plans, "AllReduce=x.yml",
+     "--plan 'AllReduce=x.yml': the label 'AllReduce' is already a builder, a peer or another --plan"),
+    (_given_plans, "Mixed=missing.yml", "--plan 'Mixed=missing.yml': "),
+    (_runtimes, "main", "--runtime 'main': expected LABEL=CHECKOUT"),
+    (_runtimes, "main=nowhere", "--runtime 'main=nowhere': nowhere/.venv/bin/python not found"),
 ])
-def test_a_bad_given_plan_is_one_message_and_exit_2(item, message, capsys, monkeypatch, tmp_path):
+def test_a_bad_given_plan_or_runtime_is_one_message_and_exit_2(parse, item, message, capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exit_info:
-        _given_plans((item,))
+        parse((item,))
     assert exit_info.value.code == 2
     assert f"bench-cluster: error: {message}" in capsys.readouterr().err
 
@@ -197,15 +200,3 @@ def test_a_runtime_twin_runs_the_other_checkouts_interpreter_in_that_checkout(tm
     assert launcher.adrun_from(config) == ("/here/python", tmp_path / "here")
     assert launcher.adrun_from(config.model_copy(update={"runtime": "main"})) == (
         str(tmp_path / "main" / ".venv" / "bin" / "python"), tmp_path / "main")
-
-
-@pytest.mark.parametrize("item, message", [
-    ("main", "--runtime 'main': expected LABEL=CHECKOUT"),
-    ("main=nowhere", "--runtime 'main=nowhere': nowhere/.venv/bin/python not found"),
-])
-def test_a_bad_runtime_is_one_message_and_exit_2(item, message, capsys, monkeypatch, tmp_path):
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(SystemExit) as exit_info:
-        _runtimes((item,))
-    assert exit_info.value.code == 2
-    assert f"bench-cluster: error: {message}" in capsys.readouterr().err
