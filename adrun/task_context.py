@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from adrun.env_vars import (
     CAPTURE_ANSWER_FD_VAR, CAPTURE_OUT_VAR, CLUSTER_VAR, JOB_ID_VAR, MODE_VAR, NUM_WORKERS_VAR, PROFILE_STEPS_VAR, PROFILE_WARMUP_VAR,
-    RESTART_COUNT_VAR, ROLE_VAR, SCRATCH_DIR_VAR, STRATEGY_FILE_VAR, TASK_INDEX_VAR, WORKER_INDEX_VAR, Settings, choice,
+    RELEASE_FD_VAR, RESTART_COUNT_VAR, ROLE_VAR, SCRATCH_DIR_VAR, STRATEGY_FILE_VAR, TASK_INDEX_VAR, WORKER_INDEX_VAR, Settings, choice,
     whole_number,
 )
 from adrun.errors import UserError
@@ -85,6 +85,10 @@ class TaskContext:
     # the point where capture mode would end; None: profile without asking
     capture_answer_fd: int | None = None
     restart_count: int = 0  # the job's attempt: 0 first, k after the k-th restart
+    # run mode, a worker: the pipe the launcher releases it on at the finish barrier of a bounded
+    # run (adrun/runtime/finish.py); set by whatever starts the process (it made the pipe), not
+    # planned with the rest; None: the worker ends after its last step without waiting
+    release_fd: int | None = None
     settings: Settings = field(default_factory=Settings)  # the job's settings (shard data, step bound, timeouts)
 
     def __post_init__(self) -> None:
@@ -139,8 +143,9 @@ class TaskContext:
         for name, count in ((PROFILE_WARMUP_VAR, self.profile_warmup), (PROFILE_STEPS_VAR, self.profile_steps)):
             if count:
                 env[name] = str(count)
-        if self.capture_answer_fd is not None:
-            env[CAPTURE_ANSWER_FD_VAR] = str(self.capture_answer_fd)
+        for name, fd in ((CAPTURE_ANSWER_FD_VAR, self.capture_answer_fd), (RELEASE_FD_VAR, self.release_fd)):
+            if fd is not None:
+                env[name] = str(fd)
         env.update(self.settings.to_env())
         return env
 
@@ -164,11 +169,16 @@ class TaskContext:
             profile_warmup=whole_number(env, PROFILE_WARMUP_VAR, 0, 0, steps),
             profile_steps=whole_number(env, PROFILE_STEPS_VAR, 0, 0, steps),
             scratch_dir=env.get(SCRATCH_DIR_VAR) or None,
-            capture_answer_fd=(whole_number(env, CAPTURE_ANSWER_FD_VAR, 0, 0, "a file descriptor")
-                               if env.get(CAPTURE_ANSWER_FD_VAR, "").strip() else None),
+            capture_answer_fd=_fd(env, CAPTURE_ANSWER_FD_VAR),
             restart_count=whole_number(env, RESTART_COUNT_VAR, 0, 0, "a whole-number attempt"),
+            release_fd=_fd(env, RELEASE_FD_VAR),
             settings=Settings.from_env(env),
         )
+
+
+def _fd(env: Mapping[str, str], name: str) -> int | None:
+    """A file descriptor the process inherited, or None when `name` is unset."""
+    return whole_number(env, name, 0, 0, "a file descriptor") if env.get(name, "").strip() else None
 
 
 def _cluster(text: str) -> dict[str, list[str]]:

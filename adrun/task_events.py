@@ -1,7 +1,8 @@
 """What a task tells its launcher: the task -> launcher half of the contract, as typed events.
 
 A task reports its training steps (`StepEvent`), a step that has been running for a while
-(`WaitingEvent`), that adrun's hook wrote what it was asked for and ended the script
+(`WaitingEvent`), that it ran its last step of a bounded run and waits at the finish barrier
+(`FinishedEvent`), that adrun's hook wrote what it was asked for and ended the script
 (`DoneEvent`, capture and profile mode), that it wrote the graph and waits to be told whether to
 profile (`CapturedEvent`, a first start's one process for both), an exception nothing caught (`ErrorEvent`) and a refusal
 by the hook (`RefusalEvent`). `encode` is the one writer (the runtime, in every task), `decode`
@@ -56,6 +57,16 @@ class WaitingEvent:
 
 
 @dataclass(frozen=True)
+class FinishedEvent:
+    """The worker ran its `step`-th and last training step of a bounded run (ADRUN_MAX_STEPS) and
+    now waits, its server up, for the launcher to release it on its release pipe
+    (`TaskContext.release_fd`) once every worker has finished or exited (adrun/runtime/finish.py)."""
+
+    kind: ClassVar[str] = "finished"
+    step: int
+
+
+@dataclass(frozen=True)
 class DoneEvent:
     """adrun's hook wrote what the process was started for (capture: the GraphItem; profile: the
     samples) to `wrote`, ADRUN_CAPTURE_OUT."""
@@ -103,7 +114,7 @@ class RefusalEvent:
     message: str
 
 
-TaskEvent = StepEvent | WaitingEvent | DoneEvent | CapturedEvent | ErrorEvent | RefusalEvent
+TaskEvent = StepEvent | WaitingEvent | FinishedEvent | DoneEvent | CapturedEvent | ErrorEvent | RefusalEvent
 _KINDS: dict[str, type[TaskEvent]] = {cls.kind: cls for cls in typing.get_args(TaskEvent)}
 
 

@@ -360,6 +360,12 @@ class Strategy(BaseModel):
         """True when any variable or shard is held by a parameter server."""
         return any(isinstance(s, PSSync) for v in self.variables for s in v.synchronizers())
 
+    @property
+    def uses_all_reduce(self) -> bool:
+        """True when any variable or shard is all-reduced among the workers (they then serve each
+        other's chunks until the last one finished: adrun/runtime/finish.py)."""
+        return any(isinstance(s, AllReduceSync) for v in self.variables for s in v.synchronizers())
+
 
 def strategy_to_yaml(strategy: Strategy) -> str:
     """The document as readable YAML, fields in schema order, shapes and synchronizers on one line."""

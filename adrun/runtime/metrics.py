@@ -1,5 +1,6 @@
 """Per-step metrics of a worker, reported to the launcher as step and waiting events
-(adrun/task_events.py), and the step bound (`ADRUN_MAX_STEPS`) that ends a worker after its Nth training step."""
+(adrun/task_events.py), and the step bound (`ADRUN_MAX_STEPS`) that ends a worker after its Nth
+training step (after the finish barrier, adrun/runtime/finish.py, when its plan all-reduces)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ import tensorflow as tf
 
 from adrun.runtime.capture import static_batch_size
 from adrun.runtime.grads import records_for
+from adrun.runtime.finish import wait_for_release
 from adrun.runtime.reporting import report
+from adrun.task_context import Mode, TaskContext
 from adrun.task_events import StepEvent, WaitingEvent
 
 EMIT_INTERVAL_S = 0.5
@@ -64,12 +67,14 @@ class StepReporter:
     Besides the (throttled) step counts it says when a training step has been running for
     WAITING_AFTER_S (a `waiting` event, once per step): a worker blocked inside a synchronous
     step waits for its peers, a worker outside any step holds them up. The launcher's stall
-    message tells the two apart with it. With `max_steps` it ends the worker after that step.
+    message tells the two apart with it. With `max_steps` it ends the worker after that step,
+    once the launcher releases it on `release_fd` (the finish barrier) when that is given.
     """
 
-    def __init__(self, max_steps: int | None = None) -> None:
+    def __init__(self, max_steps: int | None = None, release_fd: int | None = None) -> None:
         self.steps = 0
         self.max_steps = max_steps
+        self.release_fd = release_fd
         self.examples: int | None = None
         self.wire_bytes = 0
         self._examples_read = False
@@ -79,6 +84,14 @@ class StepReporter:
         self._waiting_reported = False
         self._flusher: threading.Thread | None = None
         atexit.register(self.emit)
+
+    @classmethod
+    def for_worker(cls, ctx: TaskContext) -> StepReporter:
+        """The reporter of a run-mode worker: the job's step bound, and the finish barrier when the
+        worker has peers it all-reduces with (PS tasks outlive the workers: no barrier needed)."""
+        barrier = (ctx.mode == Mode.RUN and ctx.settings.max_steps is not None and ctx.release_fd is not None
+                   and ctx.num_workers > 1 and ctx.strategy.uses_all_reduce)
+        return cls(ctx.settings.max_steps, ctx.release_fd if barrier else None)
 
     @staticmethod
     def is_training_step(graph: tf.Graph, fetches: Any) -> bool:
@@ -134,13 +147,15 @@ class StepReporter:
             self.emit(now)
 
     def end_worker(self) -> None:
-        """End this worker now, exit status 0, its last metric line and output written.
+        """End this worker, exit status 0, its last metric line and output written; with a release
+        pipe, only once the launcher releases it (the finish barrier, adrun/runtime/finish.py).
 
         Bounded runs (`adrun profile --trials`) need every worker to stop after exactly its Nth
         step. Under a synchronous PS plan the Nth step of every worker completes (no peer leaves
         before its own Nth step, and the chief's Nth step releases the others), so nobody waits
         for a worker that left. Under an all-reduce plan a ring peer may still be fetching this
-        worker's last chunk when it exits (a known race: README, "Limitations"). The script's code after the step (saving, evaluation, a
+        worker's last chunk from its server: the barrier keeps the server up until every worker
+        has finished. The script's code after the step (saving, evaluation, a
         MonitoredTrainingSession's hooks at close) does not run: it could run further steps, or
         wait for peers that have already ended.
         """
@@ -150,6 +165,8 @@ class StepReporter:
                 stream.flush()
             except (AttributeError, OSError, ValueError):  # replaced by the script, or closed
                 pass
+        if self.release_fd is not None:
+            wait_for_release(self.release_fd, self.steps)
         os._exit(0)
 
     def _start_reporting(self) -> None:

@@ -152,7 +152,7 @@ def _patch_session(ctx) -> None:
 
     tf_session.Session.__init__ = __init__
 
-    reporter = StepReporter(ctx.settings.max_steps)
+    reporter = StepReporter.for_worker(ctx)
     original_run = tf_session.BaseSession.run
 
     def training_step(session, step: Callable[[], Any]) -> Any:

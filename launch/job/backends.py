@@ -80,8 +80,10 @@ class NodeBackend(ABC):
         """Where the tasks of `node` run (`cwd`: the launcher's directory, default the current one)."""
 
     @abstractmethod
-    def start(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path, job_id: str) -> TaskProcess:
-        """Start one task of job `job_id` (OSError or UserError when it cannot be started)."""
+    def start(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path, job_id: str, *,
+              release: bool = False) -> TaskProcess:
+        """Start one task of job `job_id` (OSError or UserError when it cannot be started); with
+        `release`, with a release pipe for the finish barrier (`TaskProcess.release`)."""
 
     @abstractmethod
     def sweep(self, job_id: str) -> list[str]:
@@ -135,8 +137,9 @@ class LocalNode(NodeBackend):
     def workdir(self, node: Node, cwd: str | Path | None) -> Path:
         return Path(node_workdir(node, local=True, cwd=cwd))
 
-    def start(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path, job_id: str) -> TaskProcess:
-        return LocalProcess(argv, cwd=cwd, env=env)
+    def start(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path, job_id: str, *,
+              release: bool = False) -> TaskProcess:
+        return LocalProcess(argv, cwd=cwd, env=env, release=release)
 
     def sweep(self, job_id: str) -> list[str]:
         kill_leftovers(job_id)
@@ -209,8 +212,9 @@ class SshNode(NodeBackend):
     def workdir(self, node: Node, cwd: str | Path | None) -> Path:
         return Path(node_workdir(node, local=False, cwd=cwd))
 
-    def start(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path, job_id: str) -> TaskProcess:
-        return self._connections.links[self.address].start(argv, env, str(cwd), job_id)
+    def start(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path, job_id: str, *,
+              release: bool = False) -> TaskProcess:
+        return self._connections.links[self.address].start(argv, env, str(cwd), job_id, release=release)
 
     def sweep(self, job_id: str) -> list[str]:
         """A connection that died is opened again for the sweep; a node that cannot be swept is

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+from adrun.env_vars import RELEASE_FD_VAR
+
 from ..nodes.node_tools import group_alive, signal_group
 from .process import TaskProcess
 
@@ -48,21 +50,37 @@ class LocalProcess(TaskProcess):
     """A task started here: its pipes, exit status, and signals to its whole process group."""
 
     def __init__(self, argv: Sequence[str], *, cwd: str | Path, env: Mapping[str, str],
-                 pass_fds: Sequence[int] = ()) -> None:
+                 pass_fds: Sequence[int] = (), release: bool = False) -> None:
         """`pass_fds`: descriptors the task inherits under the same numbers (a pipe the launcher
-        answers a profiling process on, adrun/capture_run.py)."""
+        answers a profiling process on, adrun/capture_run.py). `release`: give the task a release
+        pipe for the finish barrier, its read end named by ADRUN_RELEASE_FD (`release()` writes)."""
         parent_pid = os.getpid()
-        self._popen = subprocess.Popen(
-            list(argv),
-            cwd=cwd,
-            env=dict(env),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            pass_fds=tuple(pass_fds),
-            preexec_fn=lambda: _die_with_parent(parent_pid),
-        )
+        env = dict(env)
+        fds = tuple(pass_fds)
+        self._release_write: int | None = None
+        release_read: int | None = None
+        if release:
+            release_read, self._release_write = os.pipe()
+            env[RELEASE_FD_VAR] = str(release_read)
+            fds += (release_read,)
+        try:
+            self._popen = subprocess.Popen(
+                list(argv),
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                pass_fds=fds,
+                preexec_fn=lambda: _die_with_parent(parent_pid),
+            )
+        except BaseException:
+            self._close_release()
+            raise
+        finally:
+            if release_read is not None:
+                os.close(release_read)
 
     @property
     def pid(self) -> int:
@@ -89,7 +107,24 @@ class LocalProcess(TaskProcess):
         return self._popen.communicate(timeout=timeout)
 
     def poll(self) -> int | None:
-        return self._popen.poll()
+        code = self._popen.poll()
+        if code is not None:
+            self._close_release()
+        return code
+
+    def release(self) -> None:
+        """One line on the release pipe, then its end: the worker reads either as its release."""
+        if self._release_write is not None:
+            try:
+                os.write(self._release_write, b"release\n")
+            except OSError:  # the task has gone (EPIPE): nobody waits
+                pass
+            self._close_release()
+
+    def _close_release(self) -> None:
+        if self._release_write is not None:
+            os.close(self._release_write)
+            self._release_write = None
 
     def wait(self, timeout: float) -> int:
         """The task's exit status once it has ended (TimeoutExpired after `timeout`), for a caller

@@ -52,6 +52,11 @@ class TaskProcess(ABC):
         """The exit status once the task has ended (negative: killed by that signal), else None."""
 
     @abstractmethod
+    def release(self) -> None:
+        """Let a worker waiting at the finish barrier end (adrun/runtime/finish.py); nothing for a
+        task started without a release pipe, or released already."""
+
+    @abstractmethod
     def terminate_group(self) -> None:
         """Ask the task and everything it started to stop (SIGTERM)."""
 

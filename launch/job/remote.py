@@ -26,6 +26,7 @@ from typing import Any
 import paramiko
 from fabric import Connection
 
+from adrun.env_vars import RELEASE_FD_VAR
 from adrun.errors import UserError
 from adrun.spec import Node
 
@@ -120,14 +121,18 @@ class NodeLink:
         sftp.chmod(temporary, local.stat().st_mode & 0o777)
         sftp.posix_rename(temporary, remote)
 
-    def start(self, argv: Sequence[str], env: Mapping[str, str], workdir: str, job_id: str) -> RemoteProcess:
+    def start(self, argv: Sequence[str], env: Mapping[str, str], workdir: str, job_id: str, *,
+              release: bool = False) -> RemoteProcess:
         """Start a task under its keeper on a new channel; the task's env travels on stdin, off
-        `ps` (the command line holds only what `node_command` puts there)."""
+        `ps` (the command line holds only what `node_command` puts there). With `release`, the
+        keeper gives the task a release pipe, named by the variable it is told (`RemoteProcess.release`)."""
+        spec = {"argv": list(argv), "env": dict(env), "lease_s": SILENCE_S, "beat_s": PING_INTERVAL_S}
+        if release:
+            spec["release_var"] = RELEASE_FD_VAR
         try:
             channel = self.conn.client.get_transport().open_session(timeout=HELPER_TIMEOUT)
             channel.exec_command(agent_command(self.node, "run", workdir=workdir, job_id=job_id))
-            channel.sendall((json.dumps({"argv": list(argv), "env": dict(env), "lease_s": SILENCE_S,
-                                         "beat_s": PING_INTERVAL_S}) + "\n").encode())
+            channel.sendall((json.dumps(spec) + "\n").encode())
         except (paramiko.SSHException, OSError) as e:
             raise UserError(f"cannot start a task on {self.address} over SSH: {e} (one channel per task: "
                             "sshd's MaxSessions, 10 by default, bounds the tasks per node)") from e
@@ -293,6 +298,10 @@ class RemoteProcess(TaskProcess):
             self._channel.sendall((word + "\n").encode())
         except Exception:  # a closed channel (OSError, EOFError): nothing left to tell
             pass
+
+    def release(self) -> None:
+        """The keeper writes the line on the task's release pipe (a no-op for a task without one)."""
+        self.send("RELEASE")
 
     def terminate_group(self) -> None:
         self.send("TERM")

@@ -21,7 +21,9 @@ Modes:
 whole process group can be signalled), and the keeper kills that group when its stdin (the SSH
 channel) reaches EOF, when its parent (the sshd session) dies, or when the launcher's pings stop
 for longer than the lease (a network cut that neither side's TCP notices). Commands on stdin:
-`TERM` / `KILL` signal the group, `PING` renews the lease. stdout/stderr are the task's own
+`TERM` / `KILL` signal the group, `PING` renews the lease, `RELEASE` writes a line on the task's
+release pipe (the finish barrier, adrun/runtime/finish.py), which the keeper makes when the spec
+names the variable to tell the task its descriptor in (`release_var`). stdout/stderr are the task's own
 (inherited, not relayed); the keeper adds `@@ADRUN-STARTED {"pid"}` and `@@ADRUN-EXIT
 {"returncode"}` (negative: killed by that signal) on stderr, and exits once the group is empty.
 
@@ -109,19 +111,36 @@ class _Keeper:
         env = dict(os.environ)
         env.update(spec["env"])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_hook_dir(), env.get("PYTHONPATH", "")) if p)
+        self.release_write: int | None = None
+        fds: tuple[int, ...] = ()
+        if spec.get("release_var"):
+            release_read, self.release_write = os.pipe()
+            env[spec["release_var"]] = str(release_read)
+            fds = (release_read,)
         try:
-            self.child = subprocess.Popen(spec["argv"], env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+            self.child = subprocess.Popen(spec["argv"], env=env, stdin=subprocess.DEVNULL, start_new_session=True,
+                                          pass_fds=fds)
         except OSError as e:
             sys.stderr.write(f"adrun: cannot start {spec['argv'][0]} on {socket.gethostname()}: {e.strerror}\n")
             sys.exit(NO_ADRUN)
+        finally:
+            for fd in fds:
+                os.close(fd)
         _say(STARTED_MARKER, {"pid": self.child.pid})
 
     def obey(self, word: str) -> None:
-        """The launcher's TERM or KILL, for the task's whole group."""
+        """The launcher's TERM or KILL, for the task's whole group; its RELEASE, for the task."""
         if word == "TERM":
             node_tools.signal_group(self.child.pid, signal.SIGTERM)
         elif word == "KILL":
             node_tools.signal_group(self.child.pid, signal.SIGKILL)
+        elif word == "RELEASE" and self.release_write is not None:
+            try:
+                os.write(self.release_write, b"release\n")
+            except OSError:  # the task has gone: nobody waits
+                pass
+            os.close(self.release_write)
+            self.release_write = None
 
     def beat(self) -> None:
         """Thread: tell the launcher the node and this keeper are alive (see HEARTBEAT)."""

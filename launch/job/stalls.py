@@ -27,6 +27,7 @@ class Progress:
     last_step: int | None = None
     warned: bool = False  # this stall was reported already
     waiting_since: float | None = None  # blocked inside a training step since (a `waiting` event)
+    finished: bool = False  # ran its last step of a bounded run: waits at the finish barrier, no stall
 
     def note(self, event: StepEvent | WaitingEvent) -> None:
         if isinstance(event, StepEvent):
@@ -87,7 +88,7 @@ class StallWatch:
             return StallCheck()
         # a worker outside any step holds up the ones waiting inside one: it comes first
         stalled = sorted((w for w in workers if w.returncode is None and not w.progress.warned
-                          and now - w.progress.at >= timeout_s),
+                          and not w.progress.finished and now - w.progress.at >= timeout_s),
                          key=lambda w: (w.progress.waiting_since is not None, w.progress.at))
         warnings = []
         for worker in stalled:
@@ -126,7 +127,7 @@ def _holding_up(worker: W, workers: Sequence[W]) -> W | None:
     if worker.progress.waiting_since is None:
         return None
     behind = [other for other in workers if other is not worker and other.returncode is None
-              and other.progress.waiting_since is None
+              and other.progress.waiting_since is None and not other.progress.finished
               and (other.progress.last_step or 0) <= (worker.progress.last_step or 0)]
     return min(behind, key=lambda other: other.progress.at, default=None)
 
@@ -136,6 +137,8 @@ def _activity(worker: Watched, now: float, still: str = "") -> str:
     if worker.returncode is not None:
         return f"finished (exit {worker.returncode})"
     progress = worker.progress
+    if progress.finished:
+        return f"finished at step {progress.last_step}, waiting for the others"
     text = "no step yet" if progress.last_step is None else f"{still}at step {progress.last_step}"
     if progress.waiting_since is not None:
         return f"{text}, waiting in step {(progress.last_step or 0) + 1} for {now - progress.waiting_since:.0f} s"

@@ -1,7 +1,8 @@
 """Supervising one attempt of a job: start its tasks, watch them, apply the failure policy, tear down.
 
 Policy: the job succeeds when every worker exits 0; the PS tasks serve forever, so they are then
-stopped. Any task ending otherwise while the job runs (a non-zero exit, a signal, or a PS ending
+stopped. Workers that finished a bounded run and wait are released once every worker has finished
+or exited (`finish_barrier`). Any task ending otherwise while the job runs (a non-zero exit, a signal, or a PS ending
 at all) fails the job, and the first such task is its root cause; so does a stalled worker under
 `on_stall="fail"` (`stalls`). The interrupt event (set by the CLI on Ctrl-C or SIGTERM)
 interrupts the job. In every case all tasks are stopped the same way before returning, and no
@@ -14,6 +15,7 @@ through a `JobListener`, which `adrun.ui` implements, all calls made from the su
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -21,13 +23,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from adrun.env_vars import Settings
 from adrun.errors import UserError
 from adrun.exit_codes import INTERRUPTED_EXIT_CODE
-from adrun.task_events import ErrorEvent, RefusalEvent, StepEvent, TaskEvent, WaitingEvent
+from adrun.task_events import ErrorEvent, FinishedEvent, RefusalEvent, StepEvent, TaskEvent, WaitingEvent
 
 from .backends import sweep
 from .config import JobConfig
 from .failures import Failure, TaskStalled, cause_of
+from .finish_barrier import FinishBarrier
 from .metrics import Throughput
 from .plan import TaskLaunch
 from .process import OutputLines, TaskProcess
@@ -103,6 +107,8 @@ class _Job:
         self.lines: queue.SimpleQueue[tuple[_Running, Stream, str | None]] = queue.SimpleQueue()
         self.throughput = Throughput()
         self.stalls = StallWatch(config.stall_timeout_s, config.on_stall)
+        settings = config.settings if config.settings is not None else Settings.from_env(os.environ)
+        self.barrier = FinishBarrier(settings.op_timeout_s)
         self.failure: Failure | None = None
 
     def run(self, launches: Sequence[TaskLaunch]) -> JobResult:
@@ -132,7 +138,8 @@ class _Job:
         config = self.config
         log = open_log(config.log_dir, launch.task.label, self.attempt)
         try:
-            proc = launch.node.start(launch.argv, launch.env, launch.cwd, config.job_id)
+            proc = launch.node.start(launch.argv, launch.env, launch.cwd, config.job_id,
+                                     release=launch.task.role == "worker")
         except OSError as e:
             if log:
                 log.close()
@@ -169,7 +176,11 @@ class _Job:
             if all(r.returncode == 0 for r in workers):
                 self.listener.stopping("all workers finished: stopping the parameter servers")
                 return
+            for run in self.barrier.to_release(workers):
+                run.proc.release()
             now = time.monotonic()
+            if self._check_barrier(workers, now):
+                return
             if now >= next_progress:
                 self.listener.progress(self.throughput, now - started)
                 if self._check_stalls(workers, now):
@@ -187,6 +198,18 @@ class _Job:
         self.failure = Failure(blamed.task, TaskStalled(check.detail), list(blamed.output.tail),
                                list(blamed.output.stdout_tail), blamed.progress.last_step)
         self.listener.stopping(f"{self.failure.summary}: stopping the job (--on-stall fail)")
+        return True
+
+    def _check_barrier(self, workers: Sequence[_Running], now: float) -> bool:
+        """Fail the job on the first worker that never finished while others waited at the
+        finish barrier past its bound; True when it failed."""
+        overdue = self.barrier.overdue(workers, now)
+        if overdue is None:
+            return False
+        late = overdue.late[0]
+        self.failure = Failure(late.task, TaskStalled(overdue.detail), list(late.output.tail),
+                               list(late.output.stdout_tail), late.progress.last_step)
+        self.listener.stopping(f"{self.failure.summary}: stopping the job")
         return True
 
     def _fail(self, run: _Running) -> None:
@@ -237,12 +260,15 @@ class _Job:
             self.listener.noise_folded(run.task, count)
 
     def _take_event(self, run: _Running, event: TaskEvent) -> None:
-        """What a task reported (adrun/task_events.py): its steps, a step it waits in, the
-        exception it ends on, a refusal by adrun's hook."""
+        """What a task reported (adrun/task_events.py): its steps, a step it waits in, its finish
+        of a bounded run, the exception it ends on, a refusal by adrun's hook."""
         if isinstance(event, ErrorEvent):
             run.error = event
         elif isinstance(event, RefusalEvent):
             run.refusal = event
+        elif run.task.role == "worker" and isinstance(event, FinishedEvent):
+            run.progress.finished = True
+            self.barrier.finished(run.task, time.monotonic())
         elif run.task.role == "worker" and isinstance(event, (StepEvent, WaitingEvent)):
             if isinstance(event, StepEvent):
                 self.throughput.record(run.task.index, event)

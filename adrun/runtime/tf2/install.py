@@ -43,7 +43,7 @@ def _run_hook() -> Any:
         from adrun.runtime.tf2.steps import StepCounters
 
         ctx = current()
-        reporter = StepReporter(ctx.settings.max_steps)
+        reporter = StepReporter.for_worker(ctx)
         if ctx.strategy.uses_ps:
             _hook = _ps_hook(ctx, StepCounters(reporter))
         else:

@@ -33,6 +33,7 @@ EVERY_VARIABLE = {
     "ADRUN_PROFILE_STEPS": "20",
     "ADRUN_SCRATCH_DIR": "/tmp/scratch",
     "ADRUN_CAPTURE_ANSWER_FD": "5",
+    "ADRUN_RELEASE_FD": "7",
     "ADRUN_SHARD_DATA": "1",
     "ADRUN_MAX_STEPS": "5",
     "ADRUN_INIT_TIMEOUT": "30",
@@ -46,7 +47,7 @@ def test_every_variable_of_the_contract_and_every_setting_is_read():
     assert TaskContext.from_env(EVERY_VARIABLE) == TaskContext(
         mode="profile", role="worker", task_index=1, num_workers=2, job_id="job-7", cluster=CLUSTER,
         strategy_file="/runs/job-7/strategy.yml", capture_out="/tmp/found.json", profile_warmup=1, profile_steps=20,
-        scratch_dir="/tmp/scratch", capture_answer_fd=5, restart_count=3,
+        scratch_dir="/tmp/scratch", capture_answer_fd=5, restart_count=3, release_fd=7,
         settings=Settings(shard_data=True, max_steps=5, init_timeout_s=30.0, op_timeout_s=2.5,
                           allow_untested_versions=True),
     )
@@ -54,6 +55,8 @@ def test_every_variable_of_the_contract_and_every_setting_is_read():
 
 @pytest.mark.parametrize("context", [
     TaskContext(mode=Mode.RUN, role=Role.WORKER, task_index=0, num_workers=1, job_id="j", cluster={}),
+    TaskContext(mode=Mode.RUN, role=Role.WORKER, task_index=1, num_workers=2, job_id="j", cluster=CLUSTER,
+                release_fd=9, settings=Settings(max_steps=5)),
     TaskContext(mode=Mode.RUN, role=Role.PS, task_index=1, num_workers=3, job_id="job-7", cluster=CLUSTER,
                 strategy_file="/runs/job 7/strategy.yml", restart_count=2,
                 settings=Settings(shard_data=True, max_steps=1, init_timeout_s=0.25, op_timeout_s=0.0)),
@@ -92,6 +95,7 @@ def test_text_given_for_an_enum_field_is_held_as_the_enum():
     ("ADRUN_PROFILE_WARMUP", "-2"),
     ("ADRUN_PROFILE_STEPS", "2.5"),
     ("ADRUN_CAPTURE_ANSWER_FD", "-3"),
+    ("ADRUN_RELEASE_FD", "pipe"),
     ("ADRUN_SHARD_DATA", "yes"),
     ("ADRUN_MAX_STEPS", "0"),
     ("ADRUN_INIT_TIMEOUT", "soon"),

@@ -422,6 +422,8 @@ def test_plan_helpers() -> None:
         update={"partition": Partition(axis=1, shards=[AllReduceSync(group=0), PSSync(ps_task=0)])}
     )
     assert Strategy(**base, variables=[shard_on_ps]).uses_ps
+    assert [Strategy(**base, variables=v).uses_all_reduce for v in ([whole], [split], [shard_on_ps], [whole, split])] == [
+        False, True, True, True]
 
 
 # --- PartitionedPS / UnevenPartitionedPS ------------------------------------------------------

@@ -122,3 +122,32 @@ def test_a_step_that_keeps_running_is_reported_as_waiting_once(monkeypatch):
     assert waiting["time"] - waiting["since"] >= WAITING_AFTER_S
     time.sleep(3 * WAITING_AFTER_S)  # let the reporter run on: it must not repeat itself
     assert len(events("waiting")) == 1
+
+
+def _context(tmp_path, *, sync: str = "all_reduce", mode: str = "run", num_workers: int = 2,
+             max_steps: int | None = 5, release_fd: int | None = 7):
+    from adrun.env_vars import Settings
+    from adrun.task_context import TaskContext
+    from strategies.document import AllReduceSync, PSSync, Strategy, VariablePlan, strategy_to_yaml
+
+    synchronizer = AllReduceSync(group=0) if sync == "all_reduce" else PSSync(ps_task=0)
+    plan = Strategy(version=1, builder="x", fingerprint="f", num_workers=num_workers, num_ps=int(sync == "ps"),
+                    variables=[VariablePlan(name="w", shape=[2], dtype="float32", grad="dense", sync=synchronizer)])
+    path = tmp_path / "strategy.yml"
+    path.write_text(strategy_to_yaml(plan))
+    return TaskContext(mode=mode, role="worker", task_index=0, num_workers=num_workers, job_id="j", cluster={},
+                       strategy_file=str(path), release_fd=release_fd, settings=Settings(max_steps=max_steps))
+
+
+@pytest.mark.parametrize("changes,waits", [
+    ({}, True),  # a bounded run, peers it all-reduces with: the finish barrier
+    ({"sync": "ps"}, False),  # the PS outlives the workers
+    ({"num_workers": 1}, False),  # no peer
+    ({"max_steps": None}, False),  # no bound: the script ends the worker
+    ({"release_fd": None}, False),  # started without a release pipe
+    ({"mode": "capture"}, False),
+])
+def test_a_worker_waits_at_the_finish_barrier_only_when_a_peer_may_read_its_server(tmp_path, changes, waits):
+    reporter = StepReporter.for_worker(_context(tmp_path, **changes))
+    assert reporter.release_fd == (7 if waits else None)
+    assert reporter.max_steps == changes.get("max_steps", 5)

@@ -83,9 +83,9 @@ class Machine(LocalNode):
         super().__init__()
         self.label, self.problems, self.log = label, problems, log
 
-    def start(self, argv, env, cwd, job_id):
+    def start(self, argv, env, cwd, job_id, *, release=False):
         self.log.append((self.label, "start", env["TASK"]))
-        return super().start(argv, env, cwd, job_id)
+        return super().start(argv, env, cwd, job_id, release=release)
 
     def sweep(self, job_id):
         self.log.append((self.label, "sweep", job_id))

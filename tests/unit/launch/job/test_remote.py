@@ -53,11 +53,11 @@ def test_remote_task_label_names_the_host():
     assert Task("ps", 0, "localhost", 1).label == "ps0"
 
 
-def _keeper(tmp_path: Path, argv: list[str], job_id: str, lease_s: float = 30) -> subprocess.Popen[bytes]:
-    """The keeper as sshd would start it: stdin/stdout/stderr pipes, spec on the first line."""
+def _keeper(tmp_path: Path, argv: list[str], job_id: str, lease_s: float = 30, **more: str) -> subprocess.Popen[bytes]:
+    """The keeper as sshd would start it: stdin/stdout/stderr pipes, spec (with `more`) on the first line."""
     proc = subprocess.Popen([sys.executable, "-c", AGENT_SOURCE, "run"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
-    spec = {"argv": argv, "env": {"ADRUN_JOB_ID": job_id}, "lease_s": lease_s, "beat_s": 0.2}
+    spec = {"argv": argv, "env": {"ADRUN_JOB_ID": job_id}, "lease_s": lease_s, "beat_s": 0.2, **more}
     proc.stdin.write((json.dumps(spec) + "\n").encode())
     proc.stdin.flush()
     return proc
@@ -71,6 +71,22 @@ def test_keeper_reports_a_signal_death(tmp_path):
     assert proc.wait(timeout=10) == 0
     assert lines[0].startswith(remote_agent.STARTED_MARKER)
     assert lines[1] == remote_agent.EXIT_MARKER + json.dumps({"returncode": -9})
+
+
+def test_keeper_releases_its_task_from_the_finish_barrier_on_the_launchers_word(tmp_path):
+    """The task (a worker at the finish barrier) says it waits, then blocks on the pipe the keeper
+    made for it; RELEASE, sent only after that, is what lets it end."""
+    task = ("import os, sys; fd = int(os.environ['ADRUN_RELEASE_FD']); print('waiting', flush=True); "
+            "print('read', os.read(fd, 100), flush=True)")
+    proc = _keeper(tmp_path, [sys.executable, "-c", task], "k-release", release_var="ADRUN_RELEASE_FD")
+    assert proc.stdout.readline() == b"waiting\n"
+    proc.stdin.write(b"RELEASE\n")
+    proc.stdin.flush()
+    assert proc.stdout.readline() == b"read b'release\\n'\n"
+    assert proc.wait(timeout=20) == 0
+    status = proc.stderr.read().replace(remote_agent.HEARTBEAT, b"").decode().splitlines()[-1]
+    assert status == remote_agent.EXIT_MARKER + json.dumps({"returncode": 0})
+    proc.stdin.close()
 
 
 def test_keeper_kills_the_task_group_when_its_channel_closes(tmp_path):

@@ -7,8 +7,10 @@ from pathlib import Path
 import psutil
 import pytest
 
+from adrun.env_vars import Settings
 from adrun.errors import UserError
-from adrun.launch.job.failures import TaskExited, TaskKilled
+from adrun.exit_codes import STALL_EXIT_CODE
+from adrun.launch.job.failures import TaskExited, TaskKilled, TaskStalled
 from adrun.launch.job.plan import TaskLaunch
 from adrun.launch.job.supervisor import supervise
 from adrun.launch.job.teardown import leftover_processes
@@ -205,3 +207,68 @@ def test_the_root_cause_keeps_the_last_lines_on_stdout(make, job_id):
     result = supervise([make("worker", 0, code)], job_config(job_id), Recorder())
 
     assert result.failed.stdout_tail == [f"out {i}" for i in range(2, 7)]
+
+
+# --- the finish barrier of a bounded run (launch/job/finish_barrier.py) ---------------------------
+
+def _finishing(marker: Path, after: str = "") -> str:
+    """A worker that ran its last step: says so with `marker`, then waits at the finish barrier as
+    the runtime does (adrun/runtime/finish.py) and runs `after` once released."""
+    return f"""
+        import os, pathlib, sys
+        from adrun.runtime.finish import wait_for_release
+        pathlib.Path({str(marker)!r}).touch()
+        wait_for_release(int(os.environ["ADRUN_RELEASE_FD"]), 5)
+        {after}
+    """
+
+
+def _after(marker: Path, code: str) -> str:
+    return f"""
+        import pathlib, sys, time
+        while not pathlib.Path({str(marker)!r}).exists():
+            time.sleep(0.05)
+        {code}
+    """
+
+
+def test_a_finished_worker_is_released_only_once_every_worker_finished(make, job_id, tmp_path):
+    """w1 finishes only after w0 waits, leaving a file first: w0, released, finds it."""
+    w0_waits, w1_done = tmp_path / "w0-waits", tmp_path / "w1-done"
+    w0 = _finishing(w0_waits, f"print('released, w1 done:', pathlib.Path({str(w1_done)!r}).exists())")
+    w1 = _after(w0_waits, f"pathlib.Path({str(w1_done)!r}).touch()\n" + " " * 8 + _finishing(tmp_path / "w1-waits"))
+    rec = Recorder()
+
+    result = supervise([make("worker", 0, w0), make("worker", 1, w1), make("ps", 0, SLEEP)], job_config(job_id), rec)
+
+    assert result.exit_code == 0, rec.lines
+    assert ("w0", "stdout", "released, w1 done: True") in rec.lines
+    outcomes = {o.task.tag: o for o in result.outcomes}
+    assert [(outcomes[t].returncode, outcomes[t].stopped) for t in ("w0", "w1")] == [(0, False), (0, False)]
+    assert _gone([o.pid for o in result.outcomes]) and leftover_processes(job_id) == []
+
+
+def test_a_worker_that_never_finishes_fails_the_barrier_after_the_op_timeout(make, job_id, tmp_path):
+    rec = Recorder()
+    launches = [make("worker", 0, _finishing(tmp_path / "w0-waits")), make("worker", 1, SLEEP)]
+
+    result = supervise(launches, job_config(job_id, settings=Settings(op_timeout_s=0.5)), rec)
+
+    assert result.exit_code == STALL_EXIT_CODE
+    assert result.failed.task.tag == "w1" and isinstance(result.failed.cause, TaskStalled)
+    assert rec.stops == ["w1 (worker 1 on localhost) did not finish its bounded run within ADRUN_OP_TIMEOUT (0.5 s) "
+                         "after w0 finished its last step; workers that never finished: w1 (the finished workers "
+                         "waited for them at the finish barrier): stopping the job"]
+    assert {o.task.tag for o in result.outcomes if o.stopped} == {"w0", "w1"}
+    assert _gone([o.pid for o in result.outcomes]) and leftover_processes(job_id) == []
+
+
+def test_a_worker_dying_while_another_waits_fails_the_job_and_leaves_nothing(make, job_id, tmp_path):
+    w0_waits = tmp_path / "w0-waits"
+    launches = [make("worker", 0, _finishing(w0_waits)), make("worker", 1, _after(w0_waits, "sys.exit(3)"))]
+
+    result = supervise(launches, job_config(job_id), Recorder())
+
+    assert result.exit_code == 3 and result.failed.task.tag == "w1" and result.failed.cause == TaskExited(3)
+    assert {o.task.tag for o in result.outcomes if o.stopped} == {"w0"}
+    assert _gone([o.pid for o in result.outcomes]) and leftover_processes(job_id) == []
