@@ -30,16 +30,22 @@ def _step_lines(output: str, tag: str) -> list[int]:
 
 @pytest.mark.parametrize("strategy,record", [("PS", True), ("AllReduce", False)])
 def test_bounded_run_stops_every_worker_at_n_steps(tmp_path, spec_file, records_db, strategy, record):
-    """PS (recorded) and AllReduce (--no-record, over a database holding one earlier trial)."""
+    """PS (recorded) and AllReduce (--no-record, over a database holding one earlier trial).
+
+    Under AllReduce a peer may still read a worker's server after that worker's last step (a ring
+    peer fetching its last chunk): in its 5th step, after the step's collectives, w1 connects to
+    w0's server for 3 s, which fails the run if w0 left after its own 5th step. The finish barrier
+    keeps w0 up until w1 finished too (adrun/runtime/finish.py). A PS plan needs no barrier."""
     if not record:
         with open_records(records_db):
             pass
         before = records_db.read_bytes()
     result_json = tmp_path / "result.json"
     spec = spec_file(workers=2, ps=1)
+    watch = ["--watch-w0-at", "5"] if strategy == "AllReduce" else []
     result = run_adrun("--spec", str(spec), "--strategy", strategy, "--max-steps", "5",
                        "--result-json", str(result_json), *([] if record else ["--no-record"]),
-                       TINY, "--steps", "1000")
+                       TINY, "--steps", "1000", *watch)
     assert result.returncode == 0, result.output
     assert leftover_processes(result.job_id) == []
     report = json.loads(result_json.read_text())

@@ -1,12 +1,15 @@
 """A tiny graph-mode model for the launcher's behaviour tests (tests/integration/test_cli_errors.py,
 test_failures.py). Flags choose how it misbehaves; without any it just trains `--steps` steps.
 
+`--watch-w0-at` checks the finish barrier of bounded runs (tests/integration/test_bounded_recorded_runs.py).
 Every line it prints on stdout starts with a word the tests look for (`env`, `pid`, `marker`, `step`,
 `failing-at`, `done`), prefixed by adrun with the worker's tag.
 """
 
 import argparse
+import json
 import os
+import socket
 import sys
 import time
 
@@ -31,6 +34,9 @@ parser.add_argument("--extra-var-on", type=int, default=-1, help="this worker bu
 parser.add_argument("--fail-on", type=int, default=-1, help="this worker misbehaves ...")
 parser.add_argument("--fail-at", type=int, default=0, help="... after this many steps ...")
 parser.add_argument("--fail-how", choices=["raise", "sigkill", "exit3"], default="raise", help="... this way")
+parser.add_argument("--watch-w0-at", type=int, default=0,
+                    help="in its step N, after the step's collectives, worker 1 connects to worker 0's server "
+                         "for 3 s: a worker that left after its last step would refuse it (the finish barrier)")
 args = parser.parse_args()
 
 worker = int(os.environ.get("ADRUN_WORKER_INDEX", "0"))
@@ -54,6 +60,23 @@ train_op = None
 if not args.no_train:
     train_op = tf1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=global_step)
 
+step_fetch = train_op
+if args.watch_w0_at and train_op is not None:
+    steps_run = [0]
+
+    def watch_w0() -> int:
+        steps_run[0] += 1
+        if worker == 1 and steps_run[0] == args.watch_w0_at:
+            host, port = json.loads(os.environ["ADRUN_CLUSTER"])["worker"][0].rsplit(":", 1)
+            until = time.monotonic() + 3
+            while time.monotonic() < until:
+                socket.create_connection((host, int(port)), timeout=10).close()  # refused once w0 is gone
+                time.sleep(0.1)
+        return steps_run[0]
+
+    with tf.control_dependencies([train_op]):  # runs after the step: part of it, as a script's metrics op is
+        step_fetch = tf.py_function(watch_w0, [], tf.int32)
+
 
 def misbehave() -> None:
     print(f"failing-at {time.time():.3f}", flush=True)
@@ -74,7 +97,7 @@ with sess or tf1.Session() as sess:
     for step in range(args.steps if train_op is not None else 0):
         if worker == args.fail_on and step == args.fail_at and args.fail_how != "exit3":
             misbehave()
-        sess.run(train_op, {x: np.ones((4, 2), np.float32), y: np.ones((4, 1), np.float32)})
+        sess.run(step_fetch, {x: np.ones((4, 2), np.float32), y: np.ones((4, 1), np.float32)})
         print(f"step {step + 1}", flush=True)
         if args.step_sleep:
             time.sleep(args.step_sleep)
