@@ -66,7 +66,7 @@ def print_failure(failure: Failure) -> None:
     fields.add_row("host", task.host)
     cause = failure.cause
     if isinstance(cause, TaskStalled):
-        fields.add_row("exit", Text("none: it stalled, and adrun stopped the job (--on-stall fail)", style="bold red"))
+        fields.add_row("exit", Text(f"none: it stalled, and adrun stopped the job ({cause.stopped_by})", style="bold red"))
         fields.add_row("stall", cause.detail)
     elif isinstance(cause, NodeLost):
         fields.add_row("exit", Text(f"unknown: {cause.how}", style="bold red"))

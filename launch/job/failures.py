@@ -83,11 +83,13 @@ class TaskKilled:
 
 @dataclass(frozen=True)
 class TaskStalled:
-    """A worker made no training progress for the stall timeout (`on_stall="fail"`); it was still
-    running, so it has no exit status."""
+    """A worker made no training progress for the stall timeout (`on_stall="fail"`), or never
+    finished a bounded run while others waited at the finish barrier; it was still running, so it
+    has no exit status."""
 
     kind: ClassVar[FailureKind] = FailureKind.STALLED
     detail: str  # what the launcher could tell about the stall
+    stopped_by: str = "--on-stall fail"  # the rule that ended the job on it
 
 
 @dataclass(frozen=True)

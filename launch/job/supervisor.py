@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from adrun.env_vars import Settings
+from adrun.env_vars import OP_TIMEOUT_VAR, Settings
 from adrun.errors import UserError
 from adrun.exit_codes import INTERRUPTED_EXIT_CODE
 from adrun.task_events import ErrorEvent, FinishedEvent, RefusalEvent, StepEvent, TaskEvent, WaitingEvent
@@ -207,8 +207,9 @@ class _Job:
         if overdue is None:
             return False
         late = overdue.late[0]
-        self.failure = Failure(late.task, TaskStalled(overdue.detail), list(late.output.tail),
-                               list(late.output.stdout_tail), late.progress.last_step)
+        cause = TaskStalled(overdue.detail, stopped_by=f"{OP_TIMEOUT_VAR} at the finish barrier")
+        self.failure = Failure(late.task, cause, list(late.output.tail), list(late.output.stdout_tail),
+                               late.progress.last_step)
         self.listener.stopping(f"{self.failure.summary}: stopping the job")
         return True
 

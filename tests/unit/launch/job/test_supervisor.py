@@ -255,7 +255,7 @@ def test_a_worker_that_never_finishes_fails_the_barrier_after_the_op_timeout(mak
     result = supervise(launches, job_config(job_id, settings=Settings(op_timeout_s=0.5)), rec)
 
     assert result.exit_code == STALL_EXIT_CODE
-    assert result.failed.task.tag == "w1" and isinstance(result.failed.cause, TaskStalled)
+    assert result.failed.task.tag == "w1" and result.failed.cause.stopped_by == "ADRUN_OP_TIMEOUT at the finish barrier"
     assert rec.stops == ["w1 (worker 1 on localhost) did not finish its bounded run within ADRUN_OP_TIMEOUT (0.5 s) "
                          "after w0 finished its last step; workers that never finished: w1 (the finished workers "
                          "waited for them at the finish barrier): stopping the job"]
