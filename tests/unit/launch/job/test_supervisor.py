@@ -10,7 +10,7 @@ import pytest
 from adrun.env_vars import Settings
 from adrun.errors import UserError
 from adrun.exit_codes import STALL_EXIT_CODE
-from adrun.launch.job.failures import TaskExited, TaskKilled, TaskStalled
+from adrun.launch.job.failures import TaskExited, TaskKilled
 from adrun.launch.job.plan import TaskLaunch
 from adrun.launch.job.supervisor import supervise
 from adrun.launch.job.teardown import leftover_processes
@@ -211,32 +211,28 @@ def test_the_root_cause_keeps_the_last_lines_on_stdout(make, job_id):
 
 # --- the finish barrier of a bounded run (launch/job/finish_barrier.py) ---------------------------
 
-def _finishing(marker: Path, after: str = "") -> str:
-    """A worker that ran its last step: says so with `marker`, then waits at the finish barrier as
-    the runtime does (adrun/runtime/finish.py) and runs `after` once released."""
-    return f"""
-        import os, pathlib, sys
-        from adrun.runtime.finish import wait_for_release
-        pathlib.Path({str(marker)!r}).touch()
-        wait_for_release(int(os.environ["ADRUN_RELEASE_FD"]), 5)
-        {after}
-    """
+# A worker's code, one statement a line: it ran its last step when it reaches FINISH, where it waits
+# at the finish barrier as the runtime does (adrun/runtime/finish.py) until the launcher releases it.
+FINISH = 'wait_for_release(int(os.environ["ADRUN_RELEASE_FD"]), 5)'
 
 
-def _after(marker: Path, code: str) -> str:
-    return f"""
-        import pathlib, sys, time
-        while not pathlib.Path({str(marker)!r}).exists():
-            time.sleep(0.05)
-        {code}
-    """
+def _code(*lines: str) -> str:
+    return "\n".join(("import os, pathlib, sys, time", "from adrun.runtime.finish import wait_for_release", *lines))
+
+
+def _touch(path: Path) -> str:
+    return f"pathlib.Path({str(path)!r}).touch()"
+
+
+def _wait_for(path: Path) -> str:
+    return f"while not pathlib.Path({str(path)!r}).exists(): time.sleep(0.05)"
 
 
 def test_a_finished_worker_is_released_only_once_every_worker_finished(make, job_id, tmp_path):
     """w1 finishes only after w0 waits, leaving a file first: w0, released, finds it."""
     w0_waits, w1_done = tmp_path / "w0-waits", tmp_path / "w1-done"
-    w0 = _finishing(w0_waits, f"print('released, w1 done:', pathlib.Path({str(w1_done)!r}).exists())")
-    w1 = _after(w0_waits, f"pathlib.Path({str(w1_done)!r}).touch()\n" + " " * 8 + _finishing(tmp_path / "w1-waits"))
+    w0 = _code(_touch(w0_waits), FINISH, f"print('released, w1 done:', pathlib.Path({str(w1_done)!r}).exists())")
+    w1 = _code(_wait_for(w0_waits), _touch(w1_done), FINISH)
     rec = Recorder()
 
     result = supervise([make("worker", 0, w0), make("worker", 1, w1), make("ps", 0, SLEEP)], job_config(job_id), rec)
@@ -248,9 +244,9 @@ def test_a_finished_worker_is_released_only_once_every_worker_finished(make, job
     assert _gone([o.pid for o in result.outcomes]) and leftover_processes(job_id) == []
 
 
-def test_a_worker_that_never_finishes_fails_the_barrier_after_the_op_timeout(make, job_id, tmp_path):
+def test_a_worker_that_never_finishes_fails_the_barrier_after_the_op_timeout(make, job_id):
     rec = Recorder()
-    launches = [make("worker", 0, _finishing(tmp_path / "w0-waits")), make("worker", 1, SLEEP)]
+    launches = [make("worker", 0, _code(FINISH)), make("worker", 1, SLEEP)]
 
     result = supervise(launches, job_config(job_id, settings=Settings(op_timeout_s=0.5)), rec)
 
@@ -265,7 +261,7 @@ def test_a_worker_that_never_finishes_fails_the_barrier_after_the_op_timeout(mak
 
 def test_a_worker_dying_while_another_waits_fails_the_job_and_leaves_nothing(make, job_id, tmp_path):
     w0_waits = tmp_path / "w0-waits"
-    launches = [make("worker", 0, _finishing(w0_waits)), make("worker", 1, _after(w0_waits, "sys.exit(3)"))]
+    launches = [make("worker", 0, _code(_touch(w0_waits), FINISH)), make("worker", 1, _code(_wait_for(w0_waits), "sys.exit(3)"))]
 
     result = supervise(launches, job_config(job_id), Recorder())
 
