@@ -107,3 +107,20 @@ def test_group_signals_reach_what_a_task_started(tmp_path):
     assert not grandchild.is_running() or grandchild.status() == psutil.STATUS_ZOMBIE
     proc.stdout.close()
     proc.stderr.close()
+
+
+def test_the_release_pipe_reaches_the_task_and_a_release_after_its_end_is_harmless(tmp_path):
+    """The task reads its release pipe (ADRUN_RELEASE_FD) to the end; a second task that ended
+    without reading is released all the same (the pipe's reader is gone: nothing to tell)."""
+    reader = "import os; print(os.read(int(os.environ['ADRUN_RELEASE_FD']), 100))"
+    waiting = LocalProcess([sys.executable, "-c", reader], cwd=tmp_path, env=os.environ, release=True)
+    gone = LocalProcess([sys.executable, "-c", "pass"], cwd=tmp_path, env=os.environ, release=True)
+    assert gone.wait(timeout=60) == 0
+    for proc in (waiting, gone):
+        proc.release()
+        proc.release()  # once is what counts
+    out, _ = waiting.communicate(timeout=60)
+    assert (out, waiting.poll()) == (b"b'release\\n'\n", 0)
+    plain = LocalProcess([sys.executable, "-c", "import os; print(os.environ.get('ADRUN_RELEASE_FD'))"],
+                         cwd=tmp_path, env={k: v for k, v in os.environ.items() if k != "ADRUN_RELEASE_FD"})
+    assert plain.communicate(timeout=60)[0] == b"None\n"
