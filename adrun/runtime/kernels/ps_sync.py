@@ -62,8 +62,10 @@ class PSAggregation:
                     dtype, shape=None, shared_name=shared, reduction_type="SUM", name="adrun_sparse_acc"
                 )
                 self.push = self._acc.apply_indexed_slices_grad(
-                    tf.IndexedSlices(_leaving(local.values, after, worker), _leaving(local.indices, after, worker),
-                                     tf.cast(dense_shape, tf.int64)),
+                    # The ids do not wait: they are the distinct ids the forward pass's row gather on
+                    # this PS already read (distinct_rows, set up later), and TF sends a tensor to a
+                    # task once a step; a waiting copy would be a second tensor, sent again.
+                    tf.IndexedSlices(_leaving(local.values, after, worker), local.indices, tf.cast(dense_shape, tf.int64)),
                     local_step=_ACCEPT_ALWAYS,
                 )
             self._index_dtype = grad.indices.dtype

@@ -144,8 +144,9 @@ def test_rows_go_round_the_ps_tasks_in_the_workers_order_and_dense_transfers_at_
     waiting_pushes = [op for op in graph.get_operations() if op.type == "SparseAccumulatorApplyGradient"
                       and any("adrun_push_in_order" in t.op.name for t in op.inputs)]
     assert len(waiting_pushes) == HOSTS - 1
-    for push in waiting_pushes:  # the ids leave with their rows, not before
-        assert all("adrun_push_in_order" in t.op.name for t in push.inputs[2:4])
+    for push in waiting_pushes:  # the rows wait; the ids are the forward gather's, sent once a step
+        ids, rows = push.inputs[2], push.inputs[3]
+        assert "adrun_push_in_order" in rows.op.name and "adrun_distinct_ids" in ids.op.name
 
 
 def test_a_gather_waits_only_for_gathers_of_ids_from_the_same_inputs(tmp_path):
