@@ -72,6 +72,20 @@ def test_uneven_replica_counts_across_hosts(netns_cluster, tmp_path, strategy):
     assert "worker 1:" not in result.output.replace("worker 1 done", "")
 
 
+def test_bounded_all_reduce_run_releases_remote_workers_together(netns_cluster, tmp_path):
+    """The finish barrier through each host's keeper (its RELEASE word): in its 5th step, after the
+    collectives, w1 (host 2) connects to w0's server on host 1 for 3 s, which fails the run if w0
+    left after its own 5th step instead of waiting for the launcher to release both."""
+    result_json = tmp_path / "result.json"
+    spec = two_host_spec(tmp_path / "cluster.yml", netns_cluster, ps=(0, 0))
+    result = run_adrun("--spec", str(spec), "--strategy", "AllReduce", "--max-steps", "5", "--no-record",
+                       "--result-json", str(result_json), TINY, "--steps", "1000", "--watch-w0-at", "5")
+    assert result.returncode == 0, result.output
+    assert leftover_processes(result.job_id) == []
+    tasks = json.loads(result_json.read_text())["tasks"]
+    assert {t["task"]: (t["steps"], t["exit_code"]) for t in tasks if t["role"] == "worker"} == {"w0": (5, 0), "w1": (5, 0)}
+
+
 # --- failures: a clear message, and nothing of the job left on any host ---------------------------
 
 
