@@ -11,7 +11,8 @@ from adrun.graph_item import GraphItem
 from adrun.spec import ClusterSpec, Node
 from adrun.placement import ps, worker
 from adrun.strategies.cost_model import (
-    Coefficients, Paths, chunk_pipeline_fill, distinct_rows_of, predict, prefetched_chunks, workers_in_turn_overlap,
+    Coefficients, Paths, chunk_pipeline_fill, distinct_rows_of, predict, prefetched_chunks, reads_in,
+    workers_in_turn_overlap,
 )
 from adrun.strategies.document import AllReduceSync, Partition, PSSync
 from adrun.strategies.facts import ModelProfile, NodeBytes, RowsTouched
@@ -177,9 +178,9 @@ def test_a_fan_outs_receivers_waiting_longer_by_their_reverse_share_leave_the_se
 
 def test_workers_in_turn_overlap_is_the_flow_shops_saving():
     """k workers, reads a and pushes b each: (k - 1)·max(a, b) + a + b against k·a + k·b."""
-    assert workers_in_turn_overlap(0.3, 0.6, 3, 1.0) == pytest.approx(3 * 0.1 + 3 * 0.2 - (2 * 0.2 + 0.1 + 0.2))
-    assert workers_in_turn_overlap(0.3, 0.6, 3, 0.5) == pytest.approx(0.1)
-    assert workers_in_turn_overlap(0.3, 0.6, 1, 1.0) == 0.0
+    assert workers_in_turn_overlap(0.6, reads_in(0.3, 3), 1.0) == pytest.approx(3 * 0.1 + 3 * 0.2 - (2 * 0.2 + 0.1 + 0.2))
+    assert workers_in_turn_overlap(0.6, reads_in(0.3, 3), 0.5) == pytest.approx(0.1)
+    assert workers_in_turn_overlap(0.6, reads_in(0.3, 1), 1.0) == 0.0
 
 
 def test_the_pushes_part_of_a_phase_shared_with_the_ring_takes_its_bucket_once():
@@ -208,10 +209,10 @@ def test_a_second_sender_delays_the_first_workers_reads_not_the_whole_overlap():
     host 2 (1 - 0.17 / 0.3) gave 0.043 s. Two senders alike (0.3 s): every read in at the end,
     nothing saved; a second sender slower than the first worker's reads by 0.25 s: the first two
     pushes run behind each other from 0.25 s, 0.025 s of the saving left."""
-    assert workers_in_turn_overlap(0.3, 0.15, 3, 1.0, 0.17 / 0.3) == pytest.approx(0.1)
-    assert workers_in_turn_overlap(0.3, 0.15, 3, 1.0, 1.0) == pytest.approx(0.0)
-    assert workers_in_turn_overlap(0.3, 0.15, 3, 1.0, 0.25 / 0.3) == pytest.approx(0.15 - (0.25 + 0.15 - 0.3))
-    assert workers_in_turn_overlap(0.3, 0.15, 3, 0.5, 0.17 / 0.3) == pytest.approx(0.05)
+    assert workers_in_turn_overlap(0.15, reads_in(0.3, 3, 0.17 / 0.3), 1.0) == pytest.approx(0.1)
+    assert workers_in_turn_overlap(0.15, reads_in(0.3, 3, 1.0), 1.0) == pytest.approx(0.0)
+    assert workers_in_turn_overlap(0.15, reads_in(0.3, 3, 0.25 / 0.3), 1.0) == pytest.approx(0.15 - (0.25 + 0.15 - 0.3))
+    assert workers_in_turn_overlap(0.15, reads_in(0.3, 3, 0.17 / 0.3), 0.5) == pytest.approx(0.05)
 
 
 def test_receiving_share_of_a_port_whose_senders_also_send_elsewhere():
