@@ -22,14 +22,18 @@ step, the rows its sparse variables touch), a ClusterSpec, NetworkFacts and a fe
   for each accumulator the synchronous PS pieces push into: one per sparse or large dense piece,
   one per PS task for the small dense ones, as the runtime batches them) + a per-PS-task overhead for every
   worker and PS task of the step (each worker's step runs a subgraph on each synchronous PS task
-  it reads from and pushes to). PS chunks (a large dense variable cut into shards on one PS, as PS
+  it reads from and pushes to; a sum over the workers, so not slowed again by their sharing CPUs). PS chunks (a large dense variable cut into shards on one PS, as PS
   and PSLoadBalancing do) are pulled back after compute as each is applied, while later chunks are
   still pushed, in a step without collectives: a two-stage pipeline, max(pushes, pulls) plus one
   chunk of the shorter (`chunk_pipeline_fill`). Each worker's own timeline: when one host's
   sent side binds the reads (a fan-out) and serves the workers in turn (what of each flow its
   queue holds), the first workers push while the later ones read: a two-stage flow shop over the
   workers, none of whose reads is in before the other senders' phase ends (`Paths.served_in_turn`,
-  `workers_in_turn_overlap`). Communication of PS
+  `workers_in_turn_overlap`); on shared CPUs the workers then compute at staggered times, sharing
+  the CPUs only with those computing at once (`compute_ends`).
+- Token buckets: a phase passes what its path's bucket refilled while the path idled before it:
+  the pushes and collectives what the compute refilled; the reads a full bucket on a path idle
+  after compute, else what the step's tail (its latencies and overheads) refilled. Communication of PS
   variables with staleness or asynchronous updates overlaps the rest, so the step is at least the
   time the links need for all of its bytes.
 - A TF2 script's plans (the profile's `GraphItem.kind` "tf2") follow TF2 mode's PS runtime where it
@@ -39,7 +43,7 @@ step, the rows its sparse variables touch), a ClusterSpec, NetworkFacts and a fe
 - Hosts that share one machine's CPUs (the benchmark's namespace hosts, `NetworkFacts.shared_cpus`):
   the bytes between hosts also load the machine's CPUs (sender and receiver), and compute and the
   per-message and per-variable work run workers/CPUs times slower when there are more workers than
-  CPUs.
+  CPUs and all compute at once.
 """
 
 from __future__ import annotations
@@ -77,7 +81,8 @@ REVERSE_TRAFFIC_SHARE = 0.07
 # The analytical value of the per-PS-task term: fitted by `fit`, from a prior of 0 (the other
 # coefficients from their analytical values), on the 2-host runs of the benchmark's 100 Mbit/s link
 # (bench/results/cluster.json: 3 workloads x 4 builders, 0.397 ms) and rounded to one digit; the
-# 4-host runs it is checked against (bench/results/cluster-ncf-4h.json) did not set it.
+# 4-host runs it is checked against (bench/results/cluster-ncf-4h.json) did not set it. (On those
+# 2-host runs 2 workers shared 2 CPUs, no contention: the value holds for the term without it.)
 PS_TASK_OVERHEAD_S = 4e-4
 # The analytical value of a shared machine's CPU rate for moving bytes between hosts: fitted by a
 # grid (the other coefficients at their analytical values) on the 1 Gbit/s runs of an earlier
@@ -113,7 +118,9 @@ class Coefficients(BaseModel):
     reverse_traffic_share: float = Field(default=REVERSE_TRAFFIC_SHARE, ge=0, le=1, allow_inf_nan=False)
     # per worker and synchronous PS task in use, per step: a worker's step runs one subgraph on each
     # PS task it reads from and pushes to (the call, the task's executor, the wake-ups), and every
-    # PS task serves one per worker, so a plan spread over more PS tasks pays N more each
+    # PS task serves one per worker, so a plan spread over more PS tasks pays N more each. The
+    # step pays the sum over the workers, which on CPUs shared by more workers than CPUs is not
+    # slowed again (the contention counts the same workers)
     ps_task_overhead_s: float = Field(default=PS_TASK_OVERHEAD_S, ge=0, allow_inf_nan=False)
     # measured compute time per step -> compute time in the distributed run
     compute_factor: float = Field(default=1.0, gt=0, allow_inf_nan=False)
