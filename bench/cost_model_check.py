@@ -513,7 +513,7 @@ def _per_builder(groups: list[dict]) -> list[str]:
             inside += abs(error) <= SIMULATION_GOAL or within
             mark = "" if abs(error) <= SIMULATION_GOAL else (" ◦" if within else " ✗")
             spread = f" ({(span[1] - span[0]) / median:.0%})" if span else ""
-            cells.append(f"{error:+.0%}{spread}{mark}")
+            cells.append(f"{round(error, 6) + 0.0:+.0%}{spread}{mark}")  # float noise around 0 shows as +0%, not -0%
         lines.append(f"| {workload} | {profile} | {system} | " + " | ".join(cells) + " |")
     lines += ["", f"Within {SIMULATION_GOAL:.0%}: **{met} of {total}** (builder, group) figures; within "
               f"{SIMULATION_GOAL:.0%} or inside the measured min–max: {inside} of {total}.", "",
