@@ -513,7 +513,7 @@ def _per_builder(groups: list[dict]) -> list[str]:
             inside += abs(error) <= SIMULATION_GOAL or within
             mark = "" if abs(error) <= SIMULATION_GOAL else (" ◦" if within else " ✗")
             spread = f" ({(span[1] - span[0]) / median:.0%})" if span else ""
-            cells.append(f"{error:+.0%}{spread}{mark}")
+            cells.append(f"{round(error, 6) + 0.0:+.0%}{spread}{mark}")  # float noise around 0 shows as +0%, not -0%
         lines.append(f"| {workload} | {profile} | {system} | " + " | ".join(cells) + " |")
     lines += ["", f"Within {SIMULATION_GOAL:.0%}: **{met} of {total}** (builder, group) figures; within "
               f"{SIMULATION_GOAL:.0%} or inside the measured min–max: {inside} of {total}.", "",
@@ -533,13 +533,13 @@ AUTO_GOAL = 0.95  # issue 21: Auto's examples/s at least 0.95x the best built-in
 
 
 def _auto_table(groups: list[dict]) -> list[str]:
-    """Auto's plan with today's analytical model on every measured group: which measured builder
-    made the same plan (then its measured rate is Auto's), else Auto's own runs when the group
-    measured them (its plan made on the shaped link at run time), against the best built-in builder
-    measured there."""
+    """Auto's plan with today's analytical model on every measured group: which measured builder,
+    or given plan (`bench.cluster.run --plan`), made the same plan (then its measured rate is
+    Auto's), else Auto's own runs when the group measured them (its plan made on the shaped link
+    at run time), against the best built-in builder measured there."""
     lines = ["", "## Auto with this model on every measured group (analytical coefficients)", "",
-             "Auto planned again on each group's cluster. When its plan is a measured builder's (same "
-             "synchronizer and group for every variable), that builder's median is Auto's measured rate; "
+             "Auto planned again on each group's cluster. When its plan is a measured builder's or a given "
+             "plan's (same synchronizer and group for every variable), that one's median is Auto's measured rate; "
              f"goal: at least {AUTO_GOAL:.2f}x the best built-in builder measured there.", "",
              "| workload | profile | hosts | Auto's plan | best built-in (measured examples/s) | Auto / best |",
              "|---|---|---|---|---|---|"]
@@ -550,7 +550,8 @@ def _auto_table(groups: list[dict]) -> list[str]:
         if not builtin:
             continue
         best = max(builtin, key=lambda s: s["measured_examples_per_s"])
-        same = [s for s in builtin if s["system"] in model["auto"]["same_plan_as"]]
+        same = [s for s in model["systems"]
+                if s["system"] in model["auto"]["same_plan_as"] and s["system"] not in LINK_PLANNED]
         ran = [s for s in model["systems"] if s["system"] in LINK_PLANNED]
         if same or ran:
             measured = (same or ran)[0]
@@ -563,8 +564,8 @@ def _auto_table(groups: list[dict]) -> list[str]:
             plan, cell = "a plan no measured builder made", "not measured"
         lines.append(f"| {g['workload']} | {g['profile']} | {g['hosts']} | {plan} | {best['system']} "
                      f"({best['measured_examples_per_s']:,.0f}) | {cell} |")
-    lines += ["", f"At least {AUTO_GOAL:.2f}x: **{met} of {judged}** groups whose Auto plan a builder made or "
-                  "whose Auto was measured."]
+    lines += ["", f"At least {AUTO_GOAL:.2f}x: **{met} of {judged}** groups whose Auto plan a builder or a given "
+                  "plan made or whose Auto was measured."]
     return lines
 
 

@@ -22,14 +22,18 @@ step, the rows its sparse variables touch), a ClusterSpec, NetworkFacts and a fe
   for each accumulator the synchronous PS pieces push into: one per sparse or large dense piece,
   one per PS task for the small dense ones, as the runtime batches them) + a per-PS-task overhead for every
   worker and PS task of the step (each worker's step runs a subgraph on each synchronous PS task
-  it reads from and pushes to). PS chunks (a large dense variable cut into shards on one PS, as PS
+  it reads from and pushes to; a sum over the workers, so not slowed again by their sharing CPUs). PS chunks (a large dense variable cut into shards on one PS, as PS
   and PSLoadBalancing do) are pulled back after compute as each is applied, while later chunks are
   still pushed, in a step without collectives: a two-stage pipeline, max(pushes, pulls) plus one
   chunk of the shorter (`chunk_pipeline_fill`). Each worker's own timeline: when one host's
   sent side binds the reads (a fan-out) and serves the workers in turn (what of each flow its
   queue holds), the first workers push while the later ones read: a two-stage flow shop over the
   workers, none of whose reads is in before the other senders' phase ends (`Paths.served_in_turn`,
-  `workers_in_turn_overlap`). Communication of PS
+  `workers_in_turn_overlap`); on shared CPUs the workers then compute at staggered times, sharing
+  the CPUs only with those computing at once (`compute_ends`).
+- Token buckets: a phase passes what its path's bucket refilled while the path idled before it:
+  the pushes and collectives what the compute refilled; the reads a full bucket on a path idle
+  after compute, else what the step's tail (its latencies and overheads) refilled. Communication of PS
   variables with staleness or asynchronous updates overlaps the rest, so the step is at least the
   time the links need for all of its bytes.
 - A TF2 script's plans (the profile's `GraphItem.kind` "tf2") follow TF2 mode's PS runtime where it
@@ -39,7 +43,7 @@ step, the rows its sparse variables touch), a ClusterSpec, NetworkFacts and a fe
 - Hosts that share one machine's CPUs (the benchmark's namespace hosts, `NetworkFacts.shared_cpus`):
   the bytes between hosts also load the machine's CPUs (sender and receiver), and compute and the
   per-message and per-variable work run workers/CPUs times slower when there are more workers than
-  CPUs.
+  CPUs and all compute at once.
 """
 
 from __future__ import annotations
@@ -77,7 +81,8 @@ REVERSE_TRAFFIC_SHARE = 0.07
 # The analytical value of the per-PS-task term: fitted by `fit`, from a prior of 0 (the other
 # coefficients from their analytical values), on the 2-host runs of the benchmark's 100 Mbit/s link
 # (bench/results/cluster.json: 3 workloads x 4 builders, 0.397 ms) and rounded to one digit; the
-# 4-host runs it is checked against (bench/results/cluster-ncf-4h.json) did not set it.
+# 4-host runs it is checked against (bench/results/cluster-ncf-4h.json) did not set it. (On those
+# 2-host runs 2 workers shared 2 CPUs, no contention: the value holds for the term without it.)
 PS_TASK_OVERHEAD_S = 4e-4
 # The analytical value of a shared machine's CPU rate for moving bytes between hosts: fitted by a
 # grid (the other coefficients at their analytical values) on the 1 Gbit/s runs of an earlier
@@ -113,7 +118,9 @@ class Coefficients(BaseModel):
     reverse_traffic_share: float = Field(default=REVERSE_TRAFFIC_SHARE, ge=0, le=1, allow_inf_nan=False)
     # per worker and synchronous PS task in use, per step: a worker's step runs one subgraph on each
     # PS task it reads from and pushes to (the call, the task's executor, the wake-ups), and every
-    # PS task serves one per worker, so a plan spread over more PS tasks pays N more each
+    # PS task serves one per worker, so a plan spread over more PS tasks pays N more each. The
+    # step pays the sum over the workers, which on CPUs shared by more workers than CPUs is not
+    # slowed again (the contention counts the same workers)
     ps_task_overhead_s: float = Field(default=PS_TASK_OVERHEAD_S, ge=0, allow_inf_nan=False)
     # measured compute time per step -> compute time in the distributed run
     compute_factor: float = Field(default=1.0, gt=0, allow_inf_nan=False)
@@ -319,6 +326,12 @@ class Paths:
         largest = float(flows.max())
         others = float(np.delete(seconds[sent], row).max()) / float(seconds[sent[row]])
         return float(flows.sum() / largest), min(1.0, self.sent_queue[self.hosts[row]] / largest), others
+
+    @property
+    def cpus(self) -> float | None:
+        """The CPUs of the one machine the hosts share (NetworkFacts.shared_cpus); None for hosts
+        with CPUs of their own."""
+        return None if self.cpu_resource is None else float(self.capacity[self.cpu_resource])
 
     def refilled(self, idle_s: float | np.ndarray) -> np.ndarray:
         """The bytes each resource's token bucket holds after `idle_s` seconds without traffic
@@ -607,14 +620,22 @@ class StepCost:
     def time(self, c: Coefficients) -> StepTime:
         paths, load = self.paths, self.load
         slower = paths.cpu_contention  # the CPU-bound parts, on a machine shared by more workers than CPUs
-        compute = self.compute_s * c.compute_factor * slower
+        alone = self.compute_s * c.compute_factor  # one worker's compute with the CPUs to itself
+        compute = alone * slower
+        latency = self._latency(c)
+        # the per-PS-task term is the sum over the workers already (`Coefficients.ps_task_overhead_s`):
+        # not slowed by the contention, which would count the workers sharing the CPUs twice
+        overhead = (slower * (load.pieces * c.variable_overhead_s + load.accumulators * c.ps_variable_overhead_s)
+                    + paths.num_workers * len(load.sync_ps) * c.ps_task_overhead_s)
         # token buckets: a resource idle after compute (no pushes or collectives on it) starts the
-        # next step's reads full; one busy then has only the short gap of the latencies: none. The
-        # pushes and collectives find what the compute (and the reads, if the resource had none)
-        # let refill; the overlapped traffic of the whole step, one bucket.
+        # next step's reads full; one busy then refills in the step's tail, its latencies and
+        # overheads, in which no bytes move. The pushes and collectives find what the compute (and
+        # the reads, if the resource had none) let refill; the overlapped traffic of the whole
+        # step, one bucket.
         reads, later = load.reads, (load.prefetched if load.prefetches else paths.zeros())
         after_compute = load.after + later
-        read_seconds = paths.phase_seconds(reads, c, np.where(after_compute > 0, 0.0, paths.burst))
+        read_seconds = paths.phase_seconds(reads, c, np.where(after_compute > 0, paths.refilled(latency + overhead),
+                                                              paths.burst))
         pull_at = int(np.argmax(read_seconds))
         pull = float(read_seconds[pull_at])
         after_idle = compute + np.where(reads > 0, 0.0, pull)
@@ -624,23 +645,44 @@ class StepCost:
             after += chunk_pipeline_fill(_busiest(load.after, paths, c, refilled)[0],
                                          _busiest(later, paths, c, refilled)[0], load.chunks)
         served, in_turn, others = paths.served_in_turn(reads, read_seconds)
-        if served > 1 and in_turn > 0 and load.pushes.any():
+        k = round(served)
+        if k > 1 and in_turn > 0:
             # each worker's own timeline: the busiest sender of the reads serves the workers one
-            # after another, and each computes and pushes as soon as its own reads are in, while
-            # the later ones still read; the collectives wait for the last worker. What is left
-            # after the last worker's reads: the collectives and that worker's share of the
-            # pushes at least, and no less than the reads and the rest together on any resource
-            # both load (the machine's CPUs, a direction carrying the other's reverse share); never
-            # more than the phases one after the other
-            # the pushes' part of the phase: what it takes with them less what it takes without them
-            # (the token bucket passes its bytes once per phase, not once per part of it)
-            pushes = after - _busiest(after_compute - load.pushes, paths, c, refilled)[0]
-            tail = _busiest(after_compute - load.pushes * (served - 1) / served, paths, c, refilled)[0]
-            together = _busiest(reads + after_compute, paths, c, paths.burst)[0]
-            after = min(after, max(after - workers_in_turn_overlap(pull, pushes, served, in_turn, others), tail,
-                                   together - pull))
+            # after another, and each computes as soon as its own reads are in, while the later
+            # ones still read (the rest of the workers, with the other senders' phase, at the
+            # latest); on CPUs shared by more workers than CPUs, those computing at once share
+            # them (`compute_ends`), so the last one computes beside fewer than all. The
+            # collectives wait for the last worker.
+            n = paths.num_workers
+            ready = reads_in(pull, k, others)[:n]
+            starts = ready + [others * pull] * (n - len(ready))
+            ends = compute_ends(starts, alone, paths.cpus)
+            compute -= in_turn * (compute - (max(ends) - pull))
+            if load.pushes.any():
+                # each pushes as soon as it has computed, while the later ones still read or
+                # compute. What is left after the last worker's compute: the collectives and
+                # that worker's share of the pushes at least, and no less than the reads and the
+                # rest together on any resource both load (the machine's CPUs, a direction
+                # carrying the other's reverse share); never more than the phases one after the other
+                # the pushes' part of the phase: what it takes with them less what it takes without them
+                # (the token bucket passes its bytes once per phase, not once per part of it)
+                pushes = after - _busiest(after_compute - load.pushes, paths, c, refilled)[0]
+                tail = _busiest(after_compute - load.pushes * (served - 1) / served, paths, c, refilled)[0]
+                together = _busiest(reads + after_compute, paths, c, paths.burst)[0]
+                after = min(after, max(after - workers_in_turn_overlap(pushes, ends[:len(ready)], in_turn), tail,
+                                       together - pull))
         on_chief = _busiest(load.on_chief, paths, c, paths.zeros())[0] if load.on_chief.any() else 0.0
         overlapped, all_at = _busiest(load.every, paths, c, paths.burst)
+        if load.stale_ps:
+            worst = max(paths.ps_latency[p] for p in load.stale_ps)
+            overlapped += 4 * (worst + c.message_latency_s * slower)
+        critical = pull + compute + after + on_chief + latency + overhead
+        return StepTime(max(critical, overlapped), compute, pull, after, latency, overhead, overlapped, on_chief,
+                        pull_at, after_at, all_at)
+
+    def _latency(self, c: Coefficients) -> float:
+        """The message latencies on the step's critical path."""
+        paths, load = self.paths, self.load
         n = paths.num_workers
         collectives = load.collectives
         # a step of several workers mixing PS variables and collectives is ordered by collective
@@ -650,7 +692,7 @@ class StepCost:
         # read state its finish changes (Adam), one after every worker's own updates (after the
         # all-reduces), which the chief's finish waits for (gradient_sync.py)
         mixed = n > 1 and bool(load.sync_ps or load.stale_ps) and collectives > 0
-        alpha = c.message_latency_s * slower
+        alpha = c.message_latency_s * paths.cpu_contention
         one_collective = 2 * (n - 1) * (paths.ring_latency + alpha) if n > 1 else 0.0
         barrier = (n - 1) * (paths.ring_latency + alpha) if mixed else 0.0
         read_ps = ps_after = own_updates = 0.0
@@ -662,36 +704,56 @@ class StepCost:
             ps_after = (2 if mixed else 4) * one_way
             own_updates = barrier if self.own_updates_barrier else 0.0
         # the end barrier waits for both the PS part and the collectives: a hybrid pays the sum
-        latency = read_ps + max(ps_after, collectives * one_collective + own_updates) + barrier
-        if load.stale_ps:
-            worst = max(paths.ps_latency[p] for p in load.stale_ps)
-            overlapped += 4 * (worst + alpha)
-        overhead = slower * (load.pieces * c.variable_overhead_s + load.accumulators * c.ps_variable_overhead_s
-                             + n * len(load.sync_ps) * c.ps_task_overhead_s)
-        critical = pull + compute + after + on_chief + latency + overhead
-        return StepTime(max(critical, overlapped), compute, pull, after, latency, overhead, overlapped, on_chief,
-                        pull_at, after_at, all_at)
+        return read_ps + max(ps_after, collectives * one_collective + own_updates) + barrier
 
 
-def workers_in_turn_overlap(pulls_s: float, pushes_s: float, served: float, in_turn: float,
-                            others: float = 0.0) -> float:
-    """What the pushes save when the reads' busiest sender serves `served` workers one after
-    another (`Paths.served_in_turn`) and each worker pushes as soon as it has computed (the compute
-    the same for all): a flow shop of k workers, a = pulls_s / k and b = pushes_s / k a stage,
-    worker j's reads in at r_j = max(j·a, others·pulls_s) (the other senders' share of the phase,
-    `others`, ends in their own order: no worker's reads are in before it, at the latest), its push then queued
-    behind the earlier ones on the pushes' binding resource. The last push ends
-    max_j (r_j + (k - j + 1)·b) - r_k after the last worker's reads, where the phases one after
-    the other push all k·b then: the difference, of which the share `in_turn` of the reads the
-    sender serves in turn. One sender (others 0): (k - 1)·min(a, b), the two-stage flow shop
-    (k - 1)·max(a, b) + a + b against k·a + k·b; two senders alike (others 1): 0. One
-    worker served (2 hosts; a receiver's own side binding) saves nothing."""
-    k = round(served)
+def reads_in(pulls_s: float, served: int, others: float = 0.0) -> list[float]:
+    """When each of the `served` workers that the reads' busiest sender serves one after another
+    (`Paths.served_in_turn`) has its reads: worker j at r_j = max(j·a, others·pulls_s), a =
+    pulls_s / k a turn, `others` the other senders' share of the phase (their reads end in their
+    own order: no worker's are in before that share, at the latest)."""
+    a = pulls_s / served
+    return [max(j * a, others * pulls_s) for j in range(1, served + 1)]
+
+
+def compute_ends(starts: Sequence[float], alone_s: float, cpus: float | None) -> list[float]:
+    """When each worker's compute ends, the workers starting at `starts` and each needing
+    `alone_s` of one CPU: on separate machines (`cpus` None) alone_s after its start; on one
+    machine's `cpus` CPUs shared by those computing at once (processor sharing: each at most one
+    CPU, min(1, cpus / computing) each). All starting together, the last ends at max(1, n /
+    cpus)·alone_s, the contention the model charges every worker's compute."""
+    if cpus is None:
+        return [s + alone_s for s in starts]
+    left = [alone_s] * len(starts)
+    ends = [math.inf] * len(starts)
+    now = min(starts, default=0.0)
+    while math.inf in ends:
+        running = [i for i, s in enumerate(starts) if s <= now and ends[i] == math.inf]
+        rate = min(1.0, cpus / len(running)) if running else 0.0
+        step = min([left[i] / rate for i in running] + [s - now for s in starts if s > now])
+        now += step
+        for i in running:
+            left[i] -= step * rate
+            if left[i] <= 1e-9 * alone_s:
+                ends[i] = now
+    return ends
+
+
+def workers_in_turn_overlap(pushes_s: float, ready: Sequence[float], in_turn: float) -> float:
+    """What the pushes save when the workers served in turn push each as soon as it is `ready`
+    (its compute's end, in the order served) and the pushes queue on their binding resource, b =
+    pushes_s / k each: the last push ends max_j (ready_j + (k - j + 1)·b), max_j (ready_j + (k -
+    j + 1)·b) − ready_k after the last worker's, where the phases one after the other push all k·b
+    then: the difference, of which the share `in_turn` of the reads the sender serves in turn.
+    With the compute the same for all (ready_j = r_j + compute, `reads_in`) and one sender:
+    (k - 1)·min(a, b), the two-stage flow shop (k - 1)·max(a, b) + a + b against k·a + k·b; two
+    senders alike (every read in at the phase's end): 0. One worker served (2 hosts; a receiver's
+    own side binding) saves nothing."""
+    k = len(ready)
     if k <= 1:
         return 0.0
-    a, b = pulls_s / k, pushes_s / k
-    ready = [max(j * a, others * pulls_s) for j in range(1, k + 1)]
-    left = max(r + (k - j) * b for j, r in enumerate(ready)) - ready[-1]
+    b = pushes_s / k
+    left = max(r + (k - j) * b for j, r in enumerate(ready)) - max(ready)
     return in_turn * max(0.0, pushes_s - left)
 
 
@@ -833,8 +895,8 @@ def variable_shares(
               + paths.seconds(ld.overlapped, c)[t.all_resource]
               + float(np.max(paths.seconds(ld.on_chief, c), initial=0.0))
               + slower * (ld.pieces * c.variable_overhead_s + ld.own_accumulators * c.ps_variable_overhead_s
-                          + sum(c.ps_variable_overhead_s * k / sharing[key] for key, k in ld.shared_accumulators.items())
-                          + sum(per_task * k / pieces_on_task[task] for task, k in ld.sync_ps.items()))
+                          + sum(c.ps_variable_overhead_s * k / sharing[key] for key, k in ld.shared_accumulators.items()))
+              + sum(per_task * k / pieces_on_task[task] for task, k in ld.sync_ps.items())
               + pieces * latency_per_piece)
         for ld, pieces in zip(loads, synchronous, strict=True)
     ]

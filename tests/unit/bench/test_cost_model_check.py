@@ -274,6 +274,15 @@ def test_auto_is_judged_by_the_builder_of_its_plan_else_by_its_own_runs():
     assert lines[-1].startswith("At least 0.95x: **1 of 2** groups")
 
 
+def test_auto_is_judged_by_a_given_plan_that_is_its_plan():
+    """A hand-made plan run beside the builders (`--plan AutoModel=...`) that is today's Auto plan
+    gives Auto's rate; the best built-in is still taken among the builders only."""
+    lines = _auto_table([_group("given", {"AutoModel": 99.0, "AllReduce": 80.0, "Parallax": 100.0}, ["AutoModel"])])
+    row = next(line for line in lines if line.startswith("| given |"))
+    assert row.endswith("| AutoModel's | Parallax (100) | 0.99 |")
+    assert lines[-1].startswith("At least 0.95x: **1 of 1** groups")
+
+
 def test_the_links_queue_is_the_shapers_limit_in_payload_bytes():
     """tc tbf with `latency 50ms` queues the rate times 50 ms plus its bucket before it drops: at
     100 Mbit/s 625,000 + 65,536 bytes of frames, 0.956 of them payload (PAYLOAD_SHARE); the same

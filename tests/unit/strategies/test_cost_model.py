@@ -11,7 +11,8 @@ from adrun.graph_item import GraphItem
 from adrun.spec import ClusterSpec, Node
 from adrun.placement import ps, worker
 from adrun.strategies.cost_model import (
-    Coefficients, Paths, chunk_pipeline_fill, distinct_rows_of, predict, prefetched_chunks, workers_in_turn_overlap,
+    Coefficients, Paths, chunk_pipeline_fill, compute_ends, distinct_rows_of, predict, prefetched_chunks, reads_in,
+    workers_in_turn_overlap,
 )
 from adrun.strategies.document import AllReduceSync, Partition, PSSync
 from adrun.strategies.facts import ModelProfile, NodeBytes, RowsTouched
@@ -113,6 +114,34 @@ def test_workers_served_in_turn_push_while_the_later_ones_read(k):
     assert step(strategy, prof, spec, network(spec, B)) == pytest.approx(0.01 + 2 * k * M / B)
 
 
+def test_compute_ends_share_the_cpus_among_the_workers_computing_at_once():
+    """Processor sharing, each worker at most one CPU. All four starting at once on 2 CPUs end
+    together at twice the compute (the contention); staggered by 0.04 s with 0.1 s each: worker 0
+    alone, then two, then three at 2/3 of a CPU each... (by hand: 0.11, 0.165, 0.205, 0.235);
+    on machines of their own each ends its compute after its start."""
+    assert compute_ends([0.0] * 4, 0.1, 2) == pytest.approx([0.2] * 4)
+    assert compute_ends([0.0, 0.04, 0.08, 0.12], 0.1, 2) == pytest.approx([0.11, 0.165, 0.205, 0.235])
+    assert compute_ends([0.0, 0.04, 0.08, 0.12], 0.1, None) == pytest.approx([0.1, 0.14, 0.18, 0.22])
+    assert compute_ends([0.0, 0.0], 0.0, 2) == [0.0, 0.0]
+
+
+def test_workers_served_in_turn_compute_beside_fewer_than_all_on_shared_cpus():
+    """4 namespace hosts on 2 CPUs, w (M bytes) on host 1's PS, read by the 3 remote workers in
+    turn (a = M / B each, the queue holds a read) and pushed back (b = M / B each). The workers'
+    reads are in at 0, a, 2a, 3a (host 1's own at once), and with a compute of 0.06 s = 1.5·a
+    never more than two compute at once: the last computes alone, 0.06 s after its reads, where
+    all four computing at once would take 0.12 s. Its push and the earlier ones' (ready at 0.10,
+    0.14, 0.18) leave b after it: the step is the flow shop's (k + 1)·M / B of wire plus one
+    compute, 0.22 s (0.28 s with every worker's compute slowed twofold)."""
+    spec = hosts_spec(4, ps=[1, 0, 0, 0])
+    strategy = plan(DENSE, spec, [planned(W, sync=PSSync(ps_task=0))])
+    net = network(spec, B, queue_bytes=M).model_copy(update={"shared_cpus": 2})
+    c = BANDWIDTH_ONLY.model_copy(update={"stack_bytes_per_cpu_s": 1e18})
+    prediction = predict(strategy, profile(DENSE, 0.06), spec, net, c)
+    assert prediction.step_s == pytest.approx(4 * M / B + 0.06)
+    assert prediction.compute_s == pytest.approx(0.06)
+
+
 def test_a_read_larger_than_the_senders_queue_is_served_in_turn_for_the_queues_share():
     """3 remote workers, a queue of a quarter of a read: a quarter of each read enters the queue
     whole and passes in turn, the rest goes side by side with the other workers' reads. The
@@ -177,9 +206,9 @@ def test_a_fan_outs_receivers_waiting_longer_by_their_reverse_share_leave_the_se
 
 def test_workers_in_turn_overlap_is_the_flow_shops_saving():
     """k workers, reads a and pushes b each: (k - 1)·max(a, b) + a + b against k·a + k·b."""
-    assert workers_in_turn_overlap(0.3, 0.6, 3, 1.0) == pytest.approx(3 * 0.1 + 3 * 0.2 - (2 * 0.2 + 0.1 + 0.2))
-    assert workers_in_turn_overlap(0.3, 0.6, 3, 0.5) == pytest.approx(0.1)
-    assert workers_in_turn_overlap(0.3, 0.6, 1, 1.0) == 0.0
+    assert workers_in_turn_overlap(0.6, reads_in(0.3, 3), 1.0) == pytest.approx(3 * 0.1 + 3 * 0.2 - (2 * 0.2 + 0.1 + 0.2))
+    assert workers_in_turn_overlap(0.6, reads_in(0.3, 3), 0.5) == pytest.approx(0.1)
+    assert workers_in_turn_overlap(0.6, reads_in(0.3, 1), 1.0) == 0.0
 
 
 def test_the_pushes_part_of_a_phase_shared_with_the_ring_takes_its_bucket_once():
@@ -208,10 +237,10 @@ def test_a_second_sender_delays_the_first_workers_reads_not_the_whole_overlap():
     host 2 (1 - 0.17 / 0.3) gave 0.043 s. Two senders alike (0.3 s): every read in at the end,
     nothing saved; a second sender slower than the first worker's reads by 0.25 s: the first two
     pushes run behind each other from 0.25 s, 0.025 s of the saving left."""
-    assert workers_in_turn_overlap(0.3, 0.15, 3, 1.0, 0.17 / 0.3) == pytest.approx(0.1)
-    assert workers_in_turn_overlap(0.3, 0.15, 3, 1.0, 1.0) == pytest.approx(0.0)
-    assert workers_in_turn_overlap(0.3, 0.15, 3, 1.0, 0.25 / 0.3) == pytest.approx(0.15 - (0.25 + 0.15 - 0.3))
-    assert workers_in_turn_overlap(0.3, 0.15, 3, 0.5, 0.17 / 0.3) == pytest.approx(0.05)
+    assert workers_in_turn_overlap(0.15, reads_in(0.3, 3, 0.17 / 0.3), 1.0) == pytest.approx(0.1)
+    assert workers_in_turn_overlap(0.15, reads_in(0.3, 3, 1.0), 1.0) == pytest.approx(0.0)
+    assert workers_in_turn_overlap(0.15, reads_in(0.3, 3, 0.25 / 0.3), 1.0) == pytest.approx(0.15 - (0.25 + 0.15 - 0.3))
+    assert workers_in_turn_overlap(0.15, reads_in(0.3, 3, 0.17 / 0.3), 0.5) == pytest.approx(0.05)
 
 
 def test_receiving_share_of_a_port_whose_senders_also_send_elsewhere():
@@ -378,14 +407,18 @@ def test_a_shaped_path_passes_its_bucket_once_per_direction_and_step(compute_s):
     assert step(ring, prof, spec, net) == pytest.approx(compute_s + (M - min(BUCKET, B * compute_s)) / B)
 
 
-def test_a_path_busy_after_compute_has_no_bucket_left_for_the_next_reads():
+@pytest.mark.parametrize("o_ps, refill", [(0.0, 0.0), (0.001, 0.002 * B), (0.01, BUCKET)])
+def test_a_path_busy_after_compute_refills_for_the_next_reads_in_the_steps_tail(o_ps, refill):
     """Two shards on the two hosts' PSs: both directions carry reads and pushes. The pushes find the
-    bucket the compute refilled; the reads follow the previous step's pushes at once: none."""
+    bucket the compute refilled; the reads follow the previous step's pushes after the step's
+    tail, its latencies and overheads (here the two shards' accumulators, 2·o_ps), in which no
+    bytes move: what that refilled, at most the bucket. Without a tail, none."""
     spec = hosts_spec(2)
     split = plan(DENSE, spec, [planned(W, partition=Partition(axis=0, shards=[PSSync(ps_task=0), PSSync(ps_task=1)]))])
     half = M // 2
-    assert step(split, profile(DENSE, 0.1), spec, network(spec, B, burst_bytes=BUCKET)) == pytest.approx(
-        half / B + 0.1 + (half - BUCKET) / B)
+    c = BANDWIDTH_ONLY.model_copy(update={"ps_variable_overhead_s": o_ps})
+    assert step(split, profile(DENSE, 0.1), spec, network(spec, B, burst_bytes=BUCKET), c) == pytest.approx(
+        (half - refill) / B + 0.1 + (half - BUCKET) / B + 2 * o_ps)
 
 
 def test_every_all_reduce_group_pays_its_ring_latency():

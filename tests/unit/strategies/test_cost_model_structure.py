@@ -121,6 +121,21 @@ def test_workers_sharing_a_machines_cpus_compute_slower_beyond_one_each(hosts, s
     assert predict(strategy, prof, spec, network(spec, 1e15), BANDWIDTH_ONLY).compute_s == pytest.approx(0.01)
 
 
+@pytest.mark.parametrize("hosts", [2, 4])
+def test_the_per_ps_task_overhead_is_the_workers_sum_not_slowed_again_by_their_sharing(hosts):
+    """4 workers on 2 CPUs compute at half speed, but the per-PS-task term, o_task per worker and
+    PS task, already sums the workers' calls: 4·o_task for one PS task, not 4·o_task·2 (the
+    contention would count the workers a second time). At 2 hosts on 2 CPUs nothing changes."""
+    w = var("w", [10])
+    graph = GraphItem(variables=[w], batch_size=10)
+    spec = hosts_spec(hosts)
+    c = BANDWIDTH_ONLY.model_copy(update={"ps_task_overhead_s": 0.002, "stack_bytes_per_cpu_s": 1e18})
+    strategy = plan(graph, spec, [planned(w, sync=PSSync(ps_task=0))])
+    slower = hosts / 2
+    assert step(strategy, profile(graph, 0.01), spec, _shared(spec, 1e15, 2), c) == pytest.approx(
+        0.01 * slower + hosts * 0.002)
+
+
 def test_bytes_between_hosts_of_one_machine_load_its_cpus_and_loopback_does_not():
     """Two namespace hosts on a fast switch: the ring's 4 MB each way are sent and received through
     the machine's CPUs (2 × 2 × 4 MB at 2 CPUs × the stack rate); a PS read by its own host's
