@@ -236,16 +236,49 @@ def synchronized_apply(
     # optimizer-wide state changes only once every worker has applied its own updates
     after_updates = _after_updates(new_ops, [u for us in updates.values() for u in us], scope)
     wait = bool(own_update_vars) and _finish_waits_for_own_updates(after_updates, own_updates)
+    # A mixed step's end barrier (step_order.py) keeps any worker's step from ending, and cleaning
+    # its step id up on the PS tasks, while another still has work there: the chief's PS updates,
+    # the others' pushes. The replicas' updates run on each worker's own task after the all-reduce,
+    # and a worker's all-reduce ends only once its peers took every piece it sends: so they run
+    # beside the barrier, which then completes while the all-reduce (the step's longest phase)
+    # still runs instead of adding its N - 1 sequential transfers after it (docs/performance.md,
+    # "The end barrier beside the all-reduce"). Not when the optimizer's finish step changes state
+    # those updates read (Adam's beta powers: `wait`), which must follow every worker's updates.
+    beside = [u for name in all_reduced for u in updates[name]] if mixed and not wait else []
     if ctx.is_chief:
         if wait:
             applied = order.own_updates_applied(ctx.task_index, own_updates)
             for op in finish:
                 op._add_control_input(applied)
+        _without_control_inputs(finish, beside)
         pulls = [op for p in prefetched for op in p.chief_after_update(updates[p.name])]
-        return order.end_step(ctx.task_index, [train_op, *pulls])
+        return _beside(order.end_step(ctx.task_index, [train_op, *pulls]), beside)
     pushes += [p.worker_pull() for p in prefetched]
     if own_update_vars:
         chief_only = [u for name in bsp_vars for u in updates[name]]
-        own_updates += _local_finish_ops(optimizer, graph, ctx, finish, chief_only)
-        pushes += [order.own_updates_applied(ctx.task_index, own_updates)] if wait else own_updates
-    return order.end_step(ctx.task_index, pushes)
+        local_finish = _local_finish_ops(optimizer, graph, ctx, finish, chief_only)
+        own_updates += local_finish
+        if wait:
+            pushes.append(order.own_updates_applied(ctx.task_index, own_updates))
+        elif beside:
+            beside += local_finish  # they wait for the replicas' updates
+            pushes += [u for u in own_updates if u not in beside]
+        else:
+            pushes += own_updates
+    return _beside(order.end_step(ctx.task_index, pushes), beside)
+
+
+def _without_control_inputs(ops: list[tf.Operation], cut: list[tf.Operation]) -> None:
+    """Drop `cut` from the control inputs of `ops` (the chief's finish step no longer waits for the
+    replicas' updates: the step op waits for them itself, `_beside`)."""
+    names = {op.name for op in cut}
+    for op in ops:
+        kept = [c for c in op.control_inputs if c.name not in names]
+        if len(kept) != len(op.control_inputs):
+            op._remove_all_control_inputs()
+            op._add_control_inputs(kept)
+
+
+def _beside(step: tf.Operation, ops: list[tf.Operation]) -> tf.Operation:
+    """The step op: `step` and `ops`, run side by side."""
+    return tf.group(step, *ops, name="adrun_step_and_replicas") if ops else step

@@ -16,6 +16,7 @@ tf1 = tf.compat.v1
 
 from adrun.graph_item import GraphItem, VariableInfo  # noqa: E402
 from adrun.task_context import TaskContext  # noqa: E402
+from adrun.runtime.kernels.allreduce_sync import instance_key  # noqa: E402
 from adrun.runtime.kernels.devices import ps_device, worker_device  # noqa: E402
 from adrun.runtime.kernels.gradient_sync import synchronized_apply  # noqa: E402
 from adrun.runtime.kernels.start_sync import build_start_op  # noqa: E402
@@ -31,8 +32,8 @@ VARIABLES = GraphItem(variables=[
 ])
 
 
-def _step_ops(tmp_path, strategy: str, task: int, optimizer: str, **options: str) -> list[tf.Operation]:
-    """Every op worker `task`'s training step runs (the step op's transitive inputs)."""
+def _step(tmp_path, strategy: str, task: int, optimizer: str, **options: str) -> tf.Operation:
+    """Worker `task`'s training step op."""
     spec = ClusterSpec(version=1, nodes=[Node(address="localhost", workers=WORKERS, ps=2)])
     plan_file = tmp_path / f"{strategy}.yml"
     dump_strategy(build_strategy(strategy, VARIABLES, spec, options), plan_file)
@@ -54,8 +55,12 @@ def _step_ops(tmp_path, strategy: str, task: int, optimizer: str, **options: str
         else:
             opt = tf1.train.GradientDescentOptimizer(0.1)
         pairs = opt.compute_gradients(loss, [emb, w])
-        step = synchronized_apply(opt, lambda p: opt.apply_gradients(p, global_step), pairs, ctx, 0)
-    return ops_run_by(step)
+        return synchronized_apply(opt, lambda p: opt.apply_gradients(p, global_step), pairs, ctx, 0)
+
+
+def _step_ops(tmp_path, strategy: str, task: int, optimizer: str, **options: str) -> list[tf.Operation]:
+    """Every op worker `task`'s training step runs (the step op's transitive inputs)."""
+    return ops_run_by(_step(tmp_path, strategy, task, optimizer, **options))
 
 
 def _ps_queue_ops(ops: list[tf.Operation]) -> list[str]:
@@ -78,6 +83,29 @@ def test_a_step_with_collectives_waits_on_no_ps_queue(tmp_path, task, optimizer,
     assert _collectives(ops), "Parallax all-reduces w: the step must contain collectives"
     assert _ps_queue_ops(ops) == []
     assert len([name for name in _collectives(ops) if name.startswith("adrun_barrier")]) == barriers
+
+
+@pytest.mark.parametrize("task", [0, 1])
+@pytest.mark.parametrize("optimizer,beside", [("sgd", True), ("sgd-decay", False), ("adam", False)])
+def test_the_end_barrier_waits_for_the_all_reduce_only_when_the_finish_step_must(tmp_path, task, optimizer, beside):
+    """Parallax (emb on a PS, w all-reduced): the step runs w's all-reduce and update, but with SGD
+    the end barrier does not wait for them (it guards the PS tasks: the chief's updates, the pushes),
+    so it completes while the all-reduce still runs. When w's update reads state the chief's finish
+    changes (a decayed learning rate's global_step, Adam's beta powers) it does, as before."""
+    step = _step(tmp_path, "Parallax", task, optimizer)
+    ran = ops_run_by(step)
+    end_key = instance_key("adrun/barrier/step/0/end")
+    end = [op for op in ran if op.type == "CollectiveGatherV2" and tf.get_static_value(op.inputs[3]) == end_key]
+    assert len(end) == 1
+    before_end = ops_run_by(end[0])
+    w_update = [op for op in ran if op.type.startswith("ResourceApply") and op.inputs[0].op.name == "w"]
+    assert len(w_update) == 1
+    assert any(op.type == "CollectiveReduceV2" for op in ran)
+    assert (w_update[0] in before_end) is not beside
+    assert any(op.type == "CollectiveReduceV2" for op in before_end) is not beside
+    if task == 0:  # the chief's PS update of emb still comes before the barrier
+        assert any(op.type.startswith("ResourceSparseApply") or op.type.startswith("ResourceScatter")
+                   for op in before_end), sorted({op.type for op in before_end})
 
 
 @pytest.mark.parametrize("options", [{"staleness": "2"}, {"sync": "false"}])
