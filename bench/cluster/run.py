@@ -19,7 +19,9 @@ import importlib.util
 import json
 import os
 import platform
+import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -411,13 +413,13 @@ def _run_matrix(launcher: Launcher, cluster: NetnsCluster, order: list[tuple[int
     plans: dict[RunConfig, Path | str] = {}  # plan document, or why it could not be built
     for _, config, _, _ in order:  # plans that do not depend on the link, before any run
         if config.kind == "adrun" and not launcher.plan_sees_link(config):
-            _plan(launcher, config, plans, results)
+            _plan(launcher, config, plans, results, out)
     shaped = None
     for rep, config, run_steps, warmup in order:
         if shaped != config.profile:
             apply_profile(cluster, PROFILES[config.profile])
             shaped = config.profile
-        plan = _plan(launcher, config, plans, results) if config.kind == "adrun" else None
+        plan = _plan(launcher, config, plans, results, out) if config.kind == "adrun" else None
         if isinstance(plan, str):
             result = RunResult(config=config, repetition=rep, steps=run_steps, warmup=warmup, exit_code=-1,
                                error=f"no plan: {plan}", wall_s=0.0)
@@ -431,10 +433,11 @@ def _run_matrix(launcher: Launcher, cluster: NetnsCluster, order: list[tuple[int
                    f"{rate} ({result.wall_s:.0f} s, load {_load_average()})")
 
 
-def _plan(launcher: Launcher, config: RunConfig, plans: dict[RunConfig, Path | str], results: BenchResults) -> Path | str:
-    """The configuration's plan document (built on first use, with its lower bound), or why there is
-    none. A plan that sees the link (Auto's) is made once per profile, on the shaped link; a
-    --runtime twin runs its counterpart's."""
+def _plan(launcher: Launcher, config: RunConfig, plans: dict[RunConfig, Path | str], results: BenchResults,
+          out: Path) -> Path | str:
+    """The configuration's plan document (built on first use, with its lower bound, and kept beside
+    `out`: `kept_plan`), or why there is none. A plan that sees the link (Auto's) is made once per
+    profile, on the shaped link; a --runtime twin runs its counterpart's."""
     config = config.planned
     sees_link = launcher.plan_sees_link(config)
     key = config if sees_link else config.model_copy(update={"profile": ""})
@@ -447,6 +450,7 @@ def _plan(launcher: Launcher, config: RunConfig, plans: dict[RunConfig, Path | s
     except UserError as e:
         plans[key] = str(e)
         return plans[key]
+    shutil.copyfile(plan, kept_plan(out, key))
     document = load_strategy(plan)
     sent, method = lower_bound(document, load_spec(launcher.spec(config.hosts)),
                                distinct_rows(launcher.workloads, config.workload, document))
@@ -454,6 +458,18 @@ def _plan(launcher: Launcher, config: RunConfig, plans: dict[RunConfig, Path | s
                                            profile=config.profile if sees_link else "", sent_per_host=sent,
                                            method=method))
     return plan
+
+def kept_plan(out: Path, config: RunConfig) -> Path:
+    """Where the plan `config` ran is kept: `plans/<out's stem>/` beside the results, as
+    `WORKLOAD-HOSTS-PROFILE-LABEL.yml` for a plan made on one link (Auto's) and `WORKLOAD-HOSTS-LABEL.yml`
+    for one made for every link; its folder made. These are the names bench/cost_model_check.py reads
+    (it judges the plan that ran); the plans are built in a scratch folder that goes with the run."""
+    folder = out.parent / "plans" / out.stem
+    folder.mkdir(parents=True, exist_ok=True)
+    label = re.sub(r"[^\w.@-]+", "_", config.label).strip("_")
+    link = f"-{config.profile}" if config.profile else ""
+    return folder / f"{config.workload}-{config.hosts}{link}-{label}.yml"
+
 
 if __name__ == "__main__":
     main()

@@ -14,6 +14,7 @@ from bench.cluster.run import (
     _given_plans,
     _runtimes,
     chosen_blocks,
+    kept_plan,
     matrix,
     run_lengths,
     schedule,
@@ -200,3 +201,13 @@ def test_a_runtime_twin_runs_the_other_checkouts_interpreter_in_that_checkout(tm
     assert launcher.adrun_from(config) == ("/here/python", tmp_path / "here")
     assert launcher.adrun_from(config.model_copy(update={"runtime": "main"})) == (
         str(tmp_path / "main" / ".venv" / "bin" / "python"), tmp_path / "main")
+
+
+def test_each_plan_is_kept_beside_the_results_where_the_cost_model_check_reads_it(tmp_path):
+    out = tmp_path / "results" / "cluster-x.json"
+    auto = RunConfig(workload="ncf", profile="commodity", hosts=4, kind="adrun", system="Auto")
+    fp16 = RunConfig(workload="sparse", profile="", hosts=2, kind="adrun", system="AllReduce",
+                     options=(("compressor", "fp16"),))
+    assert kept_plan(out, auto) == tmp_path / "results" / "plans" / "cluster-x" / "ncf-4-commodity-Auto.yml"
+    assert kept_plan(out, fp16).name == "sparse-2-AllReduce_compressor_fp16.yml"
+    assert kept_plan(out, fp16).parent.is_dir()
