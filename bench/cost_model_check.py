@@ -49,7 +49,7 @@ from adrun.graph_item import GraphItem
 from adrun.profile.scaling import scaled_network, scaled_spec
 from adrun.spec import ClusterSpec, Node
 from adrun.strategies import BUILDERS, build_strategy
-from adrun.strategies.auto import Auto
+from adrun.strategies.auto import TIE_MARGIN, Auto
 from adrun.strategies.cost_model import Coefficients, predict
 from adrun.strategies.document import AllReduceSync, Partition, Strategy, load_strategy
 from adrun.strategies.facts import Link, ModelProfile, NetworkFacts, RowsTouched, TrialRecord
@@ -427,6 +427,7 @@ def render(report: dict, out: Path) -> str:
     lines += _host_count_means(report["groups"])
     lines += _per_builder(report["groups"])
     lines += _auto_table(report["groups"])
+    lines += _losses_table(report["groups"])
     for g in report["groups"]:
         auto = g["models"]["analytical"]["auto"]
         same = f"the same plan as {', '.join(auto['same_plan_as'])}" if auto["same_plan_as"] else "a plan no builder made"
@@ -566,6 +567,43 @@ def _auto_table(groups: list[dict]) -> list[str]:
                      f"({best['measured_examples_per_s']:,.0f}) | {cell} |")
     lines += ["", f"At least {AUTO_GOAL:.2f}x: **{met} of {judged}** groups whose Auto plan a builder or a given "
                   "plan made or whose Auto was measured."]
+    return lines
+
+
+def predicted_leads_lost(groups: list[dict]) -> list[tuple[float, float, dict, str, str]]:
+    """Every pair of measured systems of one group where the analytical model predicted the first
+    faster and it measured slower: (predicted lead: the other's predicted step over its own, less 1;
+    measured examples/s of the first over the other's; group; first; other), largest lead first.
+    How far apart the model's errors on plans of one cluster are: Auto's TIE_MARGIN must exceed
+    the largest lead, or Auto would have left a plan that measured faster (strategies/auto.py)."""
+    lost = []
+    for g in groups:
+        systems = g["models"]["analytical"]["systems"]
+        for a, b in itertools.permutations(systems, 2):
+            if (a["predicted_step_s"] < b["predicted_step_s"]
+                    and a["measured_examples_per_s"] < b["measured_examples_per_s"]):
+                lost.append((b["predicted_step_s"] / a["predicted_step_s"] - 1,
+                             a["measured_examples_per_s"] / b["measured_examples_per_s"], g, a["system"], b["system"]))
+    return sorted(lost, key=lambda row: -row[0])
+
+
+def _losses_table(groups: list[dict]) -> list[str]:
+    """The predicted leads that measured as losses, against Auto's tie margin."""
+    lost = predicted_leads_lost(groups)
+    lines = ["", "## Predicted leads that measured as losses (analytical coefficients)", "",
+             "Every pair of measured systems of one group that the model orders wrongly: the one predicted faster, "
+             "its predicted lead (the other's predicted step time over its own, less 1) and its measured examples/s "
+             "over the other's. Auto keeps the best-predicted built-in plan unless its searched plan is predicted "
+             f"more than {TIE_MARGIN:.0%} faster (strategies/auto.py, TIE_MARGIN): the margin must exceed the "
+             "largest lead here.", "",
+             "| workload | profile | hosts | predicted faster | than | predicted lead | measured ratio |",
+             "|---|---|---|---|---|---|---|"]
+    lines += [f"| {g['workload']} | {g['profile']} | {g['hosts']} | {a} | {b} | {lead:.1%} | {ratio:.3f} |"
+              for lead, ratio, g, a, b in lost]
+    largest = lost[0][0] if lost else 0.0
+    verdict = "exceeds it" if TIE_MARGIN > largest else "does **not** exceed it"
+    lines += ["", f"Largest predicted lead that measured as a loss: **{largest:.1%}**; the margin ({TIE_MARGIN:.0%}) "
+                  f"{verdict}."]
     return lines
 
 

@@ -14,12 +14,20 @@ Each transfer times PINGS one-byte round trips on its connection (latency: half 
 trip) and then streams at most TRANSFER_BYTES for at most STREAM_S seconds (bandwidth: bytes over
 the time to the receiver's acknowledgement). Each process is bounded by launch/nodes/transfer.py's
 timeouts and ends by itself; nothing is left running.
+
+Measured, too: whether the nodes share one machine's CPUs (`NetworkFacts.shared_cpus`):
+every node's shell reads the kernel's boot id; when more than one node answers and all with the
+same id (network namespaces or containers of one kernel, as the benchmark's hosts are), their
+compute, their tasks' RPC work and the traffic between them run on the same CPUs, and the facts
+say how many (`nproc`: the CPUs a process started there may use). Link.queue_bytes stays unknown
+(0): nothing here measures a link's queue truthfully.
 """
 
 from __future__ import annotations
 
 import itertools
 import statistics
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from adrun.errors import UserError
@@ -33,13 +41,13 @@ from .transfer import Endpoint, Transfer, TransferError, measure_transfer
 if TYPE_CHECKING:  # the job's connections, when there are; nodes/ does not depend on job/ at run time
     from ..job.provision import RemoteNodes
 
-if TYPE_CHECKING:
-    from ..job.provision import RemoteNodes
-
 PINGS = 20
 TRANSFER_BYTES = 64 << 20  # a loopback moves this in tens of ms; a 100 Mbit/s link stops at STREAM_S
 STREAM_S = 2.0
 MAX_ALL_PAIRS = 8  # 56 transfers, about a minute; beyond, the chief's pairs only
+# the node's kernel (one per machine, shared by its namespaces and containers) and its usable CPUs
+MACHINE_COMMAND = "cat /proc/sys/kernel/random/boot_id && nproc"
+MACHINE_TIMEOUT_S = 10.0
 
 
 def network_facts(spec: ClusterSpec, remote: RemoteNodes | None = None) -> NetworkFacts:
@@ -49,6 +57,7 @@ def network_facts(spec: ClusterSpec, remote: RemoteNodes | None = None) -> Netwo
     if spec.network is not None:
         return _given(spec)
     endpoints = {node.address: _endpoint(node, remote) for node in spec.nodes}
+    shared_cpus = _shared_cpus(list(endpoints.values()))
     chief = spec.chief.address
     local = _link(_measure(endpoints[chief], endpoints[chief], "127.0.0.1"))
     addresses = [node.address for node in spec.nodes]
@@ -59,7 +68,7 @@ def network_facts(spec: ClusterSpec, remote: RemoteNodes | None = None) -> Netwo
     links = [HostLink(src=a, dst=b, **_link(_measure(endpoints[a], endpoints[b], b)).model_dump()) for a, b in pairs]
     if links and len(pairs) < len(addresses) * (len(addresses) - 1):
         links += _assumed(addresses, links)
-    return NetworkFacts(local=local, links=links)
+    return NetworkFacts(local=local, links=links, shared_cpus=shared_cpus)
 
 
 def _given(spec: ClusterSpec) -> NetworkFacts:
@@ -109,3 +118,20 @@ def _assumed(addresses: list[str], measured: list[HostLink]) -> list[HostLink]:
     latency_s = statistics.median(link.latency_s for link in measured)
     return [HostLink(src=a, dst=b, bytes_per_s=bytes_per_s, latency_s=latency_s, source="assumed")
             for a, b in itertools.permutations(addresses, 2) if (a, b) not in have]
+
+
+def _shared_cpus(endpoints: Sequence[Endpoint]) -> int | None:
+    """The usable CPUs of the one machine every node runs on (the most any node may use); None
+    for one node, for nodes on different machines, or when a node cannot tell (no Linux /proc)."""
+    if len(endpoints) < 2:
+        return None
+    machines = set()
+    cpus = []
+    for endpoint in endpoints:
+        done = endpoint.shell.run(MACHINE_COMMAND, MACHINE_TIMEOUT_S)
+        answer = done.stdout.split()
+        if done.returncode != 0 or len(answer) != 2 or not answer[1].isdigit():
+            return None
+        machines.add(answer[0])
+        cpus.append(int(answer[1]))
+    return max(cpus) if len(machines) == 1 else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import psutil
@@ -30,6 +31,8 @@ def test_shaped_links_are_measured_at_their_rate_both_ways(netns_cluster: NetnsC
     finally:
         for host in netns_cluster.hosts:
             netns_cluster.unshape(host)
+    # the namespace hosts are one machine: its CPUs, as a process here may use them
+    assert facts.shared_cpus == len(os.sched_getaffinity(0))
     assert [(link.src, link.dst, link.source) for link in facts.links] == [
         (first, second, "measured"), (second, first, "measured")]
     for link in facts.links:

@@ -14,6 +14,7 @@ from bench.cluster.results import BenchResults, Profile, RunConfig, RunResult, W
 from bench.cost_model_check import (
     SIMULATION_GOAL,
     _auto_table,
+    _losses_table,
     _per_builder,
     builder_errors,
     check,
@@ -23,6 +24,7 @@ from bench.cost_model_check import (
     measured_before_chunks,
     measured_rates,
     one_host_rates,
+    predicted_leads_lost,
     network_facts,
     repetition_tau,
 )
@@ -289,3 +291,23 @@ def test_the_links_queue_is_the_shapers_limit_in_payload_bytes():
     on every pair of hosts, as `adrun profile --hosts` scales the link."""
     net = network_facts(COMMODITY, cluster_spec(3))
     assert [link.queue_bytes for link in net.links] == pytest.approx([(625_000 + 65_536) * 1448 / 1514] * 6)
+
+
+def _predicted(workload: str, systems: dict[str, tuple[float, float]]) -> dict:
+    """A group whose systems are {name: (measured examples/s, predicted step s)}."""
+    return {"workload": workload, "profile": "commodity", "hosts": 2, "models": {"analytical": {"systems": [
+        {"system": k, "measured_examples_per_s": rate, "predicted_step_s": step} for k, (rate, step) in systems.items()]}}}
+
+
+def test_predicted_leads_that_measured_as_losses_are_every_misordered_pair_largest_first():
+    """A predicted 10 % faster than B measured slower: a lead of 10 %; C ordered rightly against
+    both is no loss; a misordered pair of another group counts too, and the table says whether
+    Auto's margin exceeds the largest."""
+    groups = [_predicted("one", {"A": (90.0, 1.0), "B": (100.0, 1.1), "C": (50.0, 2.0)}),
+              _predicted("two", {"D": (95.0, 1.0), "E": (100.0, 1.05)})]
+    lost = predicted_leads_lost(groups)
+    assert [(round(lead, 6), round(ratio, 6), g["workload"], a, b) for lead, ratio, g, a, b in lost] == [
+        (0.1, 0.9, "one", "A", "B"), (0.05, 0.95, "two", "D", "E")]
+    lines = _losses_table(groups)
+    assert "| one | commodity | 2 | A | B | 10.0% | 0.900 |" in lines
+    assert lines[-1] == "Largest predicted lead that measured as a loss: **10.0%**; the margin (10%) does **not** exceed it."

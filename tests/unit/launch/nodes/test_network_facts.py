@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from adrun.errors import UserError
 from adrun.launch.nodes import network_facts as network_facts_module
-from adrun.launch.nodes.network_facts import MAX_ALL_PAIRS, network_facts
+from adrun.launch.nodes.network_facts import MACHINE_COMMAND, MAX_ALL_PAIRS, network_facts
 from adrun.launch.nodes.transfer import Transfer
 from adrun.spec import ClusterSpec, load_spec, spec_to_yaml
 
@@ -107,11 +108,28 @@ def test_impossible_network_figures_are_refused_by_field(tmp_path, network, mess
     assert str(refused.value).splitlines() == [f"{path}: {message}" for message in messages]
 
 
-class FakeRemote:
-    """Connected nodes as network_facts reaches them (RemoteNodes.links: address -> NodeLink)."""
+class FakeConnection:
+    """A node's connection that answers the machine command (boot id, CPUs) as told: `answer` is
+    (exit code, stdout); every command run is kept in `commands`."""
 
-    def __init__(self, addresses):
-        self.links = {a: type("Link", (), {"conn": None})() for a in addresses}
+    def __init__(self, answer):
+        self.answer = answer
+        self.commands = []
+
+    def run(self, command, **kwargs):
+        self.commands.append(command)
+        exited, stdout = self.answer
+        return SimpleNamespace(exited=exited, stdout=stdout, stderr="")
+
+
+class FakeRemote:
+    """Connected nodes as network_facts reaches them (RemoteNodes.links: address -> NodeLink), by
+    default each its own machine of 4 CPUs; `answers` overrides a node's machine answer."""
+
+    def __init__(self, addresses, answers=None):
+        answers = answers or {}
+        self.conns = {a: FakeConnection(answers.get(a, (0, f"boot-{a}\n4\n"))) for a in addresses}
+        self.links = {a: SimpleNamespace(conn=conn) for a, conn in self.conns.items()}
 
 
 def measured_spec(n: int) -> ClusterSpec:
@@ -159,3 +177,46 @@ def test_a_large_cluster_measures_the_chiefs_pairs_and_assumes_the_others(transf
     # measured: 1 + k MB/s both ways between the chief (10.0.0.1) and 10.0.0.k, k = 2..10: median 7 MB/s
     assert {link.bytes_per_s for link in by_source["assumed"]} == {7e6}
     assert facts.link("10.0.0.4", "10.0.0.7").source == "assumed"
+
+
+def same_machine(addresses, cpus=(6,)):
+    """Every node answers one boot id; node i its CPU count cpus[i % len(cpus)]."""
+    return {a: (0, f"0b1d-same\n{cpus[i % len(cpus)]}\n") for i, a in enumerate(addresses)}
+
+
+def test_nodes_of_one_machine_share_its_cpus(transfers):
+    spec = measured_spec(3)
+    addresses = [n.address for n in spec.nodes]
+    remote = FakeRemote(addresses, same_machine(addresses, cpus=(6, 8, 6)))
+    facts = network_facts(spec, remote)
+    assert facts.shared_cpus == 8  # the most any node may use
+    assert all(conn.commands == [MACHINE_COMMAND] for conn in remote.conns.values())
+    assert facts.local.queue_bytes == 0 and all(link.queue_bytes == 0 for link in facts.links)
+
+
+@pytest.mark.parametrize("answers", [
+    {"10.0.0.3": (0, "another-boot\n6\n")},  # one node on another machine
+    {"10.0.0.2": (1, "")},  # a node without /proc/sys/kernel/random/boot_id
+    {"10.0.0.2": (0, "0b1d-same\n")},  # no CPU count
+    {"10.0.0.2": (None, "")},  # timed out
+], ids=["other-machine", "no-boot-id", "no-nproc", "timed-out"])
+def test_nodes_not_all_on_one_machine_are_separate_machines(transfers, answers):
+    spec = measured_spec(3)
+    addresses = [n.address for n in spec.nodes]
+    facts = network_facts(spec, FakeRemote(addresses, {**same_machine(addresses), **answers}))
+    assert facts.shared_cpus is None
+
+
+def test_a_one_node_cluster_shares_no_cpus_between_hosts(transfers):
+    spec = measured_spec(1)
+    remote = FakeRemote(["10.0.0.1"], same_machine(["10.0.0.1"]))
+    facts = network_facts(spec, remote)
+    assert facts.shared_cpus is None and remote.conns["10.0.0.1"].commands == []
+    assert transfers == [("10.0.0.1", "10.0.0.1", "127.0.0.1")]
+
+
+def test_given_figures_read_no_machine(tmp_path):
+    spec = load_spec(write(tmp_path, "  bandwidth_mbit: 100\n  latency_ms: 0.5"))
+    remote = FakeRemote([n.address for n in spec.nodes], same_machine([n.address for n in spec.nodes]))
+    assert network_facts(spec, remote).shared_cpus is None
+    assert all(conn.commands == [] for conn in remote.conns.values())
