@@ -46,7 +46,7 @@ sync = AllReduceSync(group=0)
 @tf.function
 def step(grad, values, indices):
     dense = collectives.dense_means([("w", sync, grad)])["w"]
-    sparse = collectives.sparse_rows("e", tf.IndexedSlices(values, indices, tf.constant([4, 2], tf.int64)), False)
+    sparse = collectives.sparse_rows("e", tf.IndexedSlices(values, indices, tf.constant([4, 2], tf.int64)), None)
     return dense, sparse.values, sparse.indices
 
 

@@ -167,14 +167,16 @@ Gather = Callable[[tf.Tensor, str], tf.Tensor]  # (tensor, part) -> every worker
 
 def gathered_rows(
     grad: tf.IndexedSlices, num_workers: int, gather: Gather,
-    after: Callable[[tf.Tensor, tf.Tensor], tf.Tensor] | None = None,
+    after: Callable[[tf.Tensor, tf.Tensor], tf.Tensor] | None = None, counts: tf.Tensor | None = None,
 ) -> tf.IndexedSlices:
     """Every worker's rows of `grad` (worker order), values divided by N: the row counts are gathered
-    first, each worker pads its rows to the longest and the padding is dropped after the gather.
-    `after(indices, values)` may return the gathered values with dependencies of the caller's."""
+    first (unless the caller gathered them already: `counts`, int64, one per worker), each worker pads
+    its rows to the longest and the padding is dropped after the gather. `after(indices, values)` may
+    return the gathered values with dependencies of the caller's."""
     index_dtype = grad.indices.dtype
     count = tf.shape(grad.indices, out_type=tf.int64)[:1]
-    counts = gather(count, "count")
+    if counts is None:
+        counts = gather(count, "count")
     # at least one row: a gather of empty tensors (no worker touched this shard) crashes TF
     longest = tf.maximum(tf.reduce_max(counts), 1)
     pad = longest - count[0]

@@ -80,7 +80,8 @@ def _collective_hook(ctx: Any, steps: Any) -> Any:
         keys = StepKeys(Routes(ctx.task_index).device(HOST))
         routes = routes_of(ctx)
         _enter(Broadcaster(ctx.task_index, ctx.num_workers, ctx.settings.op_timeout_s, routes))
-    collectives = TF2Collectives(ctx.num_workers, keys=keys, routes=routes)
+    collectives = TF2Collectives(ctx.num_workers, keys=keys, routes=routes,
+                                 count_slots=sum(var.grad == "sparse" for var in ctx.strategy.variables))
     return SynchronizedApply(ctx, collectives, steps)
 
 

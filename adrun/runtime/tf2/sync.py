@@ -37,9 +37,9 @@ class SynchronizedApply:
             planned = [(i, plan, ordered(grad)) for i, plan, grad in planned]
         sum_per_index = sums_duplicate_rows(optimizer)
         applied = ", ".join(f"{plan.name} ({'sparse' if is_sparse(grad) else 'dense'})" for _, plan, grad in planned)
-        checked = self._collectives.same_on_every_worker(f"{applied}; rows summed per index: {sum_per_index}")
         self._collectives.wire_bytes = 0
-        means = mean_gradients(self._collectives, [(plan, grad) for _, plan, grad in planned], sum_per_index)
+        means, checked = mean_gradients(self._collectives, [(plan, grad) for _, plan, grad in planned], sum_per_index,
+                                        f"{applied}; rows summed per index: {sum_per_index}")
         self._wire_bytes[id(optimizer)] = self._collectives.wire_bytes
         self._steps.wire_bytes = sum(self._wire_bytes.values())
         out = list(grads)

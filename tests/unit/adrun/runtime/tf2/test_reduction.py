@@ -1,5 +1,6 @@
 """What a TF2 worker's sparse all-gather sends (adrun/runtime/tf2/reduction.py): its rows summed per
-index for an optimizer that takes only the sums, every row otherwise; the mean is the same."""
+index for an optimizer that takes only the sums, every row otherwise; the mean is the same. Its row
+count rides with the apply's check, as one more number of that small gather."""
 
 from __future__ import annotations
 
@@ -9,14 +10,17 @@ import numpy as np
 import tensorflow as tf
 
 from adrun.runtime.tf2.duplicate_rows import summed_per_index
-from adrun.runtime.tf2.reduction import TF2Collectives
+from adrun.runtime.tf2.reduction import TF2Collectives, mean_gradients
+from adrun.strategies.document import AllReduceSync, VariablePlan
+
+TABLE = VariablePlan(name="table", shape=[5, 2], dtype="float32", grad="sparse", sync=AllReduceSync(group=0))
 
 
 class TwoSameWorkers(TF2Collectives):
     """Two workers with the same gradient: a gather is this worker's tensor twice; records what it sends."""
 
     def __init__(self) -> None:
-        super().__init__(num_workers=2)
+        super().__init__(num_workers=2, count_slots=1)
         self.sent: dict[str, tuple[int, ...]] = {}
 
     def gather(self, t: tf.Tensor, label: str, step: Any = None) -> tf.Tensor:
@@ -39,8 +43,9 @@ def test_the_gather_sends_distinct_rows_only_when_asked_and_the_mean_is_the_same
     means = {}
     for sum_per_index in (False, True):
         collectives = TwoSameWorkers()
-        mean = collectives.sparse_rows("table", _grad(), sum_per_index)
-        assert collectives.sent["values"] == ((2, 2) if sum_per_index else (4, 2))
+        [mean], _ = mean_gradients(collectives, [(TABLE, _grad())], sum_per_index, "table (sparse)")
+        rows = 2 if sum_per_index else 4
+        assert collectives.sent == {"same_step": (2,), "indices": (rows,), "values": (rows, 2)}  # hash and count
         means[sum_per_index] = tf.convert_to_tensor(mean).numpy()
     np.testing.assert_array_equal(means[True], means[False])
     np.testing.assert_array_equal(means[True], tf.convert_to_tensor(_grad()).numpy())  # the mean of two equal workers

@@ -29,7 +29,8 @@ def test_a_traced_step_s_collectives_carry_no_timeout() -> None:
     @tf.function
     def step(dense: tf.Tensor, rows: tf.Tensor, ids: tf.Tensor) -> tuple:
         means = collectives.dense_means([("a", AllReduceSync(group=0), dense), ("b", AllReduceSync(group=0), 2 * dense)])
-        gathered = collectives.sparse_rows("table", tf.IndexedSlices(rows, ids, tf.constant([10, 2], tf.int64)), True)
+        grad = collectives.rows_to_gather(tf.IndexedSlices(rows, ids, tf.constant([10, 2], tf.int64)), True)
+        gathered = collectives.sparse_rows("table", grad, None)
         return means, gathered.values
 
     graph = step.get_concrete_function(tf.TensorSpec([3]), tf.TensorSpec([None, 2]), tf.TensorSpec([None], tf.int64)).graph
