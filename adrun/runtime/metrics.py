@@ -71,10 +71,11 @@ class StepReporter:
     once the launcher releases it on `release_fd` (the finish barrier) when that is given.
     """
 
-    def __init__(self, max_steps: int | None = None, release_fd: int | None = None) -> None:
+    def __init__(self, max_steps: int | None = None, release_fd: int | None = None, release_limit_s: float = 0.0) -> None:
         self.steps = 0
         self.max_steps = max_steps
         self.release_fd = release_fd
+        self.release_limit_s = release_limit_s  # the worker's own bound on the barrier (finish.py)
         self.examples: int | None = None
         self.wire_bytes = 0
         self._examples_read = False
@@ -91,7 +92,7 @@ class StepReporter:
         worker has peers it all-reduces with (PS tasks outlive the workers: no barrier needed)."""
         barrier = (ctx.mode == Mode.RUN and ctx.settings.max_steps is not None and ctx.release_fd is not None
                    and ctx.num_workers > 1 and ctx.strategy.uses_all_reduce)
-        return cls(ctx.settings.max_steps, ctx.release_fd if barrier else None)
+        return cls(ctx.settings.max_steps, ctx.release_fd if barrier else None, 2 * ctx.settings.op_timeout_s)
 
     @staticmethod
     def is_training_step(graph: tf.Graph, fetches: Any) -> bool:
@@ -166,7 +167,7 @@ class StepReporter:
             except (AttributeError, OSError, ValueError):  # replaced by the script, or closed
                 pass
         if self.release_fd is not None:
-            wait_for_release(self.release_fd, self.steps)
+            wait_for_release(self.release_fd, self.steps, self.release_limit_s)
         os._exit(0)
 
     def _start_reporting(self) -> None:

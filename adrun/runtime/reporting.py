@@ -16,18 +16,19 @@ from adrun.task_events import MESSAGE_CHARS, ErrorEvent, TaskEvent, encode
 _lock = threading.Lock()  # the step reporter's thread and the main thread both write
 
 
-def report(event: TaskEvent) -> None:
+def report(event: TaskEvent) -> bool:
     """Write `event` for the launcher, on the process's original stderr (the script may have
-    replaced `sys.stderr`); a closed stream loses the event, never the script."""
+    replaced `sys.stderr`); a closed stream loses the event, never the script. Whether it was written."""
     stream = sys.__stderr__
     if stream is None:
-        return
+        return False
     with _lock:
         try:
             stream.write(encode(event))
             stream.flush()
         except (OSError, ValueError):
-            pass
+            return False
+    return True
 
 
 def error_event(error: BaseException) -> ErrorEvent:

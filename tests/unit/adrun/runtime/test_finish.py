@@ -22,9 +22,9 @@ def test_the_finished_event_reads_back_as_sent():
 @pytest.mark.parametrize("release", ["a line", "the end of the pipe"])
 def test_a_finished_worker_waits_until_released(monkeypatch, release):
     reported: list[object] = []
-    monkeypatch.setattr(finish, "report", reported.append)
+    monkeypatch.setattr(finish, "report", lambda event: reported.append(event) or True)
     read, write = os.pipe()
-    waiter = threading.Thread(target=finish.wait_for_release, args=(read, 5), daemon=True)
+    waiter = threading.Thread(target=finish.wait_for_release, args=(read, 5, 0.0), daemon=True)
     waiter.start()
     deadline = time.monotonic() + 30
     while not reported and time.monotonic() < deadline:
@@ -42,3 +42,24 @@ def test_a_finished_worker_waits_until_released(monkeypatch, release):
     finally:
         if write >= 0:
             os.close(write)
+
+
+def test_a_worker_whose_finished_event_was_lost_does_not_wait(monkeypatch):
+    """The launcher's clock starts with the event it hears: unheard, nobody would end the wait."""
+    monkeypatch.setattr(finish, "report", lambda event: False)
+    read, write = os.pipe()
+    try:
+        finish.wait_for_release(read, 5, 0.0)  # returns at once: nothing is ever written to the pipe
+    finally:
+        os.close(write)
+
+
+def test_a_worker_waits_at_most_its_own_limit(monkeypatch):
+    monkeypatch.setattr(finish, "report", lambda event: True)
+    read, write = os.pipe()
+    try:
+        began = time.monotonic()
+        finish.wait_for_release(read, 5, 0.2)  # nothing on the pipe, its write end open
+        assert time.monotonic() - began >= 0.2
+    finally:
+        os.close(write)

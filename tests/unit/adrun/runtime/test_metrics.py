@@ -150,4 +150,7 @@ def _context(tmp_path, *, sync: str = "all_reduce", mode: str = "run", num_worke
 def test_a_worker_waits_at_the_finish_barrier_only_when_a_peer_may_read_its_server(tmp_path, changes, waits):
     reporter = StepReporter.for_worker(_context(tmp_path, **changes))
     assert reporter.release_fd == (7 if waits else None)
+    from adrun.env_vars import Settings
+
+    assert reporter.release_limit_s == 2 * Settings().op_timeout_s
     assert reporter.max_steps == changes.get("max_steps", 5)

@@ -213,7 +213,7 @@ def test_the_root_cause_keeps_the_last_lines_on_stdout(make, job_id):
 
 # A worker's code, one statement a line: it ran its last step when it reaches FINISH, where it waits
 # at the finish barrier as the runtime does (adrun/runtime/finish.py) until the launcher releases it.
-FINISH = 'wait_for_release(int(os.environ["ADRUN_RELEASE_FD"]), 5)'
+FINISH = 'wait_for_release(int(os.environ["ADRUN_RELEASE_FD"]), 5, 0.0)'
 
 
 def _code(*lines: str) -> str:
