@@ -16,9 +16,10 @@ variable's choices it refuses are not offered. A rule about whole plans (the doc
 is met too: a descent whose end point the document refuses is run again within the kinds of
 synchronizer its start uses (all PS, or all all-reduce), and ends at its start if that is refused too.
 
-The searched plan is Auto's only when predicted faster than the best-predicted built-in plan by
-more than TIE_MARGIN (the spread of the model's errors between plans of one cluster); otherwise
-Auto's plan is that built-in plan, and its one-line reason says so.
+The searched plan is Auto's only when its predicted lead over the best-predicted built-in plan (that
+plan's step time over the searched one's, less 1) is more than TIE_MARGIN (the spread of the model's
+errors between plans of one cluster); otherwise Auto's plan is that built-in plan, and its one-line
+reason says so.
 
 The result is an ordinary Strategy document (builder "Auto"), each variable's choice and its
 predicted share of the synchronization time in its `note`. Deterministic: the same inputs give the
@@ -120,7 +121,7 @@ class Auto(StrategyBuilder):
         auto = self._document(facts, c, variables)
         prediction = predict(auto, profile, spec, network, c)
         best, best_prediction = min(ranked, key=lambda pair: pair[1].step_s)  # ties: registry order
-        if prediction.step_s >= best_prediction.step_s * (1 - TIE_MARGIN):
+        if best_prediction.step_s <= prediction.step_s * (1 + TIE_MARGIN):  # a lead of TIE_MARGIN or less
             auto = self._document(facts, c, best.variables)
             prediction = predict(auto, profile, spec, network, c)
         ranked.append((auto, prediction))
