@@ -22,7 +22,7 @@ every gradient itself, with no accumulator, collective, token or barrier in its 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import tensorflow as tf
@@ -140,12 +140,7 @@ def _local_finish_ops(
     here = own_device(ctx)
     if not non_slot or any(devices.get(v.op.name) != here for v in non_slot):
         return []
-    cut = {op.name for op in chief_only}
-    for op in finish:
-        kept = [c for c in op.control_inputs if c.name not in cut]
-        if len(kept) != len(op.control_inputs):
-            op._remove_all_control_inputs()
-            op._add_control_inputs(kept)
+    _without_control_inputs(finish, chief_only)
     return finish
 
 
@@ -268,9 +263,11 @@ def synchronized_apply(
     return _beside(order.end_step(ctx.task_index, pushes), beside)
 
 
-def _without_control_inputs(ops: list[tf.Operation], cut: list[tf.Operation]) -> None:
-    """Drop `cut` from the control inputs of `ops` (the chief's finish step no longer waits for the
-    replicas' updates: the step op waits for them itself, `_beside`)."""
+def _without_control_inputs(ops: Sequence[tf.Operation], cut: Sequence[tf.Operation]) -> None:
+    """Drop `cut` from the control inputs of `ops` (a non-chief's finish step does not wait for the
+    chief-only PS updates; the chief's no longer waits for the replicas' updates: the step op waits
+    for them itself, `_beside`). TF has no public call for it: the private Operation methods are
+    checked on the pinned TF by tests/unit/adrun/runtime/kernels/test_gradient_sync.py."""
     names = {op.name for op in cut}
     for op in ops:
         kept = [c for c in op.control_inputs if c.name not in names]
