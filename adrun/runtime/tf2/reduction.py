@@ -142,7 +142,9 @@ def mean_gradients(collectives: TF2Collectives, planned: list[tuple[VariablePlan
     axes: dict[int, int] = {}  # position of a partitioned gradient -> the axis its shards join on
     out: list[Any] = [None] * len(planned)
     for (i, grad), gathered in zip(sparse.items(), counts, strict=True):
-        out[i] = collectives.sparse_rows(planned[i][0].name, grad, gathered)
+        # a gradient past the check's slots gathers its own counts: only once every worker passed it
+        with tf.control_dependencies([checked] if gathered is None and checked is not None else []):
+            out[i] = collectives.sparse_rows(planned[i][0].name, grad, gathered)
     for i, (plan, grad) in enumerate(planned):
         if i in sparse:
             continue
