@@ -26,7 +26,10 @@ class Step:
             self.w = tf1.get_variable("w", initializer=tf.constant(initial), use_resource=True)
             self.forward = self.w.read_value() * 1.0  # the model's read
             self.prefetched = PrefetchedVariable(self.w, "w", LOCAL, LOCAL, worker=0, num_workers=1)
-            update = self.w.assign_sub(tf.ones_like(initial), read_value=False)
+            # the update follows the forward pass, as in a real step (its gradients need it): the
+            # forward's check then runs before the update and the pull, never beside them
+            with tf.control_dependencies([self.forward.op]):
+                update = self.w.assign_sub(tf.ones_like(initial), read_value=False)
             self.train = tf.group(*self.prefetched.chief_after_update([update]))
             self.assign = self.w.assign(tf1.placeholder(tf.float32, initial.shape, name="value"), read_value=False)
             self.init = [tf1.global_variables_initializer(), *self.prefetched.initializers]
