@@ -93,9 +93,9 @@ class PrefetchedVariable:
                 rows = tf.shape(current)[0] * (1 - tf.cast(same, tf.int32))
                 # what the check sends: no row, or all of them
                 self.resent = current[:rows]
-                shadowed = self._overwrite(self._shadow, self.resent)
+                self._checked_shadow = self._overwrite(self._shadow, self.resent)
             with tf.device(self.worker_device):
-                check = tf.group(self._overwrite(self._cache, self.resent), shadowed)
+                check = tf.group(self._overwrite(self._cache, self.resent), self._checked_shadow)
         for op in self._readers:
             op._update_input(0, self._cache.handle)
             op._add_control_input(check)
@@ -117,10 +117,15 @@ class PrefetchedVariable:
 
     def _pull(self, after: list[tf.Operation]) -> tf.Operation:
         """Read the applied value on the PS into the shadow and the cache, once `after` has run and
-        this step's forward reads are done."""
+        this step's forward reads are done.
+
+        The shadow is written after the step's check has written it (a PS-local wait, so no new
+        transfer): a check run beside the pull (a graph whose update does not follow the forward
+        pass) could otherwise read the variable before the update, the shadow after the pull, and
+        write the old value over the pulled shadow; the next check would then resend it all."""
         with tf.control_dependencies(after):
             current = self._read_ps()
-        with tf.device(self.ps_device):
+        with tf.device(self.ps_device), tf.control_dependencies([self._checked_shadow]):
             shadowed = self._shadow.assign(current, read_value=False)
         with tf.device(self.worker_device), tf.control_dependencies(self._readers):
             cached = self._cache.assign(current, read_value=False)
