@@ -3,7 +3,9 @@
 The launcher runs the script once with ADRUN_MODE=capture. The hook writes the GraphItem and exits
 before any training happens, at the moment a worker would prepare the graph: when the script
 creates a Session on a graph with an optimizer step, or, for a Session created before its model,
-at that Session's first run once the graph has one (see pending_sessions.py).
+at that Session's first run once the graph has one (see pending_sessions.py). There, the script now
+known to be a graph-mode script, the installed versions are checked (versions.py): an untested one
+is refused by capture, before any run starts.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from adrun.exit_codes import HOOK_DONE_EXIT_CODE
 from adrun.graph_item import GradKind, GraphItem, VariableInfo, save_graph_item
 from adrun.runtime.grads import is_sparse, records_for, variable_name
 from adrun.runtime.kernels.partitioning import partition_blockers
+from adrun.runtime.refusal import refusing
 from adrun.runtime.reporting import report
+from adrun.runtime.versions import GRAPH
 from adrun.task_events import DoneEvent
 
 _graph_at_exit: tf.Graph | None = None
@@ -84,6 +88,7 @@ def static_batch_size(graph: tf.Graph) -> int | None:
 
 
 def capture_and_exit(graph: tf.Graph, out_path: str) -> None:
+    refusing(GRAPH.check_versions)()
     _write(graph, out_path)
     sys.stdout.flush()
     sys.stderr.flush()

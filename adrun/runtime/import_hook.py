@@ -60,20 +60,33 @@ def _find_with_other_finders(me, fullname, path, target):  # type: ignore[no-unt
 
 
 def _install_tensorflow() -> None:
+    """Graph mode's TensorFlow patches, once TensorFlow has the private attributes they use. A
+    run-mode task (a graph plan) checks the versions here too; capture and profile do once the
+    script is known to be a graph script (capture.py, profiler.py)."""
+    from adrun.runtime.context import current
     from adrun.runtime.patches import install
+    from adrun.runtime.refusal import refusing
+    from adrun.runtime.versions import GRAPH
 
+    refusing(GRAPH.check_versions if current().mode == "run" else GRAPH.check_tensorflow)()
     install()
 
 
 def _install_tf_keras() -> None:
     from adrun.runtime.patches import install_tf_keras
+    from adrun.runtime.refusal import refusing
+    from adrun.runtime.versions import GRAPH
 
+    refusing(functools.partial(GRAPH.check_module, "tf_keras.src.optimizers.legacy.optimizer_v2"))()
     install_tf_keras()
 
 
 def _install_tf_keras_saving() -> None:
     from adrun.runtime.patches import install_tf_keras_saving
+    from adrun.runtime.refusal import refusing
+    from adrun.runtime.versions import GRAPH
 
+    refusing(functools.partial(GRAPH.check_module, "tf_keras.src.engine.training"))()
     install_tf_keras_saving()
 
 
@@ -123,10 +136,11 @@ def _tf2_run_patches(ctx: TaskContext) -> dict[str, list[Callable[[], None]]]:
     `tensorflow.python` modules are loaded by `import tensorflow` itself, so theirs run at once. A
     UserError of any of them (an untested version, a missing attribute) refuses the script."""
     from adrun.runtime.refusal import refusing
-    from adrun.runtime.tf2.around import AROUND_PATCHES, check_versions
+    from adrun.runtime.tf2.around import AROUND_PATCHES
     from adrun.runtime.tf2.install import patches
+    from adrun.runtime.versions import TF2
 
-    found: dict[str, list[Callable[[], None]]] = {"tensorflow": [refusing(check_versions)]}
+    found: dict[str, list[Callable[[], None]]] = {"tensorflow": [refusing(TF2.check_versions)]}
     for module, install in AROUND_PATCHES.items():
         found.setdefault(module, []).append(refusing(functools.partial(install, ctx)))
     for module, patch in patches("run").items():

@@ -43,7 +43,9 @@ from adrun.runtime.capture import describe_graph
 from adrun.runtime.capture_point import CapturePoint
 from adrun.runtime.grads import GradientRecord, is_sparse, records_for, variable_name
 from adrun.runtime.metrics import controls_a_step, fetched_names
+from adrun.runtime.refusal import refusing
 from adrun.runtime.reporting import report
+from adrun.runtime.versions import GRAPH
 from adrun.strategies.document import shard_sizes
 from adrun.task_events import DoneEvent
 
@@ -124,6 +126,7 @@ class Profiler:
         self._timed: tuple[float, float] | None = None  # (start, end) of the last timed run, until the next step
         self._graph: tf.Graph | None = None  # of the last training step, else of the last Session
         self._capture_point = capture_point
+        self._versions_checked = False
         atexit.register(self._write_at_exit)
 
     def saw_session(self, graph: tf.Graph) -> None:
@@ -135,6 +138,9 @@ class Profiler:
         Session created on it, or the first training step (of a Session made before its model),
         capture_point.py. Called before a step's clock starts, so the pause is never timed."""
         if records_for(graph).calls:
+            if not self._versions_checked:
+                refusing(GRAPH.check_versions)()  # now known to be a graph script, as capture checks it
+                self._versions_checked = True
             self._capture_point.reached(lambda: describe_graph(graph))
 
     def training_step(

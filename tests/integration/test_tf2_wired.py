@@ -18,10 +18,9 @@ from adrun.launch.job.teardown import leftover_processes
 from tests.support.adrun_cli import run_adrun, write_spec
 from tests.support.paths import REPO, SCRIPTS
 from tests.support.tf2_oracle import SCRIPT, TOLERANCE, adrun_fit, kind_env, max_difference, plain, weights
+from tests.support.untested_versions import UNTESTED_TF, untested_tensorflow_env
 
 pytestmark = pytest.mark.timeout(600)
-
-UNTESTED_TF = "2.99.0"
 
 
 def _saved_files(save: Path) -> list[str]:
@@ -115,23 +114,11 @@ def test_max_restarts_resumes_exactly_from_a_checkpoint_manager(tmp_path: Path) 
                                      "ckpt-3.data-00000-of-00001", "ckpt-3.index"]
 
 
-def _untested_tensorflow(tmp_path: Path) -> dict[str, str]:
-    """PYTHONPATH with a sitecustomize that makes the package metadata report an untested TensorFlow
-    (adrun's own sitecustomize chains to it) in every process of the job."""
-    shim = tmp_path / "shim"
-    shim.mkdir()
-    (shim / "sitecustomize.py").write_text(
-        "import importlib.metadata as metadata\n"
-        "_version = metadata.version\n"
-        f"metadata.version = lambda name: {UNTESTED_TF!r} if name == 'tensorflow' else _version(name)\n")
-    return {"PYTHONPATH": str(shim)}
-
-
 def test_an_untested_tensorflow_is_refused_by_capture(tmp_path: Path) -> None:
     spec = write_spec(tmp_path / "cluster.yml", 2, 0)
     out = tmp_path / "out"
     refused = run_adrun("--spec", str(spec), "--quiet", SCRIPT, "--kind", "fit-sequential", "--out", str(out),
-                        env=_untested_tensorflow(tmp_path))
+                        env=untested_tensorflow_env(tmp_path))
     assert refused.returncode == 2, refused.output
     assert "Traceback" not in refused.output
     [line] = [line for line in refused.stderr.splitlines() if line.startswith("adrun: error: ")]
@@ -147,7 +134,7 @@ def test_an_untested_tensorflow_runs_when_allowed(tmp_path: Path) -> None:
     spec = write_spec(tmp_path / "cluster.yml", 2, 0)
     out = tmp_path / "out"
     allowed = run_adrun("--spec", str(spec), "--quiet", SCRIPT, "--kind", "fit-sequential", "--out", str(out),
-                        env={**_untested_tensorflow(tmp_path), "ADRUN_ALLOW_UNTESTED_VERSIONS": "1"})
+                        env={**untested_tensorflow_env(tmp_path), "ADRUN_ALLOW_UNTESTED_VERSIONS": "1"})
     assert allowed.returncode == 0, allowed.output
     expected = weights(plain("fit-sequential", tmp_path / "plain") / "w0.npz")
     assert max(max_difference(weights(out / f"w{w}.npz"), expected) for w in range(2)) < TOLERANCE

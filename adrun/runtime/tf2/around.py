@@ -1,7 +1,7 @@
 """What surrounds a TF2-mode run, as post-import installers the hook runs in a run-mode task:
 chief-only writes (chief_only.py), the variables of saving kept unbroadcast (local_saving.py),
 `--shard-data` for `fit` (input_sharding.py) and the check that
-each private module adrun patches still has what it needs (versions.py).
+each private module adrun patches still has what it needs (runtime/versions.py).
 
 `AROUND_PATCHES` maps a module name to its installer, run right after the script's import of that
 module. Each installer first checks the module's private attributes (one clear error instead of an
@@ -15,9 +15,9 @@ from collections.abc import Callable
 
 from adrun.runtime.context import TaskContext
 from adrun.runtime.tf2 import chief_only, input_sharding, local_saving
-from adrun.runtime.tf2.versions import PRIVATE_API, check_module, check_versions
+from adrun.runtime.versions import TF2
 
-__all__ = ["AROUND_PATCHES", "PROFILE_PATCHES", "check_versions"]
+__all__ = ["AROUND_PATCHES", "PROFILE_PATCHES"]
 
 
 _installed: set[str] = set()
@@ -29,8 +29,8 @@ def _checked(module_name: str, installs: list[Callable[[TaskContext], None]]) ->
         if module_name in _installed:
             return
         _installed.add(module_name)
-        if module_name in PRIVATE_API:
-            check_module(module_name)
+        if module_name in TF2.private:
+            TF2.check_module(module_name)
         for install in installs:
             install(ctx)
     return installer
@@ -39,7 +39,7 @@ def _checked(module_name: str, installs: list[Callable[[TaskContext], None]]) ->
 def _patches() -> dict[str, Callable[[TaskContext], None]]:
     # TensorFlow's modules are checked by check_versions(); the Keras ones when they are imported
     by_module: dict[str, list[Callable[[TaskContext], None]]] = {
-        name: [] for name in PRIVATE_API if not name.startswith("tensorflow.")}
+        name: [] for name in TF2.private if not name.startswith("tensorflow.")}
     for patches in (chief_only.PATCHES, input_sharding.PATCHES, local_saving.PATCHES):
         for module_name, install in patches.items():
             by_module.setdefault(module_name, []).append(install)

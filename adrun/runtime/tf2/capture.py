@@ -7,7 +7,7 @@ all applies of one training step are known:
   of the function, a GAN's two optimizers too, has been traced);
 - eager: at the second apply of an optimizer already seen (all of a step's optimizers have applied).
 A script that ends without any apply is refused with what it did (`refuse_at_exit`). At the first
-apply, the script being known to be a TF2 script, the installed versions are checked (versions.py):
+apply, the script being known to be a TF2 script, the installed versions are checked (runtime/versions.py):
 an untested one is refused there, by capture, before any run starts.
 """
 
@@ -28,7 +28,7 @@ from adrun.runtime.refusal import refuse, refusing
 from adrun.runtime.reporting import report
 from adrun.runtime.tf2.applied import AppliedVariables
 from adrun.runtime.tf2.optimizer_hooks import traced_batch_size
-from adrun.runtime.tf2.versions import check_versions
+from adrun.runtime.versions import TF2
 from adrun.task_events import DoneEvent
 
 NO_APPLY = (
@@ -54,7 +54,7 @@ class CaptureAtApply:
 
     def before(self, optimizer: Any, grads: list[Any], variables: list[Any]) -> list[Any]:
         if not self._applied:
-            refusing(check_versions)()  # now known to be a TF2 script: one clear message, from capture
+            refusing(TF2.check_versions)()  # now known to be a TF2 script: one clear message, from capture
         if tf.executing_eagerly() and id(optimizer) in self._applied:
             self.finish()
         self._applied.add(id(optimizer))

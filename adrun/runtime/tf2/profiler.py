@@ -42,7 +42,7 @@ from adrun.runtime.reporting import report
 from adrun.runtime.tf2.applied import AppliedVariables
 from adrun.runtime.tf2.capture import check_for_apply
 from adrun.runtime.tf2.optimizer_hooks import is_sparse, traced_batch_size
-from adrun.runtime.tf2.versions import check_versions
+from adrun.runtime.versions import TF2
 from adrun.task_events import DoneEvent
 
 # (variable name, slices counted) per sparse gradient, in the order of a mark's counts
@@ -81,7 +81,7 @@ class ProfileAtApply:
         if not ops.executing_eagerly_outside_functions():
             return grads  # a graph-mode apply (tf_keras, eager execution disabled): graph mode's profiler
         if self._first is None:
-            refusing(check_versions)()  # now known to be a TF2 script, as capture checks it
+            refusing(TF2.check_versions)()  # now known to be a TF2 script, as capture checks it
             self._first = id(optimizer)
         self._seen.add(optimizer, grads, variables)
         if id(optimizer) == self._first:

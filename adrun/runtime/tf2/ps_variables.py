@@ -15,7 +15,7 @@ variable the script creates by a handle to a resource on `/job:ps/task:k`:
 `tf.Variable` on a remote device is private to its client (it gets a unique shared name, and TF
 refuses explicit shared names in eager mode), so the handle is a raw `VarHandleOp` with a shared name
 made from the variable's name, wrapped in a `BaseResourceVariable` (private API, pinned in
-versions.py). The wrapper installs no deleter: a worker's exit leaves the resource to the others.
+runtime/versions.py). The wrapper installs no deleter: a worker's exit leaves the resource to the others.
 The chief assigns each initial value; the other workers never evaluate theirs (a worker seeded
 differently still trains the chief's values) and wait until the chief's value is there.
 """

@@ -1,0 +1,123 @@
+"""Version pinning of both runtimes (adrun/runtime/versions.py): the installed versions pass and
+have every private attribute listed for graph mode and TF2 mode, an untested one is refused with a
+message naming the mode, found, tested and the setting, and a missing private attribute is named."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+from adrun.env_vars import Settings
+from adrun.errors import UserError
+from adrun.runtime import versions
+from adrun.runtime.versions import GRAPH, TF2
+
+
+def test_the_installed_versions_are_the_tested_ones_and_tensorflow_has_every_private_attribute():
+    """Fails after an upgrade (CI installs the newest TensorFlow): run the TF2 tests on the new
+    versions, then add them to versions.TESTED."""
+    assert set(versions.installed_versions()) == {"tensorflow", "keras", "tf_keras"}
+    TF2.check_versions(allow_untested=False)
+    GRAPH.check_versions(allow_untested=False)
+
+
+def test_an_untested_version_names_what_was_found_what_was_tested_and_the_setting(capsys):
+    found = {"tensorflow": "2.22.0", "keras": "3.15.1", "tf_keras": "2.21.0"}
+    with pytest.raises(UserError) as error:
+        TF2.check_versions(allow_untested=False, found=found)
+    assert str(error.value) == (
+        "TF2 mode was tested with tensorflow 2.21.x, keras 3.15.x, tf_keras 2.21.x, and found tensorflow 2.22.0. "
+        "It patches private TensorFlow/Keras code, which may differ in other versions. Install a tested version, "
+        "or set ADRUN_ALLOW_UNTESTED_VERSIONS=1 to try anyway")
+    TF2.check_versions(allow_untested=True, found=found)  # the setting lets it try, and it is said
+    assert capsys.readouterr().err == "adrun: TF2 mode on untested tensorflow 2.22.0 (ADRUN_ALLOW_UNTESTED_VERSIONS=1)\n"
+
+
+def test_graph_mode_names_itself_and_only_the_distributions_it_uses(capsys):
+    found = {"tensorflow": "2.22.0", "keras": "3.99.0", "tf_keras": "2.21.0"}
+    with pytest.raises(UserError) as error:
+        GRAPH.check_versions(allow_untested=False, found=found)
+    assert str(error.value) == (
+        "graph mode was tested with tensorflow 2.21.x, tf_keras 2.21.x, and found tensorflow 2.22.0. "
+        "It patches private TensorFlow/Keras code, which may differ in other versions. Install a tested version, "
+        "or set ADRUN_ALLOW_UNTESTED_VERSIONS=1 to try anyway")
+    GRAPH.check_versions(allow_untested=False, found={**found, "tensorflow": "2.21.3"})  # Keras 3 is not graph mode's
+    GRAPH.check_versions(allow_untested=True, found=found)
+    assert capsys.readouterr().err == "adrun: graph mode on untested tensorflow 2.22.0 (ADRUN_ALLOW_UNTESTED_VERSIONS=1)\n"
+
+
+@pytest.mark.parametrize("mode", [GRAPH, TF2], ids=lambda mode: mode.mode)
+def test_every_private_attribute_adrun_touches_exists_in_the_installed_packages(mode):
+    import importlib
+
+    for name in mode.private:
+        importlib.import_module(name)
+    assert [missing for name in mode.private for missing in mode.missing_attributes(name)] == []
+
+
+def test_graph_modes_registry_names_the_control_input_edits_of_gradient_sync():
+    assert {"Operation._remove_all_control_inputs", "Operation._add_control_inputs"} <= set(
+        GRAPH.private["tensorflow.python.framework.ops"])
+
+
+def test_an_attribute_set_on_instances_is_found_in_the_class_code_and_named_when_gone(monkeypatch):
+    class Graph:
+        def __init__(self):
+            self._container = ""
+
+    class Operation:
+        pass
+
+    fake = types.ModuleType("tensorflow.python.framework.ops")
+    fake.Graph, fake.Operation = Graph, Operation
+    monkeypatch.setitem(sys.modules, "tensorflow.python.framework.ops", fake)
+    assert "tensorflow.python.framework.ops.Graph._container" not in GRAPH.missing_attributes(fake.__name__)
+    fake.Graph = type("Graph", (), {"__init__": lambda self: None})
+    missing = GRAPH.missing_attributes(fake.__name__)
+    assert "tensorflow.python.framework.ops.Graph._container" in missing
+    assert "tensorflow.python.framework.ops.Operation._remove_all_control_inputs" in missing
+
+
+@pytest.mark.parametrize("version, tested", [("3.15.1", True), ("3.15", True), ("3.150.0", False), ("3.1", False)])
+def test_a_release_series_matches_by_major_and_minor(version, tested):
+    assert (TF2.untested({"keras": version}) == {}) is tested
+
+
+def test_a_missing_private_attribute_is_named(monkeypatch):
+    fake = types.ModuleType("keras.src.saving.saving_api")
+    fake.save_model = fake.save_weights = fake.load_model = lambda *a: None
+    monkeypatch.setitem(sys.modules, "keras.src.saving.saving_api", fake)
+    with pytest.raises(UserError, match=r"TF2 mode needs keras\.src\.saving\.saving_api\.load_weights, which "
+                                        r"this installation \(tensorflow 2\.21\.\d+, keras 3\.15\.\d+"):
+        TF2.check_module("keras.src.saving.saving_api")
+
+
+def test_a_missing_private_attribute_of_graph_mode_is_named(monkeypatch):
+    fake = types.ModuleType("tf_keras.src.engine.training")
+    fake.Model = type("Model", (), {"save": lambda self: None})
+    monkeypatch.setitem(sys.modules, "tf_keras.src.engine.training", fake)
+    with pytest.raises(UserError, match=r"^graph mode needs tf_keras\.src\.engine\.training\.Model\.save_weights, "
+                                        r"which this installation \(tensorflow 2\.21\.\d+.*\) does not have; it was "
+                                        r"tested with tensorflow 2\.21\.x, tf_keras 2\.21\.x$"):
+        GRAPH.check_module("tf_keras.src.engine.training")
+
+
+def test_the_setting_reaches_the_tasks_only_when_set():
+    assert Settings(allow_untested_versions=True).to_env() == {"ADRUN_ALLOW_UNTESTED_VERSIONS": "1"}
+    assert Settings.from_env(Settings(allow_untested_versions=True).to_env()).allow_untested_versions is True
+    assert Settings().to_env() == {}
+
+
+def test_an_around_installer_checks_its_module_before_patching_it(monkeypatch):
+    from adrun.runtime.context import TaskContext
+    from adrun.runtime.tf2.around import AROUND_PATCHES
+
+    other_worker = TaskContext(mode="run", role="worker", task_index=1, num_workers=2, job_id="j", cluster={},
+                               strategy_file=None, capture_out=None)
+    monkeypatch.setitem(sys.modules, "keras.src.callbacks.tensorboard", types.ModuleType("tensorboard"))
+    with pytest.raises(UserError, match=r"TF2 mode needs keras\.src\.callbacks\.tensorboard\.TensorBoard, which"):
+        AROUND_PATCHES["keras.src.callbacks.tensorboard"](other_worker)
+    assert {"keras.src.optimizers.base_optimizer", "keras.src.backend.tensorflow.trainer",
+            "tensorflow.python.checkpoint.checkpoint_management"} <= set(AROUND_PATCHES)
