@@ -100,16 +100,21 @@ class Auto(StrategyBuilder):
 
     def build(self, facts: PlanningFacts) -> Strategy:
         """Auto's plan: the Auto entry of `rank`, its `reason` the ranking in one line."""
-        ranked = self.rank(facts)
+        ranked, by_margin = self._rank(facts)
         plan = next(plan for plan, _ in ranked if plan.builder == AUTO)
         assert facts.profile is not None
-        return plan.model_copy(update={"reason": ranking_reason(ranked, untimed=facts.profile.untimed)})
+        return plan.model_copy(update={"reason": ranking_reason(ranked, by_margin, untimed=facts.profile.untimed)})
 
     def rank(self, facts: PlanningFacts) -> list[tuple[Strategy, Prediction]]:
         """Every built-in builder's plan (default options) and Auto's, with their predictions, best
         (shortest predicted step) first; ties keep registry order, Auto last. Auto's is the searched
         plan when predicted more than TIE_MARGIN faster than the best built-in plan, else that
         built-in plan."""
+        return self._rank(facts)[0]
+
+    def _rank(self, facts: PlanningFacts) -> tuple[list[tuple[Strategy, Prediction]], bool]:
+        """`rank`'s list, and whether TIE_MARGIN decided Auto's plan (the search had ended on
+        another plan than the best built-in one, not enough ahead of it)."""
         self.check_facts(facts)
         assert facts.profile is not None and facts.network is not None and facts.fit is not None
         c = facts.fit.coefficients
@@ -121,11 +126,13 @@ class Auto(StrategyBuilder):
         auto = self._document(facts, c, variables)
         prediction = predict(auto, profile, spec, network, c)
         best, best_prediction = min(ranked, key=lambda pair: pair[1].step_s)  # ties: registry order
+        by_margin = False
         if best_prediction.step_s <= prediction.step_s * (1 + TIE_MARGIN):  # a lead of TIE_MARGIN or less
+            by_margin = _keys(auto) != _keys(best)
             auto = self._document(facts, c, best.variables)
             prediction = predict(auto, profile, spec, network, c)
         ranked.append((auto, prediction))
-        return sorted(ranked, key=lambda pair: pair[1].step_s)
+        return sorted(ranked, key=lambda pair: pair[1].step_s), by_margin
 
     def _runnable(self, facts: PlanningFacts, variables: Sequence[VariablePlan]) -> bool:
         """Whether the document accepts `variables` as a plan of `facts` (for a TF2 script: whether
@@ -154,20 +161,21 @@ class Auto(StrategyBuilder):
         return strategy(noted)
 
 
-def ranking_reason(ranked: Sequence[tuple[Strategy, Prediction]], untimed: bool = False) -> str:
+def ranking_reason(ranked: Sequence[tuple[Strategy, Prediction]], by_margin: bool, untimed: bool = False) -> str:
     """`predicted step 12.1 ms; next: AllReduce 13.0 ms, PartitionedAR 14.2 ms`: Auto's predicted
     step time beside the next two builders' (of `rank`'s list), and when Auto's plan is a built-in
-    builder's, which one and the rule that kept it; `untimed`: the profile timed no step, so the
-    times are the communication's alone, and the line says so."""
+    builder's, which one and why: the search ended on it, or (`by_margin`) TIE_MARGIN kept it over
+    the searched plan; `untimed`: the profile timed no step, so the times are the communication's
+    alone, and the line says so."""
     plan, auto = next((plan, prediction) for plan, prediction in ranked if plan.builder == AUTO)
     others = [f"{plan.builder} {_ms(prediction.step_s)}" for plan, prediction in ranked if plan.builder != AUTO][:2]
     line = f"predicted step {_ms(auto.step_s)}" + (f"; next: {', '.join(others)}" if others else "")
-    keys = [_key(v) for v in plan.variables]
-    same = next((other.builder for other, _ in ranked
-                 if other.builder != AUTO and [_key(v) for v in other.variables] == keys), None)
-    if same is not None:
+    same = next((other.builder for other, _ in ranked if other.builder != AUTO and _keys(other) == _keys(plan)), None)
+    if same is not None and by_margin:
         line += (f"; {same}'s plan (a searched plan must be predicted more than {TIE_MARGIN:.0%} faster than "
                  "the best built-in one)")
+    elif same is not None:
+        line += f"; {same}'s plan (the search found none faster)"
     if untimed:
         line += " (no step was timed: planned from the model's facts and the network alone, compute not counted)"
     return line
@@ -229,6 +237,11 @@ def _sync_kinds(plans: Sequence[VariablePlan]) -> frozenset[str]:
 def _key(plan: VariablePlan) -> str:
     """What makes two plans of a variable the same choice (the note does not)."""
     return plan.model_dump_json(exclude={"note"})
+
+
+def _keys(strategy: Strategy) -> list[str]:
+    """What makes two strategies the same plan."""
+    return [_key(v) for v in strategy.variables]
 
 
 # One variable's choice, cheap to make and compare during the search: ("ps", task, staleness),

@@ -235,3 +235,16 @@ def test_the_default_margin_keeps_a_builtin_plan_within_ten_percent():
         auto_s = next(p.step_s for s, p in ranked if s.builder == "Auto")
         best_s = min(p.step_s for s, p in ranked if s.builder != "Auto")
         assert auto_s < best_s * (1 - TIE_MARGIN) or auto_s == best_s
+
+
+def test_the_reason_names_the_margin_only_when_it_decided(monkeypatch):
+    """A search that itself ends on a built-in plan says so; the margin rule is named only when it
+    kept a built-in plan over a different searched one (the test above)."""
+    import adrun.strategies.auto as auto_module
+
+    monkeypatch.setattr(auto_module, "TIE_MARGIN", 0.0)  # the margin keeps no searched plan that is ahead
+    made = facts(*dense_case())
+    ranked = Auto().rank(made)
+    searched = next(s for s, _ in ranked if s.builder == "Auto")
+    same = next(s.builder for s, _ in ranked if s.builder != "Auto" and _plan_of(s) == _plan_of(searched))
+    assert Auto().build(made).reason.endswith(f"; {same}'s plan (the search found none faster)")
