@@ -24,6 +24,7 @@ from adrun.env_vars import Settings
 from adrun.graph_item import GraphItem, load_graph_item
 from adrun.launch.env import HOOK_DIR, task_env
 from adrun.launch.job.local import LocalProcess, worker_argv
+from adrun.launch.job.process import task_pipe
 from adrun.launch.job.tf_noise import NoiseFilter
 from adrun.profile_samples import ProfileSamples, load_samples
 from adrun.task_context import AfterCapture, Mode, Role, TaskContext
@@ -98,7 +99,7 @@ class ScriptProcess:
         self._answer_read: int | None = None
         self._answer_write: int | None = None
         if ask:
-            self._answer_read, self._answer_write = os.pipe()
+            self._answer_read, self._answer_write = task_pipe()
         warmup, steps = profile_steps
         self._context = TaskContext(
             mode=mode, role=Role.WORKER, task_index=0, num_workers=num_workers, job_id=job_id, cluster={},

@@ -177,8 +177,11 @@ class TaskContext:
 
 
 def _fd(env: Mapping[str, str], name: str) -> int | None:
-    """A file descriptor the process inherited, or None when `name` is unset."""
-    return whole_number(env, name, 0, 0, "a file descriptor") if env.get(name, "").strip() else None
+    """A pipe's file descriptor the process inherited, or None when `name` is unset. Never stdin,
+    stdout or stderr: the task closes the descriptor when done, which would take its own stdio."""
+    if not env.get(name, "").strip():
+        return None
+    return whole_number(env, name, 0, 3, "a pipe's file descriptor (0-2 are stdin, stdout and stderr)")
 
 
 def _cluster(text: str) -> dict[str, list[str]]:

@@ -18,7 +18,7 @@ from typing import IO
 from adrun.env_vars import RELEASE_FD_VAR
 
 from ..nodes.node_tools import group_alive, signal_group
-from .process import TaskProcess
+from .process import TaskProcess, task_pipe
 
 _PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None)
@@ -60,7 +60,7 @@ class LocalProcess(TaskProcess):
         self._release_write: int | None = None
         release_read: int | None = None
         if release:
-            release_read, self._release_write = os.pipe()
+            release_read, self._release_write = task_pipe()
             env[RELEASE_FD_VAR] = str(release_read)
             fds += (release_read,)
         try:

@@ -8,10 +8,29 @@ process that lacks a method fails when it is made, not in the middle of a job's 
 
 from __future__ import annotations
 
+import fcntl
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from types import TracebackType
 from typing import Protocol
+
+
+def task_pipe() -> tuple[int, int]:
+    """`os.pipe()` whose ends are numbered 3 or more. A task inherits the read end under its
+    number (ADRUN_RELEASE_FD, ADRUN_CAPTURE_ANSWER_FD); a launcher started with stdin, stdout or
+    stderr closed would get one of 0-2, which the task's own stdio replaces, and which the task
+    refuses (adrun/task_context.py)."""
+    read, write = os.pipe()
+    return _above_stdio(read), _above_stdio(write)
+
+
+def _above_stdio(fd: int) -> int:
+    if fd > 2:
+        return fd
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)  # not inheritable, as os.pipe()'s ends are
+    os.close(fd)
+    return moved
 
 
 class OutputLines(Protocol):

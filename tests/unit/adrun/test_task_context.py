@@ -66,7 +66,7 @@ def test_every_variable_of_the_contract_and_every_setting_is_read():
                 capture_out="/o.json", profile_warmup=0, profile_steps=20, scratch_dir="/s",
                 settings=Settings(max_steps=40)),
     TaskContext(mode=Mode.PROFILE, role=Role.WORKER, task_index=0, num_workers=2, job_id="p", cluster={},
-                capture_out="/o.json", profile_warmup=1, profile_steps=20, scratch_dir="/s", capture_answer_fd=0),
+                capture_out="/o.json", profile_warmup=1, profile_steps=20, scratch_dir="/s", capture_answer_fd=3),
 ])
 def test_a_context_written_to_the_environment_reads_back_equal(context):
     env = context.to_env()
@@ -96,6 +96,8 @@ def test_text_given_for_an_enum_field_is_held_as_the_enum():
     ("ADRUN_PROFILE_STEPS", "2.5"),
     ("ADRUN_CAPTURE_ANSWER_FD", "-3"),
     ("ADRUN_RELEASE_FD", "pipe"),
+    ("ADRUN_RELEASE_FD", "2"),
+    ("ADRUN_CAPTURE_ANSWER_FD", "0"),
     ("ADRUN_SHARD_DATA", "yes"),
     ("ADRUN_MAX_STEPS", "0"),
     ("ADRUN_INIT_TIMEOUT", "soon"),
@@ -105,6 +107,15 @@ def test_text_given_for_an_enum_field_is_held_as_the_enum():
 def test_a_bad_value_is_refused_with_the_variables_name(name, value):
     with pytest.raises(UserError, match=f"^{name}='{re.escape(value)}': expected "):
         TaskContext.from_env({**EVERY_VARIABLE, name: value})
+
+
+@pytest.mark.parametrize("fd", ["0", "1", "2"])
+def test_stdin_stdout_or_stderr_is_refused_as_the_release_pipe(fd):
+    """The worker closes its release pipe when released: fd 1 or 2 would take its output along."""
+    with pytest.raises(UserError) as refused:
+        TaskContext.from_env({**EVERY_VARIABLE, "ADRUN_RELEASE_FD": fd})
+    assert str(refused.value) == (f"ADRUN_RELEASE_FD='{fd}': expected a pipe's file descriptor "
+                                  "(0-2 are stdin, stdout and stderr), 3 or more")
 
 
 @pytest.mark.parametrize("answer", list(AfterCapture))

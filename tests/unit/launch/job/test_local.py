@@ -124,3 +124,19 @@ def test_the_release_pipe_reaches_the_task_and_a_release_after_its_end_is_harmle
     plain = LocalProcess([sys.executable, "-c", "import os; print(os.environ.get('ADRUN_RELEASE_FD'))"],
                          cwd=tmp_path, env={k: v for k, v in os.environ.items() if k != "ADRUN_RELEASE_FD"})
     assert plain.communicate(timeout=60)[0] == b"None\n"
+
+
+def test_a_launcher_without_stdin_still_gives_the_task_a_working_release_pipe(tmp_path):
+    """With its stdin closed, the launcher's new pipe would be numbered 0, which the task's own
+    stdin (/dev/null) replaces: the task would read its release at once. Its ends are moved above 2."""
+    launcher = (
+        "import os, sys\n"
+        "os.close(0)\n"
+        "from adrun.launch.job.local import LocalProcess\n"
+        "reader = \"import os; fd = int(os.environ['ADRUN_RELEASE_FD']); print(fd > 2, os.read(fd, 100))\"\n"
+        "task = LocalProcess([sys.executable, '-c', reader], cwd='.', env=os.environ, release=True)\n"
+        "task.release()\n"
+        "sys.stdout.buffer.write(task.communicate(timeout=60)[0])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", launcher], cwd=tmp_path, capture_output=True, timeout=120)
+    assert (done.stdout, done.returncode) == (b"True b'release\\n'\n", 0), done.stderr
