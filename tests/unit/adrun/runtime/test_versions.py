@@ -23,29 +23,25 @@ def test_the_installed_versions_are_the_tested_ones_and_tensorflow_has_every_pri
     GRAPH.check_versions(allow_untested=False)
 
 
-def test_an_untested_version_names_what_was_found_what_was_tested_and_the_setting(capsys):
+@pytest.mark.parametrize("mode, tested", [(TF2, "tensorflow 2.21.x, keras 3.15.x, tf_keras 2.21.x"),
+                                          (GRAPH, "tensorflow 2.21.x, tf_keras 2.21.x")], ids=["TF2", "graph"])
+def test_an_untested_version_names_the_mode_what_was_found_what_was_tested_and_the_setting(capsys, mode, tested):
     found = {"tensorflow": "2.22.0", "keras": "3.15.1", "tf_keras": "2.21.0"}
     with pytest.raises(UserError) as error:
-        TF2.check_versions(allow_untested=False, found=found)
+        mode.check_versions(allow_untested=False, found=found)
     assert str(error.value) == (
-        "TF2 mode was tested with tensorflow 2.21.x, keras 3.15.x, tf_keras 2.21.x, and found tensorflow 2.22.0. "
+        f"{mode.mode} mode was tested with {tested}, and found tensorflow 2.22.0. "
         "It patches private TensorFlow/Keras code, which may differ in other versions. Install a tested version, "
         "or set ADRUN_ALLOW_UNTESTED_VERSIONS=1 to try anyway")
-    TF2.check_versions(allow_untested=True, found=found)  # the setting lets it try, and it is said
-    assert capsys.readouterr().err == "adrun: TF2 mode on untested tensorflow 2.22.0 (ADRUN_ALLOW_UNTESTED_VERSIONS=1)\n"
+    mode.check_versions(allow_untested=True, found=found)  # the setting lets it try, and it is said
+    assert capsys.readouterr().err == (
+        f"adrun: {mode.mode} mode on untested tensorflow 2.22.0 (ADRUN_ALLOW_UNTESTED_VERSIONS=1)\n")
 
 
-def test_graph_mode_names_itself_and_only_the_distributions_it_uses(capsys):
-    found = {"tensorflow": "2.22.0", "keras": "3.99.0", "tf_keras": "2.21.0"}
-    with pytest.raises(UserError) as error:
-        GRAPH.check_versions(allow_untested=False, found=found)
-    assert str(error.value) == (
-        "graph mode was tested with tensorflow 2.21.x, tf_keras 2.21.x, and found tensorflow 2.22.0. "
-        "It patches private TensorFlow/Keras code, which may differ in other versions. Install a tested version, "
-        "or set ADRUN_ALLOW_UNTESTED_VERSIONS=1 to try anyway")
-    GRAPH.check_versions(allow_untested=False, found={**found, "tensorflow": "2.21.3"})  # Keras 3 is not graph mode's
-    GRAPH.check_versions(allow_untested=True, found=found)
-    assert capsys.readouterr().err == "adrun: graph mode on untested tensorflow 2.22.0 (ADRUN_ALLOW_UNTESTED_VERSIONS=1)\n"
+def test_graph_mode_does_not_check_keras_3():
+    GRAPH.check_versions(allow_untested=False, found={"tensorflow": "2.21.3", "keras": "3.99.0", "tf_keras": "2.21.0"})
+    with pytest.raises(UserError):
+        TF2.check_versions(allow_untested=False, found={"tensorflow": "2.21.3", "keras": "3.99.0", "tf_keras": "2.21.0"})
 
 
 @pytest.mark.parametrize("mode", [GRAPH, TF2], ids=lambda mode: mode.mode)
