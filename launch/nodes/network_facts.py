@@ -97,9 +97,11 @@ def _endpoint(node: Node, remote: RemoteNodes | None) -> Endpoint:
 
 
 def _measure(sender: Endpoint, receiver: Endpoint, host: str) -> Transfer:
-    path = "loopback" if sender is receiver else f"{sender.node.address} -> {receiver.node.address}"
+    loopback = sender is receiver
+    path = "loopback" if loopback else f"{sender.node.address} -> {receiver.node.address}"
     try:
-        return measure_transfer(sender, receiver, host, TRANSFER_BYTES, pings=PINGS, max_s=STREAM_S)
+        return measure_transfer(sender, receiver, host, TRANSFER_BYTES, pings=PINGS, max_s=STREAM_S,
+                                shape=not loopback)
     except TransferError as e:
         raise UserError(
             f"cannot measure the network ({path}): {e}; run `adrun cluster check`, or give the figures in "
@@ -108,15 +110,16 @@ def _measure(sender: Endpoint, receiver: Endpoint, host: str) -> Transfer:
 
 
 def _link(done: Transfer) -> Link:
-    return Link(bytes_per_s=done.bytes_per_s, latency_s=done.latency_s, source="measured")
+    return Link(bytes_per_s=done.bytes_per_s, latency_s=done.latency_s, burst_bytes=done.burst_bytes,
+                queue_bytes=done.queue_bytes, source="measured")
 
 
 def _assumed(addresses: list[str], measured: list[HostLink]) -> list[HostLink]:
     """The pairs not measured, as the median measured link."""
     have = {(link.src, link.dst) for link in measured}
-    bytes_per_s = statistics.median(link.bytes_per_s for link in measured)
-    latency_s = statistics.median(link.latency_s for link in measured)
-    return [HostLink(src=a, dst=b, bytes_per_s=bytes_per_s, latency_s=latency_s, source="assumed")
+    figures = {name: statistics.median(getattr(link, name) for link in measured)
+               for name in ("bytes_per_s", "latency_s", "burst_bytes", "queue_bytes")}
+    return [HostLink(src=a, dst=b, **figures, source="assumed")
             for a, b in itertools.permutations(addresses, 2) if (a, b) not in have]
 
 
