@@ -12,15 +12,18 @@ that no two share a link or a CPU:
   measured links.
 Each transfer times PINGS one-byte round trips on its connection (latency: half the median round
 trip) and then streams at most TRANSFER_BYTES for at most STREAM_S seconds (bandwidth: bytes over
-the time to the receiver's acknowledgement). Each process is bounded by launch/nodes/transfer.py's
+the time to the receiver's acknowledgement). Between two nodes it also measures a shaper on the
+path (launch/nodes/link_shape.py): the token bucket (`Link.burst_bytes`) from the stream's start,
+and the sender's queue (`Link.queue_bytes`, in bytes of the measured rate) from a UDP blast after
+it, about 0.5 s more; a path without a shaper gets 0 for both, and so does the loopback, which is
+not probed for one (nothing shapes it). Each process is bounded by launch/nodes/transfer.py's
 timeouts and ends by itself; nothing is left running.
 
 Measured, too: whether the nodes share one machine's CPUs (`NetworkFacts.shared_cpus`):
 every node's shell reads the kernel's boot id; when more than one node answers and all with the
 same id (network namespaces or containers of one kernel, as the benchmark's hosts are), their
 compute, their tasks' RPC work and the traffic between them run on the same CPUs, and the facts
-say how many (`nproc`: the CPUs a process started there may use). Link.queue_bytes stays unknown
-(0): nothing here measures a link's queue truthfully.
+say how many (`nproc`: the CPUs a process started there may use).
 """
 
 from __future__ import annotations
