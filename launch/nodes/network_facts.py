@@ -12,15 +12,18 @@ that no two share a link or a CPU:
   measured links.
 Each transfer times PINGS one-byte round trips on its connection (latency: half the median round
 trip) and then streams at most TRANSFER_BYTES for at most STREAM_S seconds (bandwidth: bytes over
-the time to the receiver's acknowledgement). Each process is bounded by launch/nodes/transfer.py's
+the time to the receiver's acknowledgement). Between two nodes it also measures a shaper on the
+path (launch/nodes/link_shape.py): the token bucket (`Link.burst_bytes`) from the stream's start,
+and the sender's queue (`Link.queue_bytes`, in bytes of the measured rate) from a UDP blast after
+it, about 0.5 s more; a path without a shaper gets 0 for both, and so does the loopback, which is
+not probed for one (nothing shapes it). Each process is bounded by launch/nodes/transfer.py's
 timeouts and ends by itself; nothing is left running.
 
 Measured, too: whether the nodes share one machine's CPUs (`NetworkFacts.shared_cpus`):
 every node's shell reads the kernel's boot id; when more than one node answers and all with the
 same id (network namespaces or containers of one kernel, as the benchmark's hosts are), their
 compute, their tasks' RPC work and the traffic between them run on the same CPUs, and the facts
-say how many (`nproc`: the CPUs a process started there may use). Link.queue_bytes stays unknown
-(0): nothing here measures a link's queue truthfully.
+say how many (`nproc`: the CPUs a process started there may use).
 """
 
 from __future__ import annotations
@@ -97,9 +100,11 @@ def _endpoint(node: Node, remote: RemoteNodes | None) -> Endpoint:
 
 
 def _measure(sender: Endpoint, receiver: Endpoint, host: str) -> Transfer:
-    path = "loopback" if sender is receiver else f"{sender.node.address} -> {receiver.node.address}"
+    loopback = sender is receiver
+    path = "loopback" if loopback else f"{sender.node.address} -> {receiver.node.address}"
     try:
-        return measure_transfer(sender, receiver, host, TRANSFER_BYTES, pings=PINGS, max_s=STREAM_S)
+        return measure_transfer(sender, receiver, host, TRANSFER_BYTES, pings=PINGS, max_s=STREAM_S,
+                                shape=not loopback)
     except TransferError as e:
         raise UserError(
             f"cannot measure the network ({path}): {e}; run `adrun cluster check`, or give the figures in "
@@ -108,15 +113,16 @@ def _measure(sender: Endpoint, receiver: Endpoint, host: str) -> Transfer:
 
 
 def _link(done: Transfer) -> Link:
-    return Link(bytes_per_s=done.bytes_per_s, latency_s=done.latency_s, source="measured")
+    return Link(bytes_per_s=done.bytes_per_s, latency_s=done.latency_s, burst_bytes=done.burst_bytes,
+                queue_bytes=done.queue_bytes, source="measured")
 
 
 def _assumed(addresses: list[str], measured: list[HostLink]) -> list[HostLink]:
     """The pairs not measured, as the median measured link."""
     have = {(link.src, link.dst) for link in measured}
-    bytes_per_s = statistics.median(link.bytes_per_s for link in measured)
-    latency_s = statistics.median(link.latency_s for link in measured)
-    return [HostLink(src=a, dst=b, bytes_per_s=bytes_per_s, latency_s=latency_s, source="assumed")
+    figures = {name: statistics.median(getattr(link, name) for link in measured)
+               for name in ("bytes_per_s", "latency_s", "burst_bytes", "queue_bytes")}
+    return [HostLink(src=a, dst=b, **figures, source="assumed")
             for a, b in itertools.permutations(addresses, 2) if (a, b) not in have]
 
 

@@ -10,12 +10,22 @@ ignored) and bounds every wait by itself, so it ends even if the SSH channel is 
 Modes:
   facts  {"workdir", "script", "ports"}    versions, CPUs, memory, GPUs, disk, script, ports,
                                            whether a job's packet-filter rule can be installed
-  recv   {"port", "timeout", "pings"?}     accept one TCP stream, answer `pings` one-byte round
-                                           trips, count the rest of its bytes, acknowledge
-  send   {"host", "port", "nbytes", "connect_timeout", "timeout", "pings"?, "max_s"?}
+  recv   {"port", "timeout", "pings"?, "shape"?}
+                                           accept one TCP stream, answer `pings` one-byte round
+                                           trips, count the rest of its bytes, acknowledge; with
+                                           `shape`, then time a UDP blast too (below)
+  send   {"host", "port", "nbytes", "connect_timeout", "timeout", "pings"?, "max_s"?, "shape"?}
                                            time `pings` one-byte round trips with a `recv`, then
                                            stream nbytes to it (stopping after max_s seconds, if
-                                           given) and time until its ack
+                                           given) and time until its ack; with `shape`, then blast
+
+`shape` (Linux only; elsewhere nothing is collected) measures what a token bucket shaper on the path
+does, for launch/nodes/link_shape.py to read: the receiver keeps the kernel's arrival time of the
+stream's first TRACE_S seconds (its burst: what passes faster than the rate after an idle moment),
+and after the ack the sender blasts UDP datagrams much faster than any link for BLAST_S seconds of
+the stream's rate, which fill the sender's queue until it drops; the receiver keeps the arrival
+times of the first and last datagram (the queue's size: how long it keeps delivering after the
+sender stopped) and answers both over the TCP connection.
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ import os
 import platform
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -33,6 +44,19 @@ from . import fence, node_tools
 
 MARKER = "@@ADRUN-PROBE "
 BIND_FAILED = 3  # exit code of `recv` when its port is taken, so the caller retries another
+# Linux socket options the standard library does not name
+SO_TIMESTAMPNS = 35  # each read's kernel arrival time (of its last packet), as SCM_TIMESTAMPNS
+UDP_SEGMENT = 103  # one send of many datagrams, cut by the kernel (UDP GSO): a blast outruns any link
+TRACE_S = 0.2  # the start of a `shape` stream whose arrivals are kept
+DATAGRAM = 1200  # fits any path's MTU
+# datagrams per send with UDP_SEGMENT: a shaper whose bucket holds a send queues and passes it whole,
+# so the queue is measured one send short: 12,000 bytes, 2 % of a 100 Mbit/s link's 50 ms
+GSO_DATAGRAMS = 10
+BLAST_S = 0.5  # a blast sends this long of the stream's rate...
+BLAST_MAX_BYTES = 64 << 20  # ...at most this much...
+BLAST_SOCKETS = 4  # ...through this many sockets, so that their send buffers hold more than the queue
+BLAST_WAIT_S = 2.0  # the receiver waits this long for the first datagram (none: UDP is filtered)
+QUIET_S = 0.2  # and ends the blast when none came for this long
 
 
 def facts(args: dict) -> dict:
@@ -113,9 +137,21 @@ def recv(args: dict) -> dict:
     except OSError as e:
         _emit({"error": f"bind {args['port']}: {e.strerror}"})
         sys.exit(BIND_FAILED)
+    shape = bool(args.get("shape")) and sys.platform.startswith("linux")
+    blast = None
+    if shape:
+        try:
+            blast = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # as bind_as_grpc's
+            blast.bind(("", args["port"]))
+        except OSError as e:
+            _emit({"error": f"bind UDP {args['port']}: {e.strerror}"})
+            sys.exit(BIND_FAILED)
+        blast.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        blast.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 24)  # the kernel caps it (rmem_max)
     server.settimeout(args["timeout"])
     conn, _ = server.accept()
     total = 0
+    trace: list = []
     with conn:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn.settimeout(max(0.1, deadline - time.monotonic()))
@@ -123,6 +159,9 @@ def recv(args: dict) -> dict:
             if not conn.recv(1):
                 raise ConnectionError("sender closed during the round trips")
             conn.sendall(b"p")
+        if shape:
+            conn.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            total = _traced_stream(conn, deadline, trace)
         while True:
             conn.settimeout(max(0.1, deadline - time.monotonic()))
             data = conn.recv(node_tools.CHUNK)
@@ -130,8 +169,60 @@ def recv(args: dict) -> dict:
                 break
             total += len(data)
         conn.sendall(b"k")
+        if blast is not None:
+            with blast:
+                timed = _timed_blast(blast, deadline)
+            conn.sendall(json.dumps({"trace": trace, **timed}).encode())
     server.close()
     return {"bytes": total}
+
+
+def _traced_stream(conn: socket.socket, deadline: float, trace: list) -> int:
+    """Read the stream's first TRACE_S seconds into `trace`: [seconds since its first packet
+    arrived, bytes arrived by then], kernel arrival times; the bytes read."""
+    total, first = 0, None
+    size = 1  # the first read takes one byte: its time is the first packet's
+    while True:
+        conn.settimeout(max(0.1, deadline - time.monotonic()))
+        data, ancillary, _, _ = conn.recvmsg(size, 64)
+        if not data:
+            return total
+        total += len(data)
+        size = node_tools.CHUNK
+        arrived = _arrival(ancillary)
+        if arrived is None:  # no kernel time: nothing to keep
+            return total
+        first = arrived if first is None else first
+        trace.append([arrived - first, total])
+        if arrived - first > TRACE_S:
+            return total
+
+
+def _timed_blast(blast: socket.socket, deadline: float) -> dict:
+    """Datagrams received, and the kernel arrival times of the first and last apart (None: none came)."""
+    count, first, last = 0, None, None
+    wait = BLAST_WAIT_S
+    try:
+        while True:
+            blast.settimeout(max(0.01, min(wait, deadline - time.monotonic())))
+            _, ancillary, _, _ = blast.recvmsg(DATAGRAM, 64)
+            arrived = _arrival(ancillary)
+            if arrived is None:
+                break
+            count += 1
+            first = arrived if first is None else first
+            last, wait = arrived, QUIET_S
+    except TimeoutError:  # socket.timeout: the blast is over
+        pass
+    return {"received": count, "arrival_s": None if first is None else last - first}
+
+
+def _arrival(ancillary: list) -> float | None:
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
+            seconds, nanoseconds = struct.unpack("qq", data[:16])
+            return seconds + nanoseconds * 1e-9
+    return None
 
 
 def send(args: dict) -> dict:
@@ -165,9 +256,58 @@ def send(args: dict) -> dict:
         sock.shutdown(socket.SHUT_WR)
         sock.settimeout(max(0.1, deadline - time.monotonic()))
         ack = sock.recv(1)
-    if ack != b"k":
-        raise ConnectionError("receiver closed without acknowledging")
-    return {"bytes": args["nbytes"] - left, "seconds": time.monotonic() - start, "rtt_s": rtt_s}
+        seconds = time.monotonic() - start
+        if ack != b"k":
+            raise ConnectionError("receiver closed without acknowledging")
+        result = {"bytes": args["nbytes"] - left, "seconds": seconds, "rtt_s": rtt_s}
+        if args.get("shape") and sys.platform.startswith("linux"):
+            rate = result["bytes"] / seconds
+            sent = _blast(sock, min(rate * BLAST_S, BLAST_MAX_BYTES), deadline)
+            result.update(_answer(sock, deadline), **sent)
+    return result
+
+
+def _blast(sock: socket.socket, nbytes: float, deadline: float) -> dict:
+    """Send about `nbytes` of UDP datagrams to the TCP connection's peer as fast as this machine
+    can: the datagrams sent and the seconds from the first send to the last one's return."""
+    sockets = []
+    group = GSO_DATAGRAMS
+    for _ in range(BLAST_SOCKETS):
+        out = socket.socket(sock.family, socket.SOCK_DGRAM)
+        sockets.append(out)
+        out.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 26)  # the kernel caps it (wmem_max)
+        try:
+            out.setsockopt(socket.IPPROTO_UDP, UDP_SEGMENT, DATAGRAM if group > 1 else 0)
+        except OSError:
+            group = 1  # no UDP GSO: one datagram per send
+        out.settimeout(max(0.1, deadline - time.monotonic()))
+        out.connect(sock.getpeername())
+    block = b"\0" * (DATAGRAM * group)
+    datagrams, sends = 0, 0
+    start = time.monotonic()
+    stop_by = min(deadline, start + BLAST_S)  # a machine slower than its link fills no queue anyway
+    try:
+        while datagrams * DATAGRAM < nbytes and time.monotonic() < stop_by:
+            sockets[sends % len(sockets)].send(block if group > 1 else block[:DATAGRAM])
+            sends += 1
+            datagrams += group
+    except OSError:  # the path refuses (an ICMP answer) or the kernel has no buffers: what was sent stands
+        pass
+    send_s = time.monotonic() - start
+    for out in sockets:
+        out.close()
+    return {"sent": datagrams, "send_s": send_s}
+
+
+def _answer(sock: socket.socket, deadline: float) -> dict:
+    """The receiver's account of a `shape` transfer: its JSON, read to the end of the connection."""
+    chunks = []
+    while True:
+        sock.settimeout(max(0.1, deadline - time.monotonic()))
+        data = sock.recv(node_tools.CHUNK)
+        if not data:
+            return json.loads(b"".join(chunks) or b"{}")
+        chunks.append(data)
 
 
 def _emit(result: dict) -> None:

@@ -1,8 +1,9 @@
 """Running `probe.py` on a node, and one bounded TCP transfer between two nodes with it.
 
 `cluster check` measures each node pair's bandwidth this way and the network facts
-(`network_facts.py`) measure every path's bandwidth and latency; both run the probe as the node's
-tasks would run (`command.node_command`: its interpreter, env and `ssh.activate`), through a NodeShell.
+(`network_facts.py`) measure every path's bandwidth and latency, and between nodes its token
+bucket and sender queue (`shape`: link_shape.py); both run the probe as the node's tasks would run
+(`command.node_command`: its interpreter, env and `ssh.activate`), through a NodeShell.
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ import random
 import statistics
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from adrun.spec import Node
 
-from . import probe
+from . import link_shape, probe
 from .command import node_command, shipped_source
 from .shell import NodeShell
 
@@ -55,10 +56,25 @@ class Transfer:
     nbytes: int  # streamed after the round trips
     seconds: float  # from the first streamed byte to the receiver's acknowledgement
     rtt_s: list[float]  # each one-byte round trip
+    # with `shape`: the stream's first arrivals [seconds, bytes] and the UDP blast (link_shape.py)
+    trace: list[list[float]] = field(default_factory=list)
+    blast: link_shape.Blast | None = None
 
     @property
     def bytes_per_s(self) -> float:
         return self.nbytes / self.seconds
+
+    @property
+    def queue_bytes(self) -> float:
+        """What the path's sender queue holds when full, in bytes of the stream's rate; 0: no
+        shaper seen (or not measured)."""
+        return link_shape.queue_seconds(self.blast) * self.bytes_per_s
+
+    @property
+    def burst_bytes(self) -> float:
+        """What the path's token bucket passes at once after an idle moment; 0 on a path whose
+        queue is 0 (no shaper: the stream's early excess there is the machines' noise)."""
+        return link_shape.burst_bytes(self.trace) if self.queue_bytes > 0 else 0.0
 
     @property
     def latency_s(self) -> float:
@@ -71,18 +87,20 @@ class TransferError(Exception):
 
 
 def measure_transfer(sender: Endpoint, receiver: Endpoint, host: str, nbytes: int, *, pings: int = 0,
-                     max_s: float | None = None) -> Transfer:
+                     max_s: float | None = None, shape: bool = False) -> Transfer:
     """Time `pings` one-byte round trips, then stream up to `nbytes` (for at most `max_s` seconds)
-    from `sender` to `receiver`, reached at `host`. Every step is bounded by TRANSFER_TIMEOUT; a
-    taken port is retried on another. Raises TransferError."""
+    from `sender` to `receiver`, reached at `host`; with `shape`, trace the stream's start and
+    blast UDP after it (the path's token bucket and queue). Every step is bounded by
+    TRANSFER_TIMEOUT; a taken port is retried on another. Raises TransferError."""
     error = "not attempted"
     with ThreadPoolExecutor(max_workers=1) as pool:
         for _ in range(_BIND_ATTEMPTS):
             port = random.randint(40000, 59999)
             recv_cmd = probe_command(receiver.node, "recv",
-                                     {"port": port, "timeout": TRANSFER_TIMEOUT, "pings": pings}, local=receiver.local)
+                                     {"port": port, "timeout": TRANSFER_TIMEOUT, "pings": pings, "shape": shape},
+                                     local=receiver.local)
             send_args = {"host": host, "port": port, "nbytes": nbytes, "connect_timeout": CONNECT_TIMEOUT,
-                         "timeout": TRANSFER_TIMEOUT, "pings": pings, "max_s": max_s}
+                         "timeout": TRANSFER_TIMEOUT, "pings": pings, "max_s": max_s, "shape": shape}
             send_cmd = probe_command(sender.node, "send", send_args, local=sender.local)
             received = pool.submit(receiver.shell.run, recv_cmd, TRANSFER_TIMEOUT + 10)
             sent = sender.shell.run(send_cmd, TRANSFER_TIMEOUT + 10)
@@ -93,5 +111,9 @@ def measure_transfer(sender: Endpoint, receiver: Endpoint, host: str, nbytes: in
             result = parse_probe(sent.stdout) or {"error": sent.stderr.strip()[-200:] or "sender timed out"}
             if "error" in result:
                 raise TransferError(result["error"])
-            return Transfer(result["bytes"], result["seconds"], result["rtt_s"])
+            blast = None
+            if "sent" in result:
+                blast = link_shape.Blast(result["sent"], result["send_s"], result.get("received", 0),
+                                         result.get("arrival_s"))
+            return Transfer(result["bytes"], result["seconds"], result["rtt_s"], result.get("trace", []), blast)
     raise TransferError(error)

@@ -1,4 +1,5 @@
-"""Network facts measured between namespace hosts over SSH: a shaped link is measured at its rate."""
+"""Network facts measured between namespace hosts over SSH: a shaped link is measured at its rate,
+with its token bucket and queue; an unshaped one has neither."""
 
 from __future__ import annotations
 
@@ -13,21 +14,31 @@ from adrun.launch.nodes.network_facts import network_facts
 from adrun.launch.job.provision import RemoteNodes
 from adrun.spec import load_spec
 
-from tests.cluster.netns import NetnsCluster, two_host_spec
+from bench.cost_model_check import PAYLOAD_SHARE
+from tests.cluster.netns import NetnsCluster, bucket_bytes, queue_bytes, two_host_spec
 
 pytestmark = pytest.mark.cluster
 RATE_MBIT = 100
+# the shaper's truth in payload bytes, as bench/cost_model_check.py gives it to the cost model:
+# 62,678 bytes of bucket and 660,434 of queue at 100 Mbit/s (NetnsCluster.shape)
+BURST = bucket_bytes(RATE_MBIT) * PAYLOAD_SHARE
+QUEUE = queue_bytes(RATE_MBIT) * PAYLOAD_SHARE
+TOLERANCE = 0.2  # measured about 62.4 k and 640 k (the queue one 12,000-byte send short); a busy machine stalls the probes
 
 
-def test_shaped_links_are_measured_at_their_rate_both_ways(netns_cluster: NetnsCluster, tmp_path):
-    spec = load_spec(two_host_spec(tmp_path / "cluster.yml", netns_cluster))
+def measured_facts(cluster: NetnsCluster, tmp_path):
+    spec = load_spec(two_host_spec(tmp_path / "cluster.yml", cluster))
+    with RemoteNodes(spec) as remote:
+        remote.connect()
+        return network_facts(spec, remote)
+
+
+def test_shaped_links_are_measured_at_their_rate_bucket_and_queue_both_ways(netns_cluster: NetnsCluster, tmp_path):
     first, second = (host.address for host in netns_cluster.hosts[:2])
     for host in netns_cluster.hosts:
         netns_cluster.shape(host, RATE_MBIT)
     try:
-        with RemoteNodes(spec) as remote:
-            remote.connect()
-            facts = network_facts(spec, remote)
+        facts = measured_facts(netns_cluster, tmp_path)
     finally:
         for host in netns_cluster.hosts:
             netns_cluster.unshape(host)
@@ -37,11 +48,25 @@ def test_shaped_links_are_measured_at_their_rate_both_ways(netns_cluster: NetnsC
         (first, second, "measured"), (second, first, "measured")]
     for link in facts.links:
         mbit = link.bytes_per_s * 8 / 1e6
-        print(f"{link.src} -> {link.dst}: {mbit:.1f} Mbit/s, {link.latency_s * 1e6:.0f} us one way")
+        print(f"{link.src} -> {link.dst}: {mbit:.1f} Mbit/s, {link.latency_s * 1e6:.0f} us one way, "
+              f"burst {link.burst_bytes:,.0f} bytes (truth {BURST:,.0f}), queue {link.queue_bytes:,.0f} (truth {QUEUE:,.0f})")
         assert abs(mbit - RATE_MBIT) <= 0.2 * RATE_MBIT
         assert 0 < link.latency_s < 0.05
-    # the chief's loopback is not shaped: far above the link
+        assert abs(link.burst_bytes - BURST) <= TOLERANCE * BURST
+        assert abs(link.queue_bytes - QUEUE) <= TOLERANCE * QUEUE
+    # the chief's loopback is not shaped: far above the link, no bucket, no queue
     assert facts.local.source == "measured" and facts.local.bytes_per_s * 8 / 1e6 > 2 * RATE_MBIT
+    assert (facts.local.burst_bytes, facts.local.queue_bytes) == (0, 0)
+    assert [probes_in(host) for host in netns_cluster.hosts] == [[], []]
+
+
+def test_unshaped_links_have_no_bucket_and_no_queue(netns_cluster: NetnsCluster, tmp_path):
+    facts = measured_facts(netns_cluster, tmp_path)
+    for link in facts.links:
+        print(f"{link.src} -> {link.dst}: {link.bytes_per_s * 8 / 1e6:.0f} Mbit/s, burst {link.burst_bytes:,.0f}, "
+              f"queue {link.queue_bytes:,.0f}")
+        assert link.bytes_per_s * 8 / 1e6 > 2 * RATE_MBIT  # the veth's own speed: nothing shapes it
+        assert (link.burst_bytes, link.queue_bytes) == (0, 0)
     assert [probes_in(host) for host in netns_cluster.hosts] == [[], []]
 
 

@@ -10,6 +10,7 @@ import pytest
 from adrun.errors import UserError
 from adrun.launch.nodes import network_facts as network_facts_module
 from adrun.launch.nodes.network_facts import MACHINE_COMMAND, MAX_ALL_PAIRS, network_facts
+from adrun.launch.nodes.link_shape import Blast
 from adrun.launch.nodes.transfer import Transfer
 from adrun.spec import ClusterSpec, load_spec, spec_to_yaml
 
@@ -138,13 +139,19 @@ def measured_spec(n: int) -> ClusterSpec:
 
 @pytest.fixture
 def transfers(monkeypatch):
-    """Every transfer asked for, answered with a rate that names the path: 1 MB/s per (src + dst) host number."""
+    """Every transfer asked for, answered with figures that name the path: 1 MB/s per (src + dst)
+    host number; asked to `shape`, a queue of 5 ms and a bucket of 2,000 bytes per dst host number."""
     asked = []
 
-    def measure(sender, receiver, host, nbytes, *, pings, max_s):
-        asked.append((sender.node.address, receiver.node.address, host))
-        rate = 1e6 * (int(sender.node.address.rsplit(".")[-1]) + int(host.rsplit(".")[-1]))
-        return Transfer(nbytes=int(rate), seconds=1.0, rtt_s=[4e-4, 2e-4, 6e-4])
+    def measure(sender, receiver, host, nbytes, *, pings, max_s, shape):
+        asked.append((sender.node.address, receiver.node.address, host, shape))
+        src, dst = int(sender.node.address.rsplit(".")[-1]), int(host.rsplit(".")[-1])
+        rate = 1e6 * (src + dst)
+        if not shape:
+            return Transfer(nbytes=int(rate), seconds=1.0, rtt_s=[4e-4, 2e-4, 6e-4])
+        trace = [[i / 100, 2000 * dst + rate * i / 100] for i in range(16)]
+        blast = Blast(sent=1000, send_s=0.01, received=500, arrival_s=0.01 + 0.005 * dst)
+        return Transfer(nbytes=int(rate), seconds=1.0, rtt_s=[4e-4, 2e-4, 6e-4], trace=trace, blast=blast)
 
     monkeypatch.setattr(network_facts_module, "measure_transfer", measure)
     return asked
@@ -155,11 +162,17 @@ def test_every_ordered_pair_is_measured_one_after_another(transfers):
     facts = network_facts(spec, FakeRemote([n.address for n in spec.nodes]))
     pairs = [("10.0.0.1", "10.0.0.2"), ("10.0.0.1", "10.0.0.3"), ("10.0.0.2", "10.0.0.1"),
              ("10.0.0.2", "10.0.0.3"), ("10.0.0.3", "10.0.0.1"), ("10.0.0.3", "10.0.0.2")]
-    assert transfers == [("10.0.0.1", "10.0.0.1", "127.0.0.1")] + [(a, b, b) for a, b in pairs]
+    # the loopback is not probed for a shaper; every pair between nodes is
+    assert transfers == [("10.0.0.1", "10.0.0.1", "127.0.0.1", False)] + [(a, b, b, True) for a, b in pairs]
     assert [(link.src, link.dst, link.bytes_per_s, link.source) for link in facts.links] == [
         (a, b, 1e6 * (int(a[-1]) + int(b[-1])), "measured") for a, b in pairs]
     assert all(link.latency_s == 2e-4 for link in facts.links)  # half the median round trip
+    # the queue: 5 ms per dst host number at the link's rate; the bucket: 2,000 bytes per dst host number
+    assert [link.queue_bytes for link in facts.links] == pytest.approx(
+        [0.005 * int(b[-1]) * 1e6 * (int(a[-1]) + int(b[-1])) for a, b in pairs])
+    assert [link.burst_bytes for link in facts.links] == pytest.approx([2000 * int(b[-1]) for _, b in pairs])
     assert (facts.local.bytes_per_s, facts.local.source) == (1e6 * (1 + 1), "measured")
+    assert (facts.local.burst_bytes, facts.local.queue_bytes) == (0, 0)
 
 
 def test_a_large_cluster_measures_the_chiefs_pairs_and_assumes_the_others(transfers):
@@ -176,6 +189,9 @@ def test_a_large_cluster_measures_the_chiefs_pairs_and_assumes_the_others(transf
     assert len(by_source["assumed"]) == (n - 1) * (n - 2)
     # measured: 1 + k MB/s both ways between the chief (10.0.0.1) and 10.0.0.k, k = 2..10: median 7 MB/s
     assert {link.bytes_per_s for link in by_source["assumed"]} == {7e6}
+    # bucket: 2,000 x dst, nine links into the chief and nine out (dst 2..10): median 3,000 bytes;
+    # queue: 5 ms x dst at (1 + dst) or (dst + 1) MB/s, 15,000..55,000 and 30,000..550,000: median 52,500
+    assert {(round(link.burst_bytes), round(link.queue_bytes)) for link in by_source["assumed"]} == {(3000, 52500)}
     assert facts.link("10.0.0.4", "10.0.0.7").source == "assumed"
 
 
@@ -191,7 +207,6 @@ def test_nodes_of_one_machine_share_its_cpus(transfers):
     facts = network_facts(spec, remote)
     assert facts.shared_cpus == 8  # the most any node may use
     assert all(conn.commands == [MACHINE_COMMAND] for conn in remote.conns.values())
-    assert facts.local.queue_bytes == 0 and all(link.queue_bytes == 0 for link in facts.links)
 
 
 @pytest.mark.parametrize("answers", [
@@ -212,7 +227,7 @@ def test_a_one_node_cluster_shares_no_cpus_between_hosts(transfers):
     remote = FakeRemote(["10.0.0.1"], same_machine(["10.0.0.1"]))
     facts = network_facts(spec, remote)
     assert facts.shared_cpus is None and remote.conns["10.0.0.1"].commands == []
-    assert transfers == [("10.0.0.1", "10.0.0.1", "127.0.0.1")]
+    assert transfers == [("10.0.0.1", "10.0.0.1", "127.0.0.1", False)]
 
 
 def test_given_figures_read_no_machine(tmp_path):
