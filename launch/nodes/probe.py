@@ -200,7 +200,8 @@ def _traced_stream(conn: socket.socket, deadline: float, trace: list) -> int:
 
 def _timed_blast(blast: socket.socket, deadline: float) -> dict:
     """Datagrams received, and the kernel arrival times of the first and last apart (None: none came)."""
-    count, first, last = 0, None, None
+    count, last = 0, 0.0
+    first_arrival: float | None = None
     wait = BLAST_WAIT_S
     try:
         while True:
@@ -210,11 +211,11 @@ def _timed_blast(blast: socket.socket, deadline: float) -> dict:
             if arrived is None:
                 break
             count += 1
-            first = arrived if first is None else first
+            first_arrival = arrived if first_arrival is None else first_arrival
             last, wait = arrived, QUIET_S
     except TimeoutError:  # socket.timeout: the blast is over
         pass
-    return {"received": count, "arrival_s": None if first is None else last - first}
+    return {"received": count, "arrival_s": None if first_arrival is None else last - first_arrival}
 
 
 def _arrival(ancillary: list) -> float | None:
@@ -301,7 +302,7 @@ def _blast(sock: socket.socket, nbytes: float, deadline: float) -> dict:
 
 def _answer(sock: socket.socket, deadline: float) -> dict:
     """The receiver's account of a `shape` transfer: its JSON, read to the end of the connection."""
-    chunks = []
+    chunks: list[bytes] = []
     while True:
         sock.settimeout(max(0.1, deadline - time.monotonic()))
         data = sock.recv(node_tools.CHUNK)
