@@ -22,6 +22,15 @@ A transfer between two tasks on one host never reaches the network: `wire_bound`
 crosses between hosts per host (sent, received) and reports same-host bytes separately, e.g. the
 pulls and pushes between a worker and a PS on its own host. Synchronization tokens carry no payload
 and count 0.
+
+The bound is payload only: what any implementation of the family sends whatever its transport. A
+measured step also carries adrun's and TF's framing, none of it owed to the plan: each collective
+message's gRPC request and response framing (about 300 B a message), the padding of a sparse
+all-gather to the longest worker's rows (TF's gathers take one shape from every worker), the
+apply's check (16 B and 8 B per sparse variable), TCP/IP headers and acknowledgements, and on a
+shaped link retransmissions. On two workers a plan of small dense factors weighs them most: the
+TF2 sparse Keras plan with allow_lossy (317,600 B a step per host) sent 1.023× its bound over a
+loopback of MTU 1500 (docs/performance.md, "Framing a small plan pays").
 """
 
 from __future__ import annotations
