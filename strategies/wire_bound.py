@@ -22,6 +22,16 @@ A transfer between two tasks on one host never reaches the network: `wire_bound`
 crosses between hosts per host (sent, received) and reports same-host bytes separately, e.g. the
 pulls and pushes between a worker and a PS on its own host. Synchronization tokens carry no payload
 and count 0.
+
+The bound is payload only: what any implementation of the family sends whatever its transport. A
+measured step also carries adrun's and TF's framing, none of it owed to the plan: each collective
+message's gRPC request and response framing (about 300 B a message), the padding of a sparse
+all-gather to the longest worker's rows (TF's gathers take one shape from every worker), the
+apply's check (8 B, and 8 B per sparse variable), and Ethernet/IP/TCP headers (66 B a segment of
+at most 1,448 B on the benchmark's shaped links) with the receiver's acknowledgements. The TF2
+sparse Keras plan with allow_lossy on two workers (317,600 B a step per host) sent 1.018× its
+bound in TCP payload over a loopback of MTU 1500, and 1.075× in interface bytes on the
+benchmark's commodity link (docs/performance.md, "Framing a small plan pays").
 """
 
 from __future__ import annotations

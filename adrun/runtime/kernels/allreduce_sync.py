@@ -107,19 +107,21 @@ class Collectives:
     def dense_means(self, items: list[tuple[str, Any, tf.Tensor]]) -> dict[str, tf.Tensor]:
         """Mean over workers of each dense gradient; items are (variable name, AllReduceSync, grad)."""
         buffers: dict[tuple, list[tuple[str, tf.Tensor]]] = defaultdict(list)
+        low_rank: dict[tuple, list[tuple[str, tf.Tensor, int]]] = defaultdict(list)
         averaged: dict[str, tf.Tensor] = {}
         for name, sync, grad in items:
             if sync.compressor == "powersgd" and compression.powersgd_applies(grad.shape, sync.powersgd_rank):
-                with tf.name_scope("adrun_powersgd"):
-                    averaged[name] = compression.powersgd_mean(
-                        name, grad, sync.powersgd_rank, lambda t, label: self.mean(t, f"adrun/powersgd/{label}"),
-                        self.state_variable,
-                    )
+                low_rank[(sync.group, grad.dtype.base_dtype.name)].append((name, grad, sync.powersgd_rank))
                 continue
             compressor = "none" if sync.compressor == "powersgd" else sync.compressor
             if not grad.shape.is_fully_defined():
                 compressor = "none"
             buffers[(sync.group, grad.dtype.base_dtype.name, compressor)].append((name, grad))
+        for (group, dtype), matrices in sorted(low_rank.items()):
+            label = f"adrun/powersgd/{group}/{dtype}/" + ",".join(n for n, _, _ in matrices)
+            with tf.name_scope("adrun_powersgd"):
+                means = compression.powersgd_means(matrices, self.mean, label, self.state_variable)
+            averaged.update({name: m for (name, _, _), m in zip(matrices, means, strict=True)})
         for (group, dtype, compressor), members in sorted(buffers.items()):
             label = f"adrun/allreduce/{group}/{dtype}/{compressor}/" + ",".join(n for n, _ in members)
             with tf.name_scope("adrun_allreduce"):

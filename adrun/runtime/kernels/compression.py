@@ -5,7 +5,8 @@
   variable and added to the next step's gradient, so rounding errors do not accumulate.
 - `powersgd`: a rank-r approximation P Qᵀ of each matrix-shaped gradient (Vogels et al., 2019):
   one power-iteration step per training step, warm-started from the previous Q, with error
-  feedback. Workers all-reduce P (n×r) and Q (m×r) instead of the n×m gradient.
+  feedback. Workers all-reduce P (n×r) and Q (m×r) instead of the n×m gradient: the P of every
+  matrix of a plan group in one collective, then their Q in another.
 
 A compressor's state (error feedback, PowerSGD's Q) is made by the caller's `StateFactory`: graph
 mode makes adrun's own v1 variables (no collection: not saved, not in the plan's fingerprint) whose
@@ -59,22 +60,45 @@ def powersgd_applies(shape: tf.TensorShape, rank: int) -> bool:
     return shape.is_fully_defined() and low_rank_applies(shape.as_list(), rank)
 
 
-def powersgd_mean(
-    name: str, grad: tf.Tensor, rank: int, reduce_mean: Reduce, state: StateFactory
-) -> tf.Tensor:
-    n = grad.shape[0]
-    m = grad.shape.num_elements() // n
-    seed = [zlib.crc32(name.encode()) & 0x7FFFFFFF, 0]  # every worker starts from the same Q
-    q = state(lambda: tf.random.stateless_normal([m, rank], seed, dtype=grad.dtype), f"adrun_powersgd/{name}/q")
-    error = state(lambda: tf.zeros([n, m], grad.dtype), f"adrun_powersgd/{name}/error")
-    matrix = tf.reshape(grad, [n, m]) + error.read_value()
-    p = reduce_mean(tf.matmul(matrix, q.read_value()), f"{name}/p")
-    p, _ = tf.linalg.qr(p)
-    local_q = tf.matmul(matrix, p, transpose_a=True)
-    new_q = reduce_mean(local_q, f"{name}/q")
-    approximation = tf.matmul(p, new_q, transpose_b=True)
-    # this worker's own residual: what its part of the approximation missed
-    residual = matrix - tf.matmul(p, local_q, transpose_b=True)
-    updates = [q.assign(new_q, read_value=False), error.assign(residual, read_value=False)]
-    with tf.control_dependencies(updates):
-        return tf.reshape(tf.identity(approximation), grad.shape)
+def powersgd_means(
+    named: list[tuple[str, tf.Tensor, int]], reduce_mean: Reduce, label: str, state: StateFactory
+) -> list[tf.Tensor]:
+    """PowerSGD's mean of each (name, gradient, rank) of one plan group and dtype: every matrix's P
+    goes in one all-reduce and every Q in a second, so a group costs two collectives whatever its
+    number of matrices. Each collective is a message per ring neighbour with its own request and
+    framing (gRPC, TCP): reduced one matrix at a time, the sparse Keras benchmark's plan (two
+    matrices, 27 KB of factors a step) sent 4 of them where 2 suffice. The factors and their
+    maths are each matrix's own; only their transport is shared."""
+    matrices, qs, errors = [], [], []
+    for name, grad, rank in named:
+        n = grad.shape[0]
+        m = grad.shape.num_elements() // n
+        seed = [zlib.crc32(name.encode()) & 0x7FFFFFFF, 0]  # every worker starts from the same Q
+        qs.append(state(functools.partial(tf.random.stateless_normal, [m, rank], seed, dtype=grad.dtype),
+                        f"adrun_powersgd/{name}/q"))
+        errors.append(state(functools.partial(tf.zeros, [n, m], grad.dtype), f"adrun_powersgd/{name}/error"))
+        matrices.append(tf.reshape(grad, [n, m]) + errors[-1].read_value())
+    ps = _joint_mean([tf.matmul(a, q.read_value()) for a, q in zip(matrices, qs, strict=True)], reduce_mean,
+                     f"{label}/p")
+    ps = [tf.linalg.qr(p)[0] for p in ps]
+    local_qs = [tf.matmul(a, p, transpose_a=True) for a, p in zip(matrices, ps, strict=True)]
+    new_qs = _joint_mean(local_qs, reduce_mean, f"{label}/q")
+    out = []
+    for (_, grad, _), a, p, local_q, new_q, q, error in zip(named, matrices, ps, local_qs, new_qs, qs, errors,
+                                                            strict=True):
+        approximation = tf.matmul(p, new_q, transpose_b=True)
+        # this worker's own residual: what its part of the approximation missed
+        residual = a - tf.matmul(p, local_q, transpose_b=True)
+        updates = [q.assign(new_q, read_value=False), error.assign(residual, read_value=False)]
+        with tf.control_dependencies(updates):
+            out.append(tf.reshape(tf.identity(approximation), grad.shape))
+    return out
+
+
+def _joint_mean(tensors: list[tf.Tensor], reduce_mean: Reduce, label: str) -> list[tf.Tensor]:
+    """The mean of each of `tensors` (of one dtype, known shapes) by one collective on their
+    concatenation."""
+    flat = tf.concat([tf.reshape(t, [-1]) for t in tensors], axis=0)
+    mean = reduce_mean(flat, label)
+    pieces = tf.split(mean, [t.shape.num_elements() for t in tensors])
+    return [tf.reshape(piece, t.shape) for piece, t in zip(pieces, tensors, strict=True)]
