@@ -352,24 +352,6 @@ def test_a_hybrid_step_pays_the_ps_updates_then_the_barrier_that_ends_it():
         0.01 + 2 * one_way + max(2 * one_way, collective + barrier) + barrier)
 
 
-def test_a_hybrid_step_whose_optimizer_reads_no_step_state_runs_the_end_barrier_beside_the_all_reduce():
-    """The same hybrid under plain SGD (no own-updates barrier): the all-reduced variable's update
-    runs beside the end barrier, which follows the push and the chief's apply only
-    (runtime/kernels/gradient_sync.py, `beside`). One way 1.5 ms: read (2), then the later of the
-    PS part and its barrier (2 + 2 = 6 ms) and the collective (4 = 6 ms): 9 ms, not the 12 ms of
-    the sum; with a 4-host ring (a collective of 6, 9 ms) the collective ends the step."""
-    u, v = var("u", [1000]), var("v", [1000])
-    graph = GraphItem(variables=[u, v], optimizer="GradientDescentOptimizer")
-    c = BANDWIDTH_ONLY.model_copy(update={"message_latency_s": 0.0005})
-    for hosts, expected in ((3, 0.01 + 0.003 + max(0.003 + 0.003, 0.006)), (4, 0.01 + 0.003 + 0.009)):
-        spec = hosts_spec(hosts)
-        prof, net = profile(graph, 0.01), network(spec, 1e15, latency_s=0.001)
-        hybrid = plan(graph, spec, [planned(u, sync=PSSync(ps_task=0)), planned(v, sync=AllReduceSync(group=0))])
-        assert step(hybrid, prof, spec, net, c) == pytest.approx(expected)
-    assert step(hybrid, prof, spec, net, c) < step(hybrid, profile(graph.model_copy(update={"optimizer": "AdamOptimizer"}),
-                                                                   0.01), spec, net, c)
-
-
 def test_one_worker_with_a_ps_and_an_all_reduced_variable_has_no_barrier():
     """One worker: the runtime orders nothing (no tokens, no barrier, an all-reduce of one is
     free); the model keeps the PS round trips, 6 one-way latencies, as for any PS variable."""

@@ -93,6 +93,21 @@ def test_small_dense_ps_gradients_pay_one_accumulator_per_ps_task(size, tasks, a
         0.01 + 10 * 0.001 + accumulators * 0.003)
 
 
+@pytest.mark.parametrize("tf2", [False, True])
+def test_one_worker_pays_o_ps_for_every_ps_piece_as_it_has_no_accumulator_to_share(tf2):
+    """One worker exchanges nothing (runtime/kernels/gradient_sync.py, runtime/tf2/ps_apply.py): no
+    accumulator, no batching, each of the ten small gradients is sent alone to its update on the
+    PS, so each pays o_ps; with two workers they share one accumulator (one o_ps)."""
+    vs = [var(f"v{i}", [1000]) for i in range(10)]
+    graph = GraphItem(variables=vs, batch_size=10, kind="tf2" if tf2 else "graph")
+    c = BANDWIDTH_ONLY.model_copy(update={"ps_variable_overhead_s": 0.003, "variable_overhead_s": 0.001})
+    for hosts, accumulators in ((1, 10), (2, 1)):
+        spec = hosts_spec(hosts)
+        strategy = plan(graph, spec, [planned(v, sync=PSSync(ps_task=0)) for v in vs])
+        assert step(strategy, profile(graph, 0.01), spec, network(spec, 1e15), c) == pytest.approx(
+            0.01 + 10 * 0.001 + accumulators * 0.003)
+
+
 def test_a_sparse_gradient_keeps_its_own_accumulator():
     small = var("emb", [100, 4], grad="sparse")  # 1.6 KB, but its rows are pushed as indexed slices
     dense = var("b", [4])
@@ -173,17 +188,23 @@ LATENCY_ONLY = BANDWIDTH_ONLY.model_copy(update={"message_latency_s": 0.0005})
 def test_a_hybrid_of_plain_sgd_meets_in_one_barrier_of_n_minus_1_ring_steps(hosts):
     """Plain SGD's own updates read no state its finish (the global_step increment) changes, so
     the runtime keeps only the barrier that ends the step, a one-number all-gather: N-1 ring
-    steps (Collectives.barrier). The step: read (2 one-way), then the push and the chief's apply
-    (2) beside the all-reduce (2(N-1)), then the barrier (N-1). The old charge, a second barrier
-    and 2(N-1) steps each, was 3(N-1) one-way latencies more."""
+    steps (Collectives.barrier), and runs the all-reduced variables' updates beside it
+    (gradient_sync.py, `beside`): the barrier waits for the PS part only. The step: read (2
+    one-way), then the later of the push and the chief's apply (2) followed by the barrier (N-1)
+    and the all-reduce (2(N-1)). The old charges, a second barrier and 2(N-1) steps each, then the
+    barrier after both sides, were 3(N-1) and min(N-1, 2(N-1) - 2) one-way latencies more."""
     graph, spec, hybrid, ring = _hybrid_and_ring(hosts, "GradientDescentOptimizer")
     prof, net = profile(graph, 0.01), network(spec, 1e15, latency_s=0.001)
     n = hosts
     assert step(hybrid, prof, spec, net, LATENCY_ONLY) == pytest.approx(
-        0.01 + 2 * ONE_WAY + max(2 * ONE_WAY, 2 * (n - 1) * ONE_WAY) + (n - 1) * ONE_WAY)
-    # beyond the ring's one collective a hybrid pays its PS read and the barrier
+        0.01 + 2 * ONE_WAY + max(2 * ONE_WAY + (n - 1) * ONE_WAY, 2 * (n - 1) * ONE_WAY))
+    # beyond the ring's one collective a hybrid pays its PS read, and the part of its PS side and
+    # barrier that outlasts the all-reduce (2 hosts: 1 one-way; 3 or more: none)
     assert step(hybrid, prof, spec, net, LATENCY_ONLY) - step(ring, prof, spec, net, LATENCY_ONLY) == (
-        pytest.approx(2 * ONE_WAY + (n - 1) * ONE_WAY))
+        pytest.approx(2 * ONE_WAY + max(0, 3 - n) * ONE_WAY))
+    # Adam's own-updates barrier keeps the sum: the same hybrid under it is longer
+    adam = graph.model_copy(update={"optimizer": "AdamOptimizer"})
+    assert step(hybrid, prof, spec, net, LATENCY_ONLY) < step(hybrid, profile(adam, 0.01), spec, net, LATENCY_ONLY)
 
 
 @pytest.mark.parametrize("hosts", [2, 4])
@@ -192,7 +213,8 @@ def test_a_hybrid_whose_updates_read_optimizer_state_adds_the_own_updates_barrie
     """Adam's updates read the beta powers its finish advances (AdagradDA's the global_step): the
     chief's finish waits for a barrier after every worker's own updates, which follow the
     all-reduce; so the collectives' side is 2(N-1) + (N-1) one-way latencies. An unrecorded
-    optimizer counts as one of these."""
+    optimizer counts as one of these. Momentum's updates read no such state: its end barrier runs
+    beside the all-reduce."""
     graph, spec, hybrid, _ = _hybrid_and_ring(hosts, optimizer)
     prof, net = profile(graph, 0.01), network(spec, 1e15, latency_s=0.001)
     n = hosts
@@ -201,7 +223,8 @@ def test_a_hybrid_whose_updates_read_optimizer_state_adds_the_own_updates_barrie
     sgd_graph, _, sgd_hybrid, _ = _hybrid_and_ring(hosts, "MomentumOptimizer")
     assert step(hybrid, prof, spec, net, LATENCY_ONLY) - step(
         sgd_hybrid, profile(sgd_graph, 0.01), spec, net, LATENCY_ONLY) == pytest.approx(
-        max(2 * ONE_WAY, 3 * (n - 1) * ONE_WAY) - max(2 * ONE_WAY, 2 * (n - 1) * ONE_WAY))
+        max(2 * ONE_WAY, 3 * (n - 1) * ONE_WAY) + (n - 1) * ONE_WAY
+        - max((2 + n - 1) * ONE_WAY, 2 * (n - 1) * ONE_WAY))
 
 
 @pytest.mark.parametrize("optimizer", ["AdamOptimizer", "GradientDescentOptimizer"])
