@@ -20,8 +20,7 @@ step, the rows its sparse variables touch), a ClusterSpec, NetworkFacts and a fe
   before the step computes) + compute + after-compute (gradients pushed to PSs and all-reduced,
   concurrently, sharing the links) + latencies + per-variable overheads (every piece, and more
   for each accumulator the synchronous PS pieces push into: one per sparse or large dense piece,
-  one per PS task for the small dense ones, as the runtime batches them; at one worker, which has
-  no accumulator and batches nothing, one per piece) + a per-PS-task overhead for every
+  one per PS task for the small dense ones, as the runtime batches them) + a per-PS-task overhead for every
   worker and PS task of the step (each worker's step runs a subgraph on each synchronous PS task
   it reads from and pushes to; a sum over the workers, so not slowed again by their sharing CPUs). PS chunks (a large dense variable cut into shards on one PS, as PS
   and PSLoadBalancing do) are pulled back after compute as each is applied, while later chunks are
@@ -382,9 +381,7 @@ class Load:
     on_chief: np.ndarray
     sync_ps: Counter = field(default_factory=Counter)  # PS task -> synchronous pieces on it
     # accumulators of the synchronous PS pieces: one each for a sparse or large dense gradient, one
-    # per (PS task, dtype) for the small dense ones, which share it (`batched_in_accumulator`). At
-    # one worker the runtime builds none and batches nothing: each piece's gradient goes alone to
-    # its update on the PS, a push of its own (counted among `own_accumulators`)
+    # per (PS task, dtype) for the small dense ones, which share it (`batched_in_accumulator`)
     own_accumulators: int = 0
     shared_accumulators: Counter = field(default_factory=Counter)  # (PS task, dtype) -> pieces sharing it
     stale_ps: Counter = field(default_factory=Counter)  # PS task -> stale/asynchronous pieces
@@ -548,9 +545,7 @@ def variable_load(var: VariablePlan, profile: ModelProfile, paths: Paths) -> Loa
         load.pieces += isinstance(sync, PSSync) or paths.num_workers > 1
         if isinstance(sync, PSSync) and _is_synchronous(sync):
             load.sync_ps[sync.ps_task] += 1
-            # one worker exchanges nothing (runtime/kernels/gradient_sync.py, runtime/tf2/ps_apply.py):
-            # no accumulator to share, every piece's gradient is sent to its own update on the PS
-            if paths.num_workers > 1 and batched_in_accumulator(var, shape, tf2):
+            if batched_in_accumulator(var, shape, tf2):
                 load.shared_accumulators[sync.ps_task, var.dtype] += 1
             else:
                 load.own_accumulators += 1

@@ -93,21 +93,6 @@ def test_small_dense_ps_gradients_pay_one_accumulator_per_ps_task(size, tasks, a
         0.01 + 10 * 0.001 + accumulators * 0.003)
 
 
-@pytest.mark.parametrize("tf2", [False, True])
-def test_one_worker_pays_o_ps_for_every_ps_piece_as_it_has_no_accumulator_to_share(tf2):
-    """One worker exchanges nothing (runtime/kernels/gradient_sync.py, runtime/tf2/ps_apply.py): no
-    accumulator, no batching, each of the ten small gradients is sent alone to its update on the
-    PS, so each pays o_ps; with two workers they share one accumulator (one o_ps)."""
-    vs = [var(f"v{i}", [1000]) for i in range(10)]
-    graph = GraphItem(variables=vs, batch_size=10, kind="tf2" if tf2 else "graph")
-    c = BANDWIDTH_ONLY.model_copy(update={"ps_variable_overhead_s": 0.003, "variable_overhead_s": 0.001})
-    for hosts, accumulators in ((1, 10), (2, 1)):
-        spec = hosts_spec(hosts)
-        strategy = plan(graph, spec, [planned(v, sync=PSSync(ps_task=0)) for v in vs])
-        assert step(strategy, profile(graph, 0.01), spec, network(spec, 1e15), c) == pytest.approx(
-            0.01 + 10 * 0.001 + accumulators * 0.003)
-
-
 def test_a_sparse_gradient_keeps_its_own_accumulator():
     small = var("emb", [100, 4], grad="sparse")  # 1.6 KB, but its rows are pushed as indexed slices
     dense = var("b", [4])
