@@ -20,8 +20,11 @@ The model's inputs are built the way `adrun profile` builds them, from the bench
   sixteenth of the rows (bench/cluster/touched_rows.py);
 - compute time per step, per group: the 1-host AllReduce run of the group's own result file (one
   worker, nothing synchronized: the step is the compute, measured interleaved with the group's runs,
-  under their load), else `--compute-s workload=seconds`, else a short plain run of the script
-  measured here (the machine's load makes it noisy);
+  under their load), else that of the file `--compute-from FILE=ONE_HOST_FILE` names for it (a
+  1-host run measured beside it, in the invocation before or after: a group of many hosts and a
+  1-host group whose runs need timed windows of seconds each do not fit one lock hold), else
+  `--compute-s workload=seconds`, else a short plain run of the script measured here (the
+  machine's load makes it noisy);
 - network: the profile's shaped rate and token bucket in TCP payload bytes, its added delay,
   between hosts; inside a host (loopback) an assumed 1 GB/s and 50 us, since the benchmark does not
   measure it; the hosts as namespaces sharing the machine's CPUs (the results' `machine.cpus`).
@@ -159,6 +162,9 @@ def mean_error(predicted_step: list[float], measured_step: list[float]) -> float
 @click.option("--compute-s", "compute_given", multiple=True, metavar="WORKLOAD=SECONDS",
               help="compute time per step of a workload on one process, for the groups whose result file has no "
                    "1-host AllReduce run (else measured here)")
+@click.option("--compute-from", "compute_from", multiple=True, metavar="FILE=ONE_HOST_FILE",
+              help="the groups of results FILE take their compute time from ONE_HOST_FILE's 1-host AllReduce run "
+                   "when FILE has none (both among the results; repeatable)")
 @click.option("--plans", "plans_dir", type=click.Path(file_okay=False, path_type=Path), default=PLANS, show_default=True,
               help="the strategy documents the runs of link-planned builders (Auto) used: "
                    "PLANS/<results file's stem>/WORKLOAD-HOSTS-PROFILE-Auto.yml, as bench/cluster/launch.py names them")
@@ -166,8 +172,8 @@ def mean_error(predicted_step: list[float], measured_step: list[float]) -> float
               show_default=True)
 @click.option("--markdown", type=click.Path(dir_okay=False, path_type=Path), default=REPO / "bench/COST-MODEL-CHECK.md",
               show_default=True)
-def main(results: tuple[Path, ...], compute_given: tuple[str, ...], plans_dir: Path, out: Path,
-         markdown: Path) -> None:
+def main(results: tuple[Path, ...], compute_given: tuple[str, ...], compute_from: tuple[str, ...], plans_dir: Path,
+         out: Path, markdown: Path) -> None:
     measured, profiles = measured_rates(results)
     cpus = machine_cpus(results)
     plans = link_planned(results, plans_dir)
@@ -175,6 +181,7 @@ def main(results: tuple[Path, ...], compute_given: tuple[str, ...], plans_dir: P
     given = {w: float(s) for w, s in (item.split("=", 1) for item in compute_given)}
     one_host = one_host_rates(results)
     sources = group_sources(results)
+    companions = companion_files(results, compute_from)
     items: dict[str, GraphItem] = {}
     plain: dict[str, float] = {}
     compute: dict[str, float] = {}
@@ -186,9 +193,10 @@ def main(results: tuple[Path, ...], compute_given: tuple[str, ...], plans_dir: P
             click.echo(f"cost-model-check: capturing {workload}")
             items[workload] = capture_graph(WORKLOADS / f"{workload}.py", ["--steps", "2", "--warmup", "1"], 1,
                                             f"cost-model-check-{workload}")
-        rate = one_host.get((sources[group], workload))
+        own = sources[group] if (sources[group], workload) in one_host else companions.get(sources[group])
+        rate = one_host.get((own, workload)) if own is not None else None
         if rate is not None:  # one worker: nothing is synchronized, the step is the compute
-            seconds, source = items[workload].batch_size / rate, f"the 1-host run of {sources[group].name}"
+            seconds, source = items[workload].batch_size / rate, f"the 1-host run of {own.name}"
         elif workload in given:
             seconds, source = given[workload], "given"
         else:
@@ -200,6 +208,8 @@ def main(results: tuple[Path, ...], compute_given: tuple[str, ...], plans_dir: P
         compute[label], compute_source[label] = seconds, source
         model_profiles[group] = model_profile(workload, items[workload], hosts, seconds)
     report = {"inputs": [str(p) for p in results], "compute_s": compute, "compute_source": compute_source,
+              "group_sources": {" ".join(str(part) for part in group): {"file": str(path), "replaces": [
+                  str(p) for p in replaced]} for group, (path, replaced) in sorted(group_history(results).items())},
               "local_path": LOCAL.model_dump(),
               "machine_cpus": cpus,
               "groups": check(measured, profiles, model_profiles, repeatability, plans, cpus,
@@ -234,6 +244,34 @@ def one_host_rates(results: Sequence[Path]) -> dict[tuple[Path, str], float]:
             for summary in summarize(bench)
             if summary.config.kind == "adrun" and summary.config.hosts == 1 and summary.median
             and summary.config.system == "AllReduce" and not summary.config.options}
+
+
+def companion_files(results: Sequence[Path], pairs: Sequence[str]) -> dict[Path, Path]:
+    """{results file: the file whose 1-host AllReduce run gives its groups their compute time}, from
+    `--compute-from FILE=ONE_HOST_FILE`; each must be one of `results` (a UsageError naming it)."""
+    known = {str(p): p for p in results} | {p.name: p for p in results}
+    out = {}
+    for pair in pairs:
+        names = pair.split("=", 1)
+        missing = [n for n in names if n not in known]
+        if len(names) != 2 or missing:
+            raise click.UsageError(f"--compute-from {pair}: expected FILE=ONE_HOST_FILE, both among the results "
+                                   f"({', '.join(missing) or 'no ='} not)")
+        out[known[names[0]]] = known[names[1]]
+    return out
+
+
+def group_history(results: Sequence[Path]) -> dict[Group, tuple[Path, list[Path]]]:
+    """{group: (the file its runs are taken from, `group_sources`; the earlier files that measured
+    it too, whose runs of it the later file replaces)}: what the report states per group."""
+    files: dict[Group, list[Path]] = defaultdict(list)
+    for path, bench in _runs(results):
+        for run in bench.runs:
+            c = run.config
+            group = (c.workload, c.profile, c.hosts)
+            if c.kind == "adrun" and path not in files[group]:
+                files[group].append(path)
+    return {group: (paths[-1], paths[:-1]) for group, paths in files.items()}
 
 
 def group_sources(results: Sequence[Path]) -> dict[Group, Path]:
@@ -408,6 +446,7 @@ def render(report: dict, out: Path) -> str:
     lines = ["# Cost model against the benchmark cluster", "",
              f"Generated by `bench/cost_model_check.py` from {', '.join(f'`{p}`' for p in report['inputs'])}; "
              f"data in `{out.name}`.", "",
+             *_sources(report.get("group_sources", {})),
              "Kendall's tau (tau-b) between predicted and measured examples/s across the adrun builders of "
              "each group, and the mean relative error of the predicted step time. Compute time per step "
              "used, per group: " + ", ".join(f"{g} {s * 1000:.1f} ms ({report.get('compute_source', {}).get(g, 'given')})"
@@ -439,6 +478,19 @@ def render(report: dict, out: Path) -> str:
             lines.append(f"| {s['system']} | {s['measured_examples_per_s']:,.0f} | {s['predicted_examples_per_s']:,.0f} | "
                          f"{s['measured_step_s'] * 1000:.0f} / {s['predicted_step_s'] * 1000:.0f} | {s['bound']} |")
     return "\n".join(lines) + "\n"
+
+
+def _sources(sources: dict[str, dict]) -> list[str]:
+    """Which file each group measured more than once is taken from: the newest input, whose runs of
+    the group replace the earlier files' whole."""
+    again = {g: s for g, s in sources.items() if s["replaces"]}
+    if not again:
+        return []
+    return ["Each group is taken from the last input that measured it; its runs there replace the earlier "
+            "files' runs of that group whole. Groups measured more than once: "
+            + "; ".join(f"{g} from `{Path(s['file']).name}` (replaces "
+                        f"{', '.join(f'`{Path(r).name}`' for r in s['replaces'])})" for g, s in again.items())
+            + ".", ""]
 
 
 def _two(value: float | None) -> str:

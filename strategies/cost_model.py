@@ -690,21 +690,30 @@ class StepCost:
         # all-gather of N-1 ring steps (Collectives.barrier): one that ends the step after every
         # worker's PS work, and, with synchronous PS variables and an optimizer whose own updates
         # read state its finish changes (Adam), one after every worker's own updates (after the
-        # all-reduces), which the chief's finish waits for (gradient_sync.py)
+        # all-reduces), which the chief's finish waits for (gradient_sync.py); without that one,
+        # the all-reduced updates run beside the end barrier
         mixed = n > 1 and bool(load.sync_ps or load.stale_ps) and collectives > 0
         alpha = c.message_latency_s * paths.cpu_contention
         one_collective = 2 * (n - 1) * (paths.ring_latency + alpha) if n > 1 else 0.0
         barrier = (n - 1) * (paths.ring_latency + alpha) if mixed else 0.0
-        read_ps = ps_after = own_updates = 0.0
+        read_ps = ps_after = 0.0
         if load.sync_ps:
             one_way = max(paths.ps_latency[p] for p in load.sync_ps) + alpha
             read_ps = 2 * one_way  # the read's request and reply
             # the push reaches the PS and the chief's apply reports back; without collectives, the
             # chief's release reaches PS 0 and the workers' token comes back from it
             ps_after = (2 if mixed else 4) * one_way
-            own_updates = barrier if self.own_updates_barrier else 0.0
-        # the end barrier waits for both the PS part and the collectives: a hybrid pays the sum
-        return read_ps + max(ps_after, collectives * one_collective + own_updates) + barrier
+            if mixed and not self.own_updates_barrier:
+                # the all-reduced variables' updates run beside the end barrier, which waits for
+                # the PS part only (gradient_sync.py, `beside`): the barrier follows the PS part
+                # while the collectives still run, and the step ends with the later of the two
+                return read_ps + max(ps_after + barrier, collectives * one_collective)
+            # with the own-updates barrier (Adam), the collectives and that barrier precede the
+            # end barrier, which waits for both the PS part and them: a hybrid pays the sum
+            return read_ps + max(ps_after, collectives * one_collective + barrier) + barrier
+        # only stale or asynchronous PS variables beside the collectives: the end barrier waits
+        # for every worker's whole step, the all-reduced updates among it
+        return collectives * one_collective + barrier
 
 
 def reads_in(pulls_s: float, served: int, others: float = 0.0) -> list[float]:

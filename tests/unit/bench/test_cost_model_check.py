@@ -19,6 +19,8 @@ from bench.cost_model_check import (
     builder_errors,
     check,
     cluster_spec,
+    companion_files,
+    group_history,
     link_planned,
     group_sources,
     measured_before_chunks,
@@ -253,6 +255,30 @@ def test_each_result_file_gives_its_own_groups_their_compute_time(tmp_path):
         path.write_text(BenchResults(started="now", command="test", machine={}, versions={}, profiles=[COMMODITY],
                                      runs=[one_run(ring, 0, rate), one_run(ps, 0, 7.0)]).model_dump_json())
     assert one_host_rates([old, new]) == {(old, "sparse"): 100.0, (new, "sparse"): 300.0}
+
+
+def test_a_file_without_a_one_host_run_names_the_file_it_takes_its_compute_from(tmp_path):
+    """`--compute-from FILE=ONE_HOST_FILE` by path or name; either one not among the results, or no
+    `=`, is a UsageError naming it."""
+    two, one = tmp_path / "two.json", tmp_path / "one.json"
+    assert companion_files([one, two], ["two.json=one.json"]) == {two: one}
+    assert companion_files([one, two], [f"{two}={one}"]) == {two: one}
+    with pytest.raises(click.UsageError, match="--compute-from two.json=three.json: .*three.json not"):
+        companion_files([one, two], ["two.json=three.json"])
+    with pytest.raises(click.UsageError, match="no = not"):
+        companion_files([one, two], ["two.json"])
+
+
+def test_the_report_names_the_file_each_group_is_taken_from_and_the_files_it_replaces(tmp_path):
+    ring = RunConfig(workload="sparse", profile="commodity", hosts=1, kind="adrun", system="AllReduce")
+    other = ring.model_copy(update={"workload": "dense"})
+    old, new = tmp_path / "a.json", tmp_path / "b.json"
+    old.write_text(BenchResults(started="now", command="test", machine={}, versions={}, profiles=[COMMODITY],
+                                runs=[one_run(ring, 0, 100.0), one_run(ring, 1, 90.0), one_run(other, 0, 70.0)]
+                                ).model_dump_json())
+    new.write_text(BenchResults(started="now", command="test", machine={}, versions={}, profiles=[COMMODITY],
+                                runs=[one_run(ring, 0, 300.0)]).model_dump_json())
+    assert group_history([old, new]) == {("sparse", "commodity", 1): (new, [old]), ("dense", "commodity", 1): (old, [])}
 
 
 def _group(workload: str, systems: dict[str, float], same_plan_as: list[str]) -> dict:

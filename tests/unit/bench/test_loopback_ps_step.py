@@ -1,0 +1,30 @@
+"""The one-worker PS step's cases place the variables where the plans they stand for put them."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from bench.loopback_ps_step import CASES, _train_ops
+
+WORKER, PS = "/job:worker/task:0", "/job:ps/task:0"
+
+
+def test_each_case_places_its_variables_as_the_plan_it_stands_for():
+    with tf.Graph().as_default():
+        ops = _train_ops(tf, WORKER, PS)
+        where = {v.op.name: v.device for v in tf.compat.v1.global_variables()}
+    assert set(ops) == set(CASES)
+    on_ps = {name for name, device in where.items() if device == PS}
+
+    def of(case: str) -> set[str]:
+        return {name for name in where if name.startswith(f"{case}/")}
+
+    assert of("local") and not of("local") & on_ps  # the plain run: all on the worker
+    assert of("ps") and of("ps") <= on_ps  # the PS plan: all on the PS
+    assert of("embeddings_on_ps") & on_ps == {"embeddings_on_ps/user_embedding", "embeddings_on_ps/item_embedding"}
+    assert "tiny_ps" in on_ps and "tiny_local" not in on_ps
+    # only the global_step case increments adrun's shared state on the PS (kernels/placement.py)
+    assert "global_step" in on_ps
+    assert ops["embeddings_on_ps_global_step"].type == "AssignAddVariableOp"
+    assert ops["embeddings_on_ps_global_step"].inputs[0].op.name == "global_step"
+    assert ops["embeddings_on_ps"].type == "NoOp"
