@@ -11,8 +11,9 @@ rest is dropped. The cost model reads both (strategies/facts.py `Link.burst_byte
   latency cancels). Credited only when the blast shows a full shaper: datagrams were lost (the
   queue overflowed), the sender outran the link (at least OUTRAN x the rate: a sender paced by
   its own send buffers never fills a queue bigger than them), the receiver got what a shaper
-  passes in its arrival span (the rate times it, within DELIVERY_TOLERANCE: a receiver that
-  cannot keep up with a fast unshaped NIC loses datagrams too, but gets far less), and the
+  passes in its arrival span (at least the rate times it, less DELIVERY_TOLERANCE; more where the
+  stream fell short of a fast link's rate: a receiver that cannot keep up with a fast unshaped
+  NIC loses datagrams too, but gets far less), and the
   excess is above MIN_QUEUE_S: a path without a shaper (loopback, an unshaped veth) delivers as
   fast as it is sent, and its excess is scheduling noise around 0. Anything else is 0, which
   the cost model reads as "no queue known": an unshaped path, UDP filtered, a link faster than
@@ -40,7 +41,7 @@ MIN_QUEUE_S = 1e-3  # less queueing than this is a path without a shaper: 0
 FIT_FROM_S = 0.02  # the rate is taken from arrivals after this (the burst itself is over by then)
 MIN_SLOPES = 5  # fewer slopes between successive arrivals after it: no burst measured
 OUTRAN = 2.0  # a blast sent slower than this times the link's rate was paced by the sender: no queue known
-DELIVERY_TOLERANCE = 0.25  # a shaper delivers its rate x the arrival span, within this share
+DELIVERY_TOLERANCE = 0.25  # a shaper delivers at least the rate x the arrival span, less this share
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ def queue_seconds(blast: Blast | None, bytes_per_s: float) -> float:
         return 0.0
     if blast.sent * DATAGRAM / blast.send_s < OUTRAN * bytes_per_s:
         return 0.0
-    if abs(blast.received * DATAGRAM / (bytes_per_s * blast.arrival_s) - 1) > DELIVERY_TOLERANCE:
+    if blast.received * DATAGRAM < (1 - DELIVERY_TOLERANCE) * bytes_per_s * blast.arrival_s:
         return 0.0
     excess = blast.arrival_s - blast.send_s
     return excess if excess > MIN_QUEUE_S else 0.0
