@@ -15,8 +15,12 @@ trip) and then streams at most TRANSFER_BYTES for at most STREAM_S seconds (band
 the time to the receiver's acknowledgement). Between two nodes it also measures a shaper on the
 path (launch/nodes/link_shape.py): the token bucket (`Link.burst_bytes`) from the stream's start,
 and the sender's queue (`Link.queue_bytes`, in bytes of the measured rate) from a UDP blast after
-it, about 0.5 s more; a path without a shaper gets 0 for both, and so does the loopback, which is
-not probed for one (nothing shapes it). Each process is bounded by launch/nodes/transfer.py's
+it, about 0.45 s more per pair (measured on namespace hosts: a pair takes about 1 s on a fast link,
+3.1 s at 100 Mbit/s). 0 for both means none known: a path without a shaper, and also UDP filtered
+(a hello first; unheard, no blast), a link faster than about half the blast, a queue bigger than
+the blast's send buffers (net.core.wmem_max where the probe cannot force them), or a failure of
+this stage, which leaves the bandwidth and latency standing. The loopback is not probed for one
+(nothing shapes it). Each process is bounded by launch/nodes/transfer.py's
 timeouts and ends by itself; nothing is left running.
 
 Measured, too: whether the nodes share one machine's CPUs (`NetworkFacts.shared_cpus`):
@@ -47,7 +51,7 @@ if TYPE_CHECKING:  # the job's connections, when there are; nodes/ does not depe
 PINGS = 20
 TRANSFER_BYTES = 64 << 20  # a loopback moves this in tens of ms; a 100 Mbit/s link stops at STREAM_S
 STREAM_S = 2.0
-MAX_ALL_PAIRS = 8  # 56 transfers, about a minute; beyond, the chief's pairs only
+MAX_ALL_PAIRS = 8  # 56 transfers, 1 to 3 minutes; beyond, the chief's pairs only
 # the node's kernel (one per machine, shared by its namespaces and containers) and its usable CPUs
 MACHINE_COMMAND = "cat /proc/sys/kernel/random/boot_id && nproc"
 MACHINE_TIMEOUT_S = 10.0

@@ -14,25 +14,35 @@ Modes:
                                            accept one TCP stream, answer `pings` one-byte round
                                            trips, count the rest of its bytes, acknowledge; with
                                            `shape`, then time a UDP blast too (below)
-  send   {"host", "port", "nbytes", "connect_timeout", "timeout", "pings"?, "max_s"?, "shape"?}
-                                           time `pings` one-byte round trips with a `recv`, then
+  send   {"host", "port", "nbytes", "connect_timeout", "timeout", "pings"?, "max_s"?, "shape"?,
+          "sndbuf"?}                       time `pings` one-byte round trips with a `recv`, then
                                            stream nbytes to it (stopping after max_s seconds, if
                                            given) and time until its ack; with `shape`, then blast
+                                           (each socket asking for `sndbuf` bytes of send buffer,
+                                           if given: a test's stand-in for a host's wmem_max)
 
 `shape` (Linux only; elsewhere nothing is collected) measures what a token bucket shaper on the path
 does, for launch/nodes/link_shape.py to read: the receiver keeps the kernel's arrival time of the
-stream's first TRACE_S seconds (its burst: what passes faster than the rate after an idle moment),
-and after the ack the sender blasts UDP datagrams much faster than any link for BLAST_S seconds of
-the stream's rate, which fill the sender's queue until it drops; the receiver keeps the arrival
-times of the first and last datagram (the queue's size: how long it keeps delivering after the
-sender stopped) and answers both over the TCP connection.
+stream's first TRACE_S seconds (its burst: what passes faster than the rate after an idle moment).
+After the ack the sender sends a UDP hello, which the receiver acknowledges over the TCP
+connection; unheard within HELLO_WAIT_S (UDP filtered), no blast follows. Heard, the sender blasts
+BLAST_S seconds of the stream's rate in UDP datagrams, as fast as it can (UDP GSO; peaks of about
+16 Gbit/s measured on the dev host), which fill the path's queue until it drops; the receiver keeps
+the arrival times of the first and last datagram from the sender's host (the queue's size: how
+long it keeps delivering after the sender stopped) and answers both over the TCP connection.
+A link faster than the blast, or a queue bigger than the blast sockets' send buffers
+(net.core.wmem_max without CAP_NET_ADMIN), shows no full queue: link_shape.py reads 0 (unknown).
+Any failure of this stage leaves the stream's figures standing, with `shape_error` saying why.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import math
 import os
 import platform
+import select
 import shutil
 import socket
 import struct
@@ -54,9 +64,16 @@ DATAGRAM = 1200  # fits any path's MTU
 GSO_DATAGRAMS = 10
 BLAST_S = 0.5  # a blast sends this long of the stream's rate...
 BLAST_MAX_BYTES = 64 << 20  # ...at most this much...
-BLAST_SOCKETS = 4  # ...through this many sockets, so that their send buffers hold more than the queue
-BLAST_WAIT_S = 2.0  # the receiver waits this long for the first datagram (none: UDP is filtered)
-QUIET_S = 0.2  # and ends the blast when none came for this long
+BLAST_SNDBUF = 1 << 26  # ...through sockets asking for send buffers this big (probe `_blast_sockets`)...
+MAX_BLAST_SOCKETS = 64  # ...and at most this many of them
+SO_SNDBUFFORCE = 32  # SO_SNDBUF past net.core.wmem_max, with CAP_NET_ADMIN
+GSO_REFUSED = (errno.EIO, errno.EINVAL, errno.EMSGSIZE)  # a GSO send the device cannot do: send single datagrams
+HELLO = b"hello"  # the UDP hello before a blast: does UDP reach the receiver at all?
+HELLO_EVERY_S = 0.02  # the sender repeats it this often...
+HELLO_WAIT_S = 0.3  # ...until the receiver answers; the receiver waits this long for one (none: UDP is filtered)
+BLAST_WAIT_S = 0.5  # after the hello, the receiver waits this long for the blast's first datagram
+QUIET_S = 0.2  # and ends the blast when none came for this long,
+BLAST_DRAIN_S = 1.0  # or this long after the sender's BLAST_S, whichever is first
 
 
 def facts(args: dict) -> dict:
@@ -171,7 +188,7 @@ def recv(args: dict) -> dict:
         conn.sendall(b"k")
         if blast is not None:
             with blast:
-                timed = _timed_blast(blast, deadline)
+                timed = _timed_blast(blast, conn, deadline)
             conn.sendall(json.dumps({"trace": trace, **timed}).encode())
     server.close()
     return {"bytes": total}
@@ -198,24 +215,45 @@ def _traced_stream(conn: socket.socket, deadline: float, trace: list) -> int:
             return total
 
 
-def _timed_blast(blast: socket.socket, deadline: float) -> dict:
-    """Datagrams received, and the kernel arrival times of the first and last apart (None: none came)."""
+def _timed_blast(blast: socket.socket, conn: socket.socket, deadline: float) -> dict:
+    """Answer the sender's UDP hello over `conn` ("h"; "n" when none came within HELLO_WAIT_S:
+    UDP is filtered, no blast follows), then the blast's datagrams received from the TCP peer
+    and the kernel arrival times of the first and last apart (None: none came)."""
+    peer = _host(conn.getpeername())
+    heard = _receive(blast, peer, min(deadline, time.monotonic() + HELLO_WAIT_S), HELLO_WAIT_S, HELLO)
+    conn.sendall(b"h" if heard else b"n")
+    if not heard:
+        return {"received": 0, "arrival_s": None}
     count, last = 0, 0.0
     first_arrival: float | None = None
+    end = min(deadline, time.monotonic() + BLAST_S + BLAST_DRAIN_S)
     wait = BLAST_WAIT_S
-    try:
-        while True:
-            blast.settimeout(max(0.01, min(wait, deadline - time.monotonic())))
-            _, ancillary, _, _ = blast.recvmsg(DATAGRAM, 64)
-            arrived = _arrival(ancillary)
-            if arrived is None:
-                break
-            count += 1
-            first_arrival = arrived if first_arrival is None else first_arrival
-            last, wait = arrived, QUIET_S
-    except TimeoutError:  # socket.timeout: the blast is over
-        pass
+    while (arrived := _receive(blast, peer, end, wait, DATAGRAM)) is not None:
+        count += 1
+        first_arrival = arrived if first_arrival is None else first_arrival
+        last, wait = arrived, QUIET_S
     return {"received": count, "arrival_s": None if first_arrival is None else last - first_arrival}
+
+
+def _receive(blast: socket.socket, peer: str, end: float, wait: float, expect: int | bytes) -> float | None:
+    """The kernel arrival time of the next datagram from `peer` that is `expect` (its size, or its
+    bytes), waiting at most `wait` seconds for each and never past `end`; None when none came (or
+    no kernel time). Others (a stray sender, a repeated hello) are skipped."""
+    while (left := end - time.monotonic()) > 0:
+        blast.settimeout(min(wait, left))
+        try:
+            data, ancillary, _, address = blast.recvmsg(DATAGRAM, 64)
+        except TimeoutError:  # socket.timeout
+            return None
+        if _host(address) == peer and (data == expect if isinstance(expect, bytes) else len(data) == expect):
+            return _arrival(ancillary)
+    return None
+
+
+def _host(address: tuple) -> str:
+    """An address's host, an IPv4 address mapped into IPv6 as itself."""
+    host = address[0]
+    return host.removeprefix("::ffff:") if isinstance(host, str) else host
 
 
 def _arrival(ancillary: list) -> float | None:
@@ -242,7 +280,7 @@ def send(args: dict) -> dict:
     with sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(max(0.1, deadline - time.monotonic()))
-        rtt_s = []
+        rtt_s: list[float] = []
         for _ in range(args.get("pings", 0)):
             before = time.perf_counter()
             sock.sendall(b"p")
@@ -262,37 +300,89 @@ def send(args: dict) -> dict:
             raise ConnectionError("receiver closed without acknowledging")
         result = {"bytes": args["nbytes"] - left, "seconds": seconds, "rtt_s": rtt_s}
         if args.get("shape") and sys.platform.startswith("linux"):
-            rate = result["bytes"] / seconds
-            sent = _blast(sock, min(rate * BLAST_S, BLAST_MAX_BYTES), deadline)
-            result.update(_answer(sock, deadline), **sent)
+            try:
+                result.update(_shape(sock, result["bytes"] / seconds, deadline, args.get("sndbuf")))
+            except (OSError, ValueError) as e:  # the optional stage failed: the stream's figures stand
+                result["shape_error"] = f"{type(e).__name__}: {e}"
     return result
 
 
-def _blast(sock: socket.socket, nbytes: float, deadline: float) -> dict:
-    """Send about `nbytes` of UDP datagrams to the TCP connection's peer as fast as this machine
-    can: the datagrams sent and the seconds from the first send to the last one's return."""
-    sockets = []
-    group = GSO_DATAGRAMS
-    for _ in range(BLAST_SOCKETS):
+def _shape(sock: socket.socket, rate: float, deadline: float, sndbuf: int | None) -> dict:
+    """The sender's side of `shape` after the stream's ack: a UDP hello, the blast when it was
+    heard, and the receiver's account (its trace, and its side of the blast)."""
+    sent = _blast(sock, min(rate * BLAST_S, BLAST_MAX_BYTES), deadline, sndbuf) if _hello(sock, deadline) else {}
+    return {**_answer(sock, deadline), **sent}
+
+
+def _hello(sock: socket.socket, deadline: float) -> bool:
+    """Whether UDP reaches the receiver: a small datagram sent each HELLO_EVERY_S until the receiver
+    says over the TCP connection that one came ("h") or that none did within its wait ("n")."""
+    answer_by = min(deadline, time.monotonic() + 2 * HELLO_WAIT_S)
+    with socket.socket(sock.family, socket.SOCK_DGRAM) as hello:
+        hello.connect(sock.getpeername())
+        while time.monotonic() < answer_by:
+            try:
+                hello.send(HELLO)
+            except OSError:  # refused (an ICMP answer to an earlier one): the receiver will say "n"
+                pass
+            if select.select([sock], [], [], HELLO_EVERY_S)[0]:
+                return sock.recv(1) == b"h"
+    raise TimeoutError("no answer to the UDP hello")
+
+
+def _blast_sockets(sock: socket.socket, nbytes: float, sndbuf: int | None) -> list[socket.socket]:
+    """UDP sockets connected to the TCP connection's peer whose send buffers together hold `nbytes`
+    (at most MAX_BLAST_SOCKETS): a UDP send blocks once its socket's datagrams in the path's queue
+    fill its buffer, so buffers smaller than the queue never fill it. Each asks for BLAST_SNDBUF
+    (forced where permitted, else capped by net.core.wmem_max), or `sndbuf` when given (to stand
+    for a host with that wmem_max); the kernel reports twice what it grants, and a datagram
+    costs about twice its bytes there, so a socket holds about half the reported size."""
+    sockets: list[socket.socket] = []
+    count = 1
+    while len(sockets) < count:
         out = socket.socket(sock.family, socket.SOCK_DGRAM)
         sockets.append(out)
-        out.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 26)  # the kernel caps it (wmem_max)
+        if sndbuf is not None:
+            out.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
+        else:
+            try:
+                out.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, BLAST_SNDBUF)
+            except OSError:  # not permitted (no CAP_NET_ADMIN): as much as wmem_max allows
+                out.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, BLAST_SNDBUF)
+        holds = out.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) // 2
+        count = min(MAX_BLAST_SOCKETS, max(1, math.ceil(nbytes / holds)))
+        out.connect(sock.getpeername())
+    return sockets
+
+
+def _blast(sock: socket.socket, nbytes: float, deadline: float, sndbuf: int | None) -> dict:
+    """Send about `nbytes` of UDP datagrams to the TCP connection's peer as fast as this machine
+    can: the datagrams sent and the seconds from the first send to the last one's return."""
+    sockets = _blast_sockets(sock, nbytes, sndbuf)
+    group = GSO_DATAGRAMS
+    for out in sockets:
+        out.settimeout(max(0.1, deadline - time.monotonic()))
         try:
-            out.setsockopt(socket.IPPROTO_UDP, UDP_SEGMENT, DATAGRAM if group > 1 else 0)
+            out.setsockopt(socket.IPPROTO_UDP, UDP_SEGMENT, DATAGRAM)
         except OSError:
             group = 1  # no UDP GSO: one datagram per send
-        out.settimeout(max(0.1, deadline - time.monotonic()))
-        out.connect(sock.getpeername())
-    block = b"\0" * (DATAGRAM * group)
+    block = b"\0" * (DATAGRAM * GSO_DATAGRAMS)
     datagrams, sends = 0, 0
     start = time.monotonic()
     stop_by = min(deadline, start + BLAST_S)  # a machine slower than its link fills no queue anyway
     try:
         while datagrams * DATAGRAM < nbytes and time.monotonic() < stop_by:
-            sockets[sends % len(sockets)].send(block if group > 1 else block[:DATAGRAM])
+            out = sockets[sends % len(sockets)]
+            try:
+                out.send(block[: DATAGRAM * group])
+            except OSError as e:
+                if group == 1 or e.errno not in GSO_REFUSED:
+                    raise
+                group = 1  # the path's device cannot segment: one datagram per send from here
+                continue
             sends += 1
             datagrams += group
-    except OSError:  # the path refuses (an ICMP answer) or the kernel has no buffers: what was sent stands
+    except OSError:  # the path refuses (an ICMP answer), or the buffers stayed full: what was sent stands
         pass
     send_s = time.monotonic() - start
     for out in sockets:
@@ -307,7 +397,10 @@ def _answer(sock: socket.socket, deadline: float) -> dict:
         sock.settimeout(max(0.1, deadline - time.monotonic()))
         data = sock.recv(node_tools.CHUNK)
         if not data:
-            return json.loads(b"".join(chunks) or b"{}")
+            answer = json.loads(b"".join(chunks) or b"{}")
+            if not isinstance(answer, dict):
+                raise ValueError(f"the receiver's account is not an object: {answer!r:.80}")
+            return answer
         chunks.append(data)
 
 

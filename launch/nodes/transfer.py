@@ -67,8 +67,8 @@ class Transfer:
     @property
     def queue_bytes(self) -> float:
         """What the path's sender queue holds when full, in bytes of the stream's rate; 0: no
-        shaper seen (or not measured)."""
-        return link_shape.queue_seconds(self.blast) * self.bytes_per_s
+        shaper seen, or none known (link_shape.py)."""
+        return link_shape.queue_seconds(self.blast, self.bytes_per_s) * self.bytes_per_s
 
     @property
     def burst_bytes(self) -> float:
@@ -87,10 +87,11 @@ class TransferError(Exception):
 
 
 def measure_transfer(sender: Endpoint, receiver: Endpoint, host: str, nbytes: int, *, pings: int = 0,
-                     max_s: float | None = None, shape: bool = False) -> Transfer:
+                     max_s: float | None = None, shape: bool = False, sndbuf: int | None = None) -> Transfer:
     """Time `pings` one-byte round trips, then stream up to `nbytes` (for at most `max_s` seconds)
     from `sender` to `receiver`, reached at `host`; with `shape`, trace the stream's start and
-    blast UDP after it (the path's token bucket and queue). Every step is bounded by
+    blast UDP after it (the path's token bucket and queue; `sndbuf`: each blast socket's send buffer
+    as asked for, standing for a host's net.core.wmem_max in a test). Every step is bounded by
     TRANSFER_TIMEOUT; a taken port is retried on another. Raises TransferError."""
     error = "not attempted"
     with ThreadPoolExecutor(max_workers=1) as pool:
@@ -100,7 +101,7 @@ def measure_transfer(sender: Endpoint, receiver: Endpoint, host: str, nbytes: in
                                      {"port": port, "timeout": TRANSFER_TIMEOUT, "pings": pings, "shape": shape},
                                      local=receiver.local)
             send_args = {"host": host, "port": port, "nbytes": nbytes, "connect_timeout": CONNECT_TIMEOUT,
-                         "timeout": TRANSFER_TIMEOUT, "pings": pings, "max_s": max_s, "shape": shape}
+                         "timeout": TRANSFER_TIMEOUT, "pings": pings, "max_s": max_s, "shape": shape, "sndbuf": sndbuf}
             send_cmd = probe_command(sender.node, "send", send_args, local=sender.local)
             received = pool.submit(receiver.shell.run, recv_cmd, TRANSFER_TIMEOUT + 10)
             sent = sender.shell.run(send_cmd, TRANSFER_TIMEOUT + 10)

@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from adrun.launch.nodes.link_shape import MIN_QUEUE_S, Blast, burst_bytes, queue_seconds
+from adrun.launch.nodes.link_shape import MIN_QUEUE_S, OUTRAN, Blast, burst_bytes, queue_seconds
+from adrun.launch.nodes.probe import DATAGRAM
 from adrun.launch.nodes.transfer import Transfer
 
 RATE = 11.95e6  # 100 Mbit/s of frames, in TCP payload bytes per second
@@ -66,7 +67,7 @@ def test_too_few_arrivals_after_the_burst_measure_no_burst():
 
 def test_a_full_queue_delivers_after_the_sender_stopped_for_its_length():
     """100 Mbit/s, 50 ms queue: the blast sent in 1.2 ms arrives over 54.7 ms."""
-    assert queue_seconds(Blast(sent=5000, send_s=0.0012, received=560, arrival_s=0.0547)) == pytest.approx(0.0535)
+    assert queue_seconds(Blast(sent=5000, send_s=0.0012, received=560, arrival_s=0.0547), RATE) == pytest.approx(0.0535)
 
 
 @pytest.mark.parametrize("blast", [
@@ -77,7 +78,26 @@ def test_a_full_queue_delivers_after_the_sender_stopped_for_its_length():
     Blast(sent=55950, send_s=0.0814, received=9160, arrival_s=0.0814 + MIN_QUEUE_S / 2),  # scheduling noise
 ])
 def test_a_blast_that_shows_no_full_queue_gives_0(blast):
-    assert queue_seconds(blast) == 0.0
+    assert queue_seconds(blast, RATE) == 0.0
+
+
+def test_a_blast_paced_by_the_senders_buffers_gives_0_not_its_excess():
+    """1 Gbit/s, send buffers smaller than the queue: the sends blocked, so they went at the
+    link's rate and the queue never filled; what the buffers held still arrives late."""
+    rate = 10 * RATE
+    paced = Blast(sent=52_000, send_s=0.5, received=51_000, arrival_s=0.55)
+    assert (paced.sent * DATAGRAM / paced.send_s) / rate < OUTRAN
+    assert queue_seconds(paced, rate) == 0.0
+    assert queue_seconds(Blast(sent=52_000, send_s=0.02, received=6_000, arrival_s=0.06), rate) == pytest.approx(0.04)
+
+
+def test_a_receiver_losing_datagrams_on_a_fast_unshaped_link_gives_0():
+    """10 GbE, no shaper: the sender outran the NIC (its buffers drained 15 ms after its last
+    send) and a Python receiver lost most datagrams; it got far less than the link's rate."""
+    rate = 1.1e9
+    dropped = Blast(sent=53_333, send_s=0.02, received=20_000, arrival_s=0.035)
+    assert dropped.sent * DATAGRAM / dropped.send_s > OUTRAN * rate
+    assert queue_seconds(dropped, rate) == 0.0
 
 
 def test_a_transfer_gives_its_queue_in_bytes_of_its_rate_and_its_bucket_only_with_a_queue():

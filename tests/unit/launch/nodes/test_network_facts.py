@@ -11,6 +11,7 @@ from adrun.errors import UserError
 from adrun.launch.nodes import network_facts as network_facts_module
 from adrun.launch.nodes.network_facts import MACHINE_COMMAND, MAX_ALL_PAIRS, network_facts
 from adrun.launch.nodes.link_shape import Blast
+from adrun.launch.nodes.probe import DATAGRAM
 from adrun.launch.nodes.transfer import Transfer
 from adrun.spec import ClusterSpec, load_spec, spec_to_yaml
 
@@ -150,7 +151,8 @@ def transfers(monkeypatch):
         if not shape:
             return Transfer(nbytes=int(rate), seconds=1.0, rtt_s=[4e-4, 2e-4, 6e-4])
         trace = [[i / 100, 2000 * dst + rate * i / 100] for i in range(16)]
-        blast = Blast(sent=1000, send_s=0.01, received=500, arrival_s=0.01 + 0.005 * dst)
+        arrival_s = 0.01 + 0.005 * dst  # a shaper's delivery: the rate over the arrival span
+        blast = Blast(sent=1000, send_s=0.01, received=round(rate * arrival_s / DATAGRAM), arrival_s=arrival_s)
         return Transfer(nbytes=int(rate), seconds=1.0, rtt_s=[4e-4, 2e-4, 6e-4], trace=trace, blast=blast)
 
     monkeypatch.setattr(network_facts_module, "measure_transfer", measure)

@@ -1,0 +1,144 @@
+"""The probe's `shape` stage on loopback (launch/nodes/probe.py): a UDP hello before the blast, a
+receiver that counts only its sender's datagrams and ends by itself, a blast that falls back to
+single datagrams, and a failing stage that leaves the stream's figures standing."""
+
+from __future__ import annotations
+
+import errno
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from adrun.launch.nodes import probe
+from tests.support.ports import free_ports
+
+NBYTES = 1 << 20
+
+
+@pytest.fixture
+def receiver():
+    """A `recv` probe with `shape` in its own process; yields its port, then its result line."""
+    port = free_ports(1)[0]
+    proc = subprocess.Popen([sys.executable, "-m", "adrun.launch.nodes.probe", "recv",
+                             json.dumps({"port": port, "timeout": 20, "pings": 2, "shape": True})],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        yield port
+    finally:
+        proc.communicate(timeout=30)
+
+
+def send(port: int) -> dict:
+    return probe.send({"host": "127.0.0.1", "port": port, "nbytes": NBYTES, "connect_timeout": 10,
+                       "timeout": 20, "pings": 2, "shape": True})
+
+
+def test_a_heard_hello_is_followed_by_a_blast_and_the_receivers_account(receiver):
+    result = send(receiver)
+    assert result["bytes"] == NBYTES and len(result["rtt_s"]) == 2
+    assert result["sent"] > 0 and 0 < result["received"] <= result["sent"] and "shape_error" not in result
+    assert result["trace"][-1][1] <= NBYTES
+
+
+def test_an_unheard_hello_skips_the_blast_and_keeps_the_stream(receiver, monkeypatch):
+    """UDP filtered (here: a hello the receiver does not take for one): no blast, no error."""
+    monkeypatch.setattr(probe, "HELLO", b"not a hello")
+    result = send(receiver)
+    assert result["bytes"] == NBYTES and result["received"] == 0 and result["arrival_s"] is None
+    assert "sent" not in result and "shape_error" not in result
+
+
+@pytest.mark.parametrize("failure", [TimeoutError("timed out"), json.JSONDecodeError("Expecting value", "}", 0)])
+def test_a_failing_shape_stage_leaves_the_streams_figures(receiver, monkeypatch, failure):
+    def fail(sock, deadline):
+        raise failure
+
+    monkeypatch.setattr(probe, "_answer", fail)
+    result = send(receiver)
+    assert result["bytes"] == NBYTES and len(result["rtt_s"]) == 2
+    assert result["shape_error"] == f"{type(failure).__name__}: {failure}" and "trace" not in result
+
+
+@pytest.fixture
+def tcp_pair():
+    """A connected TCP pair on 127.0.0.1 (the receiver's end, the sender's end) and the port of it."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        sender = socket.create_connection(("127.0.0.1", port))
+        conn, _ = server.accept()
+    with conn, sender:
+        yield conn, sender, port
+
+
+def udp_from(host: str) -> socket.socket:
+    out = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    out.bind((host, 0))
+    return out
+
+
+def test_the_receiver_counts_only_its_senders_datagrams(tcp_pair):
+    conn, sender, port = tcp_pair
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as blast, udp_from("127.0.0.1") as peer, \
+            udp_from("127.0.0.2") as stray:
+        blast.bind(("127.0.0.1", port))
+        blast.setsockopt(socket.SOL_SOCKET, probe.SO_TIMESTAMPNS, 1)
+        peer.sendto(probe.HELLO, ("127.0.0.1", port))
+        for _ in range(5):  # another host's datagrams, some before the blast's
+            stray.sendto(b"\0" * probe.DATAGRAM, ("127.0.0.1", port))
+        for _ in range(3):
+            peer.sendto(b"\0" * probe.DATAGRAM, ("127.0.0.1", port))
+        timed = probe._timed_blast(blast, conn, time.monotonic() + 10)
+    assert sender.recv(1) == b"h"
+    assert timed["received"] == 3 and timed["arrival_s"] >= 0
+
+
+def test_the_receiver_ends_past_its_end_while_datagrams_keep_coming(tcp_pair, monkeypatch):
+    conn, sender, port = tcp_pair
+    monkeypatch.setattr(probe, "BLAST_S", 0.1)
+    monkeypatch.setattr(probe, "BLAST_DRAIN_S", 0.1)
+    stop = threading.Event()
+
+    def keep_sending(out: socket.socket) -> None:
+        """For 30 s (unless stopped), never quiet long enough to end the blast."""
+        out.sendto(probe.HELLO, ("127.0.0.1", port))
+        until = time.monotonic() + 30
+        while not stop.wait(probe.QUIET_S / 4) and time.monotonic() < until:
+            out.sendto(b"\0" * probe.DATAGRAM, ("127.0.0.1", port))
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as blast, udp_from("127.0.0.1") as peer:
+        blast.bind(("127.0.0.1", port))
+        blast.setsockopt(socket.SOL_SOCKET, probe.SO_TIMESTAMPNS, 1)
+        thread = threading.Thread(target=keep_sending, args=(peer,))
+        thread.start()
+        try:
+            timed = probe._timed_blast(blast, conn, time.monotonic() + 60)
+            still_sending = thread.is_alive()
+        finally:
+            stop.set()
+            thread.join()
+    assert still_sending and timed["received"] > 0
+
+
+def test_a_blast_the_device_cannot_segment_is_sent_as_single_datagrams(tcp_pair, monkeypatch):
+    conn, sender, port = tcp_pair
+    original = socket.socket
+
+    class NoGSO(original):
+        def send(self, data, *flags):
+            if self.type == socket.SOCK_DGRAM and len(data) > probe.DATAGRAM:
+                raise OSError(errno.EIO, "Input/output error")
+            return super().send(data, *flags)
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as blast:
+        blast.bind(("127.0.0.1", port))
+        blast.settimeout(10)
+        monkeypatch.setattr(socket, "socket", NoGSO)
+        sent = probe._blast(sender, 100 * probe.DATAGRAM, time.monotonic() + 10, None)
+        monkeypatch.setattr(socket, "socket", original)
+        assert sent["sent"] == 100
+        assert len(blast.recv(65536)) == probe.DATAGRAM
