@@ -61,14 +61,17 @@ def _find_with_other_finders(me, fullname, path, target):  # type: ignore[no-unt
 
 def _install_tensorflow() -> None:
     """Graph mode's TensorFlow patches, once TensorFlow has the private attributes they use. A
-    run-mode task (a graph plan) checks the versions here too; capture and profile do once the
-    script is known to be a graph script (capture.py, profiler.py)."""
+    run-mode task (a graph plan) checks the versions and all of graph mode's attributes here;
+    capture and profile, which patch TF2 scripts too, only the attributes their patches replace now
+    (versions.GRAPH_AT_IMPORT), and the rest once the script is known to be a graph script
+    (capture.py, profiler.py)."""
     from adrun.runtime.context import current
     from adrun.runtime.patches import install
     from adrun.runtime.refusal import refusing
-    from adrun.runtime.versions import GRAPH
+    from adrun.runtime.versions import GRAPH, GRAPH_AT_IMPORT
 
-    refusing(GRAPH.check_versions if current().mode == "run" else GRAPH.check_tensorflow)()
+    mode = current().mode
+    refusing(GRAPH.check_versions if mode == "run" else GRAPH_AT_IMPORT[mode].check_tensorflow)()
     install()
 
 

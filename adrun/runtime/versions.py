@@ -15,8 +15,10 @@ attributes are checked by `check_module` right after their module is imported (i
 tf2/around.py): importing Keras from here could run while the script's own `import keras` is half
 done. Versions are checked once the script's mode is known: a run-mode task after `import
 tensorflow`, capture and profile at the script's first optimizer step (TF2: tf2/capture.py,
-tf2/profiler.py; graph: capture.py, profiler.py). Graph mode's patches use its TensorFlow attributes
-in every mode, so those are checked at `import tensorflow` whatever the mode (import_hook.py).
+tf2/profiler.py; graph: capture.py, profiler.py). Capture and profile install graph mode's patches
+for every script, a TF2 script's too, so at `import tensorflow` they check only the attributes those
+patches replace then (`GRAPH_AT_IMPORT`, import_hook.py): an attribute only graph run mode uses
+refuses a graph script, never a TF2 one.
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ import importlib.metadata
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import CodeType
 
 from adrun.env_vars import ALLOW_UNTESTED_VERSIONS_VAR
 from adrun.errors import UserError
+from adrun.task_context import Mode
 
 # distribution -> the release series (major.minor) adrun was tested with
 TESTED: dict[str, str] = {"tensorflow": "2.21", "keras": "3.15", "tf_keras": "2.21"}
@@ -151,6 +155,21 @@ def _in_series(version: str, series: str) -> bool:
     return version == series or version.startswith(series + ".")
 
 
+# how deep code nested in a method (a function, lambda or comprehension inside it) is read
+_NESTED_CODE_DEPTH = 4
+
+
+def _code_names(code: CodeType, depth: int = _NESTED_CODE_DEPTH) -> set[str]:
+    """The names `code` uses, with those of the code nested in it (its constants), `depth` levels
+    down: `self._x = ...` inside a nested function or comprehension of a method counts too."""
+    names = set(code.co_names)
+    if depth:
+        for constant in code.co_consts:
+            if isinstance(constant, CodeType):
+                names |= _code_names(constant, depth - 1)
+    return names
+
+
 def _class_code_names(cls: type) -> set[str]:
     """The attribute names the code of `cls` and its bases uses (`self._x = ...` puts `_x` there):
     where an attribute set on instances shows, without reading or parsing any source."""
@@ -160,8 +179,8 @@ def _class_code_names(cls: type) -> set[str]:
             for function in (member, getattr(member, "__func__", None), getattr(member, "fget", None),
                              getattr(member, "fset", None)):
                 code = getattr(function, "__code__", None)
-                if code is not None:
-                    names.update(code.co_names)
+                if isinstance(code, CodeType):
+                    names |= _code_names(code)
     return names
 
 
@@ -240,3 +259,24 @@ class ModeApi:
 
 TF2 = ModeApi("TF2", ("tensorflow", "keras", "tf_keras"), _TF2_PRIVATE)
 GRAPH = ModeApi("graph", ("tensorflow", "tf_keras"), _GRAPH_PRIVATE)
+
+# what patches.install() replaces at `import tensorflow` in capture (the v1 optimizer and Session)
+_GRAPH_CAPTURE_PATCHES: dict[str, tuple[str, ...]] = {
+    "tensorflow.python.training.optimizer": ("Optimizer.apply_gradients",),
+    "tensorflow.python.client.session": (
+        "Session.__init__", "BaseSession.run", "BaseSession._make_callable_from_options",
+    ),
+}
+
+# mode -> the part of GRAPH checked at `import tensorflow` (import_hook.py); all of GRAPH is checked
+# once the script shows itself a graph script (capture.py, profiler.py)
+GRAPH_AT_IMPORT: dict[Mode, ModeApi] = {
+    Mode.CAPTURE: ModeApi("graph", GRAPH.distributions, _GRAPH_CAPTURE_PATCHES),
+    Mode.PROFILE: ModeApi("graph", GRAPH.distributions, {  # and its scratch writes (no_trace.keep_writes_in)
+        **_GRAPH_CAPTURE_PATCHES,
+        "tensorflow.python.training.saver": ("Saver.save",),
+        "tensorflow.python.summary.writer.event_file_writer": ("EventFileWriter.__init__",),
+        "tensorflow.python.ops.gen_summary_ops": ("create_summary_file_writer",),
+        "tensorflow.python.training.training_util": ("write_graph",),
+    }),
+}
