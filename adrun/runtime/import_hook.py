@@ -93,9 +93,22 @@ def _install_tf_keras_saving() -> None:
     install_tf_keras_saving()
 
 
+def _check_tf_keras_version() -> None:
+    """A run-mode task checked graph mode's versions at `import tensorflow`, when tf_keras's counted
+    only if already imported (versions.GRAPH.when_imported): the script imports it now. Capture and
+    profile check every version later, once the script shows itself a graph script."""
+    from adrun.runtime.context import current
+    from adrun.runtime.refusal import refusing
+    from adrun.runtime.versions import GRAPH
+
+    if current().mode == "run":
+        refusing(functools.partial(GRAPH.check_series, ("tf_keras",)))()
+
+
 # graph mode: module -> patch to run once it is imported
 GRAPH_PATCHES: dict[str, Callable[[], None]] = {
     "tensorflow": _install_tensorflow,
+    "tf_keras": _check_tf_keras_version,
     "tf_keras.src.optimizers.legacy.optimizer_v2": _install_tf_keras,
     "tf_keras.src.engine.training": _install_tf_keras_saving,
 }

@@ -18,7 +18,8 @@ tensorflow`, capture and profile at the script's first optimizer step (TF2: tf2/
 tf2/profiler.py; graph: capture.py, profiler.py). Capture and profile install graph mode's patches
 for every script, a TF2 script's too, so at `import tensorflow` they check only the attributes those
 patches replace then (`GRAPH_AT_IMPORT`, import_hook.py): an attribute only graph run mode uses
-refuses a graph script, never a TF2 one.
+refuses a graph script, never a TF2 one. tf_keras's version counts for graph mode only once the
+script has imported it (`when_imported`).
 """
 
 from __future__ import annotations
@@ -191,11 +192,15 @@ class ModeApi:
     mode: str  # as messages name it
     distributions: tuple[str, ...]  # of TESTED, the ones this mode's code touches
     private: Mapping[str, tuple[str, ...]]  # module -> attributes ("Class.method" for a method)
+    # of `distributions`, those whose version counts only once the script has imported them (a graph
+    # script need not use tf_keras, which may be installed for another script)
+    when_imported: tuple[str, ...] = ()
 
     def untested(self, found: Mapping[str, str]) -> dict[str, str]:
         """The entries of `found` (distribution -> version) outside their tested release series."""
         return {name: version for name, version in found.items()
-                if name in self.distributions and not _in_series(version, TESTED[name])}
+                if name in self.distributions and not _in_series(version, TESTED[name])
+                and (name not in self.when_imported or name in sys.modules)}
 
     def missing_attributes(self, module_name: str) -> list[str]:
         """The attributes of `private[module_name]` that the imported module lacks, each named down
@@ -237,12 +242,20 @@ class ModeApi:
         series (unless `allow_untested`, default: the task's ADRUN_ALLOW_UNTESTED_VERSIONS
         setting), or when TensorFlow lacks a private attribute this mode uses. `found`
         (distribution -> version) replaces the installed versions, for tests."""
+        self.check_series(self.distributions, allow_untested, found)
+        self.check_tensorflow()
+
+    def check_series(self, names: tuple[str, ...], allow_untested: bool | None = None,
+                     found: Mapping[str, str] | None = None) -> None:
+        """The version part of `check_versions`, for the distributions `names` only: a run-mode
+        task checks one of `when_imported` again once the script imports it (import_hook.py)."""
         if allow_untested is None:
             from adrun.runtime.context import current
 
             allow_untested = current().settings.allow_untested_versions
         found = installed_versions() if found is None else found
-        wrong = ", ".join(f"{n} {v}" for n, v in sorted(self.untested(found).items()))
+        untested = self.untested({name: version for name, version in found.items() if name in names})
+        wrong = ", ".join(f"{n} {v}" for n, v in sorted(untested.items()))
         if wrong and not allow_untested:
             raise UserError(
                 f"{self.mode} mode was tested with {self._tested_text()}, and found {wrong}. It patches private "
@@ -251,14 +264,13 @@ class ModeApi:
         if wrong:
             print(f"adrun: {self.mode} mode on untested {wrong} ({ALLOW_UNTESTED_VERSIONS_VAR}=1)", file=sys.stderr,
                   flush=True)
-        self.check_tensorflow()
 
     def _tested_text(self) -> str:
         return ", ".join(f"{name} {TESTED[name]}.x" for name in self.distributions)
 
 
 TF2 = ModeApi("TF2", ("tensorflow", "keras", "tf_keras"), _TF2_PRIVATE)
-GRAPH = ModeApi("graph", ("tensorflow", "tf_keras"), _GRAPH_PRIVATE)
+GRAPH = ModeApi("graph", ("tensorflow", "tf_keras"), _GRAPH_PRIVATE, when_imported=("tf_keras",))
 
 # what patches.install() replaces at `import tensorflow` in capture (the v1 optimizer and Session)
 _GRAPH_CAPTURE_PATCHES: dict[str, tuple[str, ...]] = {

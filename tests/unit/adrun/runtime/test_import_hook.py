@@ -81,6 +81,26 @@ def _refuse(message: str) -> None:
     raise _Refused(message)
 
 
+@pytest.mark.parametrize("mode, refused", [(Mode.RUN, True), (Mode.CAPTURE, False), (Mode.PROFILE, False)])
+def test_a_graph_run_checks_tf_keras_version_once_the_script_imports_it(
+        monkeypatch: pytest.MonkeyPatch, mode: Mode, refused: bool) -> None:
+    """Run mode checked the versions at `import tensorflow`, before tf_keras counted; capture and
+    profile check them all once the script shows its kind (capture_and_exit, the profiler)."""
+    import sys
+    import types
+
+    monkeypatch.setitem(sys.modules, "tf_keras", types.ModuleType("tf_keras"))
+    monkeypatch.setattr(versions, "installed_versions", lambda: {"tensorflow": "2.21.0", "tf_keras": "2.99.0"})
+    monkeypatch.setattr(refusal, "refuse", _refuse)
+    monkeypatch.setattr("adrun.runtime.context.current", lambda: dataclasses.replace(CTX, mode=mode))
+    if refused:
+        with pytest.raises(_Refused, match=r"^graph mode was tested with tensorflow 2\.21\.x, tf_keras 2\.21\.x, "
+                                           r"and found tf_keras 2\.99\.0\. "):
+            import_hook.GRAPH_PATCHES["tf_keras"]()
+    else:
+        import_hook.GRAPH_PATCHES["tf_keras"]()
+
+
 @pytest.mark.parametrize("mode", [Mode.CAPTURE, Mode.PROFILE])
 def test_an_attribute_only_graph_run_mode_uses_refuses_a_graph_script_and_never_a_tf2_one(
         monkeypatch: pytest.MonkeyPatch, mode: Mode) -> None:
