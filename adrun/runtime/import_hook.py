@@ -61,14 +61,17 @@ def _find_with_other_finders(me, fullname, path, target):  # type: ignore[no-unt
 
 def _install_tensorflow() -> None:
     """Graph mode's TensorFlow patches, once TensorFlow has the private attributes they use. A
-    run-mode task (a graph plan) checks the versions here too; capture and profile do once the
-    script is known to be a graph script (capture.py, profiler.py)."""
+    run-mode task (a graph plan) checks the versions and all of graph mode's attributes here;
+    capture and profile, which patch TF2 scripts too, only the attributes their patches replace now
+    (versions.GRAPH_AT_IMPORT), and the rest once the script is known to be a graph script
+    (capture.py, profiler.py)."""
     from adrun.runtime.context import current
     from adrun.runtime.patches import install
     from adrun.runtime.refusal import refusing
-    from adrun.runtime.versions import GRAPH
+    from adrun.runtime.versions import GRAPH, GRAPH_AT_IMPORT
 
-    refusing(GRAPH.check_versions if current().mode == "run" else GRAPH.check_tensorflow)()
+    mode = current().mode
+    refusing(GRAPH.check_versions if mode == "run" else GRAPH_AT_IMPORT[mode].check_tensorflow)()
     install()
 
 
@@ -90,9 +93,22 @@ def _install_tf_keras_saving() -> None:
     install_tf_keras_saving()
 
 
+def _check_tf_keras_version() -> None:
+    """A run-mode task checked graph mode's versions at `import tensorflow`, when tf_keras's counted
+    only if already imported (versions.GRAPH.when_imported): the script imports it now. Capture and
+    profile check every version later, once the script shows itself a graph script."""
+    from adrun.runtime.context import current
+    from adrun.runtime.refusal import refusing
+    from adrun.runtime.versions import GRAPH
+
+    if current().mode == "run":
+        refusing(functools.partial(GRAPH.check_series, ("tf_keras",)))()
+
+
 # graph mode: module -> patch to run once it is imported
 GRAPH_PATCHES: dict[str, Callable[[], None]] = {
     "tensorflow": _install_tensorflow,
+    "tf_keras": _check_tf_keras_version,
     "tf_keras.src.optimizers.legacy.optimizer_v2": _install_tf_keras,
     "tf_keras.src.engine.training": _install_tf_keras_saving,
 }

@@ -15,8 +15,11 @@ attributes are checked by `check_module` right after their module is imported (i
 tf2/around.py): importing Keras from here could run while the script's own `import keras` is half
 done. Versions are checked once the script's mode is known: a run-mode task after `import
 tensorflow`, capture and profile at the script's first optimizer step (TF2: tf2/capture.py,
-tf2/profiler.py; graph: capture.py, profiler.py). Graph mode's patches use its TensorFlow attributes
-in every mode, so those are checked at `import tensorflow` whatever the mode (import_hook.py).
+tf2/profiler.py; graph: capture.py, profiler.py). Capture and profile install graph mode's patches
+for every script, a TF2 script's too, so at `import tensorflow` they check only the attributes those
+patches replace then (`GRAPH_AT_IMPORT`, import_hook.py): an attribute only graph run mode uses
+refuses a graph script, never a TF2 one. tf_keras's version counts for graph mode only once the
+script has imported it (`when_imported`).
 """
 
 from __future__ import annotations
@@ -26,9 +29,11 @@ import importlib.metadata
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import CodeType
 
 from adrun.env_vars import ALLOW_UNTESTED_VERSIONS_VAR
 from adrun.errors import UserError
+from adrun.task_context import Mode
 
 # distribution -> the release series (major.minor) adrun was tested with
 TESTED: dict[str, str] = {"tensorflow": "2.21", "keras": "3.15", "tf_keras": "2.21"}
@@ -151,6 +156,21 @@ def _in_series(version: str, series: str) -> bool:
     return version == series or version.startswith(series + ".")
 
 
+# how deep code nested in a method (a function, lambda or comprehension inside it) is read
+_NESTED_CODE_DEPTH = 4
+
+
+def _code_names(code: CodeType, depth: int = _NESTED_CODE_DEPTH) -> set[str]:
+    """The names `code` uses, with those of the code nested in it (its constants), `depth` levels
+    down: `self._x = ...` inside a nested function or comprehension of a method counts too."""
+    names = set(code.co_names)
+    if depth:
+        for constant in code.co_consts:
+            if isinstance(constant, CodeType):
+                names |= _code_names(constant, depth - 1)
+    return names
+
+
 def _class_code_names(cls: type) -> set[str]:
     """The attribute names the code of `cls` and its bases uses (`self._x = ...` puts `_x` there):
     where an attribute set on instances shows, without reading or parsing any source."""
@@ -160,8 +180,8 @@ def _class_code_names(cls: type) -> set[str]:
             for function in (member, getattr(member, "__func__", None), getattr(member, "fget", None),
                              getattr(member, "fset", None)):
                 code = getattr(function, "__code__", None)
-                if code is not None:
-                    names.update(code.co_names)
+                if isinstance(code, CodeType):
+                    names |= _code_names(code)
     return names
 
 
@@ -172,11 +192,15 @@ class ModeApi:
     mode: str  # as messages name it
     distributions: tuple[str, ...]  # of TESTED, the ones this mode's code touches
     private: Mapping[str, tuple[str, ...]]  # module -> attributes ("Class.method" for a method)
+    # of `distributions`, those whose version counts only once the script has imported them (a graph
+    # script need not use tf_keras, which may be installed for another script)
+    when_imported: tuple[str, ...] = ()
 
     def untested(self, found: Mapping[str, str]) -> dict[str, str]:
         """The entries of `found` (distribution -> version) outside their tested release series."""
         return {name: version for name, version in found.items()
-                if name in self.distributions and not _in_series(version, TESTED[name])}
+                if name in self.distributions and not _in_series(version, TESTED[name])
+                and (name not in self.when_imported or name in sys.modules)}
 
     def missing_attributes(self, module_name: str) -> list[str]:
         """The attributes of `private[module_name]` that the imported module lacks, each named down
@@ -218,12 +242,20 @@ class ModeApi:
         series (unless `allow_untested`, default: the task's ADRUN_ALLOW_UNTESTED_VERSIONS
         setting), or when TensorFlow lacks a private attribute this mode uses. `found`
         (distribution -> version) replaces the installed versions, for tests."""
+        self.check_series(self.distributions, allow_untested, found)
+        self.check_tensorflow()
+
+    def check_series(self, names: tuple[str, ...], allow_untested: bool | None = None,
+                     found: Mapping[str, str] | None = None) -> None:
+        """The version part of `check_versions`, for the distributions `names` only: a run-mode
+        task checks one of `when_imported` again once the script imports it (import_hook.py)."""
         if allow_untested is None:
             from adrun.runtime.context import current
 
             allow_untested = current().settings.allow_untested_versions
         found = installed_versions() if found is None else found
-        wrong = ", ".join(f"{n} {v}" for n, v in sorted(self.untested(found).items()))
+        untested = self.untested({name: version for name, version in found.items() if name in names})
+        wrong = ", ".join(f"{n} {v}" for n, v in sorted(untested.items()))
         if wrong and not allow_untested:
             raise UserError(
                 f"{self.mode} mode was tested with {self._tested_text()}, and found {wrong}. It patches private "
@@ -232,11 +264,31 @@ class ModeApi:
         if wrong:
             print(f"adrun: {self.mode} mode on untested {wrong} ({ALLOW_UNTESTED_VERSIONS_VAR}=1)", file=sys.stderr,
                   flush=True)
-        self.check_tensorflow()
 
     def _tested_text(self) -> str:
         return ", ".join(f"{name} {TESTED[name]}.x" for name in self.distributions)
 
 
 TF2 = ModeApi("TF2", ("tensorflow", "keras", "tf_keras"), _TF2_PRIVATE)
-GRAPH = ModeApi("graph", ("tensorflow", "tf_keras"), _GRAPH_PRIVATE)
+GRAPH = ModeApi("graph", ("tensorflow", "tf_keras"), _GRAPH_PRIVATE, when_imported=("tf_keras",))
+
+# what patches.install() replaces at `import tensorflow` in capture (the v1 optimizer and Session)
+_GRAPH_CAPTURE_PATCHES: dict[str, tuple[str, ...]] = {
+    "tensorflow.python.training.optimizer": ("Optimizer.apply_gradients",),
+    "tensorflow.python.client.session": (
+        "Session.__init__", "BaseSession.run", "BaseSession._make_callable_from_options",
+    ),
+}
+
+# mode -> the part of GRAPH checked at `import tensorflow` (import_hook.py); all of GRAPH is checked
+# once the script shows itself a graph script (capture.py, profiler.py)
+GRAPH_AT_IMPORT: dict[Mode, ModeApi] = {
+    Mode.CAPTURE: ModeApi("graph", GRAPH.distributions, _GRAPH_CAPTURE_PATCHES),
+    Mode.PROFILE: ModeApi("graph", GRAPH.distributions, {  # and its scratch writes (no_trace.keep_writes_in)
+        **_GRAPH_CAPTURE_PATCHES,
+        "tensorflow.python.training.saver": ("Saver.save",),
+        "tensorflow.python.summary.writer.event_file_writer": ("EventFileWriter.__init__",),
+        "tensorflow.python.ops.gen_summary_ops": ("create_summary_file_writer",),
+        "tensorflow.python.training.training_util": ("write_graph",),
+    }),
+}

@@ -1,7 +1,8 @@
 """How the import hook wires TF2 run mode (adrun/runtime/import_hook.py: _tf2_run_patches): the
 version check first, each module's surroundings (around.py) before the core's patch of the same
 module, and a UserError of any of them turned into the script's refusal; and graph mode's: its
-private attributes checked before its patches, its versions too in run mode."""
+private attributes checked before its patches (at import in capture and profile only those its
+patches replace then), its versions too in run mode."""
 
 from __future__ import annotations
 
@@ -70,6 +71,70 @@ def test_graph_modes_tensorflow_patches_follow_its_checks(monkeypatch: pytest.Mo
     monkeypatch.setattr("adrun.runtime.context.current", lambda: dataclasses.replace(CTX, mode=mode))
     import_hook.GRAPH_PATCHES["tensorflow"]()
     assert calls == [*checks, "install"]
+
+
+class _Refused(Exception):
+    """Stands for the real refusal, which ends the process."""
+
+
+def _refuse(message: str) -> None:
+    raise _Refused(message)
+
+
+@pytest.mark.parametrize("mode, refused", [(Mode.RUN, True), (Mode.CAPTURE, False), (Mode.PROFILE, False)])
+def test_a_graph_run_checks_tf_keras_version_once_the_script_imports_it(
+        monkeypatch: pytest.MonkeyPatch, mode: Mode, refused: bool) -> None:
+    """Run mode checked the versions at `import tensorflow`, before tf_keras counted; capture and
+    profile check them all once the script shows its kind (capture_and_exit, the profiler)."""
+    import sys
+    import types
+
+    monkeypatch.setitem(sys.modules, "tf_keras", types.ModuleType("tf_keras"))
+    monkeypatch.setattr(versions, "installed_versions", lambda: {"tensorflow": "2.21.0", "tf_keras": "2.99.0"})
+    monkeypatch.setattr(refusal, "refuse", _refuse)
+    monkeypatch.setattr("adrun.runtime.context.current", lambda: dataclasses.replace(CTX, mode=mode))
+    if refused:
+        with pytest.raises(_Refused, match=r"^graph mode was tested with tensorflow 2\.21\.x, tf_keras 2\.21\.x, "
+                                           r"and found tf_keras 2\.99\.0\. "):
+            import_hook.GRAPH_PATCHES["tf_keras"]()
+    else:
+        import_hook.GRAPH_PATCHES["tf_keras"]()
+
+
+@pytest.mark.parametrize("mode", [Mode.CAPTURE, Mode.PROFILE])
+def test_an_attribute_only_graph_run_mode_uses_refuses_a_graph_script_and_never_a_tf2_one(
+        monkeypatch: pytest.MonkeyPatch, mode: Mode) -> None:
+    """A TensorFlow without `Graph._unsafe_unfinalize` (graph_edit.py, run mode's graph edits), with
+    the setting to try untested versions: at `import tensorflow`, which a TF2 script's capture and
+    profile pass too, the patches go in; a graph script's first training Session (capture_and_exit)
+    is refused, naming the attribute."""
+    from tensorflow.python.framework import ops
+
+    from adrun.runtime import capture
+
+    installed: list[str] = []
+    monkeypatch.delattr(ops.Graph, "_unsafe_unfinalize")
+    monkeypatch.setattr(patches, "install", lambda: installed.append("install"))
+    monkeypatch.setattr(refusal, "refuse", _refuse)
+    allowed = dataclasses.replace(CTX, mode=mode, settings=Settings(allow_untested_versions=True))
+    monkeypatch.setattr("adrun.runtime.context.current", lambda: allowed)
+    import_hook.GRAPH_PATCHES["tensorflow"]()
+    assert installed == ["install"]
+    with pytest.raises(_Refused, match=r"^graph mode needs tensorflow\.python\.framework\.ops\.Graph\._unsafe_unfinalize, "
+                                       r"which this installation \(tensorflow 2\.21\.\d+"):
+        capture.capture_and_exit(ops.Graph(), "/nonexistent/never-written")
+
+
+def test_an_attribute_graph_captures_patch_replaces_refuses_at_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tensorflow.python.client import session
+
+    monkeypatch.delattr(session.BaseSession, "_make_callable_from_options")
+    monkeypatch.setattr(patches, "install", lambda: pytest.fail("patched without its attribute"))
+    monkeypatch.setattr(refusal, "refuse", _refuse)
+    monkeypatch.setattr("adrun.runtime.context.current", lambda: dataclasses.replace(CTX, mode=Mode.CAPTURE))
+    with pytest.raises(_Refused, match=r"^graph mode needs tensorflow\.python\.client\.session\.BaseSession\."
+                                       r"_make_callable_from_options, "):
+        import_hook.GRAPH_PATCHES["tensorflow"]()
 
 
 def test_a_missing_attribute_of_graph_mode_refuses_before_its_patch(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -44,6 +44,22 @@ def test_graph_mode_does_not_check_keras_3():
         TF2.check_versions(allow_untested=False, found={"tensorflow": "2.21.3", "keras": "3.99.0", "tf_keras": "2.21.0"})
 
 
+def test_graph_mode_checks_tf_keras_only_once_the_script_imported_it(monkeypatch):
+    """An untested tf_keras merely installed does not refuse a graph script that never imports it."""
+    found = {"tensorflow": "2.21.3", "tf_keras": "2.99.0"}
+    monkeypatch.delitem(sys.modules, "tf_keras", raising=False)
+    GRAPH.check_versions(allow_untested=False, found=found)
+    with pytest.raises(UserError, match=r"^TF2 mode was tested with .*, and found tf_keras 2\.99\.0\. "):
+        TF2.check_versions(allow_untested=False, found=found)  # TF2 mode's own tf_keras code is always there
+    monkeypatch.setitem(sys.modules, "tf_keras", types.ModuleType("tf_keras"))
+    with pytest.raises(UserError, match=r"^graph mode was tested with tensorflow 2\.21\.x, tf_keras 2\.21\.x, and "
+                                        r"found tf_keras 2\.99\.0\. "):
+        GRAPH.check_versions(allow_untested=False, found=found)
+    with pytest.raises(UserError, match=r"found tf_keras 2\.99\.0\. "):
+        GRAPH.check_series(("tf_keras",), allow_untested=False, found=found)
+    GRAPH.check_series(("tensorflow",), allow_untested=False, found=found)
+
+
 @pytest.mark.parametrize("mode", [GRAPH, TF2], ids=lambda mode: mode.mode)
 def test_every_private_attribute_adrun_touches_exists_in_the_installed_packages(mode):
     import importlib
@@ -51,6 +67,15 @@ def test_every_private_attribute_adrun_touches_exists_in_the_installed_packages(
     for name in mode.private:
         importlib.import_module(name)
     assert [missing for name in mode.private for missing in mode.missing_attributes(name)] == []
+
+
+@pytest.mark.parametrize("mode", list(versions.GRAPH_AT_IMPORT))
+def test_what_capture_and_profile_check_at_import_is_part_of_graph_modes_registry(mode):
+    at_import = versions.GRAPH_AT_IMPORT[mode]
+    assert at_import.distributions == GRAPH.distributions
+    assert all(set(names) <= set(GRAPH.private[module]) for module, names in at_import.private.items())
+    assert "tensorflow.python.data.experimental.ops.distribute" not in at_import.private  # run mode's --shard-data
+    assert "Graph._unsafe_unfinalize" not in at_import.private.get("tensorflow.python.framework.ops", ())
 
 
 def test_graph_modes_registry_names_the_control_input_edits_of_gradient_sync():
@@ -74,6 +99,30 @@ def test_an_attribute_set_on_instances_is_found_in_the_class_code_and_named_when
     missing = GRAPH.missing_attributes(fake.__name__)
     assert "tensorflow.python.framework.ops.Graph._container" in missing
     assert "tensorflow.python.framework.ops.Operation._remove_all_control_inputs" in missing
+
+
+def test_an_attribute_set_inside_nested_code_of_a_method_is_found(monkeypatch):
+    """`_container` set by a function nested in a method, or by a lambda in a comprehension there."""
+    class Nested:
+        def __init__(self):
+            def setup():
+                self._container = ""
+            setup()
+
+    class InComprehension:
+        def reset(self):
+            return [lambda: self._container for _ in ()]
+
+    class Without:
+        def __init__(self):
+            self._other = ""
+
+    fake = types.ModuleType("tensorflow.python.framework.ops")
+    monkeypatch.setitem(sys.modules, "tensorflow.python.framework.ops", fake)
+    for graph, found in ((Nested, True), (InComprehension, True), (Without, False)):
+        fake.Graph = graph
+        assert ("tensorflow.python.framework.ops.Graph._container" not in GRAPH.missing_attributes(fake.__name__)) \
+            is found, graph.__name__
 
 
 @pytest.mark.parametrize("version, tested", [("3.15.1", True), ("3.15", True), ("3.150.0", False), ("3.1", False)])
