@@ -25,7 +25,8 @@ Modes:
 does, for launch/nodes/link_shape.py to read: the receiver keeps the kernel's arrival time of the
 stream's first TRACE_S seconds (its burst: what passes faster than the rate after an idle moment).
 After the ack the sender sends a UDP hello, which the receiver acknowledges over the TCP
-connection; unheard within HELLO_WAIT_S (UDP filtered), no blast follows. Heard, the sender blasts
+connection; unheard within HELLO_WAIT_S plus two of the connection's round trips (`_late_s`: what
+the sender sends in answer to the receiver comes a round trip after it; UDP filtered), no blast follows. Heard, the sender blasts
 BLAST_S seconds of the stream's rate in UDP datagrams, as fast as it can (UDP GSO; peaks of about
 16 Gbit/s measured on the dev host), which fill the path's queue until it drops; the receiver keeps
 the arrival times of the first and last datagram from the sender's host (the queue's size: how
@@ -74,6 +75,8 @@ HELLO_WAIT_S = 0.3  # ...until the receiver answers; the receiver waits this lon
 BLAST_WAIT_S = 0.5  # after the hello, the receiver waits this long for the blast's first datagram
 QUIET_S = 0.2  # and ends the blast when none came for this long,
 BLAST_DRAIN_S = 1.0  # or this long after the sender's BLAST_S, whichever is first
+# (each receiver wait above grows by `_late_s`)
+TCPI_RTT_OFFSET = 68  # struct tcp_info's tcpi_rtt (microseconds, smoothed): after 8 bytes and 15 u32 fields
 
 
 def facts(args: dict) -> dict:
@@ -220,19 +223,35 @@ def _timed_blast(blast: socket.socket, conn: socket.socket, deadline: float) -> 
     UDP is filtered, no blast follows), then the blast's datagrams received from the TCP peer
     and the kernel arrival times of the first and last apart (None: none came)."""
     peer = _host(conn.getpeername())
-    heard = _receive(blast, peer, min(deadline, time.monotonic() + HELLO_WAIT_S), HELLO_WAIT_S, HELLO)
+    late = _late_s(conn)
+    hello_wait = HELLO_WAIT_S + late
+    heard = _receive(blast, peer, min(deadline, time.monotonic() + hello_wait), hello_wait, HELLO)
     conn.sendall(b"h" if heard else b"n")
     if not heard:
         return {"received": 0, "arrival_s": None}
     count, last = 0, 0.0
     first_arrival: float | None = None
-    end = min(deadline, time.monotonic() + BLAST_S + BLAST_DRAIN_S)
-    wait = BLAST_WAIT_S
+    end = min(deadline, time.monotonic() + late + BLAST_S + BLAST_DRAIN_S)
+    wait = BLAST_WAIT_S + late
     while (arrived := _receive(blast, peer, end, wait, DATAGRAM)) is not None:
         count += 1
         first_arrival = arrived if first_arrival is None else first_arrival
         last, wait = arrived, QUIET_S
     return {"received": count, "arrival_s": None if first_arrival is None else last - first_arrival}
+
+
+def _late_s(conn: socket.socket) -> float:
+    """How much later than on a near path an answer to what this end sends over `conn` may come:
+    two of its round trips (the kernel's smoothed estimate, TCP_INFO; 0 where there is none). One
+    is what the answer takes at least (the request's way there, the answer's way back); the other
+    covers an estimate short of a round trip that has grown since."""
+    try:
+        info = conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+    except (AttributeError, OSError):  # not Linux: no TCP_INFO
+        return 0.0
+    if len(info) < TCPI_RTT_OFFSET + 4:
+        return 0.0
+    return 2 * struct.unpack_from("I", info, TCPI_RTT_OFFSET)[0] * 1e-6
 
 
 def _receive(blast: socket.socket, peer: str, end: float, wait: float, expect: int | bytes) -> float | None:
@@ -316,8 +335,9 @@ def _shape(sock: socket.socket, rate: float, deadline: float, sndbuf: int | None
 
 def _hello(sock: socket.socket, deadline: float) -> bool:
     """Whether UDP reaches the receiver: a small datagram sent each HELLO_EVERY_S until the receiver
-    says over the TCP connection that one came ("h") or that none did within its wait ("n")."""
-    answer_by = min(deadline, time.monotonic() + 2 * HELLO_WAIT_S)
+    says over the TCP connection that one came ("h") or that none did within its wait ("n": the
+    receiver's wait opened as it acknowledged the stream, and is HELLO_WAIT_S plus `_late_s`)."""
+    answer_by = min(deadline, time.monotonic() + 2 * (HELLO_WAIT_S + _late_s(sock)))
     with socket.socket(sock.family, socket.SOCK_DGRAM) as hello:
         hello.connect(sock.getpeername())
         while time.monotonic() < answer_by:

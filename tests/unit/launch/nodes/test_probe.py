@@ -124,6 +124,43 @@ def test_the_receiver_ends_past_its_end_while_datagrams_keep_coming(tcp_pair, mo
     assert still_sending and timed["received"] > 0
 
 
+def test_a_long_round_trips_late_hello_and_blast_are_still_heard(tcp_pair, monkeypatch):
+    """A path of a 1 s round trip (simulated: the receiver's `_late_s`, and a sender that answers
+    late): the hello comes past HELLO_WAIT_S and the blast past BLAST_WAIT_S, both still counted."""
+    conn, sender, port = tcp_pair
+    monkeypatch.setattr(probe, "_late_s", lambda conn: 2.0)
+    answers = []
+
+    def late_sender(out: socket.socket) -> None:
+        time.sleep(2 * probe.HELLO_WAIT_S)  # a round trip after the receiver's wait opened
+        out.sendto(probe.HELLO, ("127.0.0.1", port))
+        answers.append(sender.recv(1))
+        if answers == [b"h"]:
+            time.sleep(2 * probe.BLAST_WAIT_S)  # the blast, a round trip after the "h"
+            for _ in range(3):
+                out.sendto(b"\0" * probe.DATAGRAM, ("127.0.0.1", port))
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as blast, udp_from("127.0.0.1") as peer:
+        blast.bind(("127.0.0.1", port))
+        blast.setsockopt(socket.SOL_SOCKET, probe.SO_TIMESTAMPNS, 1)
+        thread = threading.Thread(target=late_sender, args=(peer,))
+        thread.start()
+        try:
+            timed = probe._timed_blast(blast, conn, time.monotonic() + 60)
+        finally:
+            thread.join()
+    assert answers == [b"h"] and timed["received"] == 3
+
+
+def test_the_late_allowance_is_two_of_the_kernels_round_trips():
+    class Connection:
+        def getsockopt(self, level, option, size):
+            assert (level, option) == (socket.IPPROTO_TCP, socket.TCP_INFO)
+            return bytes(probe.TCPI_RTT_OFFSET) + (250_000).to_bytes(4, sys.byteorder) + bytes(size - 72)
+
+    assert probe._late_s(Connection()) == pytest.approx(0.5)
+
+
 def test_a_blast_the_device_cannot_segment_is_sent_as_single_datagrams(tcp_pair, monkeypatch):
     conn, sender, port = tcp_pair
     original = socket.socket
