@@ -381,7 +381,6 @@ def _blast(sock: socket.socket, nbytes: float, deadline: float, sndbuf: int | No
     sockets = _blast_sockets(sock, nbytes, sndbuf)
     group = GSO_DATAGRAMS
     for out in sockets:
-        out.settimeout(max(0.1, deadline - time.monotonic()))
         try:
             out.setsockopt(socket.IPPROTO_UDP, UDP_SEGMENT, DATAGRAM)
         except OSError:
@@ -393,6 +392,7 @@ def _blast(sock: socket.socket, nbytes: float, deadline: float, sndbuf: int | No
     try:
         while datagrams * DATAGRAM < nbytes and time.monotonic() < stop_by:
             out = sockets[sends % len(sockets)]
+            out.settimeout(max(1e-3, stop_by - time.monotonic()))  # a send blocked on full buffers ends with the blast
             try:
                 out.send(block[: DATAGRAM * group])
             except OSError as e:

@@ -179,3 +179,26 @@ def test_a_blast_the_device_cannot_segment_is_sent_as_single_datagrams(tcp_pair,
         monkeypatch.setattr(socket, "socket", original)
         assert sent["sent"] == 100
         assert len(blast.recv(65536)) == probe.DATAGRAM
+
+
+def test_a_blocked_blast_send_waits_no_longer_than_the_blast(tcp_pair, monkeypatch):
+    """Send buffers that stay full (simulated: the sixth send blocks until its timeout): each send
+    may wait only until the blast's end, not the whole transfer's deadline; what was sent stands."""
+    conn, sender, port = tcp_pair
+    original = socket.socket
+    timeouts = []
+
+    class Blocking(original):
+        def send(self, data, *flags):
+            if self.type != socket.SOCK_DGRAM:
+                return super().send(data, *flags)
+            timeouts.append(self.gettimeout())
+            if len(timeouts) > 5:
+                raise TimeoutError("timed out")  # what a send blocked for its whole timeout raises
+            return len(data)
+
+    monkeypatch.setattr(socket, "socket", Blocking)
+    sent = probe._blast(sender, 1e9, time.monotonic() + 60, None)
+    monkeypatch.setattr(socket, "socket", original)
+    assert len(timeouts) == 6 and sent["sent"] == 5 * probe.GSO_DATAGRAMS
+    assert all(0 < timeout <= probe.BLAST_S for timeout in timeouts)
