@@ -38,6 +38,7 @@ Any failure of this stage leaves the stream's figures standing, with `shape_erro
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import math
@@ -350,17 +351,19 @@ def _hello(sock: socket.socket, deadline: float) -> bool:
     raise TimeoutError("no answer to the UDP hello")
 
 
-def _blast_sockets(sock: socket.socket, nbytes: float, sndbuf: int | None) -> list[socket.socket]:
+def _blast_sockets(stack: contextlib.ExitStack, sock: socket.socket, nbytes: float,
+                   sndbuf: int | None) -> list[socket.socket]:
     """UDP sockets connected to the TCP connection's peer whose send buffers together hold `nbytes`
-    (at most MAX_BLAST_SOCKETS): a UDP send blocks once its socket's datagrams in the path's queue
-    fill its buffer, so buffers smaller than the queue never fill it. Each asks for BLAST_SNDBUF
-    (forced where permitted, else capped by net.core.wmem_max), or `sndbuf` when given (to stand
-    for a host with that wmem_max); the kernel reports twice what it grants, and a datagram
-    costs about twice its bytes there, so a socket holds about half the reported size."""
+    (at most MAX_BLAST_SOCKETS), each closed with `stack` (also when a later one fails): a UDP send
+    blocks once its socket's datagrams in the path's queue fill its buffer, so buffers smaller than
+    the queue never fill it. Each asks for BLAST_SNDBUF (forced where permitted, else capped by
+    net.core.wmem_max), or `sndbuf` when given (to stand for a host with that wmem_max); the kernel
+    reports twice what it grants, and a datagram costs about twice its bytes there, so a socket
+    holds about half the reported size."""
     sockets: list[socket.socket] = []
     count = 1
     while len(sockets) < count:
-        out = socket.socket(sock.family, socket.SOCK_DGRAM)
+        out = stack.enter_context(socket.socket(sock.family, socket.SOCK_DGRAM))
         sockets.append(out)
         if sndbuf is not None:
             out.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
@@ -378,35 +381,34 @@ def _blast_sockets(sock: socket.socket, nbytes: float, sndbuf: int | None) -> li
 def _blast(sock: socket.socket, nbytes: float, deadline: float, sndbuf: int | None) -> dict:
     """Send about `nbytes` of UDP datagrams to the TCP connection's peer as fast as this machine
     can: the datagrams sent and the seconds from the first send to the last one's return."""
-    sockets = _blast_sockets(sock, nbytes, sndbuf)
-    group = GSO_DATAGRAMS
-    for out in sockets:
-        try:
-            out.setsockopt(socket.IPPROTO_UDP, UDP_SEGMENT, DATAGRAM)
-        except OSError:
-            group = 1  # no UDP GSO: one datagram per send
-    block = b"\0" * (DATAGRAM * GSO_DATAGRAMS)
-    datagrams, sends = 0, 0
-    start = time.monotonic()
-    stop_by = min(deadline, start + BLAST_S)  # a machine slower than its link fills no queue anyway
-    try:
-        while datagrams * DATAGRAM < nbytes and time.monotonic() < stop_by:
-            out = sockets[sends % len(sockets)]
-            out.settimeout(max(1e-3, stop_by - time.monotonic()))  # a send blocked on full buffers ends with the blast
+    with contextlib.ExitStack() as stack:
+        sockets = _blast_sockets(stack, sock, nbytes, sndbuf)
+        group = GSO_DATAGRAMS
+        for out in sockets:
             try:
-                out.send(block[: DATAGRAM * group])
-            except OSError as e:
-                if group == 1 or e.errno not in GSO_REFUSED:
-                    raise
-                group = 1  # the path's device cannot segment: one datagram per send from here
-                continue
-            sends += 1
-            datagrams += group
-    except OSError:  # the path refuses (an ICMP answer), or the buffers stayed full: what was sent stands
-        pass
-    send_s = time.monotonic() - start
-    for out in sockets:
-        out.close()
+                out.setsockopt(socket.IPPROTO_UDP, UDP_SEGMENT, DATAGRAM)
+            except OSError:
+                group = 1  # no UDP GSO: one datagram per send
+        block = b"\0" * (DATAGRAM * GSO_DATAGRAMS)
+        datagrams, sends = 0, 0
+        start = time.monotonic()
+        stop_by = min(deadline, start + BLAST_S)  # a machine slower than its link fills no queue anyway
+        try:
+            while datagrams * DATAGRAM < nbytes and time.monotonic() < stop_by:
+                out = sockets[sends % len(sockets)]
+                out.settimeout(max(1e-3, stop_by - time.monotonic()))  # a send blocked on full buffers ends with the blast
+                try:
+                    out.send(block[: DATAGRAM * group])
+                except OSError as e:
+                    if group == 1 or e.errno not in GSO_REFUSED:
+                        raise
+                    group = 1  # the path's device cannot segment: one datagram per send from here
+                    continue
+                sends += 1
+                datagrams += group
+        except OSError:  # the path refuses (an ICMP answer), or the buffers stayed full: what was sent stands
+            pass
+        send_s = time.monotonic() - start
     return {"sent": datagrams, "send_s": send_s}
 
 

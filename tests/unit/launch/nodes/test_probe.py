@@ -202,3 +202,33 @@ def test_a_blocked_blast_send_waits_no_longer_than_the_blast(tcp_pair, monkeypat
     monkeypatch.setattr(socket, "socket", original)
     assert len(timeouts) == 6 and sent["sent"] == 5 * probe.GSO_DATAGRAMS
     assert all(0 < timeout <= probe.BLAST_S for timeout in timeouts)
+
+
+@pytest.mark.parametrize("failing", ["setsockopt", "connect"])
+def test_a_blast_socket_that_cannot_be_set_up_leaves_none_open(tcp_pair, monkeypatch, failing):
+    """Small send buffers ask for several sockets; the third fails: the error stands, and every
+    socket opened for the blast is closed."""
+    conn, sender, port = tcp_pair
+    original = socket.socket
+    opened = []
+
+    class ThirdFails(original):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            opened.append(self)
+
+        def setsockopt(self, *args):
+            if failing == "setsockopt" and len(opened) == 3:
+                raise OSError(errno.ENOBUFS, "No buffer space available")
+            return super().setsockopt(*args)
+
+        def connect(self, address):
+            if failing == "connect" and len(opened) == 3:
+                raise OSError(errno.ENETUNREACH, "Network is unreachable")
+            return super().connect(address)
+
+    monkeypatch.setattr(socket, "socket", ThirdFails)
+    with pytest.raises(OSError):
+        probe._blast(sender, 1e9, time.monotonic() + 60, 4096)
+    monkeypatch.setattr(socket, "socket", original)
+    assert len(opened) == 3 and [out.fileno() for out in opened] == [-1, -1, -1]
