@@ -137,7 +137,7 @@ def network_facts(sources: FactSources) -> NetworkFacts:
         ui.print_status("measuring the network ...")
         if remote.nodes and not remote.links:
             remote.connect()
-    network = measured_facts(spec, remote)
+    network = measured_facts(spec, remote, ui.print_status)
     if records is not None:
         records.save_network(key, network)
     return network

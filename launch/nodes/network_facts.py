@@ -19,7 +19,8 @@ it, about 0.45 s more per pair (measured on namespace hosts: a pair takes about 
 3.1 s at 100 Mbit/s). 0 for both means none known: a path without a shaper, and also UDP filtered
 (a hello first; unheard, no blast), a link faster than about half the blast, a queue bigger than
 the blast's send buffers (net.core.wmem_max where the probe cannot force them), or a failure of
-this stage, which leaves the bandwidth and latency standing. The loopback is not probed for one
+this stage, which leaves the bandwidth and latency standing and is reported (`report`, naming
+the pair and why) so that it is not taken for a path without a shaper. The loopback is not probed for one
 (nothing shapes it). Each process is bounded by launch/nodes/transfer.py's
 timeouts and ends by itself; nothing is left running.
 
@@ -34,7 +35,7 @@ from __future__ import annotations
 
 import itertools
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from adrun.errors import UserError
@@ -57,22 +58,26 @@ MACHINE_COMMAND = "cat /proc/sys/kernel/random/boot_id && nproc"
 MACHINE_TIMEOUT_S = 10.0
 
 
-def network_facts(spec: ClusterSpec, remote: RemoteNodes | None = None) -> NetworkFacts:
+def network_facts(spec: ClusterSpec, remote: RemoteNodes | None = None,
+                  report: Callable[[str], None] | None = None) -> NetworkFacts:
     """The network of `spec`: its `network` field, else measured. `remote` (connected) reaches
-    the nodes that are not this machine; None for a cluster on this machine only. Raises
-    UserError when a transfer fails."""
+    the nodes that are not this machine; None for a cluster on this machine only. `report` gets a
+    line for each pair whose shaper could not be measured (e.g. `adrun.ui.print_status`; a
+    callable, because nodes/ does not depend on the terminal's module). Raises UserError when a
+    transfer fails."""
     if spec.network is not None:
         return _given(spec)
     endpoints = {node.address: _endpoint(node, remote) for node in spec.nodes}
     shared_cpus = _shared_cpus(list(endpoints.values()))
     chief = spec.chief.address
-    local = _link(_measure(endpoints[chief], endpoints[chief], "127.0.0.1"))
+    local = _link(_measure(endpoints[chief], endpoints[chief], "127.0.0.1", report))
     addresses = [node.address for node in spec.nodes]
     if len(addresses) <= MAX_ALL_PAIRS:
         pairs = list(itertools.permutations(addresses, 2))
     else:
         pairs = [(a, b) for a, b in itertools.permutations(addresses, 2) if chief in (a, b)]
-    links = [HostLink(src=a, dst=b, **_link(_measure(endpoints[a], endpoints[b], b)).model_dump()) for a, b in pairs]
+    links = [HostLink(src=a, dst=b, **_link(_measure(endpoints[a], endpoints[b], b, report)).model_dump())
+             for a, b in pairs]
     if links and len(pairs) < len(addresses) * (len(addresses) - 1):
         links += _assumed(addresses, links)
     return NetworkFacts(local=local, links=links, shared_cpus=shared_cpus)
@@ -103,17 +108,20 @@ def _endpoint(node: Node, remote: RemoteNodes | None) -> Endpoint:
     return Endpoint(node, SSHShell(link.conn), False)
 
 
-def _measure(sender: Endpoint, receiver: Endpoint, host: str) -> Transfer:
+def _measure(sender: Endpoint, receiver: Endpoint, host: str, report: Callable[[str], None] | None) -> Transfer:
     loopback = sender is receiver
     path = "loopback" if loopback else f"{sender.node.address} -> {receiver.node.address}"
     try:
-        return measure_transfer(sender, receiver, host, TRANSFER_BYTES, pings=PINGS, max_s=STREAM_S,
+        done = measure_transfer(sender, receiver, host, TRANSFER_BYTES, pings=PINGS, max_s=STREAM_S,
                                 shape=not loopback)
     except TransferError as e:
         raise UserError(
             f"cannot measure the network ({path}): {e}; run `adrun cluster check`, or give the figures in "
             "the cluster spec's `network` field"
         ) from None
+    if done.shape_error is not None and report is not None:
+        report(f"network {path}: token bucket and queue not measured (taken as none): {done.shape_error}")
+    return done
 
 
 def _link(done: Transfer) -> Link:

@@ -59,6 +59,7 @@ class Transfer:
     # with `shape`: the stream's first arrivals [seconds, bytes] and the UDP blast (link_shape.py)
     trace: list[list[float]] = field(default_factory=list)
     blast: link_shape.Blast | None = None
+    shape_error: str | None = None  # why the `shape` stage failed (the figures above stand; no blast)
 
     @property
     def bytes_per_s(self) -> float:
@@ -116,5 +117,6 @@ def measure_transfer(sender: Endpoint, receiver: Endpoint, host: str, nbytes: in
             if "sent" in result:
                 blast = link_shape.Blast(result["sent"], result["send_s"], result.get("received", 0),
                                          result.get("arrival_s"))
-            return Transfer(result["bytes"], result["seconds"], result["rtt_s"], result.get("trace", []), blast)
+            return Transfer(result["bytes"], result["seconds"], result["rtt_s"], result.get("trace", []), blast,
+                            result.get("shape_error"))
     raise TransferError(error)

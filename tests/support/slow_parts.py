@@ -62,7 +62,7 @@ class SlowParts:
                               step_s=[0.01] * TIMED_STEPS * self.timed,
                               rows={name: [n] * TIMED_STEPS for name, n in self.rows.items()} if self.timed else {})
 
-    def network_facts(self, spec: ClusterSpec, remote: Any) -> NetworkFacts:
+    def network_facts(self, spec: ClusterSpec, remote: Any, report: Any = None) -> NetworkFacts:
         self.measures.append(spec)
         return self.network
 

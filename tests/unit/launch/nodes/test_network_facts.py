@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -195,6 +196,28 @@ def test_a_large_cluster_measures_the_chiefs_pairs_and_assumes_the_others(transf
     # queue: 5 ms x dst at (1 + dst) or (dst + 1) MB/s, 15,000..55,000 and 30,000..550,000: median 52,500
     assert {(round(link.burst_bytes), round(link.queue_bytes)) for link in by_source["assumed"]} == {(3000, 52500)}
     assert facts.link("10.0.0.4", "10.0.0.7").source == "assumed"
+
+
+def test_a_pair_whose_shaper_could_not_be_measured_is_reported_by_name(transfers, monkeypatch):
+    """A failed shape stage (here on 10.0.0.2 -> 10.0.0.1) keeps the pair's bandwidth and latency,
+    and is said, so that its 0 bucket and queue are not read as a path without a shaper."""
+    measure = network_facts_module.measure_transfer
+
+    def failing_shape(sender, receiver, host, nbytes, **kwargs):
+        done = measure(sender, receiver, host, nbytes, **kwargs)
+        if (sender.node.address, host) == ("10.0.0.2", "10.0.0.1"):
+            return replace(done, blast=None, shape_error="TimeoutError: no answer to the UDP hello")
+        return done
+
+    monkeypatch.setattr(network_facts_module, "measure_transfer", failing_shape)
+    spec = measured_spec(2)
+    lines = []
+    facts = network_facts(spec, FakeRemote([n.address for n in spec.nodes]), lines.append)
+    assert lines == ["network 10.0.0.2 -> 10.0.0.1: token bucket and queue not measured (taken as none): "
+                     "TimeoutError: no answer to the UDP hello"]
+    back = facts.link("10.0.0.2", "10.0.0.1")
+    assert (back.bytes_per_s, back.queue_bytes, back.burst_bytes) == (3e6, 0, 0)
+    assert facts.link("10.0.0.1", "10.0.0.2").queue_bytes > 0
 
 
 def same_machine(addresses, cpus=(6,)):
