@@ -17,12 +17,14 @@ path (launch/nodes/link_shape.py): the token bucket (`Link.burst_bytes`) from th
 and the sender's queue (`Link.queue_bytes`, in bytes of the measured rate) from a UDP blast after
 it, about 0.45 s more per pair (measured on namespace hosts: a pair takes about 1 s on a fast link,
 3.1 s at 100 Mbit/s). 0 for both means none known: a path without a shaper, and also UDP filtered
-(a hello first; unheard, no blast), a link faster than about half the blast, a queue bigger than
-the blast's send buffers (net.core.wmem_max where the probe cannot force them), or a failure of
-this stage, which leaves the bandwidth and latency standing and is reported (`report`, naming
-the pair and why) so that it is not taken for a path without a shaper. The loopback is not probed for one
-(nothing shapes it). Each process is bounded by launch/nodes/transfer.py's
-timeouts and ends by itself; nothing is left running.
+(a hello first; unheard, no blast), a link faster than about half the blast, a queue longer than
+the blast (it sends about probe.BLAST_S of the stream's rate: a 10 Mbit/s link behind a 1000-packet
+FIFO, 1.2 s of it, never overflows; the receiver's cutoff, BLAST_DRAIN_S after the blast, caps the
+drain it sees), a queue bigger than the blast's send buffers (net.core.wmem_max where the probe
+cannot force them), or a failure of this stage, which leaves the bandwidth and latency standing
+and is reported (`report`, naming the pair and why) so that it is not taken for a path without a
+shaper. The loopback is not probed for one (nothing shapes it). Each process is bounded by
+launch/nodes/transfer.py's timeouts and ends by itself; nothing is left running.
 
 Measured, too: whether the nodes share one machine's CPUs (`NetworkFacts.shared_cpus`):
 every node's shell reads the kernel's boot id; when more than one node answers and all with the

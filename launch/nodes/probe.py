@@ -31,8 +31,9 @@ BLAST_S seconds of the stream's rate in UDP datagrams, as fast as it can (UDP GS
 16 Gbit/s measured on the dev host), which fill the path's queue until it drops; the receiver keeps
 the arrival times of the first and last datagram from the sender's host (the queue's size: how
 long it keeps delivering after the sender stopped) and answers both over the TCP connection.
-A link faster than the blast, or a queue bigger than the blast sockets' send buffers
-(net.core.wmem_max without CAP_NET_ADMIN), shows no full queue: link_shape.py reads 0 (unknown).
+A link faster than the blast, a queue longer than the blast (BLAST_S of the rate; the receiver stops
+BLAST_DRAIN_S after it), or a queue bigger than the blast sockets' send buffers (net.core.wmem_max
+without CAP_NET_ADMIN), shows no full queue: link_shape.py reads 0 (unknown).
 Any failure of this stage leaves the stream's figures standing, with `shape_error` saying why.
 """
 
