@@ -26,11 +26,12 @@ does, for launch/nodes/link_shape.py to read: the receiver keeps the kernel's ar
 stream's first TRACE_S seconds (its burst: what passes faster than the rate after an idle moment).
 After the ack the sender sends a UDP hello, which the receiver acknowledges over the TCP
 connection; unheard within HELLO_WAIT_S plus two of the connection's round trips (`_late_s`: what
-the sender sends in answer to the receiver comes a round trip after it; UDP filtered), no blast follows. Heard, the sender blasts
-BLAST_S seconds of the stream's rate in UDP datagrams, as fast as it can (UDP GSO; peaks of about
-16 Gbit/s measured on the dev host), which fill the path's queue until it drops; the receiver keeps
-the arrival times of the first and last datagram from the sender's host (the queue's size: how
-long it keeps delivering after the sender stopped) and answers both over the TCP connection.
+the sender sends in answer to the receiver comes a round trip after it; UDP filtered), no blast
+follows. Heard, the sender blasts BLAST_S seconds of the stream's rate in UDP datagrams, as fast as
+it can (UDP GSO; peaks of about 16 Gbit/s measured on the dev host), which fill the path's queue
+until it drops; the receiver keeps the arrival times of the first and last datagram from the
+sender's host (the queue's size: how long it keeps delivering after the sender stopped) and answers
+both over the TCP connection.
 A link faster than the blast, a queue longer than the blast (BLAST_S of the rate; the receiver stops
 BLAST_DRAIN_S after it), or a queue bigger than the blast sockets' send buffers (net.core.wmem_max
 without CAP_NET_ADMIN), shows no full queue: link_shape.py reads 0 (unknown).
