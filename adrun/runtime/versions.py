@@ -276,6 +276,8 @@ GRAPH = ModeApi("graph", ("tensorflow", "tf_keras"), _GRAPH_PRIVATE, when_import
 # what patches.install() replaces at `import tensorflow` in capture (the v1 optimizer and Session)
 _GRAPH_CAPTURE_PATCHES: dict[str, tuple[str, ...]] = {
     "tensorflow.python.training.optimizer": ("Optimizer.apply_gradients",),
+    # the patched apply_gradients asks it at every call (patches.py)
+    "tensorflow.python.framework.ops": ("executing_eagerly_outside_functions",),
     "tensorflow.python.client.session": (
         "Session.__init__", "BaseSession.run", "BaseSession._make_callable_from_options",
     ),

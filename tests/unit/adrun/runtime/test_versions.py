@@ -78,6 +78,8 @@ def test_what_capture_and_profile_check_at_import_is_part_of_graph_modes_registr
     assert all(set(names) <= set(GRAPH.private[module]) for module, names in at_import.private.items())
     assert "tensorflow.python.data.experimental.ops.distribute" not in at_import.private  # run mode's --shard-data
     assert "Graph._unsafe_unfinalize" not in at_import.private.get("tensorflow.python.framework.ops", ())
+    # the capture-time apply_gradients patch asks it at every call (patches.py)
+    assert "executing_eagerly_outside_functions" in at_import.private["tensorflow.python.framework.ops"]
 
 
 def test_graph_modes_registry_names_the_control_input_edits_of_gradient_sync():
