@@ -97,6 +97,13 @@ class GraphItem(BaseModel):
     keras: KerasFlavour | None = None  # a TF2 script's Keras; None for a graph script
     variables: list[VariableInfo]  # creation order
     optimizer: str | None = None  # class name, e.g. "GradientDescentOptimizer"
+    # Whether the optimizer's per-variable updates read state its finish step changes (Adam's beta
+    # powers; global_step under a decayed learning rate): the runtime then adds a barrier to a step
+    # mixing synchronous PS variables and collectives (runtime/kernels/gradient_sync.py), and the
+    # cost model charges it. Capture records the runtime's decision on the graph; None when not
+    # recorded (older records, TF2 scripts), and the planner goes by `optimizer`
+    # (strategies/optimizer_state.py). Not part of the fingerprint.
+    updates_read_step_state: bool | None = None
     global_step: str | None = None  # op name of the global step variable, if any
     batch_size: int | None = Field(default=None, ge=1)  # examples per step per worker, if readable
 

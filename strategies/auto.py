@@ -258,7 +258,7 @@ class _Descent:
         self.infos = item.trainable_with_grads()
         self.spec, self.profile, self.c, self.compute_s = spec, profile, c, compute_s
         self.paths = Paths.of(spec, network)
-        self.own_updates_barrier = updates_read_step_state(profile.graph.optimizer)
+        self.own_updates_barrier = updates_read_step_state(profile.graph)
         runs = _runs_in(item)
         self.placements = [[p for p in _placements(v, spec, options) if runs(_plan(v, p))] for v in self.infos]
         self.compressors = [[k for k in _compressors(v, options) if runs(_plan(v, ("allreduce", 0, k)))]

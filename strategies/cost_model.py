@@ -797,7 +797,7 @@ def step_cost(strategy: Strategy, profile: ModelProfile, spec: ClusterSpec, netw
     load = Load.empty(paths)
     for var in strategy.variables:
         load.add(variable_load(var, profile, paths))
-    return StepCost(paths, load, compute_seconds(strategy, profile), updates_read_step_state(profile.graph.optimizer))
+    return StepCost(paths, load, compute_seconds(strategy, profile), updates_read_step_state(profile.graph))
 
 
 def _check_matches(strategy: Strategy, profile: ModelProfile, spec: ClusterSpec) -> None:

@@ -1,16 +1,18 @@
-"""Whether an optimizer's per-variable updates read state its finish step changes, by class name.
+"""Whether an optimizer's per-variable updates read state its finish step changes.
 
 In a step that mixes synchronous PS variables with collectives, the runtime puts a barrier between
 every worker's own updates and the chief's finish step (Adam's beta powers, Keras's `iterations`,
 the global_step increment) only when those updates read that state
 (runtime/kernels/gradient_sync.py, `_finish_waits_for_own_updates`, decided on the built graph).
-The cost model plans before any graph is rewritten and knows only the optimizer's class name
-(`GraphItem.optimizer`), so it charges that barrier by this table. A learning rate decayed by
-global_step makes even plain SGD's updates read it: the class name cannot tell, and the model
-then charges one barrier too few.
+Capture records that decision on the script's graph (`GraphItem.updates_read_step_state`), and the
+cost model charges the barrier by it. A graph item recorded without it (older records, TF2
+scripts, fixtures) goes by the optimizer's class name and this table, which cannot see a learning
+rate decayed by global_step (it makes even plain SGD's updates read it).
 """
 
 from __future__ import annotations
+
+from adrun.graph_item import GraphItem
 
 # Updates that read only their own slots and the step's constant hyperparameters. Adam, AdamW,
 # Adamax, Nadam (bias corrections from beta powers or `iterations`) and tf.compat.v1's AdagradDA
@@ -24,8 +26,10 @@ _READ_NO_STATE = frozenset({
 })
 
 
-def updates_read_step_state(optimizer: str | None) -> bool:
-    """Whether the runtime keeps the own-updates barrier for `optimizer` (a class name). An unknown
-    or unrecorded class counts as reading state: the model then charges the barrier the runtime
-    may add, erring towards the slower step."""
-    return optimizer not in _READ_NO_STATE
+def updates_read_step_state(graph: GraphItem) -> bool:
+    """Whether the runtime keeps the own-updates barrier for `graph`'s optimizer: as capture
+    recorded it, else by class name. An unknown or unrecorded class counts as reading state: the
+    model then charges the barrier the runtime may add, erring towards the slower step."""
+    if graph.updates_read_step_state is not None:
+        return graph.updates_read_step_state
+    return graph.optimizer not in _READ_NO_STATE

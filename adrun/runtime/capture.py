@@ -19,6 +19,7 @@ import tensorflow as tf
 from adrun.exit_codes import HOOK_DONE_EXIT_CODE
 from adrun.graph_item import GradKind, GraphItem, VariableInfo, save_graph_item
 from adrun.runtime.grads import is_sparse, records_for, variable_name
+from adrun.runtime.kernels.gradient_sync import updates_read_finish_state
 from adrun.runtime.kernels.partitioning import partition_blockers
 from adrun.runtime.refusal import refusing
 from adrun.runtime.reporting import report
@@ -35,8 +36,11 @@ def describe_graph(graph: tf.Graph) -> GraphItem:
     records = records_for(graph)
     grad_kind: dict[str, GradKind] = {}
     optimizer = None
+    reads_state: list[bool | None] = []
     for call in records.calls:
         optimizer = type(call.optimizer).__name__
+        names = [variable_name(v) for g, v in call.grads_and_vars if g is not None]
+        reads_state.append(updates_read_finish_state(call.new_ops, names))
         for grad, var in call.grads_and_vars:
             if grad is not None:
                 grad_kind[_logical(var)[0]] = "sparse" if is_sparse(grad) else "dense"
@@ -61,9 +65,18 @@ def describe_graph(graph: tf.Graph) -> GraphItem:
     return GraphItem(
         variables=list(logical.values()),
         optimizer=optimizer,
+        updates_read_step_state=_any_reads(reads_state),
         global_step=variable_name(step) if step is not None else None,
         batch_size=static_batch_size(graph),
     )
+
+
+def _any_reads(calls: list[bool | None]) -> bool | None:
+    """Whether any call's updates read state its finish changes; None (the planner then goes by
+    the optimizer's class) when no call says so and one could not be analysed, or there is none."""
+    if any(calls):
+        return True
+    return False if calls and None not in calls else None
 
 
 def _logical(var: tf.Variable) -> tuple[str, list[int]]:

@@ -16,6 +16,9 @@ class GradientRecord:
     optimizer: Any
     grads_and_vars: list[tuple[Any, Any]]
     train_op: tf.Operation | None = None
+    # the ops the call created, kept where the graph is described rather than rewritten (capture,
+    # profile): capture analyses them (`gradient_sync.updates_read_finish_state`)
+    new_ops: list[tf.Operation] = field(default_factory=list)
 
 
 @dataclass

@@ -156,7 +156,12 @@ def _tf2_run_patches(ctx: TaskContext) -> dict[str, list[Callable[[], None]]]:
     from adrun.runtime.tf2.install import patches
     from adrun.runtime.versions import TF2
 
-    found: dict[str, list[Callable[[], None]]] = {"tensorflow": [refusing(TF2.check_versions)]}
+    found: dict[str, list[Callable[[], None]]] = {
+        "tensorflow": [refusing(TF2.check_versions)],
+        # tf_keras counts once the script imports it (TF2.when_imported): a Keras 3 script runs
+        # beside an untested tf_keras merely installed
+        "tf_keras": [refusing(functools.partial(TF2.check_series, ("tf_keras",)))],
+    }
     for module, install in AROUND_PATCHES.items():
         found.setdefault(module, []).append(refusing(functools.partial(install, ctx)))
     for module, patch in patches("run").items():

@@ -56,7 +56,10 @@ def _patch_apply_gradients(optimizer_class, ctx) -> None:
             records.calls.append(call)
             apply = functools.partial(_apply_with, original, self, args, kwargs)
             if ctx.mode != "run":
+                graph = ops.get_default_graph()
+                before = len(graph.get_operations())
                 op = apply(pairs)
+                call.new_ops = graph.get_operations()[before:]
             else:
                 try:
                     op = synchronized_apply(self, apply, _replicated(pairs), ctx, len(records.calls) - 1)

@@ -18,8 +18,9 @@ tensorflow`, capture and profile at the script's first optimizer step (TF2: tf2/
 tf2/profiler.py; graph: capture.py, profiler.py). Capture and profile install graph mode's patches
 for every script, a TF2 script's too, so at `import tensorflow` they check only the attributes those
 patches replace then (`GRAPH_AT_IMPORT`, import_hook.py): an attribute only graph run mode uses
-refuses a graph script, never a TF2 one. tf_keras's version counts for graph mode only once the
-script has imported it (`when_imported`).
+refuses a graph script, never a TF2 one. tf_keras's version counts for either mode only once the
+script has imported it (`when_imported`): a run-mode task checks it again at that import
+(import_hook.py), and a Keras 3 script is not refused for a tf_keras merely installed.
 """
 
 from __future__ import annotations
@@ -269,12 +270,14 @@ class ModeApi:
         return ", ".join(f"{name} {TESTED[name]}.x" for name in self.distributions)
 
 
-TF2 = ModeApi("TF2", ("tensorflow", "keras", "tf_keras"), _TF2_PRIVATE)
+TF2 = ModeApi("TF2", ("tensorflow", "keras", "tf_keras"), _TF2_PRIVATE, when_imported=("tf_keras",))
 GRAPH = ModeApi("graph", ("tensorflow", "tf_keras"), _GRAPH_PRIVATE, when_imported=("tf_keras",))
 
 # what patches.install() replaces at `import tensorflow` in capture (the v1 optimizer and Session)
 _GRAPH_CAPTURE_PATCHES: dict[str, tuple[str, ...]] = {
     "tensorflow.python.training.optimizer": ("Optimizer.apply_gradients",),
+    # the patched apply_gradients asks it at every call (patches.py)
+    "tensorflow.python.framework.ops": ("executing_eagerly_outside_functions",),
     "tensorflow.python.client.session": (
         "Session.__init__", "BaseSession.run", "BaseSession._make_callable_from_options",
     ),

@@ -67,8 +67,12 @@ def powersgd_means(
     goes in one all-reduce and every Q in a second, so a group costs two collectives whatever its
     number of matrices. Each collective is a message per ring neighbour with its own request and
     framing (gRPC, TCP): reduced one matrix at a time, the sparse Keras benchmark's plan (two
-    matrices, 27 KB of factors a step) sent 4 of them where 2 suffice. The factors and their
+    matrices, 25.2 KB of factors a step) sent 4 of them where 2 suffice. The factors and their
     maths are each matrix's own; only their transport is shared."""
+    dtype = named[0][1].dtype
+    # tf.linalg.qr has no bfloat16 or float16 kernel: a half-precision gradient's factor maths runs
+    # in float32; its state and the factors on the wire keep the gradient's dtype (the planned bytes)
+    work = tf.float32 if dtype in (tf.bfloat16, tf.float16) else dtype
     matrices, qs, errors = [], [], []
     for name, grad, rank in named:
         n = grad.shape[0]
@@ -77,28 +81,29 @@ def powersgd_means(
         qs.append(state(functools.partial(tf.random.stateless_normal, [m, rank], seed, dtype=grad.dtype),
                         f"adrun_powersgd/{name}/q"))
         errors.append(state(functools.partial(tf.zeros, [n, m], grad.dtype), f"adrun_powersgd/{name}/error"))
-        matrices.append(tf.reshape(grad, [n, m]) + errors[-1].read_value())
-    ps = _joint_mean([tf.matmul(a, q.read_value()) for a, q in zip(matrices, qs, strict=True)], reduce_mean,
-                     f"{label}/p")
+        matrices.append(tf.cast(tf.reshape(grad, [n, m]) + errors[-1].read_value(), work))
+    ps = _joint_mean([tf.matmul(a, tf.cast(q.read_value(), work)) for a, q in zip(matrices, qs, strict=True)],
+                     reduce_mean, f"{label}/p", dtype)
     ps = [tf.linalg.qr(p)[0] for p in ps]
     local_qs = [tf.matmul(a, p, transpose_a=True) for a, p in zip(matrices, ps, strict=True)]
-    new_qs = _joint_mean(local_qs, reduce_mean, f"{label}/q")
+    new_qs = _joint_mean(local_qs, reduce_mean, f"{label}/q", dtype)
     out = []
     for (_, grad, _), a, p, local_q, new_q, q, error in zip(named, matrices, ps, local_qs, new_qs, qs, errors,
                                                             strict=True):
         approximation = tf.matmul(p, new_q, transpose_b=True)
         # this worker's own residual: what its part of the approximation missed
         residual = a - tf.matmul(p, local_q, transpose_b=True)
-        updates = [q.assign(new_q, read_value=False), error.assign(residual, read_value=False)]
+        updates = [q.assign(tf.cast(new_q, grad.dtype), read_value=False),
+                   error.assign(tf.cast(residual, grad.dtype), read_value=False)]
         with tf.control_dependencies(updates):
-            out.append(tf.reshape(tf.identity(approximation), grad.shape))
+            out.append(tf.reshape(tf.cast(approximation, grad.dtype), grad.shape))
     return out
 
 
-def _joint_mean(tensors: list[tf.Tensor], reduce_mean: Reduce, label: str) -> list[tf.Tensor]:
+def _joint_mean(tensors: list[tf.Tensor], reduce_mean: Reduce, label: str, wire: tf.DType) -> list[tf.Tensor]:
     """The mean of each of `tensors` (of one dtype, known shapes) by one collective on their
-    concatenation."""
-    flat = tf.concat([tf.reshape(t, [-1]) for t in tensors], axis=0)
-    mean = reduce_mean(flat, label)
+    concatenation, sent as `wire` and handed back in their own dtype."""
+    flat = tf.concat([tf.reshape(tf.cast(t, wire), [-1]) for t in tensors], axis=0)
+    mean = tf.cast(reduce_mean(flat, label), tensors[0].dtype)
     pieces = tf.split(mean, [t.shape.num_elements() for t in tensors])
     return [tf.reshape(piece, t.shape) for piece, t in zip(pieces, tensors, strict=True)]

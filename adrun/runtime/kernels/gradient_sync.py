@@ -125,6 +125,21 @@ def _finish_waits_for_own_updates(after_updates: list[tf.Operation], own_updates
     return bool(state) and _reads_before(own_updates, state, {op.name for op in after_updates})
 
 
+def updates_read_finish_state(new_ops: list[tf.Operation], names: list[str]) -> bool | None:
+    """Whether the updates of `names` built by one `apply_gradients` call (`new_ops`, the ops it
+    created) read state the optimizer's finish step changes: the runtime's own decision
+    (`_finish_waits_for_own_updates`) with every variable's update a worker's own. Capture records
+    it (`GraphItem.updates_read_step_state`) so the cost model charges the barrier the runtime will
+    build: a learning rate decayed by global_step makes even plain SGD's updates read it. None when
+    the call has no `update_<variable>` blocks to analyse."""
+    try:
+        scope = _update_scope(new_ops, names)
+    except PlanMismatchError:
+        return None
+    updates = [u for us in update_ops_by_variable(new_ops, scope, names).values() for u in us]
+    return _finish_waits_for_own_updates(_after_updates(new_ops, updates, scope), updates)
+
+
 def _local_finish_ops(
     optimizer: Any, graph: tf.Graph, ctx: TaskContext, finish: list[tf.Operation], chief_only: list[tf.Operation]
 ) -> list[tf.Operation]:

@@ -212,6 +212,23 @@ def test_a_hybrid_whose_updates_read_optimizer_state_adds_the_own_updates_barrie
         - max((2 + n - 1) * ONE_WAY, 2 * (n - 1) * ONE_WAY))
 
 
+@pytest.mark.parametrize("hosts", [2, 4])
+def test_a_hybrid_is_priced_by_what_capture_recorded_over_the_optimizer_class(hosts):
+    """SGD with a learning rate decayed by global_step: its updates read the step its finish
+    increments, so the runtime keeps the own-updates barrier, which capture records
+    (`updates_read_step_state`). The model charges it as it does Adam's, whatever the class name
+    says; and a recorded "no" drops it for a class the table does not know."""
+    graph, spec, hybrid, _ = _hybrid_and_ring(hosts, "GradientDescentOptimizer")
+    net = network(spec, 1e15, latency_s=0.001)
+    n = hosts
+    decayed = graph.model_copy(update={"updates_read_step_state": True})
+    assert step(hybrid, profile(decayed, 0.01), spec, net, LATENCY_ONLY) == pytest.approx(
+        0.01 + 2 * ONE_WAY + max(2 * ONE_WAY, 3 * (n - 1) * ONE_WAY) + (n - 1) * ONE_WAY)
+    plain = graph.model_copy(update={"optimizer": "MyOwnOptimizer", "updates_read_step_state": False})
+    assert step(hybrid, profile(plain, 0.01), spec, net, LATENCY_ONLY) == pytest.approx(
+        0.01 + 2 * ONE_WAY + max(2 * ONE_WAY + (n - 1) * ONE_WAY, 2 * (n - 1) * ONE_WAY))
+
+
 @pytest.mark.parametrize("optimizer", ["AdamOptimizer", "GradientDescentOptimizer"])
 def test_a_hybrid_of_stale_ps_variables_ends_with_one_barrier_whatever_the_optimizer(optimizer):
     """Without synchronous PS variables no worker waits for the chief's finish: the all-reduce

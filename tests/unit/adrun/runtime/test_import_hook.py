@@ -30,6 +30,7 @@ def _run_all(found: dict) -> None:
 def test_versions_first_then_each_modules_surroundings_before_the_core(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[object] = []
     monkeypatch.setattr(versions.ModeApi, "check_versions", lambda self: calls.append("versions"))
+    monkeypatch.setattr(versions.ModeApi, "check_series", lambda self, names: calls.append(names))
     monkeypatch.setattr(around, "AROUND_PATCHES", {
         "tensorflow.python.checkpoint.checkpoint": lambda ctx: calls.append(("around tf", ctx.task_index)),
         OPTIMIZER: lambda ctx: calls.append(("around optimizer", ctx.task_index)),
@@ -39,7 +40,29 @@ def test_versions_first_then_each_modules_surroundings_before_the_core(monkeypat
     found = import_hook._tf2_run_patches(CTX)
     assert list(found)[0] == "tensorflow"
     _run_all(found)
-    assert calls == ["versions", "core tf run", ("around tf", 1), ("around optimizer", 1), "core optimizer run"]
+    assert calls == ["versions", "core tf run", ("tf_keras",), ("around tf", 1), ("around optimizer", 1),
+                     "core optimizer run"]
+
+
+def test_a_tf2_run_checks_tf_keras_version_once_the_script_imports_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`import tensorflow` passed (tf_keras not yet imported: TF2.when_imported); an untested
+    tf_keras is refused when the script imports it, not when it is merely installed."""
+    import sys
+    import types
+
+    monkeypatch.setattr(versions, "installed_versions", lambda: {"tensorflow": "2.21.0", "tf_keras": "2.99.0"})
+    monkeypatch.setattr(versions.ModeApi, "check_tensorflow", lambda self: None)
+    monkeypatch.setattr(refusal, "refuse", _refuse)
+    monkeypatch.setattr("adrun.runtime.context.current", lambda: CTX)
+    monkeypatch.setattr(around, "AROUND_PATCHES", {})
+    monkeypatch.setattr(install, "patches", lambda mode: {})
+    monkeypatch.delitem(sys.modules, "tf_keras", raising=False)
+    found = import_hook._tf2_run_patches(CTX)
+    for patch in found["tensorflow"]:
+        patch()
+    monkeypatch.setitem(sys.modules, "tf_keras", types.ModuleType("tf_keras"))
+    with pytest.raises(_Refused, match=r"^TF2 mode was tested with .*, and found tf_keras 2\.99\.0\. "):
+        _run_all({"tf_keras": found["tf_keras"]})
 
 
 def test_a_user_error_of_a_patch_is_the_scripts_refusal(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -52,6 +75,7 @@ def test_a_user_error_of_a_patch_is_the_scripts_refusal(monkeypatch: pytest.Monk
         refused.append(message)
 
     monkeypatch.setattr(versions.ModeApi, "check_versions", lambda self: untested())
+    monkeypatch.setattr(versions.ModeApi, "check_series", lambda self, names: None)  # tf_keras's: tested
     monkeypatch.setattr(around, "AROUND_PATCHES", {})
     monkeypatch.setattr(install, "patches", lambda mode: {})
     monkeypatch.setattr(refusal, "refuse", refuse)

@@ -44,14 +44,16 @@ def test_graph_mode_does_not_check_keras_3():
         TF2.check_versions(allow_untested=False, found={"tensorflow": "2.21.3", "keras": "3.99.0", "tf_keras": "2.21.0"})
 
 
-def test_graph_mode_checks_tf_keras_only_once_the_script_imported_it(monkeypatch):
-    """An untested tf_keras merely installed does not refuse a graph script that never imports it."""
+def test_both_modes_check_tf_keras_only_once_the_script_imported_it(monkeypatch):
+    """An untested tf_keras merely installed refuses neither a graph script nor a Keras 3 script
+    that never imports it (TF2 mode patches tf_keras's modules only once they are imported)."""
     found = {"tensorflow": "2.21.3", "tf_keras": "2.99.0"}
     monkeypatch.delitem(sys.modules, "tf_keras", raising=False)
     GRAPH.check_versions(allow_untested=False, found=found)
-    with pytest.raises(UserError, match=r"^TF2 mode was tested with .*, and found tf_keras 2\.99\.0\. "):
-        TF2.check_versions(allow_untested=False, found=found)  # TF2 mode's own tf_keras code is always there
+    TF2.check_versions(allow_untested=False, found={**found, "keras": "3.15.0"})
     monkeypatch.setitem(sys.modules, "tf_keras", types.ModuleType("tf_keras"))
+    with pytest.raises(UserError, match=r"^TF2 mode was tested with .*, and found tf_keras 2\.99\.0\. "):
+        TF2.check_versions(allow_untested=False, found=found)
     with pytest.raises(UserError, match=r"^graph mode was tested with tensorflow 2\.21\.x, tf_keras 2\.21\.x, and "
                                         r"found tf_keras 2\.99\.0\. "):
         GRAPH.check_versions(allow_untested=False, found=found)
@@ -76,6 +78,8 @@ def test_what_capture_and_profile_check_at_import_is_part_of_graph_modes_registr
     assert all(set(names) <= set(GRAPH.private[module]) for module, names in at_import.private.items())
     assert "tensorflow.python.data.experimental.ops.distribute" not in at_import.private  # run mode's --shard-data
     assert "Graph._unsafe_unfinalize" not in at_import.private.get("tensorflow.python.framework.ops", ())
+    # the capture-time apply_gradients patch asks it at every call (patches.py)
+    assert "executing_eagerly_outside_functions" in at_import.private["tensorflow.python.framework.ops"]
 
 
 def test_graph_modes_registry_names_the_control_input_edits_of_gradient_sync():

@@ -8,6 +8,7 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from adrun.runtime.kernels.compression import powersgd_means
@@ -83,3 +84,36 @@ def test_matrices_reduced_together_each_get_their_own_powersgd_mean() -> None:
         for i, name in enumerate(SHAPES):
             np.testing.assert_array_equal(per_worker[0][step][i], per_worker[1][step][i])
             np.testing.assert_allclose(per_worker[0][step][i], expected[name][step], rtol=1e-9, atol=1e-12)
+
+
+
+@pytest.mark.parametrize("dtype", [tf.bfloat16, tf.float16], ids=lambda d: d.name)
+def test_a_half_precision_gradient_is_factored_in_float32_and_keeps_its_dtype(dtype: tf.DType) -> None:
+    """tf.linalg.qr has no bfloat16 or float16 kernel (a bfloat16 graph failed at build): the
+    factor maths runs in float32, the result, the state and the factors on the wire keep the
+    gradient's dtype. One worker (the mean is the identity): the first step's approximation is
+    P Pᵀ A, P an orthonormal basis of A Q, here within the half type's rounding of numpy's."""
+    value = np.random.default_rng(2).normal(size=(6, 5))
+    wire: list[tf.DType] = []
+    made: list[tf.Variable] = []
+
+    def variable(initial, name: str) -> tf.Variable:
+        made.append(tf.compat.v1.Variable(initial(), name=name, use_resource=True))
+        return made[-1]
+
+    def identity(t: tf.Tensor, label: str) -> tf.Tensor:
+        wire.append(t.dtype)
+        return t
+
+    graph = tf.Graph()
+    with graph.as_default():
+        [mean] = powersgd_means([("w", tf.constant(value, dtype), 2)], identity, "g", variable)
+        with tf.compat.v1.Session() as sess:
+            sess.run([v.initializer for v in made])
+            found = sess.run(tf.cast(mean, tf.float64))
+    assert mean.dtype == dtype and wire == [dtype, dtype] and {v.dtype.base_dtype for v in made} == {dtype}
+    a = tf.cast(tf.cast(value, dtype), tf.float64).numpy()
+    seed = [zlib.crc32(b"w") & 0x7FFFFFFF, 0]
+    q = tf.cast(tf.random.stateless_normal([5, 2], seed, dtype=dtype), tf.float64).numpy()
+    p, _ = np.linalg.qr(a @ q)
+    np.testing.assert_allclose(found, p @ p.T @ a, atol=0.05 * np.abs(a).max())
