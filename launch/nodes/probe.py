@@ -164,13 +164,10 @@ def recv(args: dict) -> dict:
     blast = None
     if shape:
         try:
-            blast = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # as bind_as_grpc's
-            blast.bind(("", args["port"]))
+            blast = blast_receiver("", args["port"])  # as bind_as_grpc's
         except OSError as e:
             _emit({"error": f"bind UDP {args['port']}: {e.strerror}"})
             sys.exit(BIND_FAILED)
-        blast.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-        blast.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 24)  # the kernel caps it (rmem_max)
     server.settimeout(args["timeout"])
     conn, _ = server.accept()
     total = 0
@@ -198,6 +195,20 @@ def recv(args: dict) -> dict:
             conn.sendall(json.dumps({"trace": trace, **timed}).encode())
     server.close()
     return {"bytes": total}
+
+
+def blast_receiver(host: str, port: int) -> socket.socket:
+    """The UDP socket a blast is received on: bound to `port`, each datagram's kernel arrival time
+    kept, a receive buffer as large as the kernel allows (rmem_max caps it)."""
+    blast = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        blast.bind((host, port))
+        blast.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        blast.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 24)
+    except OSError:
+        blast.close()
+        raise
+    return blast
 
 
 def _traced_stream(conn: socket.socket, deadline: float, trace: list) -> int:

@@ -83,10 +83,8 @@ def udp_from(host: str) -> socket.socket:
 
 def test_the_receiver_counts_only_its_senders_datagrams(tcp_pair):
     conn, sender, port = tcp_pair
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as blast, udp_from("127.0.0.1") as peer, \
+    with probe.blast_receiver("127.0.0.1", port) as blast, udp_from("127.0.0.1") as peer, \
             udp_from("127.0.0.2") as stray:
-        blast.bind(("127.0.0.1", port))
-        blast.setsockopt(socket.SOL_SOCKET, probe.SO_TIMESTAMPNS, 1)
         peer.sendto(probe.HELLO, ("127.0.0.1", port))
         for _ in range(5):  # another host's datagrams, some before the blast's
             stray.sendto(b"\0" * probe.DATAGRAM, ("127.0.0.1", port))
@@ -110,9 +108,7 @@ def test_the_receiver_ends_past_its_end_while_datagrams_keep_coming(tcp_pair, mo
         while not stop.wait(probe.QUIET_S / 4) and time.monotonic() < until:
             out.sendto(b"\0" * probe.DATAGRAM, ("127.0.0.1", port))
 
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as blast, udp_from("127.0.0.1") as peer:
-        blast.bind(("127.0.0.1", port))
-        blast.setsockopt(socket.SOL_SOCKET, probe.SO_TIMESTAMPNS, 1)
+    with probe.blast_receiver("127.0.0.1", port) as blast, udp_from("127.0.0.1") as peer:
         thread = threading.Thread(target=keep_sending, args=(peer,))
         thread.start()
         try:
@@ -140,9 +136,7 @@ def test_a_long_round_trips_late_hello_and_blast_are_still_heard(tcp_pair, monke
             for _ in range(3):
                 out.sendto(b"\0" * probe.DATAGRAM, ("127.0.0.1", port))
 
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as blast, udp_from("127.0.0.1") as peer:
-        blast.bind(("127.0.0.1", port))
-        blast.setsockopt(socket.SOL_SOCKET, probe.SO_TIMESTAMPNS, 1)
+    with probe.blast_receiver("127.0.0.1", port) as blast, udp_from("127.0.0.1") as peer:
         thread = threading.Thread(target=late_sender, args=(peer,))
         thread.start()
         try:
