@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -81,6 +82,23 @@ def udp_from(host: str) -> socket.socket:
     return out
 
 
+def timed_beside(conn: socket.socket, port: int, send: Callable[[socket.socket], None],
+                 stop: threading.Event | None = None) -> tuple[dict, bool]:
+    """The receiver's `_timed_blast` on `port` while `send(peer socket)` runs in a thread, and
+    whether that thread still ran when the receiver ended (`stop` is set after it)."""
+    with probe.blast_receiver("127.0.0.1", port) as blast, udp_from("127.0.0.1") as peer:
+        thread = threading.Thread(target=send, args=(peer,))
+        thread.start()
+        try:
+            timed = probe._timed_blast(blast, conn, time.monotonic() + 60)
+            still_sending = thread.is_alive()
+        finally:
+            if stop is not None:
+                stop.set()
+            thread.join()
+    return timed, still_sending
+
+
 def test_the_receiver_counts_only_its_senders_datagrams(tcp_pair):
     conn, sender, port = tcp_pair
     with probe.blast_receiver("127.0.0.1", port) as blast, udp_from("127.0.0.1") as peer, \
@@ -108,15 +126,7 @@ def test_the_receiver_ends_past_its_end_while_datagrams_keep_coming(tcp_pair, mo
         while not stop.wait(probe.QUIET_S / 4) and time.monotonic() < until:
             out.sendto(b"\0" * probe.DATAGRAM, ("127.0.0.1", port))
 
-    with probe.blast_receiver("127.0.0.1", port) as blast, udp_from("127.0.0.1") as peer:
-        thread = threading.Thread(target=keep_sending, args=(peer,))
-        thread.start()
-        try:
-            timed = probe._timed_blast(blast, conn, time.monotonic() + 60)
-            still_sending = thread.is_alive()
-        finally:
-            stop.set()
-            thread.join()
+    timed, still_sending = timed_beside(conn, port, keep_sending, stop)
     assert still_sending and timed["received"] > 0
 
 
@@ -136,13 +146,7 @@ def test_a_long_round_trips_late_hello_and_blast_are_still_heard(tcp_pair, monke
             for _ in range(3):
                 out.sendto(b"\0" * probe.DATAGRAM, ("127.0.0.1", port))
 
-    with probe.blast_receiver("127.0.0.1", port) as blast, udp_from("127.0.0.1") as peer:
-        thread = threading.Thread(target=late_sender, args=(peer,))
-        thread.start()
-        try:
-            timed = probe._timed_blast(blast, conn, time.monotonic() + 60)
-        finally:
-            thread.join()
+    timed, _ = timed_beside(conn, port, late_sender)
     assert answers == [b"h"] and timed["received"] == 3
 
 
