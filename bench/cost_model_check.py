@@ -248,17 +248,30 @@ def one_host_rates(results: Sequence[Path]) -> dict[tuple[Path, str], float]:
 
 def companion_files(results: Sequence[Path], pairs: Sequence[str]) -> dict[Path, Path]:
     """{results file: the file whose 1-host AllReduce run gives its groups their compute time}, from
-    `--compute-from FILE=ONE_HOST_FILE`; each must be one of `results` (a UsageError naming it)."""
-    known = {str(p): p for p in results} | {p.name: p for p in results}
+    `--compute-from FILE=ONE_HOST_FILE`, each named by its path or, when no other input has the same
+    file name, by its name (`_input_named`)."""
     out = {}
     for pair in pairs:
         names = pair.split("=", 1)
-        missing = [n for n in names if n not in known]
-        if len(names) != 2 or missing:
-            raise click.UsageError(f"--compute-from {pair}: expected FILE=ONE_HOST_FILE, both among the results "
-                                   f"({', '.join(missing) or 'no ='} not)")
-        out[known[names[0]]] = known[names[1]]
+        if len(names) != 2:
+            raise click.UsageError(f"--compute-from {pair}: expected FILE=ONE_HOST_FILE, both among the results (no = not)")
+        out[_input_named(results, names[0], pair)] = _input_named(results, names[1], pair)
     return out
+
+
+def _input_named(results: Sequence[Path], name: str, pair: str) -> Path:
+    """The one input that `name` names: the input at that path, else the one input of that file
+    name. A name no input has, or a bare file name two inputs in different directories share, is a
+    UsageError naming it (one of them would be taken for the other)."""
+    at = [p for p in results if p.resolve() == Path(name).resolve()]
+    found = at or [p for p in results if p.name == name]
+    if not found:
+        raise click.UsageError(f"--compute-from {pair}: expected FILE=ONE_HOST_FILE, both among the results "
+                               f"({name} not)")
+    if len(set(found)) > 1:
+        raise click.UsageError(f"--compute-from {pair}: {name} names {len(found)} inputs "
+                               f"({', '.join(map(str, found))}): give its path")
+    return found[0]
 
 
 def group_history(results: Sequence[Path]) -> dict[Group, tuple[Path, list[Path]]]:

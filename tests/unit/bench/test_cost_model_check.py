@@ -269,6 +269,20 @@ def test_a_file_without_a_one_host_run_names_the_file_it_takes_its_compute_from(
         companion_files([one, two], ["two.json"])
 
 
+def test_compute_from_names_an_input_by_its_path_when_two_share_a_file_name(tmp_path):
+    """Two inputs of one file name in different directories: each is named by its path, and the
+    bare name, which would stand for either, is a UsageError naming both, never the later one."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first, second, one = tmp_path / "a" / "r.json", tmp_path / "b" / "r.json", tmp_path / "one.json"
+    results = [first, second, one]
+    assert companion_files(results, [f"{first}=one.json"]) == {first: one}
+    assert companion_files(results, [f"{second}=one.json"]) == {second: one}
+    assert companion_files(results, [f"{tmp_path}/a/../a/r.json={one}"]) == {first: one}
+    with pytest.raises(click.UsageError, match=f"r.json names 2 inputs \\({first}, {second}\\): give its path"):
+        companion_files(results, ["r.json=one.json"])
+
+
 def test_the_report_names_the_file_each_group_is_taken_from_and_the_files_it_replaces(tmp_path):
     ring = RunConfig(workload="sparse", profile="commodity", hosts=1, kind="adrun", system="AllReduce")
     other = ring.model_copy(update={"workload": "dense"})
