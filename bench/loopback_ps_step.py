@@ -8,7 +8,11 @@ models.py's NCF: two embeddings, three dense layers, plain SGD) with every varia
 (`local`), every variable on the PS (`ps`: the PS plan at one worker), only the embeddings on the
 PS (`embeddings_on_ps`: Parallax's; `embeddings_on_ps_global_step` also increments a global_step
 kept on the PS, as adrun keeps the state a plan with PSs does not name, after the worker's own
-updates), and one 8 x 8 variable on the worker or the PS (`tiny_*`).
+updates), one 8 x 8 variable on the worker or the PS (`tiny_*`), and one 256 x 1000 variable (1 MB
+of float32, the sparse workload's logits kernel) on the worker or the PS (`wide_*`): read from the
+PS and its gradient pushed back, 2 MB a step over loopback, whose time beyond `tiny_ps`'s (less
+what the larger matmul and update cost on the worker, `wide_local` beyond `tiny_local`) is what a
+byte costs on the host's local path.
 Per case and round: wall ms per step and the CPU ms per step of each process (utime + stime from
 /proc), the CPU being the steadier figure on a shared machine. Run it under the benchmark lock.
 """
@@ -25,7 +29,8 @@ from pathlib import Path
 
 import click
 
-CASES = ("local", "ps", "embeddings_on_ps", "embeddings_on_ps_global_step", "tiny_local", "tiny_ps")
+CASES = ("local", "ps", "embeddings_on_ps", "embeddings_on_ps_global_step", "tiny_local", "tiny_ps", "wide_local",
+         "wide_ps")
 
 
 def _free_port() -> int:
@@ -52,6 +57,7 @@ def _train_ops(tf, worker: str, ps: str) -> dict:
         users = tf1.random.uniform([256], maxval=100_000, dtype=tf.int64)
         items = tf1.random.uniform([256], maxval=20_000, dtype=tf.int64)
         x = tf1.random.normal([64, 8])
+        wide_x = tf1.random.normal([64, 256])
     with tf1.device(ps):  # where adrun keeps the state a plan with PSs does not name (kernels/placement.py)
         global_step = tf1.train.get_or_create_global_step()
     for case, embeddings_at, dense_at in (("local", worker, worker), ("ps", ps, ps), ("embeddings_on_ps", ps, worker),
@@ -77,6 +83,11 @@ def _train_ops(tf, worker: str, ps: str) -> dict:
             v = tf1.get_variable(case, [8, 8], initializer=tf1.zeros_initializer(), use_resource=True)
         with tf1.device(worker):
             ops[case] = tf1.train.GradientDescentOptimizer(0.01).minimize(tf1.reduce_sum(tf1.matmul(x, v)))
+    for case, at in (("wide_local", worker), ("wide_ps", ps)):
+        with tf1.device(at):
+            v = tf1.get_variable(case, [256, 1000], initializer=tf1.zeros_initializer(), use_resource=True)
+        with tf1.device(worker):
+            ops[case] = tf1.train.GradientDescentOptimizer(0.01).minimize(tf1.reduce_sum(tf1.matmul(wide_x, v)))
     return ops
 
 

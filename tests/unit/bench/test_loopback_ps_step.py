@@ -23,6 +23,7 @@ def test_each_case_places_its_variables_as_the_plan_it_stands_for():
     assert of("ps") and of("ps") <= on_ps  # the PS plan: all on the PS
     assert of("embeddings_on_ps") & on_ps == {"embeddings_on_ps/user_embedding", "embeddings_on_ps/item_embedding"}
     assert "tiny_ps" in on_ps and "tiny_local" not in on_ps
+    assert "wide_ps" in on_ps and "wide_local" not in on_ps
     # only the global_step case increments adrun's shared state on the PS (kernels/placement.py)
     assert "global_step" in on_ps
     assert ops["embeddings_on_ps_global_step"].type == "AssignAddVariableOp"
