@@ -8,11 +8,11 @@ models.py's NCF: two embeddings, three dense layers, plain SGD) with every varia
 (`local`), every variable on the PS (`ps`: the PS plan at one worker), only the embeddings on the
 PS (`embeddings_on_ps`: Parallax's; `embeddings_on_ps_global_step` also increments a global_step
 kept on the PS, as adrun keeps the state a plan with PSs does not name, after the worker's own
-updates), one 8 x 8 variable on the worker or the PS (`tiny_*`), and one 256 x 1000 variable (1 MB
-of float32, the sparse workload's logits kernel) on the worker or the PS (`wide_*`): read from the
-PS and its gradient pushed back, 2 MB a step over loopback, whose time beyond `tiny_ps`'s (less
-what the larger matmul and update cost on the worker, `wide_local` beyond `tiny_local`) is what a
-byte costs on the host's local path.
+updates), one 8 x 8 variable on the worker or the PS (`tiny_*`), and one `--wide-rows` x 1000
+float32 variable on the worker or the PS (`wide_*`; 256 rows: 1 MB, the sparse workload's logits
+kernel): read from the PS and its gradient pushed back, twice its bytes a step over loopback. What
+`wide_ps` takes beyond `wide_local`, less what `tiny_ps` takes beyond `tiny_local`, is what those
+bytes cost on the host's local path (with 4096 rows, 33 MB a step, the bytes dominate the spread).
 Per case and round: wall ms per step and the CPU ms per step of each process (utime + stime from
 /proc), the CPU being the steadier figure on a shared machine. Run it under the benchmark lock.
 """
@@ -49,7 +49,7 @@ def _ps_task(cluster: str) -> None:
     tf.distribute.Server(tf.train.ClusterSpec(json.loads(cluster)), job_name="ps", task_index=0).join()
 
 
-def _train_ops(tf, worker: str, ps: str) -> dict:
+def _train_ops(tf, worker: str, ps: str, wide_rows: int = 256) -> dict:
     """One train op per case, all in one graph."""
     tf1 = tf.compat.v1
     ops = {}
@@ -57,7 +57,7 @@ def _train_ops(tf, worker: str, ps: str) -> dict:
         users = tf1.random.uniform([256], maxval=100_000, dtype=tf.int64)
         items = tf1.random.uniform([256], maxval=20_000, dtype=tf.int64)
         x = tf1.random.normal([64, 8])
-        wide_x = tf1.random.normal([64, 256])
+        wide_x = tf1.random.normal([64, wide_rows])
     with tf1.device(ps):  # where adrun keeps the state a plan with PSs does not name (kernels/placement.py)
         global_step = tf1.train.get_or_create_global_step()
     for case, embeddings_at, dense_at in (("local", worker, worker), ("ps", ps, ps), ("embeddings_on_ps", ps, worker),
@@ -85,7 +85,7 @@ def _train_ops(tf, worker: str, ps: str) -> dict:
             ops[case] = tf1.train.GradientDescentOptimizer(0.01).minimize(tf1.reduce_sum(tf1.matmul(x, v)))
     for case, at in (("wide_local", worker), ("wide_ps", ps)):
         with tf1.device(at):
-            v = tf1.get_variable(case, [256, 1000], initializer=tf1.zeros_initializer(), use_resource=True)
+            v = tf1.get_variable(case, [wide_rows, 1000], initializer=tf1.zeros_initializer(), use_resource=True)
         with tf1.device(worker):
             ops[case] = tf1.train.GradientDescentOptimizer(0.01).minimize(tf1.reduce_sum(tf1.matmul(wide_x, v)))
     return ops
@@ -94,9 +94,11 @@ def _train_ops(tf, worker: str, ps: str) -> dict:
 @click.command(help=__doc__.split("\n\n")[0])
 @click.option("--steps", type=click.IntRange(min=10), default=1500, show_default=True, help="timed steps per case and round")
 @click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--wide-rows", type=click.IntRange(min=1), default=256, show_default=True,
+              help="rows of the wide_* cases' variable (x 1000 float32)")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True)
 @click.option("--ps-task", hidden=True, default=None)
-def main(steps: int, rounds: int, out: Path, ps_task: str | None) -> None:
+def main(steps: int, rounds: int, wide_rows: int, out: Path, ps_task: str | None) -> None:
     if ps_task is not None:
         _ps_task(ps_task)
         return
@@ -107,7 +109,7 @@ def main(steps: int, rounds: int, out: Path, ps_task: str | None) -> None:
                            json.dumps(cluster)], stderr=subprocess.DEVNULL)
     try:
         server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name="worker", task_index=0)
-        ops = _train_ops(tf, "/job:worker/task:0", "/job:ps/task:0")
+        ops = _train_ops(tf, "/job:worker/task:0", "/job:ps/task:0", wide_rows)
         results = []
         with tf.compat.v1.Session(server.target) as sess:
             sess.run(tf.compat.v1.global_variables_initializer())

@@ -29,3 +29,11 @@ def test_each_case_places_its_variables_as_the_plan_it_stands_for():
     assert ops["embeddings_on_ps_global_step"].type == "AssignAddVariableOp"
     assert ops["embeddings_on_ps_global_step"].inputs[0].op.name == "global_step"
     assert ops["embeddings_on_ps"].type == "NoOp"
+
+
+def test_the_wide_cases_variable_has_the_rows_asked_for():
+    """`--wide-rows` sets the bytes the wide cases move per step (rows x 1000 float32, each way)."""
+    with tf.Graph().as_default():
+        _train_ops(tf, WORKER, PS, wide_rows=3)
+        shapes = {v.op.name: v.shape.as_list() for v in tf.compat.v1.global_variables()}
+    assert shapes["wide_ps"] == shapes["wide_local"] == [3, 1000]
