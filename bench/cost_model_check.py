@@ -26,8 +26,8 @@ The model's inputs are built the way `adrun profile` builds them, from the bench
   `--compute-s workload=seconds`, else a short plain run of the script measured here (the
   machine's load makes it noisy);
 - network: the profile's shaped rate and token bucket in TCP payload bytes, its added delay,
-  between hosts; inside a host (loopback) an assumed 1 GB/s and 50 us, since the benchmark does not
-  measure it; the hosts as namespaces sharing the machine's CPUs (the results' `machine.cpus`).
+  between hosts; inside a host (loopback) 2 GB/s, what TF's tensor transfers between a worker and a
+  PS task cost on this machine (`LOCAL`), and an assumed 50 us; the hosts as namespaces sharing the machine's CPUs (the results' `machine.cpus`).
 Writes JSON (`--out`) and a short markdown (`--markdown`).
 """
 
@@ -66,7 +66,12 @@ from .cluster.touched_rows import distinct_rows
 
 REPO = Path(__file__).resolve().parent.parent
 WORKLOADS = REPO / "bench" / "workloads"
-LOCAL = Link(bytes_per_s=1e9, latency_s=5e-5, source="assumed")
+# The host's local path (worker <-> PS task over loopback): a one-worker step whose 16 MB variable
+# lives on the PS, read and its gradient pushed back (33 MB a step), took 15.4-16.4 ms of CPU (worker
+# and PS task, one after the other on the step's path) beyond the same step with an 8 x 8 variable:
+# about 2.1 GB/s (`python -m bench.loopback_ps_step --wide-rows 4096`, bench/results/
+# loopback-ps-step-16mb.json), rounded to one digit. The latency is assumed: nothing here measures it.
+LOCAL = Link(bytes_per_s=2e9, latency_s=5e-5, source="measured")
 MEASURE_STEPS, MEASURE_WARMUP = 40, 10
 SLICES = 16  # slices of a sparse variable's rows whose touched rows are counted (RowsTouched.by_range)
 
@@ -464,7 +469,7 @@ def render(report: dict, out: Path) -> str:
              "each group, and the mean relative error of the predicted step time. Compute time per step "
              "used, per group: " + ", ".join(f"{g} {s * 1000:.1f} ms ({report.get('compute_source', {}).get(g, 'given')})"
                                              for g, s in report["compute_s"].items())
-             + f"; loopback assumed {report['local_path']['bytes_per_s'] / 1e9:.0f} GB/s.", "",
+             + f"; loopback {report['local_path']['bytes_per_s'] / 1e9:.0f} GB/s ({report['local_path']['source']}).", "",
              "The last column is the tau between two repetitions of the measurement itself (mean over "
              "pairs of repetitions): how far the measured order holds from one repetition to the next.", "",
              "| workload | profile | hosts | builders | coefficients | records | Kendall tau | mean rel. error "

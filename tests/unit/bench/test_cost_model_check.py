@@ -333,6 +333,13 @@ def test_the_links_queue_is_the_shapers_limit_in_payload_bytes():
     assert [link.queue_bytes for link in net.links] == pytest.approx([(625_000 + 65_536) * 1448 / 1514] * 6)
 
 
+def test_the_hosts_local_path_is_the_measured_loopback_rate():
+    """Worker <-> PS task inside a host: 2 GB/s, measured (bench/loopback_ps_step.py --wide-rows 4096:
+    33 MB a step in 15.4-16.4 ms of CPU), not the 1 GB/s once assumed; the latency stays assumed."""
+    local = network_facts(COMMODITY, cluster_spec(1)).local
+    assert (local.bytes_per_s, local.latency_s, local.source) == (2e9, 5e-5, "measured")
+
+
 def _predicted(workload: str, systems: dict[str, tuple[float, float]]) -> dict:
     """A group whose systems are {name: (measured examples/s, predicted step s)}."""
     return {"workload": workload, "profile": "commodity", "hosts": 2, "models": {"analytical": {"systems": [
