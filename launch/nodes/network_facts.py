@@ -183,13 +183,15 @@ def _assumed(addresses: list[str], measured: list[HostLink]) -> list[HostLink]:
 
 def _shared_cpus(endpoints: Sequence[Endpoint]) -> int | None:
     """The usable CPUs of the one machine every node runs on (the most any node may use); None
-    for one node, for nodes on different machines, or when a node cannot tell (no Linux /proc)."""
+    for one node, for nodes on different machines, or when a node cannot tell (no Linux /proc).
+    Every node is asked at once: a command over SSH takes about 0.3 s to start on namespace hosts."""
     if len(endpoints) < 2:
         return None
+    with ThreadPoolExecutor(max_workers=len(endpoints)) as pool:
+        answers = list(pool.map(lambda endpoint: endpoint.shell.run(MACHINE_COMMAND, MACHINE_TIMEOUT_S), endpoints))
     machines = set()
     cpus = []
-    for endpoint in endpoints:
-        done = endpoint.shell.run(MACHINE_COMMAND, MACHINE_TIMEOUT_S)
+    for done in answers:
         answer = done.stdout.split()
         if done.returncode != 0 or len(answer) != 2 or not answer[1].isdigit():
             return None

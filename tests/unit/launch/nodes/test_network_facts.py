@@ -315,6 +315,24 @@ def test_nodes_of_one_machine_share_its_cpus(transfers):
     assert all(conn.commands == [MACHINE_COMMAND] for conn in remote.conns.values())
 
 
+def test_every_node_is_asked_for_its_machine_at_once(transfers):
+    """The machine command runs on all nodes together: each waits at a barrier of all 4, which
+    one node at a time would break."""
+    spec = measured_spec(4)
+    addresses = [n.address for n in spec.nodes]
+    remote = FakeRemote(addresses, same_machine(addresses))
+    barrier = threading.Barrier(len(addresses), timeout=60)
+    for conn in remote.conns.values():
+        answer_alone = conn.run
+
+        def run(command, answer_alone=answer_alone, **kwargs):
+            barrier.wait()
+            return answer_alone(command, **kwargs)
+
+        conn.run = run
+    assert network_facts(spec, remote).shared_cpus == 6
+
+
 @pytest.mark.parametrize("answers", [
     {"10.0.0.3": (0, "another-boot\n6\n")},  # one node on another machine
     {"10.0.0.2": (1, "")},  # a node without /proc/sys/kernel/random/boot_id
