@@ -10,30 +10,32 @@ Measured, with the probe transfers `cluster check` uses (launch/nodes/transfer.p
   cluster of more than MAX_ALL_PAIRS nodes measures only each node to and from the chief
   (2(N-1) transfers instead of N(N-1)); every other pair is "assumed" to be the median of the
   measured links.
-The pairs run in rounds of transfers that share no node (pair_schedule.py: 2(N-1) rounds of N/2
-for even N), the transfers of a round at the same time: 4 nodes on 100 Mbit/s links take 6 rounds
-of about 1.4 s instead of 12 transfers of 2.7 s. Nodes that share one machine's CPUs (below) also
-share them between a round's transfers: a link the CPUs bound (an unshaped veth) reads lower when
-another transfer runs beside it (measured 3.0 to 19.6 Gbit/s together against 7.6 to 10.6 alone),
-a shaped one does not (100 Mbit/s: the same figures to 1 %). So on shared CPUs, a round whose
-rates add up to more than CPU_SHARE of the loopback's (the machine's CPU-bound rate) is measured
-again one transfer at a time, and so is every later round.
-Each transfer times PINGS one-byte round trips on its connection (latency: half the median round
-trip) and then streams at most TRANSFER_BYTES for at most STREAM_S seconds (bandwidth: bytes over
-the time to the receiver's acknowledgement, less a token bucket's burst, which passed at once).
-Between two nodes it also measures a shaper on the
-path (launch/nodes/link_shape.py): the token bucket (`Link.burst_bytes`) from the stream's start,
-and the sender's queue (`Link.queue_bytes`, in bytes of the measured rate) from a UDP blast after
-it, about 0.45 s more per pair (measured on namespace hosts: a pair takes about 1 s on a fast link,
-1.4 s at 100 Mbit/s). 0 for both means none known: a path without a shaper, and also UDP filtered
-(a hello first; unheard, no blast), a link faster than about half the blast, a queue longer than
-the blast (it sends about probe.BLAST_S of the stream's rate: a 10 Mbit/s link behind a 1000-packet
-FIFO, 1.2 s of it, never overflows; the receiver's cutoff, BLAST_DRAIN_S after the blast, caps the
-drain it sees), a queue bigger than the blast's send buffers (net.core.wmem_max where the probe
-cannot force them), or a failure of this stage, which leaves the bandwidth and latency standing
-and is reported (`report`, naming the pair and why) so that it is not taken for a path without a
-shaper. The loopback is not probed for one (nothing shapes it). Each process is bounded by
-launch/nodes/transfer.py's timeouts and ends by itself; nothing is left running.
+The pairs run in rounds of transfers that share no node (pair_schedule.py: 2(N-1) rounds of N/2 for
+even N), the transfers of a round at the same time: 4 nodes on 100 Mbit/s links take 6 rounds of
+about 1.1 s (8.4 s with the loopback and the nodes' machines) instead of 12 transfers of 2.7 s
+(32 s). Nodes that share one machine's CPUs (below) also share them between a round's transfers: a link
+the CPUs bound (an unshaped veth) reads lower when another transfer runs beside it (measured 3.0 to
+19.6 Gbit/s together against 7.6 to 10.6 alone), a shaped one does not (100 Mbit/s: every rate
+within 0.2 % of the shaper's, alone or not). So on shared CPUs, a round whose rates add up to more
+than CPU_SHARE of the loopback's (the machine's CPU-bound rate) is measured again one transfer at a
+time, and so is every later round.
+Each transfer times PINGS one-byte round trips on its connection
+(latency: half the median round trip) and then streams at most TRANSFER_BYTES for at most STREAM_S
+seconds (bandwidth: bytes over the time to the receiver's acknowledgement, less a token bucket's
+burst, which passed at once). Between two nodes it also measures a shaper on the path
+(launch/nodes/link_shape.py): the token bucket (`Link.burst_bytes`) from the stream's start, and the
+sender's queue (`Link.queue_bytes`, in bytes of the measured rate) from a UDP blast after it, about
+0.45 s more per pair (measured on namespace hosts: a pair takes about 1 s on a fast link, 1.1 s at
+100 Mbit/s; starting the two probes over SSH is about 0.4 s of it). 0 for both means none known: a
+path without a shaper, and also UDP filtered (a hello first; unheard, no blast), a link faster than
+about half the blast, a queue longer than the blast (it sends about probe.BLAST_S of the stream's
+rate: a 10 Mbit/s link behind a 1000-packet FIFO, 1.2 s of it, never overflows; the receiver's
+cutoff, BLAST_DRAIN_S after the blast, caps the drain it sees), a queue bigger than the blast's send
+buffers (net.core.wmem_max where the probe cannot force them), or a failure of this stage, which
+leaves the bandwidth and latency standing and is reported (`report`, naming the pair and why) so
+that it is not taken for a path without a shaper. The loopback is not probed for one (nothing shapes
+it). Each process is bounded by launch/nodes/transfer.py's timeouts and ends by itself; nothing is
+left running.
 
 Measured, too: whether the nodes share one machine's CPUs (`NetworkFacts.shared_cpus`):
 every node's shell reads the kernel's boot id; when more than one node answers and all with the
@@ -64,7 +66,8 @@ if TYPE_CHECKING:  # the job's connections, when there are; nodes/ does not depe
 
 PINGS = 20
 TRANSFER_BYTES = 64 << 20  # a loopback moves this in tens of ms; a 100 Mbit/s link stops at STREAM_S
-# a 100 Mbit/s link streams 6 MB in this: its rate to 1 % (2 s, the previous bound, read the same)
+# a 100 Mbit/s link streams 6 MB in this: its rate within 0.2 % of the shaper's, as 2 s read it; 0.25 s
+# read one of 12 pairs 21 % slow
 STREAM_S = 0.5
 MAX_ALL_PAIRS = 8  # 56 transfers in 14 rounds; beyond, the chief's pairs only
 CPU_SHARE = 0.25  # on shared CPUs, a round's transfers together at most this share of the loopback's rate
