@@ -32,6 +32,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from adrun.spec import ClusterSpec
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = {"embedding.py": ["--steps", "60"], "linear_regression.py": ["--steps", "60"],
@@ -67,13 +71,15 @@ def measure(script: str, args: list[str], rounds: int, home: Path) -> dict:
             "first_overheads_s": first, "repeat_overheads_s": repeat}
 
 
-def planning_beyond_capture(script: str, args: list[str], rounds: int, home: Path) -> dict:
+def planning_beyond_capture(script: str, args: list[str], rounds: int, home: Path,
+                            spec: ClusterSpec | None = None) -> dict:
     """Seconds `plan_script` takes once the script's graph is known, in this process: from the
     capture's return (AllReduce) or the first start's process reporting its graph (Auto) to the plan.
     Each round plans three ways, interleaved: AllReduce, the default with empty records (the same
     process goes on into the profile; network, fit, search), the default again (the remembered plan,
     the process told to stop). Without the TensorFlow start-up in it, this is the figure the ≤ 1 s
-    goal is about; the wall-clock differences above cannot resolve it on a loaded machine."""
+    goal is about; the wall-clock differences above cannot resolve it on a loaded machine. `spec`:
+    the cluster planned for (default: the local one; bench/auto_start_hosts.py gives namespace hosts)."""
     import adrun.capture_run as capture_run
     import adrun.gathering as gathering
     from adrun.cli.planning import chosen_plan, plan_script
@@ -81,7 +87,7 @@ def planning_beyond_capture(script: str, args: list[str], rounds: int, home: Pat
     from adrun.records.store import open_records
     from adrun.spec import default_local_spec
 
-    spec, path = default_local_spec(), REPO / "examples" / script
+    spec, path = spec or default_local_spec(), REPO / "examples" / script
     known_at: list[float] = []  # when the graph became known, per plan
     real_graph, real_capture = capture_run.CaptureThenProfile.graph, gathering.capture
 

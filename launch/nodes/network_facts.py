@@ -3,28 +3,39 @@
 Given (the spec's `network` field): every path gets the spec's figures, source "spec", and
 nothing is measured.
 
-Measured, with the probe transfers `cluster check` uses (launch/nodes/transfer.py), one at a time so
-that no two share a link or a CPU:
-- `local`: the chief node's loopback (a one-machine cluster is modelled on what it really has);
+Measured, with the probe transfers `cluster check` uses (launch/nodes/transfer.py):
+- `local`: the chief node's loopback (a one-machine cluster is modelled on what it really has),
+  measured alone, first;
 - every ordered pair of distinct nodes, each direction on its own (links may be asymmetric). A
   cluster of more than MAX_ALL_PAIRS nodes measures only each node to and from the chief
   (2(N-1) transfers instead of N(N-1)); every other pair is "assumed" to be the median of the
   measured links.
-Each transfer times PINGS one-byte round trips on its connection (latency: half the median round
-trip) and then streams at most TRANSFER_BYTES for at most STREAM_S seconds (bandwidth: bytes over
-the time to the receiver's acknowledgement). Between two nodes it also measures a shaper on the
-path (launch/nodes/link_shape.py): the token bucket (`Link.burst_bytes`) from the stream's start,
-and the sender's queue (`Link.queue_bytes`, in bytes of the measured rate) from a UDP blast after
-it, about 0.45 s more per pair (measured on namespace hosts: a pair takes about 1 s on a fast link,
-3.1 s at 100 Mbit/s). 0 for both means none known: a path without a shaper, and also UDP filtered
-(a hello first; unheard, no blast), a link faster than about half the blast, a queue longer than
-the blast (it sends about probe.BLAST_S of the stream's rate: a 10 Mbit/s link behind a 1000-packet
-FIFO, 1.2 s of it, never overflows; the receiver's cutoff, BLAST_DRAIN_S after the blast, caps the
-drain it sees), a queue bigger than the blast's send buffers (net.core.wmem_max where the probe
-cannot force them), or a failure of this stage, which leaves the bandwidth and latency standing
-and is reported (`report`, naming the pair and why) so that it is not taken for a path without a
-shaper. The loopback is not probed for one (nothing shapes it). Each process is bounded by
-launch/nodes/transfer.py's timeouts and ends by itself; nothing is left running.
+The pairs run in rounds of transfers that share no node (pair_schedule.py: 2(N-1) rounds of N/2 for
+even N), the transfers of a round at the same time: 4 nodes on 100 Mbit/s links take 6 rounds of
+about 1.1 s (8.4 s with the loopback and the nodes' machines) instead of 12 transfers of 2.7 s
+(32 s). Nodes that share one machine's CPUs (below) also share them between a round's transfers: a link
+the CPUs bound (an unshaped veth) reads lower when another transfer runs beside it (measured 3.0 to
+19.6 Gbit/s together against 7.6 to 10.6 alone), a shaped one does not (100 Mbit/s: every rate
+within 0.2 % of the shaper's, alone or not). So on shared CPUs, a round whose rates add up to more
+than CPU_SHARE of the loopback's (the machine's CPU-bound rate) is measured again one transfer at a
+time, and so is every later round.
+Each transfer times PINGS one-byte round trips on its connection
+(latency: half the median round trip) and then streams at most TRANSFER_BYTES for at most STREAM_S
+seconds (bandwidth: bytes over the time to the receiver's acknowledgement, less a token bucket's
+burst, which passed at once). Between two nodes it also measures a shaper on the path
+(launch/nodes/link_shape.py): the token bucket (`Link.burst_bytes`) from the stream's start, and the
+sender's queue (`Link.queue_bytes`, in bytes of the measured rate) from a UDP blast after it, about
+0.45 s more per pair (measured on namespace hosts: a pair takes about 1 s on a fast link, 1.1 s at
+100 Mbit/s; starting the two probes over SSH is about 0.4 s of it). 0 for both means none known: a
+path without a shaper, and also UDP filtered (a hello first; unheard, no blast), a link faster than
+about half the blast, a queue longer than the blast (it sends about probe.BLAST_S of the stream's
+rate: a 10 Mbit/s link behind a 1000-packet FIFO, 1.2 s of it, never overflows; the receiver's
+cutoff, BLAST_DRAIN_S after the blast, caps the drain it sees), a queue bigger than the blast's send
+buffers (net.core.wmem_max where the probe cannot force them), or a failure of this stage, which
+leaves the bandwidth and latency standing and is reported (`report`, naming the pair and why) so
+that it is not taken for a path without a shaper. The loopback is not probed for one (nothing shapes
+it). Each process is bounded by launch/nodes/transfer.py's timeouts and ends by itself; nothing is
+left running.
 
 Measured, too: whether the nodes share one machine's CPUs (`NetworkFacts.shared_cpus`):
 every node's shell reads the kernel's boot id; when more than one node answers and all with the
@@ -38,6 +49,7 @@ from __future__ import annotations
 import itertools
 import statistics
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from adrun.errors import UserError
@@ -45,6 +57,7 @@ from adrun.spec import ClusterSpec, Node
 from adrun.strategies.facts import HostLink, Link, NetworkFacts
 
 from .hosts import is_local_host
+from .pair_schedule import Pair, pair_rounds
 from .shell import LocalShell, SSHShell
 from .transfer import Endpoint, Transfer, TransferError, measure_transfer
 
@@ -53,8 +66,11 @@ if TYPE_CHECKING:  # the job's connections, when there are; nodes/ does not depe
 
 PINGS = 20
 TRANSFER_BYTES = 64 << 20  # a loopback moves this in tens of ms; a 100 Mbit/s link stops at STREAM_S
-STREAM_S = 2.0
-MAX_ALL_PAIRS = 8  # 56 transfers, 1 to 3 minutes; beyond, the chief's pairs only
+# a 100 Mbit/s link streams 6 MB in this: its rate within 0.2 % of the shaper's, as 2 s read it; 0.25 s
+# read one of 12 pairs 21 % slow
+STREAM_S = 0.5
+MAX_ALL_PAIRS = 8  # 56 transfers in 14 rounds; beyond, the chief's pairs only
+CPU_SHARE = 0.25  # on shared CPUs, a round's transfers together at most this share of the loopback's rate
 # the node's kernel (one per machine, shared by its namespaces and containers) and its usable CPUs
 MACHINE_COMMAND = "cat /proc/sys/kernel/random/boot_id && nproc"
 MACHINE_TIMEOUT_S = 10.0
@@ -72,17 +88,47 @@ def network_facts(spec: ClusterSpec, remote: RemoteNodes | None = None,
     endpoints = {node.address: _endpoint(node, remote) for node in spec.nodes}
     shared_cpus = _shared_cpus(list(endpoints.values()))
     chief = spec.chief.address
-    local = _link(_measure(endpoints[chief], endpoints[chief], "127.0.0.1", report))
+    loopback = _measure(endpoints[chief], endpoints[chief], "127.0.0.1")
     addresses = [node.address for node in spec.nodes]
     if len(addresses) <= MAX_ALL_PAIRS:
-        pairs = list(itertools.permutations(addresses, 2))
-    else:
-        pairs = [(a, b) for a, b in itertools.permutations(addresses, 2) if chief in (a, b)]
-    links = [HostLink(src=a, dst=b, **_link(_measure(endpoints[a], endpoints[b], b, report)).model_dump())
-             for a, b in pairs]
-    if links and len(pairs) < len(addresses) * (len(addresses) - 1):
+        rounds = pair_rounds(addresses)
+    else:  # every pair has the chief in it: one at a time
+        rounds = [[(a, b)] for a, b in itertools.permutations(addresses, 2) if chief in (a, b)]
+    cpu_bound = None if shared_cpus is None else CPU_SHARE * loopback.bytes_per_s
+    done = _measure_rounds(rounds, endpoints, cpu_bound)
+    if report is not None:
+        for (a, b), transfer in done.items():
+            if transfer.shape_error is not None:
+                report(f"network {a} -> {b}: token bucket and queue not measured (taken as none): "
+                       f"{transfer.shape_error}")
+    links = [HostLink(src=a, dst=b, **_link(done[a, b]).model_dump())
+             for a, b in itertools.permutations(addresses, 2) if (a, b) in done]
+    if links and len(links) < len(addresses) * (len(addresses) - 1):
         links += _assumed(addresses, links)
-    return NetworkFacts(local=local, links=links, shared_cpus=shared_cpus)
+    return NetworkFacts(local=_link(loopback), links=links, shared_cpus=shared_cpus)
+
+
+def _measure_rounds(rounds: Sequence[Sequence[Pair]], endpoints: dict[str, Endpoint],
+                    cpu_bound: float | None) -> dict[Pair, Transfer]:
+    """Each round's transfers at the same time; with `cpu_bound` (bytes/s; the nodes share CPUs),
+    a round whose rates add up to more is measured again one transfer at a time, as is every
+    later round (module docstring)."""
+
+    def measure(pair: Pair) -> Transfer:
+        return _measure(endpoints[pair[0]], endpoints[pair[1]], pair[1])
+
+    done: dict[Pair, Transfer] = {}
+    together = True
+    with ThreadPoolExecutor(max_workers=max((len(pairs) for pairs in rounds), default=1)) as pool:
+        for pairs in rounds:
+            if together and len(pairs) > 1:
+                measured = dict(zip(pairs, pool.map(measure, pairs), strict=True))
+                together = cpu_bound is None or sum(t.bytes_per_s for t in measured.values()) <= cpu_bound
+                if together:
+                    done.update(measured)
+                    continue
+            done.update((pair, measure(pair)) for pair in pairs)
+    return done
 
 
 def _given(spec: ClusterSpec) -> NetworkFacts:
@@ -110,7 +156,7 @@ def _endpoint(node: Node, remote: RemoteNodes | None) -> Endpoint:
     return Endpoint(node, SSHShell(link.conn), False)
 
 
-def _measure(sender: Endpoint, receiver: Endpoint, host: str, report: Callable[[str], None] | None) -> Transfer:
+def _measure(sender: Endpoint, receiver: Endpoint, host: str) -> Transfer:
     loopback = sender is receiver
     path = "loopback" if loopback else f"{sender.node.address} -> {receiver.node.address}"
     try:
@@ -121,8 +167,6 @@ def _measure(sender: Endpoint, receiver: Endpoint, host: str, report: Callable[[
             f"cannot measure the network ({path}): {e}; run `adrun cluster check`, or give the figures in "
             "the cluster spec's `network` field"
         ) from None
-    if done.shape_error is not None and report is not None:
-        report(f"network {path}: token bucket and queue not measured (taken as none): {done.shape_error}")
     return done
 
 
@@ -142,13 +186,15 @@ def _assumed(addresses: list[str], measured: list[HostLink]) -> list[HostLink]:
 
 def _shared_cpus(endpoints: Sequence[Endpoint]) -> int | None:
     """The usable CPUs of the one machine every node runs on (the most any node may use); None
-    for one node, for nodes on different machines, or when a node cannot tell (no Linux /proc)."""
+    for one node, for nodes on different machines, or when a node cannot tell (no Linux /proc).
+    Every node is asked at once: a command over SSH takes about 0.3 s to start on namespace hosts."""
     if len(endpoints) < 2:
         return None
+    with ThreadPoolExecutor(max_workers=len(endpoints)) as pool:
+        answers = list(pool.map(lambda endpoint: endpoint.shell.run(MACHINE_COMMAND, MACHINE_TIMEOUT_S), endpoints))
     machines = set()
     cpus = []
-    for endpoint in endpoints:
-        done = endpoint.shell.run(MACHINE_COMMAND, MACHINE_TIMEOUT_S)
+    for done in answers:
         answer = done.stdout.split()
         if done.returncode != 0 or len(answer) != 2 or not answer[1].isdigit():
             return None

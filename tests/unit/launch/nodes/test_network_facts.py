@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import threading
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -10,7 +13,8 @@ import pytest
 
 from adrun.errors import UserError
 from adrun.launch.nodes import network_facts as network_facts_module
-from adrun.launch.nodes.network_facts import MACHINE_COMMAND, MAX_ALL_PAIRS, network_facts
+from adrun.launch.nodes.network_facts import CPU_SHARE, MACHINE_COMMAND, MAX_ALL_PAIRS, network_facts
+from adrun.launch.nodes.pair_schedule import pair_rounds
 from adrun.launch.nodes.link_shape import Blast
 from adrun.launch.nodes.probe import DATAGRAM
 from adrun.launch.nodes.transfer import Transfer
@@ -160,22 +164,98 @@ def transfers(monkeypatch):
     return asked
 
 
-def test_every_ordered_pair_is_measured_one_after_another(transfers):
+def test_every_ordered_pair_is_measured_after_the_loopback(transfers):
     spec = measured_spec(3)
     facts = network_facts(spec, FakeRemote([n.address for n in spec.nodes]))
     pairs = [("10.0.0.1", "10.0.0.2"), ("10.0.0.1", "10.0.0.3"), ("10.0.0.2", "10.0.0.1"),
              ("10.0.0.2", "10.0.0.3"), ("10.0.0.3", "10.0.0.1"), ("10.0.0.3", "10.0.0.2")]
-    # the loopback is not probed for a shaper; every pair between nodes is
-    assert transfers == [("10.0.0.1", "10.0.0.1", "127.0.0.1", False)] + [(a, b, b, True) for a, b in pairs]
+    # the loopback first, alone, not probed for a shaper; every pair between nodes once, probed
+    assert transfers[0] == ("10.0.0.1", "10.0.0.1", "127.0.0.1", False)
+    assert sorted(transfers[1:]) == [(a, b, b, True) for a, b in pairs]
+    # the rate: the stream's bytes less the bucket's burst (2,000 bytes per dst host number), over its second
     assert [(link.src, link.dst, link.bytes_per_s, link.source) for link in facts.links] == [
-        (a, b, 1e6 * (int(a[-1]) + int(b[-1])), "measured") for a, b in pairs]
+        (a, b, 1e6 * (int(a[-1]) + int(b[-1])) - 2000 * int(b[-1]), "measured") for a, b in pairs]
     assert all(link.latency_s == 2e-4 for link in facts.links)  # half the median round trip
-    # the queue: 5 ms per dst host number at the link's rate; the bucket: 2,000 bytes per dst host number
+    # the queue: 5 ms per dst host number at the stream's rate; the bucket: 2,000 bytes per dst host number
     assert [link.queue_bytes for link in facts.links] == pytest.approx(
         [0.005 * int(b[-1]) * 1e6 * (int(a[-1]) + int(b[-1])) for a, b in pairs])
     assert [link.burst_bytes for link in facts.links] == pytest.approx([2000 * int(b[-1]) for _, b in pairs])
     assert (facts.local.bytes_per_s, facts.local.source) == (1e6 * (1 + 1), "measured")
     assert (facts.local.burst_bytes, facts.local.queue_bytes) == (0, 0)
+
+
+class Transfers:
+    """A fake measure_transfer that knows which transfers run at the same time: each between two
+    nodes waits at a barrier of `together` parties (so a measurement one at a time breaks it), the
+    loopback does not; a node in two running transfers is recorded in `clashes`. Rates: the
+    loopback `loopback_rate`, a pair `pair_rate`, and 1.5 x that when measured a second time."""
+
+    def __init__(self, together: int, loopback_rate: float, pair_rate: float, barrier: bool = True):
+        self.barrier = threading.Barrier(together, timeout=60) if barrier else None
+        self.loopback_rate, self.pair_rate = loopback_rate, pair_rate
+        self.lock = threading.Lock()
+        self.running: list[tuple[str, str]] = []
+        self.clashes: list[tuple[str, str]] = []
+        self.most_running: list[int] = []  # per transfer between nodes, in the order started
+        self.times: Counter = Counter()
+
+    def __call__(self, sender, receiver, host, nbytes, *, pings, max_s, shape):
+        pair = (sender.node.address, receiver.node.address)
+        if pair[0] == pair[1]:
+            return Transfer(nbytes=int(self.loopback_rate), seconds=1.0, rtt_s=[1e-5])
+        with self.lock:
+            if {*pair} & {node for running in self.running for node in running}:
+                self.clashes.append(pair)
+            self.running.append(pair)
+            self.times[pair] += 1
+            again = self.times[pair] > 1
+            self.most_running.append(len(self.running))
+        if self.barrier is not None:
+            self.barrier.wait()  # every transfer of the round is running now
+        with self.lock:
+            self.running.remove(pair)
+        return Transfer(nbytes=int(self.pair_rate * (1.5 if again else 1)), seconds=1.0, rtt_s=[1e-4])
+
+
+@pytest.mark.parametrize("machine", ["separate", "shared"])
+def test_a_round_s_transfers_run_together_and_share_no_node(monkeypatch, machine):
+    """Separate machines, or one machine's CPUs with links far slower than its loopback (100 Mbit/s
+    against 4 GB/s): the pairs of a round run at the same time (the barrier of 2 would break
+    otherwise), no node in two at once, each pair measured once."""
+    fake = Transfers(together=2, loopback_rate=4e9, pair_rate=12.5e6)
+    monkeypatch.setattr(network_facts_module, "measure_transfer", fake)
+    spec = measured_spec(4)
+    addresses = [n.address for n in spec.nodes]
+    facts = network_facts(spec, FakeRemote(addresses, same_machine(addresses) if machine == "shared" else None))
+    assert fake.clashes == []
+    assert set(fake.times.values()) == {1} and len(fake.times) == 12
+    assert {link.bytes_per_s for link in facts.links} == {12.5e6}
+
+
+def test_cpu_bound_links_on_shared_cpus_are_measured_again_one_at_a_time(monkeypatch):
+    """One machine's CPUs, links whose rates add up to more than CPU_SHARE of its loopback (an
+    unshaped veth): the first round, measured together, is measured again alone and so is every
+    later round; the figures kept are those measured alone."""
+    fake = Transfers(together=2, loopback_rate=4e9, pair_rate=CPU_SHARE * 4e9 / 2 * 1.01, barrier=False)
+    monkeypatch.setattr(network_facts_module, "measure_transfer", fake)
+    spec = measured_spec(4)
+    addresses = [n.address for n in spec.nodes]
+    first_round = pair_rounds(addresses)[0]
+    facts = network_facts(spec, FakeRemote(addresses, same_machine(addresses)))
+    assert fake.clashes == []
+    assert fake.times == Counter({pair: 2 if pair in first_round else 1 for pair in itertools.permutations(addresses, 2)})
+    assert fake.most_running[2:] == [1] * 12  # after the first round (2 transfers), one at a time
+    again = {(link.src, link.dst): link.bytes_per_s for link in facts.links}
+    assert all(again[pair] == pytest.approx(fake.pair_rate * (1.5 if pair in first_round else 1)) for pair in again)
+
+
+def test_links_just_within_the_cpu_share_stay_together(monkeypatch):
+    fake = Transfers(together=2, loopback_rate=4e9, pair_rate=CPU_SHARE * 4e9 / 2 * 0.99)
+    monkeypatch.setattr(network_facts_module, "measure_transfer", fake)
+    spec = measured_spec(4)
+    addresses = [n.address for n in spec.nodes]
+    network_facts(spec, FakeRemote(addresses, same_machine(addresses)))
+    assert set(fake.times.values()) == {1}
 
 
 def test_a_large_cluster_measures_the_chiefs_pairs_and_assumes_the_others(transfers):
@@ -190,8 +270,9 @@ def test_a_large_cluster_measures_the_chiefs_pairs_and_assumes_the_others(transf
     assert len(by_source["measured"]) == 2 * (n - 1)
     assert all("10.0.0.1" in (link.src, link.dst) for link in by_source["measured"])
     assert len(by_source["assumed"]) == (n - 1) * (n - 2)
-    # measured: 1 + k MB/s both ways between the chief (10.0.0.1) and 10.0.0.k, k = 2..10: median 7 MB/s
-    assert {link.bytes_per_s for link in by_source["assumed"]} == {7e6}
+    # measured: 1 + k MB/s both ways between the chief (10.0.0.1) and 10.0.0.k, k = 2..10, less the
+    # bucket (2,000 x dst): the median between 7 MB/s - 12,000 (to 10.0.0.6) and 7 MB/s - 2,000 (back)
+    assert {link.bytes_per_s for link in by_source["assumed"]} == {7e6 - 7000}
     # bucket: 2,000 x dst, nine links into the chief and nine out (dst 2..10): median 3,000 bytes;
     # queue: 5 ms x dst at (1 + dst) or (dst + 1) MB/s, 15,000..55,000 and 30,000..550,000: median 52,500
     assert {(round(link.burst_bytes), round(link.queue_bytes)) for link in by_source["assumed"]} == {(3000, 52500)}
@@ -232,6 +313,24 @@ def test_nodes_of_one_machine_share_its_cpus(transfers):
     facts = network_facts(spec, remote)
     assert facts.shared_cpus == 8  # the most any node may use
     assert all(conn.commands == [MACHINE_COMMAND] for conn in remote.conns.values())
+
+
+def test_every_node_is_asked_for_its_machine_at_once(transfers):
+    """The machine command runs on all nodes together: each waits at a barrier of all 4, which
+    one node at a time would break."""
+    spec = measured_spec(4)
+    addresses = [n.address for n in spec.nodes]
+    remote = FakeRemote(addresses, same_machine(addresses))
+    barrier = threading.Barrier(len(addresses), timeout=60)
+    for conn in remote.conns.values():
+        answer_alone = conn.run
+
+        def run(command, answer_alone=answer_alone, **kwargs):
+            barrier.wait()
+            return answer_alone(command, **kwargs)
+
+        conn.run = run
+    assert network_facts(spec, remote).shared_cpus == 6
 
 
 @pytest.mark.parametrize("answers", [
