@@ -60,16 +60,9 @@ def _add_virtual_cpus(config: tf.compat.v1.ConfigProto, replica_devices: list[st
 
 
 def server_config(replica_devices: list[str] | None = None) -> tf.compat.v1.ConfigProto:
-    """The config of a task's gRPC server.
-
-    Its thread pools do not spin: a TF thread that runs out of work polls the queues for a while
-    before it sleeps, which on a machine with more task processes than cores takes the CPU from
-    the task whose op is next on the step's path (a ring all-reduce's next pass, a PS's gather);
-    the ops, their order and their values are the same either way (docs/performance.md, "The
-    mixed step's time, traced")."""
+    """The config of a task's gRPC server."""
     config = tf.compat.v1.ConfigProto()
     config.experimental.collective_group_leader = COLLECTIVE_GROUP_LEADER
-    config.experimental.disable_thread_spinning = True
     _add_virtual_cpus(config, replica_devices)
     return config
 
