@@ -8,8 +8,12 @@ for a variable held by a PS:
   or all-gathered (`merged_rows`, where gradients are synchronized).
 Both take the distinct ids of an ids tensor from one memo per graph (`distinct_ids`), so a lookup
 and the gradient of that lookup use the very same ids tensor. TF sends a tensor once to each device
-that consumes it: the ids cross to the PS once and serve both the pull and the push. The distinct
-ids are sorted, as the sparse accumulator expects them.
+that consumes it: the ids cross to the PS once and serve both the pull and the push. A gradient's
+distinct ids are sorted, as the sparse accumulator expects them; a lookup whose gradient is not
+merged (one worker applies its gradient as the plain run does; a table read but not trained)
+gathers them in the order `tf.unique` finds them: a gather's rows do not depend on the order of its
+ids, and the sort (an argsort, its inverse permutation and two gathers per table and step) would
+serve nothing.
 """
 
 from __future__ import annotations
@@ -24,11 +28,13 @@ import tensorflow as tf
 
 @dataclass(frozen=True)
 class DistinctIds:
-    ids: tf.Tensor  # the distinct ids of an ids tensor, sorted, int64
+    ids: tf.Tensor  # the distinct ids of an ids tensor, int64; sorted when `ordered`
     positions: tf.Tensor  # for each element of the flattened ids tensor, the index of its id in `ids`
+    ordered: bool
 
 
-_memo: weakref.WeakKeyDictionary[tf.Graph, dict[str, DistinctIds]] = weakref.WeakKeyDictionary()
+# per graph: ids tensor name -> its distinct ids, sorted and (once a lookup needed them first) unsorted
+_memo: weakref.WeakKeyDictionary[tf.Graph, dict[tuple[str, bool], DistinctIds]] = weakref.WeakKeyDictionary()
 
 
 @contextmanager
@@ -47,19 +53,24 @@ def _in_control_flow(t: tf.Tensor) -> bool:
     return t.op._get_control_flow_context() is not None
 
 
-def distinct_ids(ids: tf.Tensor, device: str) -> DistinctIds | None:
-    """The sorted distinct ids of `ids` (any shape), computed once per graph on `ids`'s device or
-    else `device`; None for ids made inside a control-flow construct, which cannot be used outside it."""
+def distinct_ids(ids: tf.Tensor, device: str, ordered: bool = True) -> DistinctIds | None:
+    """The distinct ids of `ids` (any shape), computed once per graph on `ids`'s device or else
+    `device`: sorted, or with `ordered` false the sorted ones if the graph has them already and
+    else unsorted. None for ids made inside a control-flow construct, which cannot be used outside it."""
     if _in_control_flow(ids):
         return None
     memo = _memo.setdefault(ids.graph, {})
-    if ids.name not in memo:
+    if not ordered and (ids.name, True) in memo:
+        return memo[(ids.name, True)]  # one ids tensor for the lookup and the gradient: sent once
+    key = (ids.name, ordered)
+    if key not in memo:
         with _fresh_scope(ids.graph, "adrun_distinct_ids"), tf.device(ids.device or device):
             unique, positions = tf.unique(tf.reshape(tf.cast(ids, tf.int64), [-1]))
-            order = tf.argsort(unique)
-            position_in_sorted = tf.gather(tf.math.invert_permutation(order), positions)
-            memo[ids.name] = DistinctIds(tf.gather(unique, order), position_in_sorted)
-    return memo[ids.name]
+            if ordered:
+                order = tf.argsort(unique)
+                unique, positions = tf.gather(unique, order), tf.gather(tf.math.invert_permutation(order), positions)
+            memo[key] = DistinctIds(unique, positions, ordered)
+    return memo[key]
 
 
 def _flattened_source(indices: tf.Tensor) -> tf.Tensor:
@@ -107,7 +118,7 @@ def dedup_remote_lookups(graph: tf.Graph, devices: dict[str, str], local_device:
         if (handle.op.type != "VarHandleOp" or handle.op.name not in on_ps or _in_control_flow(looked_up)
                 or not consumers or any(_colocated_with_any(c, on_ps) for c in consumers)):
             continue
-        distinct = distinct_ids(ids, local_device)
+        distinct = distinct_ids(ids, local_device, ordered=False)
         if distinct is None:
             continue
         with _fresh_scope(graph, "adrun_distinct_lookup"):

@@ -2,7 +2,8 @@
 
 A lookup of a PS variable rewritten to gather distinct ids must give every consumer the same rows
 as before (ids of any shape and int type, repeated); a merged gradient must densify to the same
-gradient, with sorted distinct int64 indices; the lookup and its gradient share one ids tensor.
+gradient, with sorted distinct int64 indices; the lookup and its gradient share one ids tensor, and
+a lookup whose gradient is not merged gathers its distinct ids unsorted.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ def test_a_lookup_gathers_each_distinct_row_once_with_equal_values(id_dtype):
         after, grad_after = sess.run([loss, grad], {ids: IDS})
         gathers = [op for op in graph.get_operations() if op.type == "ResourceGather" and "adrun" in op.name]
         [gathered_ids] = sess.run([gathers[0].inputs[1]], {ids: IDS})
-    np.testing.assert_array_equal(gathered_ids, [0, 1, 3, 7])
+    np.testing.assert_array_equal(gathered_ids, [3, 1, 7, 0])  # as first seen: no gradient is merged here
+    assert not [op for op in graph.get_operations() if op.type in ("TopKV2", "InvertPermutation")]  # so no sort
     assert after == pytest.approx(before)
     np.testing.assert_allclose(_dense(grad_after), _dense(grad_before))
 
@@ -72,6 +74,7 @@ def test_a_merged_gradient_sums_equal_rows_and_shares_the_lookups_ids():
         init = tf1.global_variables_initializer()
     [gather] = [op for op in graph.get_operations() if op.type == "ResourceGather" and "adrun" in op.name]
     assert gather.inputs[1] is merged.indices  # the ids cross to the PS once for the pull and the push
+    assert len([op for op in graph.get_operations() if op.type == "Unique"]) == 1
     with tf1.Session(graph=graph) as sess:
         sess.run(init)
         raw, value = sess.run([grad, merged], {ids: IDS})
