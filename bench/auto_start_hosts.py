@@ -4,9 +4,9 @@ one at most 1 s).
 
 bench/auto_start.py's in-process figure (`planning_beyond_capture`: from the moment the script's
 graph is known to the plan) on HOSTS namespace hosts (tests/cluster/netns.py, root) at RATE_MBIT
-instead of the local cluster: a first start there profiles, measures the network (every ordered
-pair of hosts: launch/nodes/network_facts.py), fits and searches; a repeated one reads the plan
-the first remembered. Writes one entry per invocation to bench/results/auto_start_hosts.json
+(0: unshaped) instead of the local cluster: a first start there profiles, measures the network
+(every ordered pair of hosts: launch/nodes/network_facts.py), fits and searches; a repeated one
+reads the plan the first remembered. Writes one entry per invocation to bench/results/auto_start_hosts.json
 (keyed by --label, e.g. the commit measured) and prints the medians.
 
     .venv/bin/python -m bench.auto_start_hosts [--hosts 4] [--rate-mbit 100] [--rounds 3] --label after
@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import tempfile
-import time
 from pathlib import Path
 
 from adrun.spec import load_spec
 from bench.auto_start import EXAMPLES, planning_beyond_capture
 from bench.cluster.network import write_adrun_spec
+from bench.results_log import append_entry
 from tests.cluster.netns import NetnsCluster
 
 OUT = Path(__file__).resolve().parent / "results" / "auto_start_hosts.json"
@@ -32,22 +31,19 @@ OUT = Path(__file__).resolve().parent / "results" / "auto_start_hosts.json"
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, default=4)
-    parser.add_argument("--rate-mbit", type=float, default=100)
+    parser.add_argument("--rate-mbit", type=float, default=100, help="0: unshaped")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--example", default="embedding.py", choices=sorted(EXAMPLES))
     parser.add_argument("--label", required=True, help="what is measured, e.g. the commit")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     with NetnsCluster(args.hosts) as cluster, tempfile.TemporaryDirectory() as tmp:
-        for host in cluster.hosts:
+        for host in cluster.hosts if args.rate_mbit else ():
             cluster.shape(host, args.rate_mbit)
         spec = load_spec(write_adrun_spec(cluster, args.hosts, Path(tmp) / "cluster.yml"))
         planning = planning_beyond_capture(args.example, EXAMPLES[args.example], args.rounds, Path(tmp), spec)
-    entry = {"label": args.label, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-             "machine": platform.node(), "hosts": args.hosts, "rate_mbit": args.rate_mbit,
-             "example": args.example, "rounds": args.rounds, "planning_beyond_capture": planning}
-    results = json.loads(args.out.read_text()) if args.out.exists() else []
-    args.out.write_text(json.dumps([*results, entry], indent=1) + "\n")
+    append_entry(args.out, args.label, {"hosts": args.hosts, "rate_mbit": args.rate_mbit, "example": args.example,
+                                        "rounds": args.rounds, "planning_beyond_capture": planning})
     print(json.dumps({key: value for key, value in planning.items() if key.endswith("median_s")}, indent=1))
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import tempfile
 import time
@@ -26,6 +25,7 @@ from adrun.launch.nodes import network_facts as network_facts_module
 from adrun.spec import load_spec
 from bench.cluster.network import write_adrun_spec
 from bench.cost_model_check import PAYLOAD_SHARE
+from bench.results_log import append_entry
 from tests.cluster.netns import NetnsCluster, bucket_bytes, queue_bytes
 
 OUT = Path(__file__).resolve().parent / "results" / "network_start.json"
@@ -74,10 +74,7 @@ def main() -> None:
     parser.add_argument("--label", required=True, help="what is measured, e.g. the commit")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
-    entry = {"label": args.label, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-             "machine": platform.node(), **measure(args.hosts, args.rate_mbit, args.reps)}
-    results = json.loads(args.out.read_text()) if args.out.exists() else []
-    args.out.write_text(json.dumps([*results, entry], indent=1) + "\n")
+    entry = append_entry(args.out, args.label, measure(args.hosts, args.rate_mbit, args.reps))
     print(json.dumps({"label": args.label, **entry["summary"]}, indent=1))
 
 

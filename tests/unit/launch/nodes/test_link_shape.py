@@ -103,8 +103,10 @@ def test_a_receiver_losing_datagrams_on_a_fast_unshaped_link_gives_0():
 def test_a_transfer_gives_its_queue_in_bytes_of_its_rate_and_its_bucket_only_with_a_queue():
     full = Blast(sent=5000, send_s=0.0012, received=560, arrival_s=0.0547)
     shaped = Transfer(nbytes=int(RATE), seconds=1.0, rtt_s=[1e-4], trace=shaped_arrivals(), blast=full)
-    assert shaped.queue_bytes == pytest.approx(0.0535 * RATE)
     assert shaped.burst_bytes == pytest.approx(BUCKET, rel=0.01)
+    # the queue in bytes of the sustained rate: the stream's less its burst
+    assert shaped.bytes_per_s == pytest.approx(RATE - shaped.burst_bytes)
+    assert shaped.queue_bytes == pytest.approx(0.0535 * (RATE - shaped.burst_bytes))
     unshaped = Transfer(nbytes=int(RATE), seconds=1.0, rtt_s=[1e-4], trace=shaped_arrivals(),
                         blast=Blast(sent=5000, send_s=0.0012, received=5000, arrival_s=0.0012))
     assert (unshaped.queue_bytes, unshaped.burst_bytes) == (0.0, 0.0)

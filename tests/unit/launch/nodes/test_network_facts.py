@@ -19,6 +19,7 @@ from adrun.launch.nodes.link_shape import Blast
 from adrun.launch.nodes.probe import DATAGRAM
 from adrun.launch.nodes.transfer import Transfer
 from adrun.spec import ClusterSpec, load_spec, spec_to_yaml
+from tests.support.running_transfers import RunningTransfers
 
 TWO_NODES = """\
 version: 1
@@ -176,44 +177,36 @@ def test_every_ordered_pair_is_measured_after_the_loopback(transfers):
     assert [(link.src, link.dst, link.bytes_per_s, link.source) for link in facts.links] == [
         (a, b, 1e6 * (int(a[-1]) + int(b[-1])) - 2000 * int(b[-1]), "measured") for a, b in pairs]
     assert all(link.latency_s == 2e-4 for link in facts.links)  # half the median round trip
-    # the queue: 5 ms per dst host number at the stream's rate; the bucket: 2,000 bytes per dst host number
+    # the queue: 5 ms per dst host number at the sustained rate (the burst not in it); the bucket:
+    # 2,000 bytes per dst host number
     assert [link.queue_bytes for link in facts.links] == pytest.approx(
-        [0.005 * int(b[-1]) * 1e6 * (int(a[-1]) + int(b[-1])) for a, b in pairs])
+        [0.005 * int(b[-1]) * (1e6 * (int(a[-1]) + int(b[-1])) - 2000 * int(b[-1])) for a, b in pairs])
     assert [link.burst_bytes for link in facts.links] == pytest.approx([2000 * int(b[-1]) for _, b in pairs])
     assert (facts.local.bytes_per_s, facts.local.source) == (1e6 * (1 + 1), "measured")
     assert (facts.local.burst_bytes, facts.local.queue_bytes) == (0, 0)
 
 
-class Transfers:
-    """A fake measure_transfer that knows which transfers run at the same time: each between two
-    nodes waits at a barrier of `together` parties (so a measurement one at a time breaks it), the
-    loopback does not; a node in two running transfers is recorded in `clashes`. Rates: the
-    loopback `loopback_rate`, a pair `pair_rate`, and 1.5 x that when measured a second time."""
+class Transfers(RunningTransfers):
+    """A fake measure_transfer, watched (tests/support/running_transfers.py): each transfer between
+    two nodes waits at a barrier of `together` parties (so a measurement one at a time breaks it),
+    the loopback does not. Rates: the loopback `loopback_rate`, a pair `pair_rate`, and 1.5 x that
+    when measured a second time."""
 
     def __init__(self, together: int, loopback_rate: float, pair_rate: float, barrier: bool = True):
+        super().__init__(self._measure)
         self.barrier = threading.Barrier(together, timeout=60) if barrier else None
         self.loopback_rate, self.pair_rate = loopback_rate, pair_rate
-        self.lock = threading.Lock()
-        self.running: list[tuple[str, str]] = []
-        self.clashes: list[tuple[str, str]] = []
-        self.most_running: list[int] = []  # per transfer between nodes, in the order started
         self.times: Counter = Counter()
 
-    def __call__(self, sender, receiver, host, nbytes, *, pings, max_s, shape):
+    def _measure(self, sender, receiver, host, nbytes, *, pings, max_s, shape):
         pair = (sender.node.address, receiver.node.address)
         if pair[0] == pair[1]:
             return Transfer(nbytes=int(self.loopback_rate), seconds=1.0, rtt_s=[1e-5])
         with self.lock:
-            if {*pair} & {node for running in self.running for node in running}:
-                self.clashes.append(pair)
-            self.running.append(pair)
             self.times[pair] += 1
             again = self.times[pair] > 1
-            self.most_running.append(len(self.running))
         if self.barrier is not None:
             self.barrier.wait()  # every transfer of the round is running now
-        with self.lock:
-            self.running.remove(pair)
         return Transfer(nbytes=int(self.pair_rate * (1.5 if again else 1)), seconds=1.0, rtt_s=[1e-4])
 
 
@@ -244,7 +237,9 @@ def test_cpu_bound_links_on_shared_cpus_are_measured_again_one_at_a_time(monkeyp
     facts = network_facts(spec, FakeRemote(addresses, same_machine(addresses)))
     assert fake.clashes == []
     assert fake.times == Counter({pair: 2 if pair in first_round else 1 for pair in itertools.permutations(addresses, 2)})
-    assert fake.most_running[2:] == [1] * 12  # after the first round (2 transfers), one at a time
+    # the first round (2 transfers) together in the pool; after it, every transfer one at a time
+    assert fake.on_main == [False, False] + [True] * 12
+    assert fake.most_running[2:] == [1] * 12
     again = {(link.src, link.dst): link.bytes_per_s for link in facts.links}
     assert all(again[pair] == pytest.approx(fake.pair_rate * (1.5 if pair in first_round else 1)) for pair in again)
 
@@ -274,8 +269,9 @@ def test_a_large_cluster_measures_the_chiefs_pairs_and_assumes_the_others(transf
     # bucket (2,000 x dst): the median between 7 MB/s - 12,000 (to 10.0.0.6) and 7 MB/s - 2,000 (back)
     assert {link.bytes_per_s for link in by_source["assumed"]} == {7e6 - 7000}
     # bucket: 2,000 x dst, nine links into the chief and nine out (dst 2..10): median 3,000 bytes;
-    # queue: 5 ms x dst at (1 + dst) or (dst + 1) MB/s, 15,000..55,000 and 30,000..550,000: median 52,500
-    assert {(round(link.burst_bytes), round(link.queue_bytes)) for link in by_source["assumed"]} == {(3000, 52500)}
+    # queue: 5 ms x dst at the rate less the bucket, into the chief 5 ms x ((1 + k) MB/s - 2,000):
+    # 14,990..54,990, out 5k ms x ((k + 1) MB/s - 2,000k): 29,960..549,000: median 52,490
+    assert {(round(link.burst_bytes), round(link.queue_bytes)) for link in by_source["assumed"]} == {(3000, 52490)}
     assert facts.link("10.0.0.4", "10.0.0.7").source == "assumed"
 
 

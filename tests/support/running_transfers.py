@@ -1,0 +1,45 @@
+"""measure_transfer, watched: which transfers between nodes run at the same time, for the tests of
+the network facts' rounds (unit: a fake transfer; cluster: the real one between namespace hosts)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+
+class RunningTransfers:
+    """Wraps a measure_transfer (`measure`) and records, per transfer between two nodes in the
+    order started, how many ran at once (`most_running`) and whether it ran on the main thread
+    (`on_main`: one at a time there; a round measured together runs in a pool's threads), and
+    each node found in two running transfers at once (`clashes`). The loopback is not watched."""
+
+    def __init__(self, measure: Callable[..., Any]):
+        self.measure = measure
+        self.lock = threading.Lock()
+        self.running: list[tuple[str, str]] = []
+        self.clashes: list[tuple[str, str]] = []
+        self.most_running: list[int] = []
+        self.on_main: list[bool] = []
+
+    @property
+    def most(self) -> int:
+        """The most transfers between nodes that ran at once."""
+        return max(self.most_running, default=0)
+
+    def __call__(self, sender, receiver, host, nbytes, **kwargs):
+        pair = (sender.node.address, receiver.node.address)
+        between = pair[0] != pair[1]
+        if between:
+            with self.lock:
+                if {*pair} & {node for running in self.running for node in running}:
+                    self.clashes.append(pair)
+                self.running.append(pair)
+                self.most_running.append(len(self.running))
+                self.on_main.append(threading.current_thread() is threading.main_thread())
+        try:
+            return self.measure(sender, receiver, host, nbytes, **kwargs)
+        finally:
+            if between:
+                with self.lock:
+                    self.running.remove(pair)
