@@ -57,6 +57,7 @@ class WorkerResult(BaseModel):
     batch_size: int
     examples_per_s: float
     steps_per_s: float
+    cpu_seconds: float | None = None  # the process's CPU time over the timed steps, all threads (older files lack it)
 
 
 class HostBytes(BaseModel):
