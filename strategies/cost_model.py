@@ -88,11 +88,11 @@ REVERSE_TRAFFIC_SHARE = 0.07
 PS_TASK_OVERHEAD_S = 4e-4
 # The analytical value of a shared machine's CPU rate for moving bytes between hosts: measured, not
 # fitted, on the benchmark's namespace hosts at 1 Gbit/s (bench/results/cluster-ringcpu-dense-dc.json,
-# /proc sampled beside it by bench/cluster/cpu_sample.py): the dense ring's workers spent 7.9e8-8.6e8
-# bytes sent and received per CPU second beyond their compute at 2 and 4 hosts (messages of 3-6 MB,
-# whose own cost is negligible), rounded to one digit. (Until 2026-11-26 1.5e8, fitted on 2-host
-# runs of a model where this work ran beside the links: bench/RESULTS-cluster-tf2-reading.md,
-# "Thirteenth session".)
+# /proc sampled beside it by bench/cluster/cpu_sample.py): the dense ring's workers spent 7.3e8-8.6e8
+# bytes sent and received per CPU second beyond their compute (21-25 ms a worker, 1-host runs) at 2
+# and 4 hosts (messages of 3-6 MB, whose own cost is negligible), rounded to one digit. (Until
+# 2026-11-26 1.5e8, fitted on 2-host runs of a model where this work ran beside the links:
+# bench/RESULTS-cluster-tf2-reading.md, "Thirteenth session".)
 STACK_BYTES_PER_CPU_S = 8e8
 # Keras 3 optimizers whose update step treats each element on its own, so that TF2 mode updates a
 # split PS variable shard by shard on each shard's PS (adrun/runtime/tf2/ps_shard_updates.py,
