@@ -62,6 +62,7 @@ from tests.cluster.netns import bucket_bytes, queue_bytes
 
 from .cluster.analysis import Summary, summarize
 from .cluster.results import BenchResults, Profile, RunConfig
+from .cluster.tf2 import script_args
 from .cluster.touched_rows import distinct_rows
 
 REPO = Path(__file__).resolve().parent.parent
@@ -122,7 +123,8 @@ def measured_compute_s(workload: str) -> float:
     """Seconds per step of a short plain run of the workload script (no adrun, one process)."""
     with tempfile.TemporaryDirectory(prefix="cost-model-check-") as tmp:
         out = Path(tmp) / "w.json"
-        subprocess.run([sys.executable, str(WORKLOADS / f"{workload}.py"), "--steps", str(MEASURE_STEPS),
+        script, *args = script_args(workload)
+        subprocess.run([sys.executable, str(WORKLOADS / script), *args, "--steps", str(MEASURE_STEPS),
                         "--warmup", str(MEASURE_WARMUP), "--result-file", str(out)],
                        cwd=WORKLOADS, check=True, capture_output=True)
         return 1 / json.loads(out.read_text())["steps_per_s"]
@@ -196,7 +198,8 @@ def main(results: tuple[Path, ...], compute_given: tuple[str, ...], compute_from
         workload, _, hosts = group
         if workload not in items:
             click.echo(f"cost-model-check: capturing {workload}")
-            items[workload] = capture_graph(WORKLOADS / f"{workload}.py", ["--steps", "2", "--warmup", "1"], 1,
+            script, *args = script_args(workload)  # a Keras workload: keras_fit.py --model M, captured in TF2 mode
+            items[workload] = capture_graph(WORKLOADS / script, [*args, "--steps", "2", "--warmup", "1"], 1,
                                             f"cost-model-check-{workload}")
         own = sources[group] if (sources[group], workload) in one_host else companions.get(sources[group])
         rate = one_host.get((own, workload)) if own is not None else None

@@ -41,9 +41,11 @@ step, the rows its sparse variables touch), a ClusterSpec, NetworkFacts and a fe
   a split variable whose Keras 3 optimizer is not element-wise updated on the chief (each shard's
   mean to the chief and its value back, a phase after the pushes).
 - Hosts that share one machine's CPUs (the benchmark's namespace hosts, `NetworkFacts.shared_cpus`):
-  the bytes between hosts also load the machine's CPUs (sender and receiver), and compute and the
-  per-message and per-variable work run workers/CPUs times slower when there are more workers than
-  CPUs and all compute at once.
+  the bytes between hosts also cost the machine's CPUs (sender and receiver), and that work adds
+  to each phase's link time rather than running beside it: a message is written out before it is
+  sent and read after all of it has arrived (`Paths.cpu_seconds`). Compute and the per-message and
+  per-variable work run workers/CPUs times slower when there are more workers than CPUs and all
+  compute at once.
 """
 
 from __future__ import annotations
@@ -84,11 +86,14 @@ REVERSE_TRAFFIC_SHARE = 0.07
 # 4-host runs it is checked against (bench/results/cluster-ncf-4h.json) did not set it. (On those
 # 2-host runs 2 workers shared 2 CPUs, no contention: the value holds for the term without it.)
 PS_TASK_OVERHEAD_S = 4e-4
-# The analytical value of a shared machine's CPU rate for moving bytes between hosts: fitted by a
-# grid (the other coefficients at their analytical values) on the 1 Gbit/s runs of an earlier
-# benchmark (bench/results/psperf-before.json: dense, 2 hosts, 4 builders), 1.53e8, rounded to one
-# digit; the runs it is judged on (docs/cost-model.md) did not set it.
-STACK_BYTES_PER_CPU_S = 1.5e8
+# The analytical value of a shared machine's CPU rate for moving bytes between hosts: measured, not
+# fitted, on the benchmark's namespace hosts at 1 Gbit/s (bench/results/cluster-ringcpu-dense-dc.json,
+# /proc sampled beside it by bench/cluster/cpu_sample.py): the dense ring's workers spent 7.3e8-8.6e8
+# bytes sent and received per CPU second beyond their compute (21-25 ms a worker, 1-host runs) at 2
+# and 4 hosts (messages of 3-6 MB, whose own cost is negligible), rounded to one digit. (Until
+# 2026-11-26 1.5e8, fitted on 2-host runs of a model where this work ran beside the links:
+# bench/RESULTS-cluster-tf2-reading.md, "Thirteenth session".)
+STACK_BYTES_PER_CPU_S = 8e8
 # Keras 3 optimizers whose update step treats each element on its own, so that TF2 mode updates a
 # split PS variable shard by shard on each shard's PS (adrun/runtime/tf2/ps_shard_updates.py,
 # `_ELEMENT_WISE`, which imports TensorFlow; tests/unit/strategies/test_cost_model_tf2.py keeps the
@@ -126,8 +131,9 @@ class Coefficients(BaseModel):
     compute_factor: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     # bytes one CPU passes between hosts per second (the tasks' RPC layer, the kernel's stack and the
     # software switch between namespaces), a byte counted once where it is sent and once where it is
-    # received; a resource only where the facts say the hosts share one machine's CPUs
-    # (NetworkFacts.shared_cpus). Transfers inside a host (loopback) are left to its local path.
+    # received; only where the facts say the hosts share one machine's CPUs (NetworkFacts.shared_cpus),
+    # as time added to each phase (`Paths.cpu_seconds`). Transfers inside a host (loopback) are left
+    # to its local path.
     stack_bytes_per_cpu_s: float = Field(default=STACK_BYTES_PER_CPU_S, gt=0, allow_inf_nan=False)
 
     @classmethod
@@ -326,6 +332,29 @@ class Paths:
         largest = float(flows.max())
         others = float(np.delete(seconds[sent], row).max()) / float(seconds[sent[row]])
         return float(flows.sum() / largest), min(1.0, self.sent_queue[self.hosts[row]] / largest), others
+
+    def off_cpus(self, bytes_by_resource: np.ndarray) -> np.ndarray:
+        """`bytes_by_resource` without its load on the machine's CPUs (a copy): what the links of a
+        phase carry, whose time `cpu_seconds` adds to."""
+        out = bytes_by_resource.copy()
+        if self.cpu_resource is not None:
+            out[self.cpu_resource] = 0.0
+        return out
+
+    def cpu_seconds(self, bytes_by_resource: np.ndarray, c: Coefficients) -> float:
+        """Seconds a phase of `bytes_by_resource` spends on the machine's CPUs beyond its links'
+        time: the bytes between hosts through the CPUs (`load`: once sent, once received) at κ
+        per CPU, over one CPU per host at most (a host's worker and PS task handle its messages,
+        the kernel its packets). Added to the links' time, not overlapped with it: the runtime's
+        messages are few and large (one per variable, shard or ring round and peer), each written
+        out before it goes on the wire and read after all of it has arrived, and a ring's next
+        round sends what this one received (measured: bench/RESULTS-cluster-tf2-reading.md,
+        "Thirteenth session"). 0 for hosts with CPUs of their own (their stacks are not the
+        model's)."""
+        if self.cpu_resource is None:
+            return 0.0
+        cpus = min(float(self.capacity[self.cpu_resource]), len(self.hosts))
+        return float(bytes_by_resource[self.cpu_resource]) / (cpus * c.stack_bytes_per_cpu_s)
 
     @property
     def cpus(self) -> float | None:
@@ -584,8 +613,8 @@ class StepTime:
 
     step: float
     compute: float
-    pull: float  # bandwidth part of the synchronous reads
-    after: float  # bandwidth part of pushes and collectives
+    pull: float  # bandwidth part of the synchronous reads, with `pull_cpu`
+    after: float  # bandwidth part of pushes and collectives, with `after_cpu`
     latency: float  # message latencies on the critical path
     overhead: float  # per-variable and per-PS-task overheads
     overlapped: float  # what the links need for all of the step's bytes, with overlapped latencies
@@ -593,6 +622,8 @@ class StepTime:
     pull_resource: int
     after_resource: int
     all_resource: int
+    pull_cpu: float = 0.0  # the reads' work on CPUs shared by the hosts (`Paths.cpu_seconds`), part of `pull`
+    after_cpu: float = 0.0  # the pushes' and collectives' work on shared CPUs, part of `after`
 
     @property
     def critical(self) -> float:
@@ -631,9 +662,11 @@ class StepCost:
         # next step's reads full; one busy then refills in the step's tail, its latencies and
         # overheads, in which no bytes move. The pushes and collectives find what the compute (and
         # the reads, if the resource had none) let refill; the overlapped traffic of the whole
-        # step, one bucket.
-        reads, later = load.reads, (load.prefetched if load.prefetches else paths.zeros())
-        after_compute = load.after + later
+        # step, one bucket. The phases' links here; their CPU work on shared CPUs is added to each
+        # at the end (`Paths.cpu_seconds`).
+        off = paths.off_cpus
+        reads, later = off(load.reads), (off(load.prefetched) if load.prefetches else paths.zeros())
+        after_compute = off(load.after) + later
         read_seconds = paths.phase_seconds(reads, c, np.where(after_compute > 0, paths.refilled(latency + overhead),
                                                               paths.burst))
         pull_at = int(np.argmax(read_seconds))
@@ -642,7 +675,7 @@ class StepCost:
         refilled = paths.refilled(after_idle)
         after, after_at = _busiest(after_compute, paths, c, refilled)
         if load.prefetches:
-            after += chunk_pipeline_fill(_busiest(load.after, paths, c, refilled)[0],
+            after += chunk_pipeline_fill(_busiest(off(load.after), paths, c, refilled)[0],
                                          _busiest(later, paths, c, refilled)[0], load.chunks)
         served, in_turn, others = paths.served_in_turn(reads, read_seconds)
         k = round(served)
@@ -662,23 +695,31 @@ class StepCost:
                 # each pushes as soon as it has computed, while the later ones still read or
                 # compute. What is left after the last worker's compute: the collectives and
                 # that worker's share of the pushes at least, and no less than the reads and the
-                # rest together on any resource both load (the machine's CPUs, a direction
+                # rest together on any resource both load (a direction
                 # carrying the other's reverse share); never more than the phases one after the other
                 # the pushes' part of the phase: what it takes with them less what it takes without them
                 # (the token bucket passes its bytes once per phase, not once per part of it)
-                pushes = after - _busiest(after_compute - load.pushes, paths, c, refilled)[0]
-                tail = _busiest(after_compute - load.pushes * (served - 1) / served, paths, c, refilled)[0]
+                pushed = off(load.pushes)
+                pushes = after - _busiest(after_compute - pushed, paths, c, refilled)[0]
+                tail = _busiest(after_compute - pushed * (served - 1) / served, paths, c, refilled)[0]
                 together = _busiest(reads + after_compute, paths, c, paths.burst)[0]
                 after = min(after, max(after - workers_in_turn_overlap(pushes, ends[:len(ready)], in_turn), tail,
                                        together - pull))
-        on_chief = _busiest(load.on_chief, paths, c, paths.zeros())[0] if load.on_chief.any() else 0.0
+        pull_cpu = paths.cpu_seconds(load.reads, c)
+        after_cpu = paths.cpu_seconds(load.after + (load.prefetched if load.prefetches else 0.0), c)
+        pull += pull_cpu
+        after += after_cpu
+        on_chief = (_busiest(off(load.on_chief), paths, c, paths.zeros())[0] + paths.cpu_seconds(load.on_chief, c)
+                    if load.on_chief.any() else 0.0)
+        # traffic overlapped with the rest of the step (stale PS variables) shares the CPUs beside
+        # the links: the step is at least what the busier of them needs for every byte
         overlapped, all_at = _busiest(load.every, paths, c, paths.burst)
         if load.stale_ps:
             worst = max(paths.ps_latency[p] for p in load.stale_ps)
             overlapped += 4 * (worst + c.message_latency_s * slower)
         critical = pull + compute + after + on_chief + latency + overhead
         return StepTime(max(critical, overlapped), compute, pull, after, latency, overhead, overlapped, on_chief,
-                        pull_at, after_at, all_at)
+                        pull_at, after_at, all_at, pull_cpu, after_cpu)
 
     def _latency(self, c: Coefficients) -> float:
         """The message latencies on the step's critical path."""
@@ -871,10 +912,14 @@ def _bound(t: StepTime, paths: Paths, load: Load) -> str:
     if top == "latency":
         return "latency and per-variable overhead"
     if top == "pull":
-        return f"network: {paths.names[t.pull_resource]} (PS reads)"
-    kind = "PS pushes and all-reduce" if load.sync_ps and load.collectives else (
-        "PS pushes and chunk pulls" if load.prefetches else "PS pushes" if load.sync_ps else "all-reduce ring")
-    return f"network: {paths.names[t.after_resource]} ({kind})"
+        kind, at, cpu = "PS reads", t.pull_resource, t.pull_cpu
+    else:
+        kind = "PS pushes and all-reduce" if load.sync_ps and load.collectives else (
+            "PS pushes and chunk pulls" if load.prefetches else "PS pushes" if load.sync_ps else "all-reduce ring")
+        at, cpu = t.after_resource, t.after_cpu
+    if cpu > parts[top] - cpu:  # more of the phase on the shared CPUs than on its busiest link
+        return f"the machine's CPUs ({kind})"
+    return f"network: {paths.names[at]} ({kind})"
 
 
 def variable_shares(
@@ -882,7 +927,8 @@ def variable_shares(
 ) -> dict[str, float]:
     """Each variable's share of the step's synchronization time: its seconds on the busiest resource
     of each transfer part (its bytes there and its reverse-traffic share of that link's other
-    direction, over the effective capacity), its per-variable overheads (a shared accumulator's
+    direction, over the effective capacity; on shared CPUs, its bytes' CPU time, which adds to
+    each phase), its per-variable overheads (a shared accumulator's
     split over the pieces sharing it), each PS task's overhead split over the synchronous pieces
     on that task, and the latencies split evenly over the
     synchronous pieces (variables or shards); normalized to sum to 1 (all 0 when nothing is
@@ -901,6 +947,7 @@ def variable_shares(
     raw = [
         float(paths.seconds(ld.pull, c)[t.pull_resource] + paths.seconds(ld.after, c)[t.after_resource]
               + paths.seconds(ld.prefetched, c)[chunks_at]
+              + paths.cpu_seconds(ld.pull + ld.after + ld.prefetched + ld.on_chief, c)
               + paths.seconds(ld.overlapped, c)[t.all_resource]
               + float(np.max(paths.seconds(ld.on_chief, c), initial=0.0))
               + slower * (ld.pieces * c.variable_overhead_s + ld.own_accumulators * c.ps_variable_overhead_s

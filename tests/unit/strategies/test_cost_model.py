@@ -634,3 +634,47 @@ def test_unknown_sizes_count_as_one_and_never_negative():
     read, pushed = 1000 * 4 + 50 * ROW, 1000 * 4 + 50 * (ROW + 8)
     assert prediction.node_bytes["10.0.0.1"] == NodeBytes(sent=read, received=pushed)
     assert prediction.step_s == pytest.approx(0.01 + (read + pushed) / B)
+
+
+def _on_cpus(spec, cpus):
+    """The spec's hosts as namespaces of one machine with `cpus` CPUs (NetworkFacts.shared_cpus)."""
+    return network(spec, B).model_copy(update={"shared_cpus": cpus})
+
+
+KAPPA = 1e8  # bytes/s one CPU sends or receives between hosts, in these tests
+
+
+@pytest.mark.parametrize("hosts, cpus, cpu_s", [
+    (2, 2, 2 * 2 * M / (2 * KAPPA)),  # 2 workers, one CPU each: each sends and receives M
+    (4, 2, 2 * 4 * 1.5 * M / (2 * KAPPA)),  # 4 hosts on 2 CPUs: each sends and receives 1.5·M
+    (2, 4, 2 * 2 * M / (2 * KAPPA)),  # 4 CPUs, but a host's messages use one CPU at most
+])
+def test_a_rings_cpu_work_on_shared_cpus_adds_to_its_link_time(hosts, cpus, cpu_s):
+    """A ring round's receive, reduce and send are the next round's input, so the CPUs' work on
+    its chunks adds to the link's time rather than running beside it: compute + the ring's bytes
+    on a link (2(N-1)/N·M a host) + every byte sent and received over the CPUs (one per host at
+    most). The model before took the larger of link and CPUs (0.01 + 0.08 s at 2 hosts, not 0.13)."""
+    spec = hosts_spec(hosts, ps=0)
+    ring = plan(DENSE, spec, [planned(W, sync=AllReduceSync(group=0))])
+    c = BANDWIDTH_ONLY.model_copy(update={"stack_bytes_per_cpu_s": KAPPA})
+    prediction = predict(ring, profile(DENSE, 0.01), spec, _on_cpus(spec, cpus), c)
+    compute = 0.01 * max(1, hosts / cpus)
+    assert prediction.step_s == pytest.approx(compute + 2 * (hosts - 1) / hosts * M / B + cpu_s)
+    assert prediction.bound == "the machine's CPUs (all-reduce ring)"
+
+
+def test_ps_reads_and_pushes_on_shared_cpus_add_their_cpu_work_to_each_phase():
+    """A PS phase's messages are few and large (one per variable and worker here), each written out
+    before it is sent and read after it has arrived: its CPU work adds to the link time too. M
+    read from host 1's PS by worker 1 and M pushed back, each byte through the CPUs twice: M / B +
+    2·M / (2·κ) = 0.04 + 0.04 s a phase. On a link 4 times slower, the same CPU time on top of
+    0.16 s a phase: the link bounds the step, but the CPUs still add to it."""
+    spec = hosts_spec(2, ps=[1, 0])
+    strategy = plan(DENSE, spec, [planned(W, sync=PSSync(ps_task=0))])
+    c = BANDWIDTH_ONLY.model_copy(update={"stack_bytes_per_cpu_s": KAPPA})
+    prediction = predict(strategy, profile(DENSE, 0.01), spec, _on_cpus(spec, 2), c)
+    assert prediction.step_s == pytest.approx(0.08 + 0.01 + 0.08)
+    slow_link = network(spec, B / 4).model_copy(update={"shared_cpus": 2})
+    slow = predict(strategy, profile(DENSE, 0.01), spec, slow_link, c)
+    assert slow.step_s == pytest.approx(0.2 + 0.01 + 0.2)
+    assert slow.bound == "network: 10.0.0.1 -> 10.0.0.2 (PS reads)"
