@@ -167,12 +167,15 @@ class Paths:
     ring_latency: float  # worst one-way latency between ring neighbours (workers in task order)
     num_workers: int
     # hosts sharing one machine's CPUs (NetworkFacts.shared_cpus): the resource of its CPUs' work on
-    # the bytes between tasks (capacity in CPUs), and how much slower each worker computes and
-    # runs its per-message and per-variable work than alone: workers / CPUs, at least 1
+    # the bytes between hosts (capacity: the CPUs that work on them at once, one per host at most,
+    # as a host's worker and PS task handle its messages and the kernel its packets), and how much
+    # slower each worker computes and runs its per-message and per-variable work than alone:
+    # workers / CPUs, at least 1
     cpu_resource: int | None = None
     cpu_contention: float = 1.0
     # host -> what the sender's queue on its fastest outgoing path holds (Link.queue_bytes; 0 unknown)
     sent_queue: dict[str, float] = field(default_factory=dict)
+    shared_cpus: float | None = None  # NetworkFacts.shared_cpus: all of the machine's CPUs (`cpus`)
 
     @classmethod
     def of(cls, spec: ClusterSpec, network: NetworkFacts) -> Paths:
@@ -210,7 +213,7 @@ class Paths:
         cpu_resource, contention = None, 1.0
         if network.shared_cpus is not None:
             cpu_resource = len(names)
-            add(("cpu", "", ""), "the machine's CPUs", float(network.shared_cpus), 0.0, False)
+            add(("cpu", "", ""), "the machine's CPUs", float(min(network.shared_cpus, len(hosts))), 0.0, False)
             contention = max(1.0, spec.num_workers / network.shared_cpus)
         reverse = {"pair": "pair", "sent": "received", "received": "sent", "local": "local", "cpu": "cpu"}
         opposite = np.array([index[reverse[kind], b, a] if kind == "pair" else index[reverse[kind], a, b]
@@ -225,7 +228,7 @@ class Paths:
                       for h in hosts if len(hosts) > 1}
         return cls(hosts, task_host, names, np.array(capacity, dtype=float), np.array(burst, dtype=float),
                    np.array(is_local), index, opposite, ps_latency, ring, spec.num_workers, cpu_resource, contention,
-                   sent_queue)
+                   sent_queue, None if network.shared_cpus is None else float(network.shared_cpus))
 
     def zeros(self) -> np.ndarray:
         return np.zeros(len(self.names))
@@ -345,22 +348,27 @@ class Paths:
         """Seconds a phase of `bytes_by_resource` spends on the machine's CPUs beyond its links'
         time: the bytes between hosts through the CPUs (`load`: once sent, once received) at κ
         per CPU, over one CPU per host at most (a host's worker and PS task handle its messages,
-        the kernel its packets). Added to the links' time, not overlapped with it: the runtime's
-        messages are few and large (one per variable, shard or ring round and peer), each written
-        out before it goes on the wire and read after all of it has arrived, and a ring's next
-        round sends what this one received (measured: bench/RESULTS-cluster-tf2-reading.md,
-        "Thirteenth session"). 0 for hosts with CPUs of their own (their stacks are not the
-        model's)."""
+        the kernel its packets): the larger of all the bytes over the CPUs that work on them at
+        once (the resource's capacity) and the busiest host's sent and received bytes over its
+        one CPU (an incast: the bytes meet at one host). Added to the links' time, not
+        overlapped with it: the runtime's messages are few and large (one per variable, shard or
+        ring round and peer), each written out before it goes on the wire and read after all of
+        it has arrived, and a ring's next round sends what this one received (measured:
+        bench/RESULTS-cluster-tf2-reading.md, "Thirteenth session"). 0 for hosts with CPUs of
+        their own (their stacks are not the model's)."""
         if self.cpu_resource is None:
             return 0.0
-        cpus = min(float(self.capacity[self.cpu_resource]), len(self.hosts))
-        return float(bytes_by_resource[self.cpu_resource]) / (cpus * c.stack_bytes_per_cpu_s)
+        spread = float(bytes_by_resource[self.cpu_resource] / self.capacity[self.cpu_resource])
+        index = self.index
+        per_host = max(float(bytes_by_resource[index["sent", h, ""]] + bytes_by_resource[index["received", h, ""]])
+                       for h in self.hosts)
+        return max(spread, per_host) / c.stack_bytes_per_cpu_s
 
     @property
     def cpus(self) -> float | None:
         """The CPUs of the one machine the hosts share (NetworkFacts.shared_cpus); None for hosts
         with CPUs of their own."""
-        return None if self.cpu_resource is None else float(self.capacity[self.cpu_resource])
+        return self.shared_cpus
 
     def refilled(self, idle_s: float | np.ndarray) -> np.ndarray:
         """The bytes each resource's token bucket holds after `idle_s` seconds without traffic

@@ -678,3 +678,15 @@ def test_ps_reads_and_pushes_on_shared_cpus_add_their_cpu_work_to_each_phase():
     slow = predict(strategy, profile(DENSE, 0.01), spec, slow_link, c)
     assert slow.step_s == pytest.approx(0.2 + 0.01 + 0.2)
     assert slow.bound == "network: 10.0.0.1 -> 10.0.0.2 (PS reads)"
+
+
+def test_an_incast_on_shared_cpus_waits_for_its_one_hosts_cpu():
+    """4 hosts on 4 CPUs, one PS on host 1 read and pushed by the 3 other hosts' workers: each phase
+    meets at the PS host, whose messages one CPU handles (3·M sent or received: 3·M / κ), not the 4
+    CPUs the phase's 6·M through the CPUs would spread over (1.5·M / κ). Each phase: 3·M / B on
+    host 1's side + 3·M / κ = 0.12 + 0.12 s."""
+    spec = hosts_spec(4, ps=[1, 0, 0, 0])
+    strategy = plan(DENSE, spec, [planned(W, sync=PSSync(ps_task=0))])
+    c = BANDWIDTH_ONLY.model_copy(update={"stack_bytes_per_cpu_s": KAPPA})
+    prediction = predict(strategy, profile(DENSE, 0.01), spec, _on_cpus(spec, 4), c)
+    assert prediction.step_s == pytest.approx(0.12 + 0.12 + 0.01 + 0.12 + 0.12)
