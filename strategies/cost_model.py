@@ -720,8 +720,12 @@ class StepCost:
         on_chief = (_busiest(off(load.on_chief), paths, c, paths.zeros())[0] + paths.cpu_seconds(load.on_chief, c)
                     if load.on_chief.any() else 0.0)
         # traffic overlapped with the rest of the step (stale PS variables) shares the CPUs beside
-        # the links: the step is at least what the busier of them needs for every byte
-        overlapped, all_at = _busiest(load.every, paths, c, paths.burst)
+        # the links: the step is at least what the busier of them needs for every byte (the CPUs
+        # as in each phase, `Paths.cpu_seconds`)
+        overlapped, all_at = _busiest(off(load.every), paths, c, paths.burst)
+        every_cpu = paths.cpu_seconds(load.every, c)
+        if paths.cpu_resource is not None and every_cpu > overlapped:
+            overlapped, all_at = every_cpu, paths.cpu_resource
         if load.stale_ps:
             worst = max(paths.ps_latency[p] for p in load.stale_ps)
             overlapped += 4 * (worst + c.message_latency_s * slower)

@@ -690,3 +690,19 @@ def test_an_incast_on_shared_cpus_waits_for_its_one_hosts_cpu():
     c = BANDWIDTH_ONLY.model_copy(update={"stack_bytes_per_cpu_s": KAPPA})
     prediction = predict(strategy, profile(DENSE, 0.01), spec, _on_cpus(spec, 4), c)
     assert prediction.step_s == pytest.approx(0.12 + 0.12 + 0.01 + 0.12 + 0.12)
+
+
+@pytest.mark.parametrize("hosts, ps_hosts, step_s", [
+    (2, [0, 1], 4 * M / (2 * KAPPA)),  # worker 1's M read and pushed: 2 CPUs of 4, one per host
+    (4, [1, 0, 0, 0], 6 * M / KAPPA),  # an incast: 3·M read and 3·M pushed at host 1, its one CPU
+])
+def test_stale_ps_traffic_on_shared_cpus_is_bound_by_the_cpus_as_each_phase_is(hosts, ps_hosts, step_s):
+    """A stale PS variable's reads and pushes run beside the step; on shared CPUs the step is at
+    least their CPU work, counted as in a phase (`Paths.cpu_seconds`): not over all 4 CPUs (2 hosts:
+    4·M / (4·κ), 4 hosts: 12·M / (4·κ)), which tie with the links' M / B and 3·M / B."""
+    spec = hosts_spec(hosts, ps=ps_hosts)
+    stale = plan(DENSE, spec, [planned(W, sync=PSSync(ps_task=0, staleness=2))])
+    c = BANDWIDTH_ONLY.model_copy(update={"stack_bytes_per_cpu_s": KAPPA})
+    prediction = predict(stale, profile(DENSE, 0.01), spec, _on_cpus(spec, 4), c)
+    assert prediction.step_s == pytest.approx(step_s)
+    assert prediction.bound == "network: the machine's CPUs (overlapped traffic)"
