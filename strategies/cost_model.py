@@ -961,7 +961,7 @@ def variable_shares(
               + paths.seconds(ld.prefetched, c)[chunks_at]
               + paths.cpu_seconds(ld.pull + ld.after + ld.prefetched + ld.on_chief, c)
               + paths.seconds(ld.overlapped, c)[t.all_resource]
-              + float(np.max(paths.seconds(ld.on_chief, c), initial=0.0))
+              + float(np.max(paths.seconds(paths.off_cpus(ld.on_chief), c), initial=0.0))
               + slower * (ld.pieces * c.variable_overhead_s + ld.own_accumulators * c.ps_variable_overhead_s
                           + sum(c.ps_variable_overhead_s * k / sharing[key] for key, k in ld.shared_accumulators.items()))
               + sum(per_task * k / pieces_on_task[task] for task, k in ld.sync_ps.items())

@@ -706,3 +706,17 @@ def test_stale_ps_traffic_on_shared_cpus_is_bound_by_the_cpus_as_each_phase_is(h
     prediction = predict(stale, profile(DENSE, 0.01), spec, _on_cpus(spec, 4), c)
     assert prediction.step_s == pytest.approx(step_s)
     assert prediction.bound == "network: the machine's CPUs (overlapped traffic)"
+
+
+def test_variable_shares_on_shared_cpus_count_each_variables_cpu_work():
+    """A ring of two variables on 2 hosts of a 2-CPU machine, each with a per-variable overhead of
+    1 ms: w's share is its M on the link, + 2·M through a host's CPU (sent and received), + 1 ms;
+    without the CPUs' term it would be (M / B + 1 ms) / (... + 4000 / B + 1 ms)."""
+    small = var("small", [1000])
+    graph = GraphItem(variables=[W, small])
+    spec = hosts_spec(2, ps=0)
+    strategy = plan(graph, spec, [planned(W, sync=AllReduceSync(group=0)), planned(small, sync=AllReduceSync(group=0))])
+    c = BANDWIDTH_ONLY.model_copy(update={"stack_bytes_per_cpu_s": KAPPA, "variable_overhead_s": 0.001})
+    shares = predict(strategy, profile(graph, 0.01), spec, _on_cpus(spec, 2), c).variable_share
+    w_s, small_s = M / B + 2 * M / KAPPA + 0.001, 4000 / B + 2 * 4000 / KAPPA + 0.001
+    assert shares["w"] == pytest.approx(w_s / (w_s + small_s))

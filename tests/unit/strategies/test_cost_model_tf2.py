@@ -66,3 +66,40 @@ def test_a_tf2_split_variable_whose_optimizer_is_not_element_wise_is_updated_on_
     strategy = _kind(plan(graph, spec, [split]), graph)
     step = predict(strategy, profile(graph, 0.01), spec, network(spec, B), BANDWIDTH_ONLY).step_s
     assert step == pytest.approx(0.01 + transfers * 2e6 / B)
+
+
+KAPPA = 1e8  # bytes/s one CPU sends or receives between hosts, in these tests
+
+
+def test_a_tf2_chief_update_on_shared_cpus_adds_its_cpu_work_to_its_phase():
+    """The split 4 MB variable with Lamb on 2 namespace hosts of a 2-CPU machine: each of the three
+    phases (reads, pushes, the chief's update) moves 2 MB each way between the hosts, 2·2 MB / B on
+    the link plus every byte through the CPUs twice over 2 CPUs, 2·2·2 MB / (2·κ), on top."""
+    v = var("w", [1000, 1000])
+    graph = _graph("tf2", [v], "Lamb")
+    spec = hosts_spec(2)
+    split = planned(v, partition=Partition(axis=0, shards=[PSSync(ps_task=0), PSSync(ps_task=1)]))
+    strategy = _kind(plan(graph, spec, [split]), graph)
+    c = BANDWIDTH_ONLY.model_copy(update={"stack_bytes_per_cpu_s": KAPPA})
+    shared = network(spec, B).model_copy(update={"shared_cpus": 2})
+    prediction = predict(strategy, profile(graph, 0.01), spec, shared, c)
+    assert prediction.step_s == pytest.approx(0.01 + 3 * (2e6 / B + 4e6 / KAPPA))
+
+
+def test_a_tf2_chief_updates_share_counts_its_cpu_work_once():
+    """Variable shares on shared CPUs: the split Lamb variable's three phases, 3 · 2 MB / B on the
+    link, + 12 MB / κ through the busiest host's CPU, + 2 shards' overheads; the chief's update
+    counts its link's time, not the CPUs' again (8 MB / 2κ, which is longer here). `b` (10 floats on
+    ps0, read and pushed by worker 1): its overhead + 80 bytes on the link and on the CPU."""
+    v, b = var("w", [1000, 1000]), var("b", [10])
+    graph = _graph("tf2", [v, b], "Lamb")
+    spec = hosts_spec(2)
+    split = planned(v, partition=Partition(axis=0, shards=[PSSync(ps_task=0), PSSync(ps_task=1)]))
+    strategy = _kind(plan(graph, spec, [split, planned(b, sync=PSSync(ps_task=0))]), graph)
+    c = BANDWIDTH_ONLY.model_copy(update={"stack_bytes_per_cpu_s": KAPPA, "variable_overhead_s": 0.01})
+    fast = 1e8
+    shared = network(spec, fast).model_copy(update={"shared_cpus": 2})
+    shares = predict(strategy, profile(graph, 0.01), spec, shared, c).variable_share
+    w_s = 3 * 2e6 / fast + 12e6 / KAPPA + 2 * 0.01
+    b_s = 0.01 + 80 / fast + 80 / KAPPA
+    assert shares["w"] == pytest.approx(w_s / (w_s + b_s))
