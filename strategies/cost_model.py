@@ -35,7 +35,7 @@ step, the rows its sparse variables touch), a ClusterSpec, NetworkFacts and a fe
   the pushes and collectives what the compute refilled; the reads a full bucket on a path idle
   after compute, else what the step's tail (its latencies and overheads) refilled. Communication of PS
   variables with staleness or asynchronous updates overlaps the rest, so the step is at least the
-  time the links need for all of its bytes.
+  time the links (or the shared CPUs, below) need for all of its bytes.
 - A TF2 script's plans (the profile's `GraphItem.kind` "tf2") follow TF2 mode's PS runtime where it
   differs from graph mode's: every dense gradient of one PS task and dtype in one accumulator, and
   a split variable whose Keras 3 optimizer is not element-wise updated on the chief (each shard's
@@ -308,8 +308,9 @@ class Paths:
         workers one after another: (k, share, others). When a host's sent side binds the phase
         (its seconds are the phase's; the receivers of a fan-out, waiting for it, may tie), k is
         the hosts it sends to, counted as its bytes over its largest flow's (k equal flows: k; one
-        flow that dominates: about 1), else 1 (a receiver's side, a path, loopback or the CPUs
-        binding: what it carries ends for its one receiver, or for all, at once). `share` is the
+        flow that dominates: about 1), else 1 (a receiver's side, a path or loopback binding:
+        what it carries ends for its one receiver, or for all, at once; the phase's work on shared
+        CPUs is not among `seconds`, it is added after, `cpu_seconds`). `share` is the
         part of a flow the sender serves in turn rather than beside the others: a flow's message
         written at once enters the sender's queue whole when it fits (Link.queue_bytes), and the
         queue passes it before the next flow's; of a larger one the queue holds queue / flow
