@@ -28,9 +28,8 @@ import tensorflow as tf
 
 @dataclass(frozen=True)
 class DistinctIds:
-    ids: tf.Tensor  # the distinct ids of an ids tensor, int64; sorted when `ordered`
+    ids: tf.Tensor  # the distinct ids of an ids tensor, int64; sorted or not as the memo's key says
     positions: tf.Tensor  # for each element of the flattened ids tensor, the index of its id in `ids`
-    ordered: bool
 
 
 # per graph: ids tensor name -> its distinct ids, sorted and (once a lookup needed them first) unsorted
@@ -56,7 +55,10 @@ def _in_control_flow(t: tf.Tensor) -> bool:
 def distinct_ids(ids: tf.Tensor, device: str, ordered: bool = True) -> DistinctIds | None:
     """The distinct ids of `ids` (any shape), computed once per graph on `ids`'s device or else
     `device`: sorted, or with `ordered` false the sorted ones if the graph has them already and
-    else unsorted. None for ids made inside a control-flow construct, which cannot be used outside it."""
+    else unsorted. A gradient merged after `dedup_remote_lookups` took the unsorted ones gets a
+    sorted `tf.unique` of its own, whose ids cross to the PS once more: a cost in speed only, the
+    rows are the same. None for ids made inside a control-flow construct, which cannot be used
+    outside it."""
     if _in_control_flow(ids):
         return None
     memo = _memo.setdefault(ids.graph, {})
@@ -69,7 +71,7 @@ def distinct_ids(ids: tf.Tensor, device: str, ordered: bool = True) -> DistinctI
             if ordered:
                 order = tf.argsort(unique)
                 unique, positions = tf.gather(unique, order), tf.gather(tf.math.invert_permutation(order), positions)
-            memo[key] = DistinctIds(unique, positions, ordered)
+            memo[key] = DistinctIds(unique, positions)
     return memo[key]
 
 
