@@ -7,7 +7,9 @@ to the results file's runs in their order. Its steady part is where the hosts mo
 80 % of the run's bytes between hosts (start-up and the first steps, and the end, left out); its
 steps there are those bytes over the run's bytes per step (all it sent over its steps: the
 variables' first broadcast is one step's worth at most, under 1 % of a run). Per step in that
-part: wall time, CPU seconds of the workers, PS tasks, softirq threads and the rest of adrun, the
+part: wall time, CPU seconds of the workers (each worker's own exact figure over its timed steps,
+`WorkerResult.cpu_seconds`, where the results have it; else their /proc ticks), PS tasks, softirq
+threads and the rest of adrun (/proc), the
 machine's busy CPU (user + system + irq + softirq, not `nice`: other users' niced work) and its
 idle CPU, and MB sent between hosts. A machine with idle CPU while a step's bytes move is not
 bound by its CPUs; CPU seconds per MB say what a byte between hosts costs under each plan.
@@ -16,6 +18,7 @@ bound by its CPUs; CPU seconds per MB say what a byte between hosts costs under 
 from __future__ import annotations
 
 import json
+import os
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +27,7 @@ import click
 
 from .results import BenchResults, RunResult
 
-TICK_S = 0.01  # USER_HZ: /proc counts CPU time in ticks of 1/100 s
+TICK_S = 1 / os.sysconf("SC_CLK_TCK")  # USER_HZ: /proc counts CPU time in ticks of this many seconds
 ROLES = ("worker", "ps", "softirq", "adrun")
 BUSY = ("user", "system", "irq", "softirq")
 
@@ -81,6 +84,8 @@ def steady(run: RunResult, samples: list[dict], share: float = 0.8) -> RunCpu | 
     for pid, (kind, ticks) in b["procs"].items():
         before = a["procs"].get(pid, (kind, 0))[1]  # a process started inside the window: all of its ticks
         cpu[kind] += (ticks - before) * TICK_S / steps
+    if run.workers and all(w.cpu_seconds is not None for w in run.workers):
+        cpu["worker"] = sum(w.cpu_seconds / w.steps for w in run.workers if w.cpu_seconds is not None)
     machine = {k: (b["cpu"][k] - a["cpu"][k]) * TICK_S / steps for k in b["cpu"]}
     return RunCpu(run, steps, (b["t"] - a["t"]) / steps, {k: cpu.get(k, 0.0) for k in ROLES},
                   sum(machine[k] for k in BUSY), machine["nice"], machine["idle"] + machine["iowait"],

@@ -31,7 +31,7 @@ def role(cmdline: str, comm: str) -> str | None:
         return "softirq"
     if "adrun.runtime.ps_server" in cmdline or "adrun.runtime.tf2.ps_task" in cmdline:
         return "ps"
-    if "bench/workloads/" in cmdline or "/workloads/" in cmdline:
+    if "/workloads/" in cmdline:
         return "worker"
     if "adrun" in cmdline or comm == "sshd":
         return "adrun"

@@ -6,7 +6,8 @@ import click
 import pytest
 
 from bench.cluster.cpu_report import report, segments, steady
-from bench.cluster.results import BenchResults, RunConfig, RunResult
+from bench.cluster.cpu_sample import role
+from bench.cluster.results import BenchResults, RunConfig, RunResult, WorkerResult
 
 CPU0 = {"user": 0, "nice": 0, "system": 0, "idle": 0, "iowait": 0, "irq": 0, "softirq": 0, "steal": 0}
 
@@ -48,3 +49,33 @@ def test_samples_and_results_of_different_run_counts_are_refused():
     bench = BenchResults(started="", command="", machine={}, versions={}, profiles=[], runs=[_run(), _run()])
     with pytest.raises(click.UsageError, match="the samples show 1 runs, the results 2"):
         report(_steady_run(), bench)
+
+
+def test_the_workers_cpu_is_their_own_figure_where_the_results_have_it():
+    """Each worker's result file gives its exact CPU seconds over its timed steps: 9 s over 100
+    steps and 11 s over 100, 0.2 s a step together, taken over the /proc ticks' 0.1; the PS
+    tasks' CPU stays /proc's."""
+    run = _run()
+    run.workers = [WorkerResult(workload="sparse", worker=i, steps=100, seconds=10.0, batch_size=8,
+                                examples_per_s=80.0, steps_per_s=10.0, cpu_seconds=cpu)
+                   for i, cpu in enumerate([9.0, 11.0])]
+    row = steady(run, _steady_run())
+    assert row is not None
+    assert (row.cpu_s["worker"], row.cpu_s["ps"]) == pytest.approx((0.2, 0.01))
+    run.workers[1].cpu_seconds = None  # an older file: /proc's ticks for all of them
+    row = steady(run, _steady_run())
+    assert row is not None
+    assert row.cpu_s["worker"] == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("cmdline, comm, expected", [
+    ("python /work/bench/workloads/sparse.py --steps 10", "python", "worker"),
+    ("python -m adrun.runtime.ps_server --task 0", "python", "ps"),
+    ("python -m adrun.runtime.tf2.ps_task --task 1", "python", "ps"),
+    ("", "ksoftirqd/1", "softirq"),
+    ("python -m adrun run spec.yaml", "python", "adrun"),
+    ("sshd: root@notty", "sshd", "adrun"),
+    ("python train.py", "python", None),
+])
+def test_role_names_each_benchmark_process_and_no_other(cmdline, comm, expected):
+    assert role(cmdline, comm) == expected
