@@ -27,7 +27,8 @@ The model's inputs are built the way `adrun profile` builds them, from the bench
   machine's load makes it noisy);
 - network: the profile's shaped rate and token bucket in TCP payload bytes, its added delay,
   between hosts; inside a host (loopback) 2 GB/s, what TF's tensor transfers between a worker and a
-  PS task cost on this machine (`LOCAL`), and an assumed 50 us; the hosts as namespaces sharing the machine's CPUs (the results' `machine.cpus`).
+  PS task cost on this machine (`LOCAL`), and an assumed 50 us; the hosts as namespaces sharing the
+  machine's CPUs (the results' `machine.cpus`).
 Writes JSON (`--out`) and a short markdown (`--markdown`).
 """
 
@@ -71,8 +72,9 @@ WORKLOADS = REPO / "bench" / "workloads"
 # lives on the PS, read and its gradient pushed back (33 MB a step), took 15.4-16.4 ms of CPU (worker
 # and PS task, one after the other on the step's path) beyond the same step with an 8 x 8 variable:
 # about 2.1 GB/s (`python -m bench.loopback_ps_step --wide-rows 4096`, bench/results/
-# loopback-ps-step-16mb.json), rounded to one digit. The latency is assumed: nothing here measures it.
-LOCAL = Link(bytes_per_s=2e9, latency_s=5e-5, source="measured")
+# loopback-ps-step-16mb.json), rounded to one digit. The latency is assumed: nothing here measures it,
+# so the link (one source for both) says "assumed".
+LOCAL = Link(bytes_per_s=2e9, latency_s=5e-5, source="assumed")
 MEASURE_STEPS, MEASURE_WARMUP = 40, 10
 SLICES = 16  # slices of a sparse variable's rows whose touched rows are counted (RowsTouched.by_range)
 
