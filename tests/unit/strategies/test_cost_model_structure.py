@@ -8,6 +8,7 @@ import math
 import pytest
 
 from adrun.graph_item import GraphItem
+from adrun.strategies import build_strategy
 from adrun.strategies.cost_model import PS_BATCH_BELOW_BYTES, Coefficients, predict
 from adrun.strategies.document import AllReduceSync, Partition, PSSync
 from tests.support.cost_facts import BANDWIDTH_ONLY, hosts_spec, network, plan, planned, profile, var
@@ -236,3 +237,39 @@ def test_a_hybrid_of_stale_ps_variables_ends_with_one_barrier_whatever_the_optim
     graph, spec, hybrid, _ = _hybrid_and_ring(4, optimizer, staleness=1)
     prof, net = profile(graph, 0.01), network(spec, 1e15, latency_s=0.001)
     assert step(hybrid, prof, spec, net, LATENCY_ONLY) == pytest.approx(0.01 + (6 + 3) * ONE_WAY)
+
+
+# Each built-in plan's step on separate machines (no shared CPUs), analytical coefficients, as the
+# model priced it at 8087ae6, before its shared-CPU terms: those terms must leave real clusters alone.
+REAL_CLUSTER_STEPS = {
+    ("PS", 2): 0.4314184000168,
+    ("PSLoadBalancing", 2): 0.43221840001679995,
+    ("PartitionedPS", 2): 0.34866368,
+    ("UnevenPartitionedPS", 2): 0.5316737951999999,
+    ("AllReduce", 2): 0.34968216,
+    ("PartitionedAR", 2): 0.35023216,
+    ("RandomAxisPartitionAR", 2): 0.35023216,
+    ("Parallax", 2): 0.35110152001279993,
+    ("PS", 4): 1.2799624000168,
+    ("PSLoadBalancing", 4): 1.2802184000128,
+    ("PartitionedPS", 4): 0.7301686063157895,
+    ("UnevenPartitionedPS", 4): 0.8660044690638248,
+    ("AllReduce", 4): 0.52511864,
+    ("PartitionedAR", 4): 0.52646864,
+    ("RandomAxisPartitionAR", 4): 0.52646864,
+    ("Parallax", 4): 0.5271767200128,
+}
+
+
+@pytest.mark.parametrize("builder, hosts", sorted(REAL_CLUSTER_STEPS))
+def test_hosts_with_cpus_of_their_own_are_priced_as_before_the_shared_cpu_terms(builder, hosts):
+    """A dense, a small and a sparse variable on hosts of 1 worker + 1 PS, 100 Mbit/s with latency,
+    token bucket and sender queue: each builder's step as recorded (REAL_CLUSTER_STEPS)."""
+    w, b, emb = var("w", [1000, 1000]), var("b", [1000]), var("emb", [50_000, 16], grad="sparse")
+    graph = GraphItem(variables=[w, b, emb], batch_size=64)
+    spec = hosts_spec(hosts)
+    net = network(spec, B, latency_s=1e-4, burst_bytes=65536, queue_bytes=600_000)
+    assert net.shared_cpus is None
+    strategy = build_strategy(builder, graph, spec)
+    assert step(strategy, profile(graph, 0.01, {"emb": 200}), spec, net) == pytest.approx(
+        REAL_CLUSTER_STEPS[builder, hosts], rel=1e-12)
