@@ -474,7 +474,8 @@ def render(report: dict, out: Path) -> str:
              "each group, and the mean relative error of the predicted step time. Compute time per step "
              "used, per group: " + ", ".join(f"{g} {s * 1000:.1f} ms ({report.get('compute_source', {}).get(g, 'given')})"
                                              for g, s in report["compute_s"].items())
-             + f"; loopback {report['local_path']['bytes_per_s'] / 1e9:.0f} GB/s ({report['local_path']['source']}).", "",
+             + f"; loopback {report['local_path']['bytes_per_s'] / 1e9:.0f} GB/s (measured: bench/loopback_ps_step.py) "
+             f"and {report['local_path']['latency_s'] * 1e6:.0f} µs (assumed).", "",
              "The last column is the tau between two repetitions of the measurement itself (mean over "
              "pairs of repetitions): how far the measured order holds from one repetition to the next.", "",
              "| workload | profile | hosts | builders | coefficients | records | Kendall tau | mean rel. error "
