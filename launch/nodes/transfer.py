@@ -14,6 +14,7 @@ import statistics
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from adrun.spec import Node
@@ -74,7 +75,7 @@ class Transfer:
         10 Mbit/s."""
         return (self.nbytes - self.burst_bytes) / self.seconds
 
-    @property
+    @cached_property  # the blast's analysis, read by the rate, the queue and the burst alike
     def queue_seconds(self) -> float:
         """How long the path's sender queue holds when full; 0: no shaper seen, or none known
         (link_shape.py). Judged against the stream's rate, burst included, so that the burst
@@ -87,7 +88,7 @@ class Transfer:
         (`bytes_per_s`, as the cost model sends at it)."""
         return self.queue_seconds * self.bytes_per_s
 
-    @property
+    @cached_property  # the trace's analysis, read by the rate and by the facts
     def burst_bytes(self) -> float:
         """What the path's token bucket passes at once after an idle moment; 0 on a path whose
         queue is 0 (no shaper: the stream's early excess there is the machines' noise)."""
