@@ -66,7 +66,8 @@ bench-cluster-tf2: $(BENCH_STAMP)
 bench-cluster-tf2-quick: $(BENCH_STAMP)
 	./tests/cluster/install-deps.sh
 	$(BIN)/python -m bench.cluster.run --tf2 --workloads sparse_keras --profiles commodity --hosts 2 --builders AllReduce \
-		--peers tf2_mwms_loop,tf_keras_mwms_fit --out bench/results/cluster-tf2-quick.json
+		--peers tf2_mwms_loop,tf_keras_mwms_fit --out bench/results/cluster-tf2-quick.json \
+		--markdown bench/RESULTS-cluster-tf2.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache

@@ -13,7 +13,9 @@ from bench.cluster.run import (
     Block,
     _given_plans,
     _runtimes,
+    REPO,
     chosen_blocks,
+    default_markdown,
     kept_plan,
     matrix,
     run_lengths,
@@ -211,3 +213,12 @@ def test_each_plan_is_kept_beside_the_results_where_the_cost_model_check_reads_i
     assert kept_plan(out, auto) == tmp_path / "results" / "plans" / "cluster-x" / "ncf-4-commodity-Auto.yml"
     assert kept_plan(out, fp16).name == "sparse-2-AllReduce_compressor_fp16.yml"
     assert kept_plan(out, fp16).parent.is_dir()
+
+
+def test_the_report_goes_beside_the_results_unless_none_are_named(tmp_path):
+    # a run written to a scratch file leaves the repository's reports alone
+    assert default_markdown(tmp_path / "x" / "cluster-simdc.json", tf2=False) == tmp_path / "x" / "cluster-simdc.md"
+    assert default_markdown(tmp_path / "t.json", tf2=True) == tmp_path / "t.md"
+    # the full benchmark (and --quick, --tf2) without --out: the repository's reports, as the Makefile's targets expect
+    assert default_markdown(None, tf2=False) == REPO / "bench" / "RESULTS-cluster.md"
+    assert default_markdown(None, tf2=True) == REPO / "bench" / "RESULTS-cluster-tf2.md"
