@@ -52,12 +52,17 @@ def measure(hosts: int, rate_mbit: float, reps: int) -> dict:
                 facts = network_facts_module.network_facts(spec, remote)
                 seconds = time.monotonic() - began
                 links = [{"src": link.src, "dst": link.dst, "mbit": link.bytes_per_s * 8 / 1e6,
-                          "latency_us": link.latency_s * 1e6, "burst": link.burst_bytes, "queue": link.queue_bytes}
+                          "latency_us": link.latency_s * 1e6, "burst": link.burst_bytes, "queue": link.queue_bytes,
+                          "source": link.source}
                          for link in facts.links]
                 runs.append({"seconds": seconds, "links": links, "shared_cpus": facts.shared_cpus,
                              "local_mbit": facts.local.bytes_per_s * 8 / 1e6})
-                print(f"{hosts} hosts at {rate_mbit or 'unshaped'} Mbit/s: {seconds:.1f} s", flush=True)
-    summary = {"median_s": statistics.median(run["seconds"] for run in runs)}
+                measured = sum(link.source == "measured" for link in facts.links)
+                print(f"{hosts} hosts at {rate_mbit or 'unshaped'} Mbit/s: {seconds:.1f} s "
+                      f"({measured} of {len(facts.links)} pairs measured)", flush=True)
+    summary = {"median_s": statistics.median(run["seconds"] for run in runs),
+               "pairs": {source: sum(link["source"] == source for run in runs for link in run["links"]) / len(runs)
+                         for source in ("measured", "assumed")}}
     if truth is not None:
         for name in ("mbit", "burst", "queue"):
             errors = [error(link[name], truth[name]) for run in runs for link in run["links"]]

@@ -22,6 +22,8 @@ from adrun.spec import ClusterSpec
 
 from .document import Strategy
 
+# "assumed": a pair between nodes a larger cluster's measurement did not measure, given the figures
+# of measured ones by launch/nodes/pair_inference.py's rule
 FactSource = Literal["measured", "spec", "assumed"]
 
 
