@@ -3,8 +3,9 @@ measured figures come to the shapers' truth (issue 21's goal: a first start's pl
 
 Builds HOSTS namespace hosts (tests/cluster/netns.py, root), shapes every host's link to RATE_MBIT
 (token bucket both ways, as the benchmark's profiles do; 0: unshaped), connects as a first start
-does, then times `network_facts` REPS times (the chief's loopback, every ordered pair, each
-pair's bucket and queue). The rest of a first start's planning (profile steps, fit, search) does
+does, then times `network_facts` REPS times (the chief's loopback, the ordered pairs it measures,
+each one's bucket and queue: every pair up to 4 hosts, rings beyond, the rest assumed; each link's
+`source` is kept, and the errors against the shapers' truth cover the assumed pairs too). The rest of a first start's planning (profile steps, fit, search) does
 not grow with the hosts: bench/auto_start.py measures it. Writes one entry per invocation to
 bench/results/network_start.json (keyed by --label, e.g. the commit measured) and prints a summary.
 

@@ -22,8 +22,8 @@ from adrun.spec import ClusterSpec
 
 from .document import Strategy
 
-# "assumed": a pair between nodes a larger cluster's measurement did not measure, given the figures
-# of measured ones by launch/nodes/pair_inference.py's rule
+# "assumed": neither measured nor given; e.g. a pair of nodes that a cluster of more than 4 nodes does
+# not measure, which gets measured pairs' figures by launch/nodes/pair_inference.py's rule
 FactSource = Literal["measured", "spec", "assumed"]
 
 
