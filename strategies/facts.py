@@ -95,7 +95,7 @@ class HostLink(Link):
 
 class NetworkFacts(BaseModel):
     """Bandwidth and latency of the cluster's paths: inside a host (`local`, loopback) and between
-    hosts (`links`, one entry per ordered pair that was measured or given)."""
+    hosts (`links`, one entry per ordered pair: measured, given, or assumed from measured ones)."""
 
     model_config = ConfigDict(extra="forbid")
 
