@@ -113,7 +113,7 @@ def network_facts(spec: ClusterSpec, remote: RemoteNodes | None = None,
         if transfer.shape_error is not None:
             say(f"network {a} -> {b}: token bucket and queue not measured (taken as none): {transfer.shape_error}")
     measured = [_host_link(pair, transfer) for pair, transfer in done.items()]
-    assumed = {(link.src, link.dst): link for link in assumed_links(addresses, measured)} if measured else {}
+    assumed = {(link.src, link.dst): link for link in assumed_links(addresses, measured)}
     if assumed:
         say(f"network: {len(measured)} of {len(measured) + len(assumed)} ordered pairs of nodes measured "
             f"({_rings_text(len(done) // len(addresses))}, {rounds.count} rounds); the other {len(assumed)} assumed "
