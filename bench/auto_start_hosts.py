@@ -5,7 +5,7 @@ one at most 1 s).
 bench/auto_start.py's in-process figure (`planning_beyond_capture`: from the moment the script's
 graph is known to the plan) on HOSTS namespace hosts (tests/cluster/netns.py, root) at RATE_MBIT
 (0: unshaped) instead of the local cluster: a first start there profiles, measures the network
-(every ordered pair of hosts: launch/nodes/network_facts.py), fits and searches; a repeated one
+(every ordered pair up to 4 hosts, rings beyond: launch/nodes/network_facts.py), fits and searches; a repeated one
 reads the plan the first remembered. Writes one entry per invocation to bench/results/auto_start_hosts.json
 (keyed by --label, e.g. the commit measured) and prints the medians.
 

@@ -3,8 +3,9 @@ measured figures come to the shapers' truth (issue 21's goal: a first start's pl
 
 Builds HOSTS namespace hosts (tests/cluster/netns.py, root), shapes every host's link to RATE_MBIT
 (token bucket both ways, as the benchmark's profiles do; 0: unshaped), connects as a first start
-does, then times `network_facts` REPS times (the chief's loopback, every ordered pair, each
-pair's bucket and queue). The rest of a first start's planning (profile steps, fit, search) does
+does, then times `network_facts` REPS times (the chief's loopback, the ordered pairs it measures,
+each one's bucket and queue: every pair up to 4 hosts, rings beyond, the rest assumed; each link's
+`source` is kept, and the errors against the shapers' truth cover the assumed pairs too). The rest of a first start's planning (profile steps, fit, search) does
 not grow with the hosts: bench/auto_start.py measures it. Writes one entry per invocation to
 bench/results/network_start.json (keyed by --label, e.g. the commit measured) and prints a summary.
 
@@ -52,12 +53,17 @@ def measure(hosts: int, rate_mbit: float, reps: int) -> dict:
                 facts = network_facts_module.network_facts(spec, remote)
                 seconds = time.monotonic() - began
                 links = [{"src": link.src, "dst": link.dst, "mbit": link.bytes_per_s * 8 / 1e6,
-                          "latency_us": link.latency_s * 1e6, "burst": link.burst_bytes, "queue": link.queue_bytes}
+                          "latency_us": link.latency_s * 1e6, "burst": link.burst_bytes, "queue": link.queue_bytes,
+                          "source": link.source}
                          for link in facts.links]
                 runs.append({"seconds": seconds, "links": links, "shared_cpus": facts.shared_cpus,
                              "local_mbit": facts.local.bytes_per_s * 8 / 1e6})
-                print(f"{hosts} hosts at {rate_mbit or 'unshaped'} Mbit/s: {seconds:.1f} s", flush=True)
-    summary = {"median_s": statistics.median(run["seconds"] for run in runs)}
+                measured = sum(link.source == "measured" for link in facts.links)
+                print(f"{hosts} hosts at {rate_mbit or 'unshaped'} Mbit/s: {seconds:.1f} s "
+                      f"({measured} of {len(facts.links)} pairs measured)", flush=True)
+    summary = {"median_s": statistics.median(run["seconds"] for run in runs),
+               "pairs": {source: sum(link["source"] == source for run in runs for link in run["links"]) / len(runs)
+                         for source in ("measured", "assumed")}}
     if truth is not None:
         for name in ("mbit", "burst", "queue"):
             errors = [error(link[name], truth[name]) for run in runs for link in run["links"]]

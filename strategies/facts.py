@@ -22,6 +22,8 @@ from adrun.spec import ClusterSpec
 
 from .document import Strategy
 
+# "assumed": neither measured nor given; e.g. a pair of nodes that a cluster of more than 4 nodes does
+# not measure, which gets measured pairs' figures by launch/nodes/pair_inference.py's rule
 FactSource = Literal["measured", "spec", "assumed"]
 
 
@@ -93,7 +95,7 @@ class HostLink(Link):
 
 class NetworkFacts(BaseModel):
     """Bandwidth and latency of the cluster's paths: inside a host (`local`, loopback) and between
-    hosts (`links`, one entry per ordered pair that was measured or given)."""
+    hosts (`links`, one entry per ordered pair: measured, given, or assumed from measured ones)."""
 
     model_config = ConfigDict(extra="forbid")
 

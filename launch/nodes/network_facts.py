@@ -6,20 +6,28 @@ nothing is measured.
 Measured, with the probe transfers `cluster check` uses (launch/nodes/transfer.py):
 - `local`: the chief node's loopback (a one-machine cluster is modelled on what it really has),
   measured alone, first;
-- every ordered pair of distinct nodes, each direction on its own (links may be asymmetric). A
-  cluster of more than MAX_ALL_PAIRS nodes measures only each node to and from the chief
-  (2(N-1) transfers instead of N(N-1)); every other pair is "assumed" to be the median of the
-  measured links.
-The pairs run in rounds of transfers that share no node (pair_schedule.py: 2(N-1) rounds of N/2 for
-even N), the transfers of a round at the same time: 4 nodes on 100 Mbit/s links take 6 rounds of
-about 1.1 s (8.4 s with the loopback and the nodes' machines, measured while the machines were still
-asked one after another: an upper bound now) instead of 12 transfers one at a time with the 2 s
-streams of then (31.9 s in all). Nodes that share one machine's CPUs (below) also share them between
-a round's transfers: a link the CPUs bound (an unshaped veth) reads lower when another transfer
+- the pairs of distinct nodes, each direction on its own (links may be asymmetric), in rounds
+  of transfers that share no node, the transfers of a round at the same time (pair_schedule.py).
+  Which pairs (`measures_every_pair`, the one place of the rule): every ordered pair when the full
+  schedule takes at most FULL_ROUNDS rounds (2(N-1) for even N, 2N for odd: N <= 4, 6 rounds of
+  about 1.1 s at 100 Mbit/s, 8.4 s measured with the loopback and the nodes' machines, against
+  31.9 s one pair at a time with the 2 s streams of then). A larger cluster, whose full schedule
+  would grow with N^2 pairs (8 nodes: 14 rounds, 30.1 s measured on namespace hosts), measures
+  rings instead: every node sends to the next one (i -> i+1), 2 rounds (3 for odd N) whatever N.
+  When that ring's rates disagree (one more than HETEROGENEOUS below the fastest), it measures the
+  ring the other way (i -> i-1), and when the two rings' rates disagree with what the rule below
+  assumes from them (a path slower than both its ends), a ring of next-but-one nodes (i -> i+2):
+  at most len(RING_SHIFTS) rings, 6 rounds (9 for odd N), each further ring said through
+  `report`. Every pair not measured is "assumed" by pair_inference.py's rule (the slower of its
+  sender's best send and its receiver's best receive: alike hosts all get the measured figures),
+  and the facts say it: each link's `source` in the records, and a line through `report` naming
+  how many pairs were measured and how.
+Nodes that share one machine's CPUs (below) also share them between a round's transfers: a link the CPUs bound (an unshaped veth) reads lower when another transfer
 runs beside it (measured 3.0 to 19.6 Gbit/s together against 7.6 to 10.6 alone), a shaped one does
 not (100 Mbit/s: every rate within 0.2 % of the shaper's, alone or not). So on shared CPUs, a round whose rates add up to more
 than CPU_SHARE of the loopback's (the machine's CPU-bound rate) is measured again one transfer at a
-time, and so is every later round.
+time, and so is every later round (then a ring takes N transfers' time: unshaped links on one
+machine, as the benchmark's namespace hosts, not a cluster of machines).
 Each transfer times PINGS one-byte round trips on its connection
 (latency: half the median round trip) and then streams at most TRANSFER_BYTES for at most STREAM_S
 seconds (bandwidth: bytes over the time to the receiver's acknowledgement, less a token bucket's
@@ -48,7 +56,6 @@ say how many (`nproc`: the CPUs a process started there may use).
 from __future__ import annotations
 
 import itertools
-import statistics
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -57,7 +64,8 @@ from adrun.spec import ClusterSpec, Node
 from adrun.strategies.facts import HostLink, Link, NetworkFacts
 
 from .hosts import is_local_host
-from .pair_schedule import Pair, pair_rounds
+from .pair_inference import Inference, assumed_links, disagreeing
+from .pair_schedule import Pair, pair_rounds, ring_rounds
 from .parallel import each
 from .shell import LocalShell, SSHShell
 from .transfer import Endpoint, Transfer, TransferError, measure_transfer
@@ -70,7 +78,9 @@ TRANSFER_BYTES = 64 << 20  # a loopback moves this in tens of ms; a 100 Mbit/s l
 # a 100 Mbit/s link streams 6 MB in this: its rate within 0.2 % of the shaper's, as 2 s read it; 0.25 s
 # read one of 12 pairs 21 % slow
 STREAM_S = 0.5
-MAX_ALL_PAIRS = 8  # 56 transfers in 14 rounds; beyond, the chief's pairs only
+FULL_ROUNDS = 6  # every ordered pair when that takes at most this many rounds (N <= 4); beyond, rings
+RING_SHIFTS = (1, -1, 2)  # the rings a larger cluster may measure, in this order: node i sends to i + shift
+HETEROGENEOUS = 0.2  # a ring's rates disagree when one is off by more than this share (module docstring)
 CPU_SHARE = 0.25  # on shared CPUs, a round's transfers together at most this share of the loopback's rate
 # the node's kernel (one per machine, shared by its namespaces and containers) and its usable CPUs
 MACHINE_COMMAND = "cat /proc/sys/kernel/random/boot_id && nproc"
@@ -81,9 +91,10 @@ def network_facts(spec: ClusterSpec, remote: RemoteNodes | None = None,
                   report: Callable[[str], None] | None = None) -> NetworkFacts:
     """The network of `spec`: its `network` field, else measured. `remote` (connected) reaches
     the nodes that are not this machine; None for a cluster on this machine only. `report` gets a
-    line for each pair whose shaper could not be measured (e.g. `adrun.ui.print_status`; a
-    callable, because nodes/ does not depend on the terminal's module). Raises UserError when a
-    transfer fails."""
+    line for each pair whose shaper could not be measured and, on a cluster measured by rings, for
+    each further ring and for how many pairs were measured and assumed (e.g.
+    `adrun.ui.print_status`; a callable, because nodes/ does not depend on the terminal's
+    module). Raises UserError when a transfer fails."""
     if spec.network is not None:
         return _given(spec)
     endpoints = {node.address: _endpoint(node, remote) for node in spec.nodes}
@@ -91,44 +102,86 @@ def network_facts(spec: ClusterSpec, remote: RemoteNodes | None = None,
     chief = spec.chief.address
     loopback = _measure(endpoints[chief], endpoints[chief], "127.0.0.1")
     addresses = [node.address for node in spec.nodes]
-    if len(addresses) <= MAX_ALL_PAIRS:
-        rounds = pair_rounds(addresses)
-    else:  # every pair has the chief in it: one at a time
-        rounds = [[(a, b)] for a, b in itertools.permutations(addresses, 2) if chief in (a, b)]
     cpu_bound = None if shared_cpus is None else CPU_SHARE * loopback.bytes_per_s
-    done = _measure_rounds(rounds, endpoints, cpu_bound)
-    if report is not None:
-        for (a, b), transfer in done.items():
-            if transfer.shape_error is not None:
-                report(f"network {a} -> {b}: token bucket and queue not measured (taken as none): "
-                       f"{transfer.shape_error}")
-    links = [HostLink(src=a, dst=b, **_link(done[a, b]).model_dump())
-             for a, b in itertools.permutations(addresses, 2) if (a, b) in done]
-    if links and len(links) < len(addresses) * (len(addresses) - 1):
-        links += _assumed(addresses, links)
+    rounds = _Rounds(endpoints, cpu_bound)
+    say = report or (lambda line: None)
+    if measures_every_pair(len(addresses)):
+        done = rounds.measure(pair_rounds(addresses))
+    else:
+        done = _rings(addresses, rounds, say)
+    for (a, b), transfer in done.items():
+        if transfer.shape_error is not None:
+            say(f"network {a} -> {b}: token bucket and queue not measured (taken as none): {transfer.shape_error}")
+    measured = [_host_link(pair, transfer) for pair, transfer in done.items()]
+    assumed = {(link.src, link.dst): link for link in assumed_links(addresses, measured)}
+    if assumed:
+        say(f"network: {len(measured)} of {len(measured) + len(assumed)} ordered pairs of nodes measured "
+            f"({_rings_text(len(done) // len(addresses))}, {rounds.count} rounds); the other {len(assumed)} assumed "
+            "alike: each as the slower of its sender's fastest measured send and its receiver's fastest measured "
+            "receive, the latency the larger of its two nodes' least (source 'assumed' in the facts)")
+    by_pair = {(link.src, link.dst): link for link in measured} | assumed
+    links = [by_pair[pair] for pair in itertools.permutations(addresses, 2) if pair in by_pair]
     return NetworkFacts(local=_link(loopback), links=links, shared_cpus=shared_cpus)
 
 
-def _measure_rounds(rounds: Sequence[Sequence[Pair]], endpoints: dict[str, Endpoint],
-                    cpu_bound: float | None) -> dict[Pair, Transfer]:
-    """Each round's transfers at the same time; with `cpu_bound` (bytes/s; the nodes share CPUs),
-    a round whose rates add up to more is measured again one transfer at a time, as is every
-    later round (module docstring)."""
+def _rings_text(count: int) -> str:
+    return "1 ring" if count == 1 else f"{count} rings"
 
-    def measure(pair: Pair) -> Transfer:
-        return _measure(endpoints[pair[0]], endpoints[pair[1]], pair[1])
 
+def measures_every_pair(nodes: int) -> bool:
+    """Whether a cluster of `nodes` nodes has every ordered pair measured (else rings and the
+    rest assumed): when the full schedule takes at most FULL_ROUNDS rounds (module docstring)."""
+    return len(pair_rounds([str(i) for i in range(nodes)])) <= FULL_ROUNDS
+
+
+def _rings(addresses: list[str], rounds: _Rounds, say: Callable[[str], None]) -> dict[Pair, Transfer]:
+    """The rings of RING_SHIFTS, the next one only while the sample disagrees (module docstring):
+    the first ring's rates among themselves, then every measured rate with what the rule assumes
+    from them all. Each further ring, and a sample still disagreeing after the last, said."""
     done: dict[Pair, Transfer] = {}
-    together = True
-    for pairs in rounds:
-        if together and len(pairs) > 1:
-            measured = dict(zip(pairs, each(pairs, measure), strict=True))
-            together = cpu_bound is None or sum(t.bytes_per_s for t in measured.values()) <= cpu_bound
-            if together:
-                done.update(measured)
-                continue
-        done.update((pair, measure(pair)) for pair in pairs)
+    for count, shift in enumerate(RING_SHIFTS, 1):
+        done.update(rounds.measure(ring_rounds(addresses, shift)))
+        measured = [_host_link(pair, transfer) for pair, transfer in done.items()]
+        off = disagreeing(measured, HETEROGENEOUS, Inference(measured) if count > 1 else None)
+        if not off:
+            break
+        what = (f"the ring's rates disagree by more than {HETEROGENEOUS:.0%}" if count == 1 else
+                f"{count} rings' rates disagree with the rule by more than {HETEROGENEOUS:.0%}")
+        slow = ", ".join(f"{link.src} -> {link.dst} {link.bytes_per_s * 8 / 1e6:.1f} Mbit/s" for link in off[:3])
+        if count < len(RING_SHIFTS):
+            say(f"network: {what} ({len(off)} of {len(measured)} pairs: {slow}); measuring another ring "
+                f"(node i to node i{RING_SHIFTS[count]:+d})")
+        else:
+            say(f"network: {what} ({len(off)} of {len(measured)} pairs: {slow}); the assumed pairs may be off: "
+                "measure again (`--measure-network`) or give the figures in the cluster spec's `network` field")
     return done
+
+
+class _Rounds:
+    """Measures rounds of pairs: each round's transfers at the same time; with `cpu_bound`
+    (bytes/s; the nodes share CPUs), a round whose rates add up to more is measured again one
+    transfer at a time, as is every later round, also of a later call (module docstring)."""
+
+    def __init__(self, endpoints: dict[str, Endpoint], cpu_bound: float | None):
+        self.endpoints, self.cpu_bound = endpoints, cpu_bound
+        self.together = True
+        self.count = 0  # rounds measured (a round measured again alone counts once)
+
+    def measure(self, rounds: Sequence[Sequence[Pair]]) -> dict[Pair, Transfer]:
+        done: dict[Pair, Transfer] = {}
+        for pairs in rounds:
+            self.count += 1
+            if self.together and len(pairs) > 1:
+                measured = dict(zip(pairs, each(pairs, self._one), strict=True))
+                self.together = self.cpu_bound is None or sum(t.bytes_per_s for t in measured.values()) <= self.cpu_bound
+                if self.together:
+                    done.update(measured)
+                    continue
+            done.update((pair, self._one(pair)) for pair in pairs)
+        return done
+
+    def _one(self, pair: Pair) -> Transfer:
+        return _measure(self.endpoints[pair[0]], self.endpoints[pair[1]], pair[1])
 
 
 def _given(spec: ClusterSpec) -> NetworkFacts:
@@ -170,18 +223,13 @@ def _measure(sender: Endpoint, receiver: Endpoint, host: str) -> Transfer:
     return done
 
 
+def _host_link(pair: Pair, done: Transfer) -> HostLink:
+    return HostLink(src=pair[0], dst=pair[1], **_link(done).model_dump())
+
+
 def _link(done: Transfer) -> Link:
     return Link(bytes_per_s=done.bytes_per_s, latency_s=done.latency_s, burst_bytes=done.burst_bytes,
                 queue_bytes=done.queue_bytes, source="measured")
-
-
-def _assumed(addresses: list[str], measured: list[HostLink]) -> list[HostLink]:
-    """The pairs not measured, as the median measured link."""
-    have = {(link.src, link.dst) for link in measured}
-    figures = {name: statistics.median(getattr(link, name) for link in measured)
-               for name in ("bytes_per_s", "latency_s", "burst_bytes", "queue_bytes")}
-    return [HostLink(src=a, dst=b, **figures, source="assumed")
-            for a, b in itertools.permutations(addresses, 2) if (a, b) not in have]
 
 
 def _shared_cpus(endpoints: Sequence[Endpoint]) -> int | None:

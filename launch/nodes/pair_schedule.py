@@ -1,5 +1,6 @@
 """The order in which the network facts measure a cluster's ordered node pairs: rounds of
-transfers that may run at the same time.
+transfers that may run at the same time, for every pair (`pair_rounds`) or for a ring
+(`ring_rounds`, a larger cluster's sample: network_facts.py says which).
 
 Why rounds, and why these: measuring N(N-1) ordered pairs one after another takes N(N-1) transfers'
 time (4 nodes on 100 Mbit/s links: 31.9 s measured, with the 2 s streams of then). Transfers that share no node share no link end
@@ -47,3 +48,30 @@ def pair_rounds(nodes: Sequence[str]) -> list[list[Pair]]:
             rounds.append(list(matching))
             rounds.append([(b, a) for a, b in matching])
     return rounds
+
+
+def ring_rounds(nodes: Sequence[str], shift: int) -> list[list[Pair]]:
+    """Node i sends to node i + `shift` (mod N), each node sending once and receiving once: N
+    transfers in rounds whose pairs share no node. The permutation falls into gcd(N, shift)
+    cycles; along each cycle the transfers alternate between two rounds, and a cycle of odd length
+    puts its closing transfer (whose receiver already sends in the first round) in a third: 2
+    rounds when every cycle is even, else 3, whatever N."""
+    if len(set(nodes)) != len(nodes):
+        raise ValueError(f"nodes listed twice: {list(nodes)}")
+    n = len(nodes)
+    if n < 2 or shift % n == 0:
+        raise ValueError(f"a ring needs 2 nodes or more and a shift that is not a multiple of {n}, got {shift}")
+    rounds: list[list[Pair]] = [[], [], []]
+    seen: set[int] = set()
+    for start in range(n):
+        if start in seen:
+            continue
+        cycle = [start]
+        while (following := (cycle[-1] + shift) % n) != start:
+            cycle.append(following)
+        seen.update(cycle)
+        odd = len(cycle) % 2
+        for k, i in enumerate(cycle):
+            closing = odd and k == len(cycle) - 1
+            rounds[2 if closing else k % 2].append((nodes[i], nodes[(i + shift) % n]))
+    return [pairs for pairs in rounds if pairs]

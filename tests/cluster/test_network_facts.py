@@ -11,8 +11,8 @@ import pytest
 
 from adrun.launch.nodes import network_facts as network_facts_module
 from adrun.launch.nodes import probe
-from adrun.launch.nodes.network_facts import PINGS, STREAM_S, TRANSFER_BYTES, network_facts
-from adrun.launch.nodes.pair_schedule import pair_rounds
+from adrun.launch.nodes.network_facts import PINGS, STREAM_S, TRANSFER_BYTES, measures_every_pair, network_facts
+from adrun.launch.nodes.pair_schedule import pair_rounds, ring_rounds
 from adrun.launch.nodes.shell import SSHShell
 from adrun.launch.nodes.transfer import Endpoint, measure_transfer
 from adrun.launch.job.provision import RemoteNodes
@@ -100,6 +100,46 @@ def test_four_shaped_hosts_measured_two_pairs_at_a_time_read_the_shapers_truth(n
         assert abs(link.burst_bytes - BURST) <= TOLERANCE * BURST
         assert abs(link.queue_bytes - QUEUE) <= TOLERANCE * QUEUE
     assert [probes_in(host) for host in netns_cluster.hosts] == [[]] * 4
+
+
+SLOW_MBIT = 50  # one host's port among six at RATE_MBIT
+
+
+@pytest.mark.parametrize("netns_cluster", [6], indirect=True)
+def test_six_hosts_measure_two_rings_and_assume_a_slow_host_s_pairs_as_slow(netns_cluster: NetnsCluster, tmp_path,
+                                                                           monkeypatch):
+    """Six hosts, the fourth's port at SLOW_MBIT: the ring's rates disagree, the ring the other way
+    is measured (each ring 2 rounds of 3 transfers at once), and every ordered pair, measured or
+    assumed, reads the slower of its two ports; both said."""
+    watched = RunningTransfers(measure_transfer)
+    monkeypatch.setattr(network_facts_module, "measure_transfer", watched)
+    spec = load_spec(write_adrun_spec(netns_cluster, 6, tmp_path / "cluster.yml"))
+    slow = netns_cluster.hosts[3]
+    for host in netns_cluster.hosts:
+        netns_cluster.shape(host, SLOW_MBIT if host is slow else RATE_MBIT)
+    lines: list[str] = []
+    try:
+        with RemoteNodes(spec) as remote:
+            remote.connect()
+            facts = network_facts(spec, remote, lines.append)
+    finally:
+        for host in netns_cluster.hosts:
+            netns_cluster.unshape(host)
+    addresses = [node.address for node in spec.nodes]
+    print("\n".join(lines))
+    assert not measures_every_pair(6)
+    assert (watched.most, watched.clashes) == (3, [])
+    measured = {(link.src, link.dst) for link in facts.links if link.source == "measured"}
+    assert measured == {pair for shift in (1, -1) for pairs in ring_rounds(addresses, shift) for pair in pairs}
+    assert len(facts.links) == 30 and {link.source for link in facts.links} == {"measured", "assumed"}
+    assert "measuring another ring (node i to node i-1)" in lines[0]
+    assert lines[-1].startswith("network: 12 of 30 ordered pairs of nodes measured (2 rings, 4 rounds)")
+    for link in facts.links:
+        truth = (SLOW_MBIT if slow.address in (link.src, link.dst) else RATE_MBIT) * PAYLOAD_SHARE
+        mbit = link.bytes_per_s * 8 / 1e6
+        print(f"{link.src} -> {link.dst} ({link.source}): {mbit:.1f} Mbit/s (truth {truth:.1f})")
+        assert abs(mbit - truth) <= RATE_TOLERANCE * truth
+    assert [probes_in(host) for host in netns_cluster.hosts] == [[]] * 6
 
 
 def test_unshaped_links_have_no_bucket_and_no_queue(netns_cluster: NetnsCluster, tmp_path):

@@ -13,8 +13,9 @@ import pytest
 
 from adrun.errors import UserError
 from adrun.launch.nodes import network_facts as network_facts_module
-from adrun.launch.nodes.network_facts import CPU_SHARE, MACHINE_COMMAND, MAX_ALL_PAIRS, network_facts
-from adrun.launch.nodes.pair_schedule import pair_rounds
+from adrun.launch.nodes.network_facts import (CPU_SHARE, FULL_ROUNDS, MACHINE_COMMAND, RING_SHIFTS, measures_every_pair,
+                                             network_facts)
+from adrun.launch.nodes.pair_schedule import pair_rounds, ring_rounds
 from adrun.launch.nodes.link_shape import Blast
 from adrun.launch.nodes.probe import DATAGRAM
 from adrun.launch.nodes.transfer import Transfer
@@ -253,26 +254,91 @@ def test_links_just_within_the_cpu_share_stay_together(monkeypatch):
     assert set(fake.times.values()) == {1}
 
 
-def test_a_large_cluster_measures_the_chiefs_pairs_and_assumes_the_others(transfers):
-    n = MAX_ALL_PAIRS + 2
-    assert n == 10
+def test_clusters_of_up_to_four_nodes_measure_every_pair_and_larger_ones_rings():
+    assert [measures_every_pair(n) for n in range(1, 9)] == [True] * 4 + [False] * 4
+    assert len(pair_rounds([str(i) for i in range(4)])) == FULL_ROUNDS
+    assert not measures_every_pair(64)
+
+
+def ring_pairs(addresses, *shifts):
+    return {pair for shift in shifts for pairs in ring_rounds(addresses, shift) for pair in pairs}
+
+
+@pytest.mark.parametrize("n", [5, 8])
+def test_alike_nodes_measure_one_ring_its_rounds_together_and_assume_the_rest(monkeypatch, n):
+    """8 nodes: one ring, 2 rounds of 4 transfers at once (a barrier of 4; 5 nodes: 3 rounds, the
+    first two of 2); every other ordered pair assumed with the measured figures, and said."""
+    fake = Transfers(together=n // 2, loopback_rate=4e9, pair_rate=12.5e6, barrier=n % 2 == 0)
+    monkeypatch.setattr(network_facts_module, "measure_transfer", fake)
     spec = measured_spec(n)
-    facts = network_facts(spec, FakeRemote([node.address for node in spec.nodes]))
-    assert len(transfers) == 1 + 2 * (n - 1)
-    by_source = {}
-    for link in facts.links:
-        by_source.setdefault(link.source, []).append(link)
-    assert len(by_source["measured"]) == 2 * (n - 1)
-    assert all("10.0.0.1" in (link.src, link.dst) for link in by_source["measured"])
-    assert len(by_source["assumed"]) == (n - 1) * (n - 2)
-    # measured: 1 + k MB/s both ways between the chief (10.0.0.1) and 10.0.0.k, k = 2..10, less the
-    # bucket (2,000 x dst): the median between 7 MB/s - 12,000 (to 10.0.0.6) and 7 MB/s - 2,000 (back)
-    assert {link.bytes_per_s for link in by_source["assumed"]} == {7e6 - 7000}
-    # bucket: 2,000 x dst, nine links into the chief and nine out (dst 2..10): median 3,000 bytes;
-    # queue: 5 ms x dst at the rate less the bucket, into the chief 5 ms x ((1 + k) MB/s - 2,000):
-    # 14,990..54,990, out 5k ms x ((k + 1) MB/s - 2,000k): 29,960..549,000: median 52,490
-    assert {(round(link.burst_bytes), round(link.queue_bytes)) for link in by_source["assumed"]} == {(3000, 52490)}
-    assert facts.link("10.0.0.4", "10.0.0.7").source == "assumed"
+    addresses = [node.address for node in spec.nodes]
+    lines = []
+    facts = network_facts(spec, FakeRemote(addresses), lines.append)
+    assert fake.clashes == [] and set(fake.times) == ring_pairs(addresses, 1) and set(fake.times.values()) == {1}
+    assert fake.most == n // 2 if n % 2 == 0 else fake.most <= n // 2  # odd: no barrier (a round of 1)
+    assert [(link.src, link.dst) for link in facts.links] == list(itertools.permutations(addresses, 2))
+    sources = Counter(link.source for link in facts.links)
+    assert sources == Counter({"measured": n, "assumed": n * (n - 1) - n})
+    assert {(link.bytes_per_s, link.latency_s) for link in facts.links} == {(12.5e6, 5e-5)}
+    rounds = 2 if n % 2 == 0 else 3
+    assert lines == [f"network: {n} of {n * (n - 1)} ordered pairs of nodes measured (1 ring, {rounds} rounds); "
+                     f"the other {n * (n - 1) - n} assumed alike: each as the slower of its sender's fastest measured "
+                     "send and its receiver's fastest measured receive, the latency the larger of its two nodes' "
+                     "least (source 'assumed' in the facts)"]
+
+
+def ports(port_mbit, asked):
+    """A fake measure_transfer on a switched network: a pair's rate the slower of its two hosts'
+    ports (100 Mbit/s unless `port_mbit` says); each pair asked appended to `asked`."""
+
+    def measure(sender, receiver, host, nbytes, *, pings, max_s, shape):
+        asked.append((sender.node.address, receiver.node.address))
+        mbit = min(port_mbit.get(sender.node.address, 100), port_mbit.get(receiver.node.address, 100))
+        return Transfer(nbytes=int(mbit * 1e6 / 8), seconds=1.0, rtt_s=[2e-4])
+
+    return measure
+
+
+def test_a_slow_host_among_eight_is_found_by_the_ring_the_other_way(monkeypatch):
+    asked = []
+    monkeypatch.setattr(network_facts_module, "measure_transfer", ports({"10.0.0.4": 50}, asked))
+    spec = measured_spec(8)
+    addresses = [node.address for node in spec.nodes]
+    lines = []
+    facts = network_facts(spec, FakeRemote(addresses), lines.append)
+    assert sorted(asked[1:]) == sorted(ring_pairs(addresses, 1, -1))
+    assert lines[0].startswith("network: the ring's rates disagree by more than 20% (2 of 8 pairs: "
+                               "10.0.0.3 -> 10.0.0.4 50.0 Mbit/s, 10.0.0.4 -> 10.0.0.5 50.0 Mbit/s); "
+                               "measuring another ring (node i to node i-1)")
+    assert lines[1].startswith("network: 16 of 56 ordered pairs of nodes measured (2 rings, 4 rounds)")
+    # every pair as the truth: 50 Mbit/s to and from 10.0.0.4, 100 elsewhere
+    assert {(link.src, link.dst): link.bytes_per_s * 8 / 1e6 for link in facts.links} == {
+        (a, b): 50.0 if "10.0.0.4" in (a, b) else 100.0 for a, b in itertools.permutations(addresses, 2)}
+
+
+def test_a_network_the_rule_cannot_explain_is_measured_in_three_rings_and_said(monkeypatch):
+    """Two racks (10.0.0.1-3 and 10.0.0.4-6) whose paths between them run at 30 Mbit/s, 100 inside."""
+    asked = []
+
+    def measure(sender, receiver, host, nbytes, **kwargs):
+        asked.append((sender.node.address, receiver.node.address))
+        same = (int(sender.node.address[-1]) <= 3) == (int(receiver.node.address[-1]) <= 3)
+        return Transfer(nbytes=int((100 if same else 30) * 1e6 / 8), seconds=1.0, rtt_s=[2e-4])
+
+    monkeypatch.setattr(network_facts_module, "measure_transfer", measure)
+    spec = measured_spec(6)
+    addresses = [node.address for node in spec.nodes]
+    lines = []
+    facts = network_facts(spec, FakeRemote(addresses), lines.append)
+    assert sorted(asked[1:]) == sorted(ring_pairs(addresses, *RING_SHIFTS))
+    assert [line.split(" (")[0] for line in lines] == [
+        "network: the ring's rates disagree by more than 20%",
+        "network: 2 rings' rates disagree with the rule by more than 20%",
+        "network: 3 rings' rates disagree with the rule by more than 20%",
+        "network: 18 of 30 ordered pairs of nodes measured"]
+    assert lines[2].endswith("the assumed pairs may be off: measure again (`--measure-network`) or give the figures "
+                             "in the cluster spec's `network` field")
+    assert Counter(link.source for link in facts.links) == Counter({"measured": 18, "assumed": 12})
 
 
 def test_a_pair_whose_shaper_could_not_be_measured_is_reported_by_name(transfers, monkeypatch):

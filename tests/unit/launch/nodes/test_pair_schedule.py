@@ -1,13 +1,15 @@
-"""The rounds the network facts measure node pairs in: every ordered pair once, no node in two
-transfers of one round, and no more rounds than the bound."""
+"""The rounds the network facts measure node pairs in: every ordered pair once (the full schedule)
+or a ring (each node sends once and receives once), no node in two transfers of one round, and no
+more rounds than the bound (a ring's: 2 or 3, whatever the count)."""
 
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 
-from adrun.launch.nodes.pair_schedule import matchings, pair_rounds
+from adrun.launch.nodes.pair_schedule import matchings, pair_rounds, ring_rounds
 
 
 def nodes(n: int) -> list[str]:
@@ -55,3 +57,53 @@ def test_one_node_has_no_rounds_and_a_node_listed_twice_is_refused():
     with pytest.raises(ValueError, match="nodes listed twice"):
         pair_rounds(["10.0.0.1", "10.0.0.2", "10.0.0.1"])
 
+
+
+SHIFTS = (1, -1, 2)  # network_facts.RING_SHIFTS, the rings a large cluster may measure
+
+
+@pytest.mark.parametrize("n", [*range(2, 18), 64])
+@pytest.mark.parametrize("shift", SHIFTS)
+def test_a_ring_has_every_node_send_once_and_receive_once(n, shift):
+    if shift % n == 0:
+        pytest.skip("no ring: every node would send to itself")
+    rounds = ring_rounds(nodes(n), shift)
+    measured = [pair for pairs in rounds for pair in pairs]
+    names = nodes(n)
+    assert sorted(measured) == sorted((names[i], names[(i + shift) % n]) for i in range(n))
+    assert sorted(src for src, _ in measured) == sorted(names)  # every node covered, both ways
+    assert sorted(dst for _, dst in measured) == sorted(names)
+
+
+@pytest.mark.parametrize("n", [*range(2, 18), 64, 200])
+@pytest.mark.parametrize("shift", SHIFTS)
+def test_a_ring_takes_two_or_three_rounds_whatever_the_count_and_no_node_sends_and_receives_in_one(n, shift):
+    if shift % n == 0:
+        pytest.skip("no ring: every node would send to itself")
+    rounds = ring_rounds(nodes(n), shift)
+    for pairs in rounds:
+        ends = [node for pair in pairs for node in pair]
+        assert len(ends) == len(set(ends)), pairs
+    # gcd(n, shift) cycles of n / gcd nodes: all even -> 2 rounds, odd -> 3 (the closing transfers)
+    cycle = n // math.gcd(n, shift % n)
+    assert len(rounds) == (2 if cycle % 2 == 0 else 3)
+    if cycle % 2 == 0:
+        assert [len(pairs) for pairs in rounds] == [n // 2, n // 2]
+
+
+def test_a_ring_of_eight_in_its_two_rounds():
+    assert ring_rounds(nodes(8), 1) == [
+        [("10.0.0.1", "10.0.0.2"), ("10.0.0.3", "10.0.0.4"), ("10.0.0.5", "10.0.0.6"), ("10.0.0.7", "10.0.0.8")],
+        [("10.0.0.2", "10.0.0.3"), ("10.0.0.4", "10.0.0.5"), ("10.0.0.6", "10.0.0.7"), ("10.0.0.8", "10.0.0.1")],
+    ]
+    # odd: the transfer closing the cycle is alone in the third round
+    assert ring_rounds(nodes(5), 1)[2] == [("10.0.0.5", "10.0.0.1")]
+
+
+def test_a_ring_refuses_a_shift_onto_itself_and_a_node_listed_twice():
+    with pytest.raises(ValueError, match="not a multiple of 4"):
+        ring_rounds(nodes(4), 4)
+    with pytest.raises(ValueError, match="2 nodes or more"):
+        ring_rounds(nodes(1), 1)
+    with pytest.raises(ValueError, match="nodes listed twice"):
+        ring_rounds(["10.0.0.1", "10.0.0.2", "10.0.0.1"], 1)

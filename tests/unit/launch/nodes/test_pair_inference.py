@@ -1,0 +1,116 @@
+"""The rule for the node pairs a sampled measurement leaves out: alike hosts get the measured
+figures, a host with a slower port makes its pairs as slow, a far host its pairs as late; and which
+measured rates disagree with it."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from adrun.launch.nodes.pair_inference import Inference, assumed_links, disagreeing
+from adrun.launch.nodes.pair_schedule import ring_rounds
+from adrun.strategies.facts import HostLink
+
+MBIT = 1e6 / 8
+
+
+def nodes(n: int) -> list[str]:
+    return [f"10.0.0.{i}" for i in range(1, n + 1)]
+
+
+def ring(n: int, *shifts: int) -> list[tuple[str, str]]:
+    return [pair for shift in shifts for pairs in ring_rounds(nodes(n), shift) for pair in pairs]
+
+
+def link(src: str, dst: str, mbit: float = 100, latency_s: float = 1e-4, burst: float = 60_000,
+         queue: float = 600_000) -> HostLink:
+    return HostLink(src=src, dst=dst, bytes_per_s=mbit * MBIT, latency_s=latency_s, burst_bytes=burst,
+                    queue_bytes=queue, source="measured")
+
+
+def switched(port_mbit: dict[str, float], delay_s: dict[str, float] | None = None):
+    """A path's truth on a switched network: the slower of its two hosts' ports, the sum of its two
+    hosts' delays (each host's bucket and queue proportional to its rate)."""
+    delay_s = delay_s or {}
+
+    def truth(src: str, dst: str) -> HostLink:
+        mbit = min(port_mbit.get(src, 100), port_mbit.get(dst, 100))
+        return link(src, dst, mbit, 1e-4 + delay_s.get(src, 0) + delay_s.get(dst, 0), burst=600 * mbit,
+                    queue=6000 * mbit)
+
+    return truth
+
+
+@pytest.mark.parametrize("n", [5, 6, 8, 16])
+def test_alike_hosts_assume_every_pair_at_the_measured_figures(n):
+    measured = [link(a, b) for a, b in ring(n, 1)]
+    assumed = assumed_links(nodes(n), measured)
+    assert len(assumed) == n * (n - 1) - n
+    assert {(a.src, a.dst) for a in assumed} | {(m.src, m.dst) for m in measured} == set(
+        itertools.permutations(nodes(n), 2))
+    assert {(a.bytes_per_s, a.latency_s, a.burst_bytes, a.queue_bytes, a.source) for a in assumed} == {
+        (100 * MBIT, 1e-4, 60_000, 600_000, "assumed")}
+
+
+def test_a_slow_host_is_found_once_its_neighbours_were_measured_with_other_partners():
+    """10.0.0.4's port at 50 Mbit/s: a first ring alone cannot tell its neighbours' ports from its
+    own (10.0.0.3 sent only to it); with the ring the other way every assumed pair is right."""
+    n = 8
+    truth = switched({"10.0.0.4": 50})
+    one = Inference([truth(a, b) for a, b in ring(n, 1)])
+    assert one.link("10.0.0.3", "10.0.0.7").bytes_per_s == 50 * MBIT  # wrong: 10.0.0.3's port is fast
+    measured = [truth(a, b) for a, b in ring(n, 1, -1)]
+    for assumed in assumed_links(nodes(n), measured):
+        right = truth(assumed.src, assumed.dst)
+        assert (assumed.bytes_per_s, assumed.burst_bytes, assumed.queue_bytes) == (
+            right.bytes_per_s, right.burst_bytes, right.queue_bytes), (assumed.src, assumed.dst)
+
+
+def test_a_far_host_makes_its_pairs_late_and_no_other():
+    n = 6
+    truth = switched({}, {"10.0.0.2": 0.005})
+    assumed = {(a.src, a.dst): a for a in assumed_links(nodes(n), [truth(a, b) for a, b in ring(n, 1)])}
+    assert assumed["10.0.0.2", "10.0.0.5"].latency_s == pytest.approx(0.0051)
+    assert assumed["10.0.0.6", "10.0.0.2"].latency_s == pytest.approx(0.0051)
+    assert assumed["10.0.0.1", "10.0.0.4"].latency_s == pytest.approx(1e-4)
+
+
+def test_an_assumed_pair_takes_the_figures_of_its_slower_end():
+    """The sender's fastest send when the receiver receives faster, else the receiver's fastest receive."""
+    measured = [link("a", "b", 100, burst=1, queue=10), link("b", "c", 40, burst=2, queue=20),
+                link("c", "a", 40, burst=3, queue=30)]
+    inference = Inference(measured)
+    there = inference.link("a", "c")  # a sends at 100 at best, c receives at 40 at best
+    assert (there.bytes_per_s, there.burst_bytes, there.queue_bytes) == (40 * MBIT, 2, 20)
+    back = inference.link("b", "a")  # b sends at 40, a receives at 40: a tie keeps the sender's
+    assert (back.bytes_per_s, back.burst_bytes, back.queue_bytes) == (40 * MBIT, 2, 20)
+
+
+def test_a_node_without_a_measured_send_cannot_be_assumed_from():
+    with pytest.raises(KeyError, match="no measured send from c"):
+        Inference([link("a", "b"), link("b", "c")]).link("c", "a")
+
+
+def test_a_first_ring_disagrees_when_a_rate_is_more_than_the_tolerance_below_the_fastest():
+    links = [link("a", "b", 100), link("b", "c", 85), link("c", "a", 79)]
+    assert [(x.src, x.dst) for x in disagreeing(links, 0.2)] == [("c", "a")]
+    assert disagreeing(links[:2], 0.2) == []
+
+
+def test_a_slow_host_s_two_rings_agree_with_the_rule():
+    measured = [switched({"10.0.0.4": 50})(a, b) for a, b in ring(8, 1, -1)]
+    assert len(disagreeing(measured[:8], 0.2)) == 2  # the first ring: into and out of 10.0.0.4
+    assert disagreeing(measured, 0.2, Inference(measured)) == []
+
+
+def test_a_path_slower_than_both_its_ends_disagrees_with_the_rule():
+    """Two racks of two, whose paths between them are slow: a -> b and c -> d are fast, so every
+    node has a fast send and a fast receive, and the rule assumes its slow paths fast."""
+    rack = {"a": 0, "b": 0, "c": 1, "d": 1}
+
+    def truth(src, dst):
+        return link(src, dst, 100 if rack[src] == rack[dst] else 30)
+
+    measured = [truth(x, y) for x, y in [("a", "b"), ("b", "c"), ("c", "d"), ("d", "a"), ("b", "a"), ("d", "c")]]
+    assert [(x.src, x.dst) for x in disagreeing(measured, 0.2, Inference(measured))] == [("b", "c"), ("d", "a")]
