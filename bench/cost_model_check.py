@@ -27,7 +27,7 @@ The model's inputs are built the way `adrun profile` builds them, from the bench
   machine's load makes it noisy);
 - network: the profile's shaped rate and token bucket in TCP payload bytes, its added delay,
   between hosts; inside a host (loopback) 2 GB/s, what TF's tensor transfers between a worker and a
-  PS task cost on this machine (`LOCAL`), and an assumed 50 us; the hosts as namespaces sharing the
+  PS task cost on this machine (`LOCAL`), and 0.13 ms per message, measured; the hosts as namespaces sharing the
   machine's CPUs (the results' `machine.cpus`).
 Writes JSON (`--out`) and a short markdown (`--markdown`).
 """
@@ -72,9 +72,11 @@ WORKLOADS = REPO / "bench" / "workloads"
 # lives on the PS, read and its gradient pushed back (33 MB a step), took 15.4-16.4 ms of CPU (worker
 # and PS task, one after the other on the step's path) beyond the same step with an 8 x 8 variable:
 # about 2.1 GB/s (`python -m bench.loopback_ps_step --wide-rows 4096`, bench/results/
-# loopback-ps-step-16mb.json), rounded to one digit. The latency is assumed: nothing here measures it,
-# so the link (one source for both) says "assumed".
-LOCAL = Link(bytes_per_s=2e9, latency_s=5e-5, source="assumed")
+# loopback-ps-step-16mb.json), rounded to one digit. Its latency: a step of K dependent messages
+# between the worker and the PS task (`--hops`, bench/results/loopback-hops.json) takes 0.23 ms more
+# per message (0.14-0.34 by round), the hand-off between the two processes included; the model adds
+# its per-message cost (Coefficients.message_latency_s, 0.1 ms) to a path's latency, so 0.13 ms.
+LOCAL = Link(bytes_per_s=2e9, latency_s=1.3e-4, source="measured")
 MEASURE_STEPS, MEASURE_WARMUP = 40, 10
 SLICES = 16  # slices of a sparse variable's rows whose touched rows are counted (RowsTouched.by_range)
 
@@ -475,7 +477,7 @@ def render(report: dict, out: Path) -> str:
              "used, per group: " + ", ".join(f"{g} {s * 1000:.1f} ms ({report.get('compute_source', {}).get(g, 'given')})"
                                              for g, s in report["compute_s"].items())
              + f"; loopback {report['local_path']['bytes_per_s'] / 1e9:.0f} GB/s (measured: bench/loopback_ps_step.py) "
-             f"and {report['local_path']['latency_s'] * 1e6:.0f} µs (assumed).", "",
+             f"and {report['local_path']['latency_s'] * 1e6:.0f} µs (measured: `--hops`).", "",
              "The last column is the tau between two repetitions of the measurement itself (mean over "
              "pairs of repetitions): how far the measured order holds from one repetition to the next.", "",
              "| workload | profile | hosts | builders | coefficients | records | Kendall tau | mean rel. error "

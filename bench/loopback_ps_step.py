@@ -15,6 +15,15 @@ kernel): read from the PS and its gradient pushed back, twice its bytes a step o
 bytes cost on the host's local path (with 4096 rows, 33 MB a step, the bytes dominate the spread).
 Per case and round: wall ms per step and the CPU ms per step of each process (utime + stime from
 /proc), the CPU being the steadier figure on a shared machine. Run it under the benchmark lock.
+
+`--hops 0,1,2,3,4,6,8` measures instead what one dependent message between the two processes costs
+(`chain_K`): a step of K tiny ops (sin/cos of 8 floats) alternating between the PS task and the
+worker, each needing the one before, and a sum on the worker, so that 2 * ceil(K / 2) messages
+cross one after another, each a RecvTensor reply the next op waits for: its loopback, the other
+process's wake-ups and their CPU. The slope of wall ms over the crossings is the cost of one
+dependent message; what chain_1 takes beyond chain_0 less two of them, the PS task's being in the
+step at all (its subgraph's call and completion). Also per case the context switches of both
+processes (/proc/PID/task/*/status) and their time waiting for a CPU (/proc/PID/task/*/schedstat).
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -42,6 +52,19 @@ def _free_port() -> int:
 def _cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _sched(pid: int) -> tuple[int, int]:
+    """Voluntary + involuntary context switches, and ns waited on a run queue, over all of `pid`'s threads."""
+    switches = waited = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            status = Path(f"/proc/{pid}/task/{tid}/status").read_text().splitlines()
+            waited += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[1])
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        switches += sum(int(line.split()[1]) for line in status if "ctxt_switches:" in line)
+    return switches, waited
 
 
 def _ps_task(cluster: str) -> None:
@@ -91,14 +114,34 @@ def _train_ops(tf, worker: str, ps: str, wide_rows: int = 256) -> dict:
     return ops
 
 
+def _chain_ops(tf, worker: str, ps: str, hops: Sequence[int]) -> dict:
+    """`chain_K` per K in `hops`: K dependent ops alternating PS, worker, PS, ... after a read of a
+    worker variable (no constant to fold), then a sum on the worker: the step waits for 2 * ceil(K /
+    2) messages between the processes, one after another."""
+    tf1 = tf.compat.v1
+    with tf1.device(worker):
+        start = tf1.get_variable("chain_start", [8], initializer=tf1.ones_initializer(), use_resource=True)
+    ops = {}
+    for k in hops:
+        with tf1.device(worker):
+            x = start.read_value()
+        for i in range(k):
+            with tf1.device(ps if i % 2 == 0 else worker):
+                x = tf1.sin(x) if i % 2 == 0 else tf1.cos(x)
+        with tf1.device(worker):
+            ops[f"chain_{k}"] = tf1.reduce_sum(x).op
+    return ops
+
+
 @click.command(help=__doc__.split("\n\n")[0])
 @click.option("--steps", type=click.IntRange(min=10), default=1500, show_default=True, help="timed steps per case and round")
 @click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True)
 @click.option("--wide-rows", type=click.IntRange(min=1), default=256, show_default=True,
               help="rows of the wide_* cases' variable (x 1000 float32)")
+@click.option("--hops", default=None, help="comma-separated K: measure chain_K (K dependent one-way messages) only")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True)
 @click.option("--ps-task", hidden=True, default=None)
-def main(steps: int, rounds: int, wide_rows: int, out: Path, ps_task: str | None) -> None:
+def main(steps: int, rounds: int, wide_rows: int, hops: str | None, out: Path, ps_task: str | None) -> None:
     if ps_task is not None:
         _ps_task(ps_task)
         return
@@ -109,15 +152,20 @@ def main(steps: int, rounds: int, wide_rows: int, out: Path, ps_task: str | None
                            json.dumps(cluster)], stderr=subprocess.DEVNULL)
     try:
         server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name="worker", task_index=0)
-        ops = _train_ops(tf, "/job:worker/task:0", "/job:ps/task:0", wide_rows)
+        ops = (_chain_ops(tf, "/job:worker/task:0", "/job:ps/task:0", [int(k) for k in hops.split(",")]) if hops
+               else _train_ops(tf, "/job:worker/task:0", "/job:ps/task:0", wide_rows))
         results = []
-        with tf.compat.v1.Session(server.target) as sess:
+        config = tf.compat.v1.ConfigProto()
+        # grappler would fuse a chain's unary ops into one, across devices (UnaryOpsComposition)
+        config.graph_options.rewrite_options.disable_meta_optimizer = bool(hops)
+        with tf.compat.v1.Session(server.target, config=config) as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
             for op in ops.values():  # warm-up
                 for _ in range(200):
                     sess.run(op)
             for rnd in range(rounds):
-                for case in CASES:
+                for case in ops:
+                    sched = [_sched(os.getpid()), _sched(ps.pid)]
                     wall, worker_cpu, ps_cpu = time.perf_counter(), _cpu_s(os.getpid()), _cpu_s(ps.pid)
                     for _ in range(steps):
                         sess.run(ops[case])
@@ -125,10 +173,15 @@ def main(steps: int, rounds: int, wide_rows: int, out: Path, ps_task: str | None
                            "wall_ms": (time.perf_counter() - wall) / steps * 1e3,
                            "worker_cpu_ms": (_cpu_s(os.getpid()) - worker_cpu) / steps * 1e3,
                            "ps_cpu_ms": (_cpu_s(ps.pid) - ps_cpu) / steps * 1e3,
+                           **{f"{who}_{what}": (after - before) / steps * scale
+                              for who, (b, a) in zip(("worker", "ps"), zip(sched, [_sched(os.getpid()), _sched(ps.pid)]))
+                              for what, before, after, scale in (("switches", b[0], a[0], 1), ("runqueue_ms", b[1], a[1], 1e-6))},
                            "load_average": os.getloadavg()[0]}
                     results.append(row)
-                    click.echo(f"round {rnd} {case}: {row['wall_ms']:.2f} ms wall, CPU {row['worker_cpu_ms']:.2f} "
-                               f"(worker) + {row['ps_cpu_ms']:.2f} (PS) ms per step")
+                    click.echo(f"round {rnd} {case}: {row['wall_ms']:.3f} ms wall, CPU {row['worker_cpu_ms']:.2f} "
+                               f"(worker) + {row['ps_cpu_ms']:.2f} (PS) ms, switches {row['worker_switches']:.1f} + "
+                               f"{row['ps_switches']:.1f}, run queue {row['worker_runqueue_ms']:.3f} + "
+                               f"{row['ps_runqueue_ms']:.3f} ms per step")
     finally:
         ps.kill()
         ps.wait()

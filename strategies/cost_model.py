@@ -94,6 +94,15 @@ PS_TASK_OVERHEAD_S = 4e-4
 # 2026-11-26 1.5e8, fitted on 2-host runs of a model where this work ran beside the links:
 # bench/RESULTS-cluster-tf2-reading.md, "Thirteenth session".)
 STACK_BYTES_PER_CPU_S = 8e8
+# What one synchronous PS task's part in a step costs, beyond its messages, when it and the one
+# worker share one machine of few CPUs (NetworkFacts.shared_cpus: the benchmark's 1-host groups):
+# measured, not fitted, on the benchmark's 2-CPU machine in plain TensorFlow (bench/loopback_ps_step.py
+# --hops, bench/results/loopback-hops.json): a step that touches a PS task at all takes 1.15-1.95 ms
+# more than the same step on the worker alone (the task's subgraph call and its completion, ~37
+# thread hand-offs between the two processes, each waiting for a CPU), rounded to two digits.
+# The fitted PS_TASK_OVERHEAD_S stands for every other placement (docs/cost-model.md, "The one-host
+# PS step: hand-offs between two processes").
+ONE_HOST_TASK_CALL_S = 1.7e-3
 # Keras 3 optimizers whose update step treats each element on its own, so that TF2 mode updates a
 # split PS variable shard by shard on each shard's PS (adrun/runtime/tf2/ps_shard_updates.py,
 # `_ELEMENT_WISE`, which imports TensorFlow; tests/unit/strategies/test_cost_model_tf2.py keeps the
@@ -163,7 +172,7 @@ class Paths:
     is_local: np.ndarray
     index: dict[tuple[str, str, str], int]  # (kind, host, other host or "") -> resource
     opposite: np.ndarray  # resource -> the other direction of the same link (`B -> A`, `A received`); itself if local
-    ps_latency: dict[int, float]  # PS task -> worst one-way latency to any worker's host
+    ps_latency: dict[int, float]  # PS task -> one-way latency to its farthest worker (`_farthest_worker_latency`)
     ring_latency: float  # worst one-way latency between ring neighbours (workers in task order)
     num_workers: int
     # hosts sharing one machine's CPUs (NetworkFacts.shared_cpus): the resource of its CPUs' work on
@@ -219,9 +228,7 @@ class Paths:
         opposite = np.array([index[reverse[kind], b, a] if kind == "pair" else index[reverse[kind], a, b]
                              for kind, a, b in index])
         workers = [task_host[worker(w)] for w in range(spec.num_workers)]
-        ps_latency = {
-            p: max(link(task_host[ps(p)], w).latency_s for w in set(workers)) for p in range(spec.num_ps)
-        }
+        ps_latency = {p: _farthest_worker_latency(task_host[ps(p)], workers, link) for p in range(spec.num_ps)}
         n = len(workers)
         ring = max((link(workers[w], workers[(w + 1) % n]).latency_s for w in range(n)), default=0.0)
         sent_queue = {h: max((link(h, o) for o in hosts if o != h), key=lambda p: p.bytes_per_s).queue_bytes
@@ -382,6 +389,18 @@ class Paths:
     def _load(self, bytes_by_resource: np.ndarray, c: Coefficients) -> np.ndarray:
         one_way = self.opposite != np.arange(len(self.opposite))  # a link's direction, not local or CPUs
         return bytes_by_resource + np.where(one_way, c.reverse_traffic_share * bytes_by_resource[self.opposite], 0.0)
+
+
+def _farthest_worker_latency(at: str, workers: Sequence[str], link: Callable[[str, str], Link]) -> float:
+    """The one-way latency a synchronous PS task on host `at` makes the step wait for: the worst of
+    its paths to the other hosts that run workers, the local path only when every worker runs on
+    `at`. A PS task serves its workers at once and the step ends with the last of them; a message
+    to a worker of another host makes the same hand-off between two processes as one on loopback,
+    plus its path (`Coefficients.message_latency_s` prices the hand-off between hosts). The local
+    path's latency, measured as a one-host step's dependent message on loopback, hand-off included
+    (bench/loopback_ps_step.py `--hops`), is not a path's latency that a remote worker adds to."""
+    others = [w for w in dict.fromkeys(workers) if w != at]
+    return max(link(at, w).latency_s for w in others) if others else link(at, at).latency_s
 
 
 def _link_lookup(network: NetworkFacts) -> Callable[[str, str], Link]:
@@ -666,7 +685,7 @@ class StepCost:
         # the per-PS-task term is the sum over the workers already (`Coefficients.ps_task_overhead_s`):
         # not slowed by the contention, which would count the workers sharing the CPUs twice
         overhead = (slower * (load.pieces * c.variable_overhead_s + load.accumulators * c.ps_variable_overhead_s)
-                    + paths.num_workers * len(load.sync_ps) * c.ps_task_overhead_s)
+                    + sum(ps_task_call_s(paths, p, c) for p in load.sync_ps))
         # token buckets: a resource idle after compute (no pushes or collectives on it) starts the
         # next step's reads full; one busy then refills in the step's tail, its latencies and
         # overheads, in which no bytes move. The pushes and collectives find what the compute (and
@@ -754,9 +773,10 @@ class StepCost:
         if load.sync_ps:
             one_way = max(paths.ps_latency[p] for p in load.sync_ps) + alpha
             read_ps = 2 * one_way  # the read's request and reply
-            # the push reaches the PS and the chief's apply reports back; without collectives, the
-            # chief's release reaches PS 0 and the workers' token comes back from it
-            ps_after = (2 if mixed else 4) * one_way
+            # the push reaches the PS and the chief's apply reports back; with several workers and
+            # no collectives, the chief's release reaches PS 0 and the workers' token comes back
+            # from it (a job of one worker has no token or release: gradient_sync.py)
+            ps_after = (4 if n > 1 and not mixed else 2) * one_way
             if mixed and not self.own_updates_barrier:
                 # the all-reduced variables' updates run beside the end barrier, which waits for
                 # the PS part only (gradient_sync.py, `beside`): the barrier follows the PS part
@@ -768,6 +788,19 @@ class StepCost:
         # only stale or asynchronous PS variables beside the collectives: the end barrier waits
         # for every worker's whole step, the all-reduced updates among it
         return collectives * one_collective + barrier
+
+
+def ps_task_call_s(paths: Paths, task: int, c: Coefficients) -> float:
+    """What synchronous PS task `task` adds to a step for being in it: o_task per worker
+    (`Coefficients.ps_task_overhead_s`, the sum over the workers), except for a task that shares a
+    machine of known CPUs (NetworkFacts.shared_cpus) with its one worker on one host, whose call
+    was measured there: ONE_HOST_TASK_CALL_S. There every hand-off between the worker's and the
+    task's threads (the subgraph's call, its executor, the completion) waits for one of the CPUs
+    that the other process's threads also want; o_task, fitted on 2-host runs, does not hold it."""
+    at = paths.task_host[ps(task)]
+    if paths.shared_cpus is not None and paths.num_workers == 1 and paths.task_host[worker(0)] == at:
+        return ONE_HOST_TASK_CALL_S
+    return paths.num_workers * c.ps_task_overhead_s
 
 
 def reads_in(pulls_s: float, served: int, others: float = 0.0) -> list[float]:
@@ -955,7 +988,6 @@ def variable_shares(
     latency_per_piece = t.latency / sum(synchronous) if sum(synchronous) else 0.0
     pieces_on_task = sum((ld.sync_ps for ld in loads), Counter())
     sharing = sum((ld.shared_accumulators for ld in loads), Counter())
-    per_task = paths.num_workers * c.ps_task_overhead_s
     slower = paths.cpu_contention
     raw = [
         float(paths.seconds(ld.pull, c)[t.pull_resource] + paths.seconds(ld.after, c)[t.after_resource]
@@ -965,7 +997,7 @@ def variable_shares(
               + float(np.max(paths.seconds(paths.off_cpus(ld.on_chief), c), initial=0.0))
               + slower * (ld.pieces * c.variable_overhead_s + ld.own_accumulators * c.ps_variable_overhead_s
                           + sum(c.ps_variable_overhead_s * k / sharing[key] for key, k in ld.shared_accumulators.items()))
-              + sum(per_task * k / pieces_on_task[task] for task, k in ld.sync_ps.items())
+              + sum(ps_task_call_s(paths, task, c) * k / pieces_on_task[task] for task, k in ld.sync_ps.items())
               + pieces * latency_per_piece)
         for ld, pieces in zip(loads, synchronous, strict=True)
     ]

@@ -37,3 +37,22 @@ def test_the_wide_cases_variable_has_the_rows_asked_for():
         _train_ops(tf, WORKER, PS, wide_rows=3)
         shapes = {v.op.name: v.shape.as_list() for v in tf.compat.v1.global_variables()}
     assert shapes["wide_ps"] == shapes["wide_local"] == [3, 1000]
+
+
+def test_a_chain_of_k_hops_alternates_between_the_ps_and_the_worker():
+    """`--hops`: chain_K's K ops each need the one before, the first on the PS, then the worker,
+    ...; the sum that ends the step is on the worker, so 2 * ceil(K / 2) messages cross between
+    the processes, one after another. chain_0 stays on the worker."""
+    from bench.loopback_ps_step import _chain_ops
+
+    with tf.Graph().as_default():
+        ops = _chain_ops(tf, WORKER, PS, [0, 3])
+        assert set(ops) == {"chain_0", "chain_3"}
+        devices = []
+        op = ops["chain_3"].inputs[0].op  # the sum's input: the last op of the chain
+        while op.type in ("Sin", "Cos"):  # back to the read (ReadVariableOp, Identity)
+            devices.append(op.device)
+            op = op.inputs[0].op
+        assert devices[::-1] == [PS, WORKER, PS]
+        assert ops["chain_0"].inputs[0].op.type in ("ReadVariableOp", "Identity")  # the read, no hop
+        assert ops["chain_0"].device == ops["chain_3"].device == WORKER
