@@ -47,11 +47,15 @@ def scaled_spec(spec: ClusterSpec, hosts: int) -> ClusterSpec:
 
 def host_link(spec: ClusterSpec, network: NetworkFacts) -> tuple[Link, str]:
     """The path every pair of simulated hosts gets, and where it comes from: the median (by
-    bandwidth; the lower one of an even count) of the paths between `spec`'s hosts, else the spec's
-    `network:` figures for paths between nodes. UserError when neither exists (a one-host cluster
-    whose spec gives no figures: nothing says what a path between hosts would carry)."""
+    bandwidth; the lower one of an even count) of the paths between `spec`'s hosts, of the
+    measured ones when there are any (a cluster of more than 4 nodes measures rings and assumes
+    the other pairs from them, network_facts.py: copies that would outvote the measured paths),
+    else the spec's `network:` figures for paths between nodes. UserError when neither exists (a
+    one-host cluster whose spec gives no figures: nothing says what a path between hosts would
+    carry)."""
     if network.links:
-        ordered = sorted(network.links, key=lambda link: link.bytes_per_s)
+        measured = [link for link in network.links if link.source == "measured"]
+        ordered = sorted(measured or network.links, key=lambda link: link.bytes_per_s)
         median = ordered[(len(ordered) - 1) // 2]
         what = "the only path" if len(ordered) == 1 else f"the median of {len(ordered)} paths"
         return Link.model_validate(median.model_dump(exclude={"src", "dst"})), f"{median.source}, {what} between hosts"

@@ -1,6 +1,10 @@
 """bench/RESULTS-cluster.md and its PNG plots, generated from a results JSON (never from terminal output).
 
-    .venv/bin/python -m bench.cluster.report bench/results/cluster-quick.json [--markdown bench/RESULTS-cluster.md]
+    .venv/bin/python -m bench.cluster.report bench/results/cluster.json --markdown bench/RESULTS-cluster.md
+
+Without `--markdown` the report goes beside the JSON, with its stem and `.md` (`default_markdown`,
+which bench.cluster.run uses too), so that regenerating one run's report never overwrites another's;
+each report's "regenerate with" line names its own `--markdown`.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ import click
 
 from .analysis import Goal, Summary, best, goals, groups, ratio, scaling_points, summarize
 from .results import BenchResults, load_results
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _num(value: float | None, fmt: str = ",.0f") -> str:
@@ -85,14 +91,16 @@ def busy_note(results: BenchResults) -> list[str]:
     return []
 
 
-def header_lines(results: BenchResults, relative_to: Path, json_path: Path, regenerate: str | None = None) -> list[str]:
-    """Where the report comes from and what ran: command, times, machine, versions, links, notes.
-    `regenerate`: the command that rewrites the report (default: this module's, on `json_path`)."""
+def header_lines(results: BenchResults, markdown: Path, json_path: Path, regenerate: str | None = None) -> list[str]:
+    """Where the report (written to `markdown`) comes from and what ran: command, times, machine,
+    versions, links, notes. `regenerate`: the command that rewrites the report (default: this
+    module's, on `json_path`, naming `markdown`: without it, the report would go elsewhere)."""
     m = results.machine
+    relative_to = markdown.parent
     source = os.path.relpath(json_path, relative_to.parent)
+    again = f".venv/bin/python -m bench.cluster.report {source} --markdown {os.path.relpath(markdown, relative_to.parent)}"
     return [
-        f"Generated from `{os.path.relpath(json_path, relative_to)}`; regenerate with "
-        f"`{regenerate or f'.venv/bin/python -m bench.cluster.report {source}'}`.",
+        f"Generated from `{os.path.relpath(json_path, relative_to)}`; regenerate with `{regenerate or again}`.",
         "",
         f"- Command: `{results.command}`",
         f"- Started {results.started}, finished {results.finished or '(interrupted)'}",
@@ -126,13 +134,15 @@ def plot_lines(plots: list[Path], relative_to: Path) -> list[str]:
     return ["", "## Plots", ""] + [f"![{p.stem}]({os.path.relpath(p, relative_to)})" for p in plots] if plots else []
 
 
-def render_markdown(results: BenchResults, plots: list[Path], relative_to: Path, json_path: Path) -> str:
+def render_markdown(results: BenchResults, plots: list[Path], markdown: Path, json_path: Path) -> str:
+    """The report to be written to `markdown` (links and paths relative to its folder)."""
+    relative_to = markdown.parent
     summaries = summarize(results)
     by_group = groups(summaries)
     lines = [
         "# Benchmark cluster: adrun against hand-written TensorFlow peers on namespace hosts",
         "",
-        *header_lines(results, relative_to, json_path),
+        *header_lines(results, markdown, json_path),
         "",
         "## Goals",
         "",
@@ -219,16 +229,30 @@ def write_plots(results: BenchResults, out_dir: Path, prefix: str) -> list[Path]
 def write_report(json_path: Path, markdown: Path, plots: bool = True) -> None:
     results = load_results(json_path)
     plot_files = write_plots(results, json_path.parent, json_path.stem) if plots else []
-    markdown.write_text(render_markdown(results, plot_files, markdown.parent, json_path))
+    markdown.write_text(render_markdown(results, plot_files, markdown, json_path))
+
+
+def default_markdown(json_path: Path | None, tf2: bool = False, quick: bool = False) -> Path:
+    """The report's path when `--markdown` is not given (here and in bench.cluster.run): beside
+    `json_path` with its stem and `.md`, so that a run written elsewhere (a scratch folder, a named
+    result) leaves the repository's reports alone; without one (bench.cluster.run without `--out`),
+    the repository's report of that kind of run, which the Makefile's targets regenerate:
+    RESULTS-cluster-quick.md for `--quick` (a quick run does not replace the full benchmark's
+    report), RESULTS-cluster-tf2.md for `--tf2`, else RESULTS-cluster.md."""
+    if json_path is not None:
+        return json_path.with_suffix(".md")
+    name = "RESULTS-cluster-quick.md" if quick else "RESULTS-cluster-tf2.md" if tf2 else "RESULTS-cluster.md"
+    return REPO / "bench" / name
 
 
 @click.command()
 @click.argument("json_path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--markdown", type=click.Path(dir_okay=False, path_type=Path), default=Path("bench/RESULTS-cluster.md"),
-              show_default=True)
+@click.option("--markdown", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The report [default: JSON_PATH with .md for its suffix].")
 @click.option("--plots/--no-plots", default=True, show_default=True, help="Also draw the PNG plots (needs matplotlib).")
-def main(json_path: Path, markdown: Path, plots: bool) -> None:
+def main(json_path: Path, markdown: Path | None, plots: bool) -> None:
     """Write the markdown report (and plots next to JSON_PATH) from a benchmark's results."""
+    markdown = markdown or default_markdown(json_path)
     write_report(json_path, markdown, plots)
     click.echo(f"wrote {markdown}")
 

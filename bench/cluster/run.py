@@ -9,8 +9,9 @@ Builds the hosts (tests/cluster/netns.py: 1 worker + 1 PS per host), runs every 
 every configuration, starting one further along each round), with repetitions alternating between
 `--steps` and twice that many so the byte counters can be differenced. Results go to JSON after
 every run (`--out`), then to a markdown report and PNG plots: `--markdown`, else beside `--out` with
-its stem and `.md` (`default_markdown`), else, with neither, bench/RESULTS-cluster.md
-(RESULTS-cluster-tf2.md with `--tf2`). The hosts are torn down on exit, also on Ctrl-C, SIGTERM or an
+its stem and `.md` (report.default_markdown), else, with neither, bench/RESULTS-cluster.md
+(RESULTS-cluster-quick.md with `--quick`, so that a quick run leaves the full benchmark's report
+alone; RESULTS-cluster-tf2.md with `--tf2`). The hosts are torn down on exit, also on Ctrl-C, SIGTERM or an
 exception.
 """
 
@@ -46,7 +47,7 @@ from .estimate import estimate, load_history
 from .launch import Launcher
 from .lower_bound import lower_bound
 from .network import PROFILES, apply_profile
-from .report import write_report
+from .report import default_markdown, write_report
 from .results import PEER_TF_MWMS, PEER_TF_PS, BenchResults, HookOverhead, LowerBound, RunConfig, RunResult, save_results
 from .tf2_report import write_tf2_report
 from .tf2 import GRAPH_TWINS, TF2_PEERS, TF2_WORKLOADS, script_args
@@ -325,7 +326,7 @@ def hook_overhead(scratch: Path) -> HookOverhead:
 @click.option("--note", "notes", multiple=True, help="A remark to keep with the results and show in the report (repeatable).")
 @click.option("--markdown", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="The report [default: --out's path with .md for its suffix; without --out, bench/RESULTS-cluster.md, "
-                   "--tf2: bench/RESULTS-cluster-tf2.md].")
+                   "--quick: bench/RESULTS-cluster-quick.md, --tf2: bench/RESULTS-cluster-tf2.md].")
 def main(quick: bool, tf2: bool, workloads: str | None, profiles: str | None, host_counts: str | None, builders: str | None,
          peers: str | None, plan_files: tuple[str, ...], runtime_items: tuple[str, ...], variant_items: tuple[str, ...], variants: bool, reps: int, steps: int | None, warmup: int | None, measure_hook: bool | None,
          timeout: float, workloads_dir: Path, extra_args: str, out: Path | None, notes: tuple[str, ...],
@@ -334,7 +335,7 @@ def main(quick: bool, tf2: bool, workloads: str | None, profiles: str | None, ho
     selection options: the full matrix (every workload on both profiles at 2 hosts, the sparse
     workload at 1 and 4 hosts); with any of them, their product."""
     measure_hook = not quick if measure_hook is None else measure_hook
-    markdown = markdown or default_markdown(out, tf2)
+    markdown = markdown or default_markdown(out, tf2, quick)
     out = out or REPO / "bench" / "results" / ("cluster-quick.json" if quick else "cluster-tf2bench.json" if tf2 else "cluster.json")
     try:
         blocks = chosen_blocks(quick, workloads, profiles, host_counts, builders, peers, tf2)
@@ -409,16 +410,6 @@ def main(quick: bool, tf2: bool, workloads: str | None, profiles: str | None, ho
     save_results(results, out)
     write_tf2_report(out, markdown) if tf2 else write_report(out, markdown)
     click.echo(f"bench-cluster: wrote {out} and {markdown}")
-
-
-def default_markdown(out: Path | None, tf2: bool) -> Path:
-    """The report's path when `--markdown` is not given: beside `out` with its stem and `.md`, so
-    that a run written elsewhere (a scratch folder, a named result) leaves the repository's reports
-    alone; without `--out`, the repository's report of the full benchmark (RESULTS-cluster.md, or
-    RESULTS-cluster-tf2.md with `--tf2`), which the Makefile's targets regenerate."""
-    if out is not None:
-        return out.with_suffix(".md")
-    return REPO / "bench" / ("RESULTS-cluster-tf2.md" if tf2 else "RESULTS-cluster.md")
 
 
 def _run_matrix(launcher: Launcher, cluster: NetnsCluster, order: list[tuple[int, RunConfig, int, int]], reps: int,

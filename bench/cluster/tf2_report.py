@@ -86,13 +86,14 @@ def _kib(s) -> str:
     return " / ".join(f"{v / 1024:,.0f}" for v in s.sent_per_step)
 
 
-def render(results: BenchResults, plots: list[Path], relative_to: Path, json_path: Path, preface: str = "",
+def render(results: BenchResults, plots: list[Path], markdown: Path, json_path: Path, preface: str = "",
            regenerate: str | None = None) -> str:
-    """The TF2 report; `preface` (the reading of the figures) after the title, `regenerate` the
-    command that rewrites it."""
+    """The TF2 report to be written to `markdown`; `preface` (the reading of the figures) after the
+    title, `regenerate` the command that rewrites it."""
+    relative_to = markdown.parent
     lines = ["# TF2 benchmark: adrun's TF2 mode against what a TF2 user writes without it", "",
              *([preface.rstrip(), ""] if preface else []),
-             *header_lines(results, relative_to, json_path, regenerate), "",
+             *header_lines(results, markdown, json_path, regenerate), "",
              "## Goals", "", *goal_table(tf2_goals(results)), "",
              "## adrun's best against the TF2 peers", "", *peer_table(results), "",
              "## TF2 mode against graph mode (same model, same plan)", "", *mode_table(results), "",
@@ -105,7 +106,7 @@ def render(results: BenchResults, plots: list[Path], relative_to: Path, json_pat
 def write_tf2_report(json_path: Path, markdown: Path) -> None:
     """The TF2 report and plots of one invocation's results (bench.cluster.run --tf2)."""
     results = load_results(json_path)
-    markdown.write_text(render(results, write_plots(results, json_path.parent, json_path.stem), markdown.parent, json_path))
+    markdown.write_text(render(results, write_plots(results, json_path.parent, json_path.stem), markdown, json_path))
 
 
 @click.command()
@@ -123,7 +124,7 @@ def main(json_paths: tuple[Path, ...], merged: Path, markdown: Path, preface: Pa
     plots = write_plots(results, merged.parent, merged.stem)
     again = shlex.join([".venv/bin/python", "-m", "bench.cluster.tf2_report", str(merged), "--merged", str(merged),
                         "--markdown", str(markdown), *(["--preface", str(preface)] if preface else [])])
-    markdown.write_text(render(results, plots, markdown.parent, merged, preface.read_text() if preface else "", again))
+    markdown.write_text(render(results, plots, markdown, merged, preface.read_text() if preface else "", again))
     click.echo(f"wrote {merged} and {markdown}")
 
 

@@ -13,21 +13,26 @@ Measured, with the probe transfers `cluster check` uses (launch/nodes/transfer.p
   about 1.1 s at 100 Mbit/s, 8.4 s measured with the loopback and the nodes' machines, against
   31.9 s one pair at a time with the 2 s streams of then). A larger cluster, whose full schedule
   would grow with N^2 pairs (8 nodes: 14 rounds, 30.1 s measured on namespace hosts), measures
-  rings instead: every node sends to the next one (i -> i+1), 2 rounds (3 for odd N) whatever N.
-  When that ring's rates disagree (one more than HETEROGENEOUS below the fastest), it measures the
-  ring the other way (i -> i-1), and when the two rings' rates disagree with what the rule below
-  assumes from them (a path slower than both its ends), a ring of next-but-one nodes (i -> i+2):
-  at most len(RING_SHIFTS) rings, 6 rounds (9 for odd N), each further ring said through
-  `report`. Every pair not measured is "assumed" by pair_inference.py's rule (the slower of its
-  sender's best send and its receiver's best receive: alike hosts all get the measured figures),
-  and the facts say it: each link's `source` in the records, and a line through `report` naming
-  how many pairs were measured and how.
-Nodes that share one machine's CPUs (below) also share them between a round's transfers: a link the CPUs bound (an unshaped veth) reads lower when another transfer
-runs beside it (measured 3.0 to 19.6 Gbit/s together against 7.6 to 10.6 alone), a shaped one does
-not (100 Mbit/s: every rate within 0.2 % of the shaper's, alone or not). So on shared CPUs, a round whose rates add up to more
+  rings instead, in which every node sends once and receives once: always two, node i to node i+1
+  and node i to node i+2 (one ring cannot tell alike hosts from hosts whose every ring link touches
+  a slow one: 8 hosts of alternating 1000 and 100 Mbit/s ports read 100 on every link of ring +1),
+  4 rounds for N divisible by 4, 5 for N = 2 (mod 4), 6 for odd N (pair_schedule.ring_rounds: 2
+  rounds a ring, 3 for a ring with cycles of odd length). When the measured rates disagree with
+  what pair_inference.py's rule assumes from them (a path slower than both its ends), a third ring
+  the other way (i -> i-1; 2 rounds more, 3 for odd N), said through `report`, and said again if
+  they still disagree. Every pair not measured is "assumed" by the rule (the slower of its sender's
+  best send and its receiver's best receive: alike hosts all get the measured figures), and the
+  facts say it: each link's `source` in the records, and a line through `report` naming how many
+  pairs were measured, in how many rounds, and whether the measured rates differed (then the
+  assumed pairs are the rule's, not copies). Unseen: a fast host whose ring partners (i-2, i-1,
+  i+1, i+2) are all slower reads as slow, so its path to another fast host is assumed slow.
+Nodes that share one machine's CPUs (below) also share them between a round's transfers: a link
+the CPUs bound (an unshaped veth) reads lower when another transfer runs beside it (measured 3.0 to
+19.6 Gbit/s together against 7.6 to 10.6 alone), a shaped one does not (100 Mbit/s: every rate
+within 0.2 % of the shaper's, alone or not). So on shared CPUs, a round whose rates add up to more
 than CPU_SHARE of the loopback's (the machine's CPU-bound rate) is measured again one transfer at a
-time, and so is every later round (then a ring takes N transfers' time: unshaped links on one
-machine, as the benchmark's namespace hosts, not a cluster of machines).
+time, and so is every later round, of every ring (then a ring takes N transfers' time: unshaped
+links on one machine, as the benchmark's namespace hosts, not a cluster of machines).
 Each transfer times PINGS one-byte round trips on its connection
 (latency: half the median round trip) and then streams at most TRANSFER_BYTES for at most STREAM_S
 seconds (bandwidth: bytes over the time to the receiver's acknowledgement, less a token bucket's
@@ -64,7 +69,7 @@ from adrun.spec import ClusterSpec, Node
 from adrun.strategies.facts import HostLink, Link, NetworkFacts
 
 from .hosts import is_local_host
-from .pair_inference import Inference, assumed_links, disagreeing
+from .pair_inference import assumed_links, off_the_rule, slower_than_fastest
 from .pair_schedule import Pair, pair_rounds, ring_rounds
 from .parallel import each
 from .shell import LocalShell, SSHShell
@@ -79,8 +84,9 @@ TRANSFER_BYTES = 64 << 20  # a loopback moves this in tens of ms; a 100 Mbit/s l
 # read one of 12 pairs 21 % slow
 STREAM_S = 0.5
 FULL_ROUNDS = 6  # every ordered pair when that takes at most this many rounds (N <= 4); beyond, rings
-RING_SHIFTS = (1, -1, 2)  # the rings a larger cluster may measure, in this order: node i sends to i + shift
-HETEROGENEOUS = 0.2  # a ring's rates disagree when one is off by more than this share (module docstring)
+RING_SHIFTS = (1, 2, -1)  # the rings a larger cluster may measure, in this order: node i sends to i + shift
+FIRST_RINGS = 2  # of RING_SHIFTS, always measured; each further one while the rule disagrees (module docstring)
+HETEROGENEOUS = 0.2  # rates disagree when one is off by more than this share (module docstring)
 CPU_SHARE = 0.25  # on shared CPUs, a round's transfers together at most this share of the loopback's rate
 # the node's kernel (one per machine, shared by its namespaces and containers) and its usable CPUs
 MACHINE_COMMAND = "cat /proc/sys/kernel/random/boot_id && nproc"
@@ -111,21 +117,21 @@ def network_facts(spec: ClusterSpec, remote: RemoteNodes | None = None,
         done = _rings(addresses, rounds, say)
     for (a, b), transfer in done.items():
         if transfer.shape_error is not None:
-            say(f"network {a} -> {b}: token bucket and queue not measured (taken as none): {transfer.shape_error}")
+            say(f"network {a} -> {b}: token bucket and queue not measured (taken as none): "
+                f"{transfer.shape_error}")
     measured = [_host_link(pair, transfer) for pair, transfer in done.items()]
     assumed = {(link.src, link.dst): link for link in assumed_links(addresses, measured)}
     if assumed:
+        differ = slower_than_fastest(measured, HETEROGENEOUS)
+        how = "by the rule (the measured rates differ)" if differ else "alike"
         say(f"network: {len(measured)} of {len(measured) + len(assumed)} ordered pairs of nodes measured "
-            f"({_rings_text(len(done) // len(addresses))}, {rounds.count} rounds); the other {len(assumed)} assumed "
-            "alike: each as the slower of its sender's fastest measured send and its receiver's fastest measured "
-            "receive, the latency the larger of its two nodes' least (source 'assumed' in the facts)")
+            f"({len(done) // len(addresses)} rings, {rounds.count} rounds); the other {len(assumed)} "
+            f"assumed {how}: each as the slower of its sender's fastest measured send and its receiver's fastest "
+            "measured receive, the latency the sum of its two nodes' least less the least of all (source "
+            "'assumed' in the facts)")
     by_pair = {(link.src, link.dst): link for link in measured} | assumed
     links = [by_pair[pair] for pair in itertools.permutations(addresses, 2) if pair in by_pair]
     return NetworkFacts(local=_link(loopback), links=links, shared_cpus=shared_cpus)
-
-
-def _rings_text(count: int) -> str:
-    return "1 ring" if count == 1 else f"{count} rings"
 
 
 def measures_every_pair(nodes: int) -> bool:
@@ -135,25 +141,26 @@ def measures_every_pair(nodes: int) -> bool:
 
 
 def _rings(addresses: list[str], rounds: _Rounds, say: Callable[[str], None]) -> dict[Pair, Transfer]:
-    """The rings of RING_SHIFTS, the next one only while the sample disagrees (module docstring):
-    the first ring's rates among themselves, then every measured rate with what the rule assumes
-    from them all. Each further ring, and a sample still disagreeing after the last, said."""
+    """The first FIRST_RINGS rings of RING_SHIFTS, then each further one while the measured rates
+    disagree with what the rule assumes from them all (module docstring). Each further ring, and
+    a sample still disagreeing after the last, said."""
     done: dict[Pair, Transfer] = {}
     for count, shift in enumerate(RING_SHIFTS, 1):
         done.update(rounds.measure(ring_rounds(addresses, shift)))
+        if count < FIRST_RINGS:
+            continue
         measured = [_host_link(pair, transfer) for pair, transfer in done.items()]
-        off = disagreeing(measured, HETEROGENEOUS, Inference(measured) if count > 1 else None)
+        off = off_the_rule(measured, HETEROGENEOUS)
         if not off:
             break
-        what = (f"the ring's rates disagree by more than {HETEROGENEOUS:.0%}" if count == 1 else
-                f"{count} rings' rates disagree with the rule by more than {HETEROGENEOUS:.0%}")
         slow = ", ".join(f"{link.src} -> {link.dst} {link.bytes_per_s * 8 / 1e6:.1f} Mbit/s" for link in off[:3])
+        what = (f"network: {count} rings' rates disagree with the rule by more than {HETEROGENEOUS:.0%} "
+                f"({len(off)} of {len(measured)} pairs: {slow})")
         if count < len(RING_SHIFTS):
-            say(f"network: {what} ({len(off)} of {len(measured)} pairs: {slow}); measuring another ring "
-                f"(node i to node i{RING_SHIFTS[count]:+d})")
+            say(f"{what}; measuring another ring (node i to node i{RING_SHIFTS[count]:+d})")
         else:
-            say(f"network: {what} ({len(off)} of {len(measured)} pairs: {slow}); the assumed pairs may be off: "
-                "measure again (`--measure-network`) or give the figures in the cluster spec's `network` field")
+            say(f"{what}; the assumed pairs may be off: measure again (`--measure-network`) or give the "
+                "figures in the cluster spec's `network` field")
     return done
 
 
@@ -162,7 +169,7 @@ class _Rounds:
     (bytes/s; the nodes share CPUs), a round whose rates add up to more is measured again one
     transfer at a time, as is every later round, also of a later call (module docstring)."""
 
-    def __init__(self, endpoints: dict[str, Endpoint], cpu_bound: float | None):
+    def __init__(self, endpoints: dict[str, Endpoint], cpu_bound: float | None) -> None:
         self.endpoints, self.cpu_bound = endpoints, cpu_bound
         self.together = True
         self.count = 0  # rounds measured (a round measured again alone counts once)
@@ -173,7 +180,8 @@ class _Rounds:
             self.count += 1
             if self.together and len(pairs) > 1:
                 measured = dict(zip(pairs, each(pairs, self._one), strict=True))
-                self.together = self.cpu_bound is None or sum(t.bytes_per_s for t in measured.values()) <= self.cpu_bound
+                rate = sum(transfer.bytes_per_s for transfer in measured.values())
+                self.together = self.cpu_bound is None or rate <= self.cpu_bound
                 if self.together:
                     done.update(measured)
                     continue

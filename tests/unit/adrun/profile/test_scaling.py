@@ -83,6 +83,21 @@ def test_every_pair_of_simulated_hosts_gets_the_median_path() -> None:
     assert {x.bytes_per_s for x in net.links} == {12e6}
 
 
+def test_the_median_path_is_the_measured_paths_median_when_some_were_assumed() -> None:
+    """A ring-measured cluster: 3 measured paths (the median 20 MB/s) and 3 assumed at 10 MB/s;
+    the assumed copies do not outvote the measured paths (the median of all 6: 10 MB/s)."""
+    spec = hosts_spec(3)
+    hosts = [n.address for n in spec.nodes]
+    measured = {(hosts[0], hosts[1]): 30e6, (hosts[1], hosts[2]): 20e6, (hosts[2], hosts[0]): 10e6}
+    facts = NetworkFacts(local=Link(bytes_per_s=1e9, latency_s=1e-5, source="measured"), links=[
+        HostLink(src=a, dst=b, bytes_per_s=measured.get((a, b), 10e6), latency_s=1e-4,
+                 source="measured" if (a, b) in measured else "assumed")
+        for a in hosts for b in hosts if a != b])
+    link, source = host_link(spec, facts)
+    assert (link.bytes_per_s, link.source) == (20e6, "measured")
+    assert source == "measured, the median of 3 paths between hosts"
+
+
 def test_one_host_takes_the_path_between_hosts_from_the_spec_or_refuses() -> None:
     local = NetworkFacts(local=Link(bytes_per_s=1e9, latency_s=1e-5, source="spec"))
     given = ClusterSpec(version=1, nodes=[Node(address="localhost", workers=2, ps=1)],

@@ -4,10 +4,11 @@ and the naive lower bound against hand-computed bytes."""
 from __future__ import annotations
 
 import pytest
+from click.testing import CliRunner
 
 from bench.cluster.analysis import goals, summarize
 from bench.cluster.lower_bound import FAMILY_METHOD
-from bench.cluster.report import render_markdown
+from bench.cluster.report import default_markdown, main, render_markdown
 from bench.cluster.results import (
     BenchResults, HookOverhead, HostBytes, LowerBound, Profile, RunConfig, RunResult, WorkerResult, load_results,
     save_results,
@@ -81,7 +82,7 @@ def test_goals(results):
 
 
 def test_markdown(results, tmp_path):
-    text = render_markdown(results, [tmp_path / "r-sparse-commodity-2h.png"], tmp_path, tmp_path / "r.json")
+    text = render_markdown(results, [tmp_path / "r-sparse-commodity-2h.png"], tmp_path / "r.md", tmp_path / "r.json")
     assert "| sparse, commodity, 2 hosts: adrun's best / tf_ps | ≥ 1.5 | 3.450 | met |" in text
     assert "| bytes per step / lower bound (adrun's fastest configuration, worst group) | ≤ 1.15 | 1.500 | **not met** |" in text
     assert "| sparse, commodity, 4 hosts: adrun's best / tf_ps | ≥ 2 | - | not measured | not measured |" in text
@@ -99,7 +100,7 @@ def test_scaling_uses_the_one_host_runs_for_every_profile(results, tmp_path):
     datacenter = PS.model_copy(update={"profile": "datacenter"})
     results.runs += [run(one_host, rep, (70,)) for rep in range(3)] + [run(peer_one_host, rep, (40,)) for rep in range(3)]
     results.runs += [run(datacenter, rep, (90, 90)) for rep in range(3)]
-    text = render_markdown(results, [], tmp_path, tmp_path / "r.json")
+    text = render_markdown(results, [], tmp_path / "r.md", tmp_path / "r.json")
     scaling = text[text.index("## Scaling"):text.index("## Hook overhead")]
     assert "**sparse, commodity**" in scaling and "**sparse, datacenter**" in scaling
     datacenter_rows = scaling[scaling.index("**sparse, datacenter**"):]
@@ -108,15 +109,15 @@ def test_scaling_uses_the_one_host_runs_for_every_profile(results, tmp_path):
 
 
 def test_busy_machine_is_said(results, tmp_path):
-    assert "the machine was busy" not in render_markdown(results, [], tmp_path, tmp_path / "r.json")
+    assert "the machine was busy" not in render_markdown(results, [], tmp_path / "r.md", tmp_path / "r.json")
     results.machine.update({"cpus": "2", "load average at start": "1.0 1.0 1.0", "load average at end": "14.5 9.0 3.0"})
     assert ("- Note: the machine was busy (load average up to 14.5 on 2 CPUs)"
-            in render_markdown(results, [], tmp_path, tmp_path / "r.json"))
+            in render_markdown(results, [], tmp_path / "r.md", tmp_path / "r.json"))
     results.machine.update({"load average at end": "1.0 1.0 1.0"})
     for load, r in zip([1.0, 3.0, 8.5], results.runs, strict=False):
         r.load_average = load
     assert ("- Note: the machine was busy (load average up to 8.5, median 3.0 after the runs on 2 CPUs)"
-            in render_markdown(results, [], tmp_path, tmp_path / "r.json"))
+            in render_markdown(results, [], tmp_path / "r.md", tmp_path / "r.json"))
 
 
 def test_a_plan_made_per_link_is_judged_against_its_own_bound():
@@ -130,3 +131,23 @@ def test_a_plan_made_per_link_is_judged_against_its_own_bound():
                       for p, n in (("commodity", 100.0), ("datacenter", 300.0))],
     )
     assert {s.config.profile: s.bound.sent_per_host[0] for s in summarize(results)} == {"commodity": 100.0, "datacenter": 300.0}
+
+
+def test_a_report_names_its_own_markdown_in_its_regenerate_line(results, tmp_path):
+    """Following a report's own instruction rewrites that report, not bench/RESULTS-cluster.md."""
+    (tmp_path / "bench" / "results").mkdir(parents=True)
+    text = render_markdown(results, [], tmp_path / "bench" / "RESULTS-cluster-x.md",
+                           tmp_path / "bench" / "results" / "cluster-x.json")
+    assert ("Generated from `results/cluster-x.json`; regenerate with `.venv/bin/python -m bench.cluster.report "
+            "bench/results/cluster-x.json --markdown bench/RESULTS-cluster-x.md`.") in text
+
+
+def test_the_report_command_writes_beside_the_json_unless_told(results, tmp_path):
+    json_path = tmp_path / "cluster-x.json"
+    save_results(results, json_path)
+    CliRunner().invoke(main, [str(json_path), "--no-plots"], catch_exceptions=False)
+    assert (tmp_path / "cluster-x.md").is_file()
+    CliRunner().invoke(main, [str(json_path), "--no-plots", "--markdown", str(tmp_path / "named.md")],
+                       catch_exceptions=False)
+    assert (tmp_path / "named.md").read_text() != ""
+    assert default_markdown(json_path) == tmp_path / "cluster-x.md"

@@ -219,6 +219,8 @@ def test_the_report_goes_beside_the_results_unless_none_are_named(tmp_path):
     # a run written to a scratch file leaves the repository's reports alone
     assert default_markdown(tmp_path / "x" / "cluster-simdc.json", tf2=False) == tmp_path / "x" / "cluster-simdc.md"
     assert default_markdown(tmp_path / "t.json", tf2=True) == tmp_path / "t.md"
-    # the full benchmark (and --quick, --tf2) without --out: the repository's reports, as the Makefile's targets expect
+    # without --out: the repository's report of that kind of run, as the Makefile's targets expect; a
+    # quick run its own, so that it does not replace the full benchmark's
     assert default_markdown(None, tf2=False) == REPO / "bench" / "RESULTS-cluster.md"
     assert default_markdown(None, tf2=True) == REPO / "bench" / "RESULTS-cluster-tf2.md"
+    assert default_markdown(None, quick=True) == REPO / "bench" / "RESULTS-cluster-quick.md"

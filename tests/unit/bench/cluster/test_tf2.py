@@ -134,7 +134,7 @@ def test_merged_invocations_keep_every_run_and_say_every_command(results):
 
 
 def test_report_tables(results, tmp_path):
-    text = render(results, [], tmp_path, tmp_path / "results" / "tf2.json", preface="Reading: fp16 wins.",
+    text = render(results, [], tmp_path / "tf2.md", tmp_path / "results" / "tf2.json", preface="Reading: fp16 wins.",
                   regenerate="python -m bench.cluster.tf2_report x.json")
     assert "Reading: fp16 wins." in text
     assert "Generated from `results/tf2.json`; regenerate with `python -m bench.cluster.tf2_report x.json`." in text

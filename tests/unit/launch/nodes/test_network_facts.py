@@ -190,13 +190,14 @@ def test_every_ordered_pair_is_measured_after_the_loopback(transfers):
 class Transfers(RunningTransfers):
     """A fake measure_transfer, watched (tests/support/running_transfers.py): each transfer between
     two nodes waits at a barrier of `together` parties (so a measurement one at a time breaks it),
-    the loopback does not. Rates: the loopback `loopback_rate`, a pair `pair_rate`, and 1.5 x that
-    when measured a second time."""
+    the loopback does not, nor the pairs of `alone` (rounds of one transfer). Rates: the loopback
+    `loopback_rate`, a pair `pair_rate`, and 1.5 x that when measured a second time."""
 
-    def __init__(self, together: int, loopback_rate: float, pair_rate: float, barrier: bool = True):
+    def __init__(self, together: int, loopback_rate: float, pair_rate: float, barrier: bool = True,
+                 alone: frozenset = frozenset()):
         super().__init__(self._measure)
         self.barrier = threading.Barrier(together, timeout=60) if barrier else None
-        self.loopback_rate, self.pair_rate = loopback_rate, pair_rate
+        self.loopback_rate, self.pair_rate, self.alone = loopback_rate, pair_rate, alone
         self.times: Counter = Counter()
 
     def _measure(self, sender, receiver, host, nbytes, *, pings, max_s, shape):
@@ -206,7 +207,7 @@ class Transfers(RunningTransfers):
         with self.lock:
             self.times[pair] += 1
             again = self.times[pair] > 1
-        if self.barrier is not None:
+        if self.barrier is not None and pair not in self.alone:
             self.barrier.wait()  # every transfer of the round is running now
         return Transfer(nbytes=int(self.pair_rate * (1.5 if again else 1)), seconds=1.0, rtt_s=[1e-4])
 
@@ -265,26 +266,59 @@ def ring_pairs(addresses, *shifts):
 
 
 @pytest.mark.parametrize("n", [5, 8])
-def test_alike_nodes_measure_one_ring_its_rounds_together_and_assume_the_rest(monkeypatch, n):
-    """8 nodes: one ring, 2 rounds of 4 transfers at once (a barrier of 4; 5 nodes: 3 rounds, the
-    first two of 2); every other ordered pair assumed with the measured figures, and said."""
-    fake = Transfers(together=n // 2, loopback_rate=4e9, pair_rate=12.5e6, barrier=n % 2 == 0)
-    monkeypatch.setattr(network_facts_module, "measure_transfer", fake)
+def test_alike_nodes_measure_two_rings_their_rounds_together_and_assume_the_rest(monkeypatch, n):
+    """8 nodes: rings +1 and +2, 4 rounds of 4 transfers at once (a barrier of 4); 5 nodes: 6
+    rounds, each ring's first two of 2 transfers at once (a barrier of 2) and its closing transfer
+    alone; every other ordered pair assumed with the measured figures, and said."""
     spec = measured_spec(n)
     addresses = [node.address for node in spec.nodes]
+    alone = frozenset(pair for shift in (1, 2) for pairs in ring_rounds(addresses, shift) if len(pairs) == 1
+                      for pair in pairs)
+    assert len(alone) == (2 if n == 5 else 0)
+    fake = Transfers(together=n // 2, loopback_rate=4e9, pair_rate=12.5e6, alone=alone)
+    monkeypatch.setattr(network_facts_module, "measure_transfer", fake)
     lines = []
     facts = network_facts(spec, FakeRemote(addresses), lines.append)
-    assert fake.clashes == [] and set(fake.times) == ring_pairs(addresses, 1) and set(fake.times.values()) == {1}
-    assert fake.most == n // 2 if n % 2 == 0 else fake.most <= n // 2  # odd: no barrier (a round of 1)
+    assert fake.clashes == [] and set(fake.times) == ring_pairs(addresses, 1, 2) and set(fake.times.values()) == {1}
+    assert fake.most == n // 2
     assert [(link.src, link.dst) for link in facts.links] == list(itertools.permutations(addresses, 2))
     sources = Counter(link.source for link in facts.links)
-    assert sources == Counter({"measured": n, "assumed": n * (n - 1) - n})
+    assert sources == Counter({"measured": 2 * n, "assumed": n * (n - 1) - 2 * n})
     assert {(link.bytes_per_s, link.latency_s) for link in facts.links} == {(12.5e6, 5e-5)}
-    rounds = 2 if n % 2 == 0 else 3
-    assert lines == [f"network: {n} of {n * (n - 1)} ordered pairs of nodes measured (1 ring, {rounds} rounds); "
-                     f"the other {n * (n - 1) - n} assumed alike: each as the slower of its sender's fastest measured "
-                     "send and its receiver's fastest measured receive, the latency the larger of its two nodes' "
-                     "least (source 'assumed' in the facts)"]
+    assert lines == [status(2 * n, n * (n - 1), 2, 4 if n == 8 else 6)]
+
+
+def test_shared_cpus_measure_both_rings_one_transfer_at_a_time_after_a_round_over_the_share(monkeypatch):
+    """6 nodes on one machine's CPUs, links whose rates add up to more than CPU_SHARE of its
+    loopback: ring +1's first round (3 transfers) together, then again alone; every later transfer
+    (ring +2's included: the decision holds across rings) alone on the main thread."""
+    fake = Transfers(together=3, loopback_rate=4e9, pair_rate=CPU_SHARE * 4e9 / 3 * 1.01, barrier=False)
+    monkeypatch.setattr(network_facts_module, "measure_transfer", fake)
+    spec = measured_spec(6)
+    addresses = [n.address for n in spec.nodes]
+    first_round = ring_rounds(addresses, 1)[0]
+    lines = []
+    facts = network_facts(spec, FakeRemote(addresses, same_machine(addresses)), lines.append)
+    assert fake.clashes == []
+    assert fake.times == Counter({pair: 2 if pair in first_round else 1 for pair in ring_pairs(addresses, 1, 2)})
+    assert fake.on_main == [False] * 3 + [True] * 12
+    assert fake.most_running[3:] == [1] * 12
+    # 5 rounds (ring +1: 2, ring +2 on 6 nodes: 3), the first counted once; the first round's pairs
+    # read 1.5 x on their second measurement, so the rates differ
+    assert lines == [status(12, 30, 2, 5, DIFFER)]
+    assert Counter(link.source for link in facts.links) == Counter({"measured": 12, "assumed": 18})
+
+
+
+def status(measured: int, pairs: int, rings: int, rounds: int, how: str = "alike") -> str:
+    """The line network_facts says on a cluster measured by rings."""
+    return (f"network: {measured} of {pairs} ordered pairs of nodes measured ({rings} rings, {rounds} rounds); the "
+            f"other {pairs - measured} assumed {how}: each as the slower of its sender's fastest measured send and "
+            "its receiver's fastest measured receive, the latency the sum of its two nodes' least less the least of "
+            "all (source 'assumed' in the facts)")
+
+
+DIFFER = "by the rule (the measured rates differ)"
 
 
 def ports(port_mbit, asked):
@@ -299,30 +333,33 @@ def ports(port_mbit, asked):
     return measure
 
 
-def test_a_slow_host_among_eight_is_found_by_the_ring_the_other_way(monkeypatch):
+@pytest.mark.parametrize("port_mbit", [{"10.0.0.4": 50}, {f"10.0.0.{k}": 1000 for k in range(1, 9, 2)}],
+                         ids=["one-slow-host", "alternating-ports"])
+def test_hosts_of_different_ports_among_eight_are_found_by_two_rings(monkeypatch, port_mbit):
+    """One host at 50 Mbit/s among 100; or ports alternating 1000 and 100 Mbit/s, where every link
+    of ring +1 touches a slow host and reads 100 (one ring would assume 12 fast pairs slow): rings
+    +1 and +2 get every pair right, the rates differ, and the line says the rule assumed them."""
     asked = []
-    monkeypatch.setattr(network_facts_module, "measure_transfer", ports({"10.0.0.4": 50}, asked))
+    monkeypatch.setattr(network_facts_module, "measure_transfer", ports(port_mbit, asked))
     spec = measured_spec(8)
     addresses = [node.address for node in spec.nodes]
     lines = []
     facts = network_facts(spec, FakeRemote(addresses), lines.append)
-    assert sorted(asked[1:]) == sorted(ring_pairs(addresses, 1, -1))
-    assert lines[0].startswith("network: the ring's rates disagree by more than 20% (2 of 8 pairs: "
-                               "10.0.0.3 -> 10.0.0.4 50.0 Mbit/s, 10.0.0.4 -> 10.0.0.5 50.0 Mbit/s); "
-                               "measuring another ring (node i to node i-1)")
-    assert lines[1].startswith("network: 16 of 56 ordered pairs of nodes measured (2 rings, 4 rounds)")
-    # every pair as the truth: 50 Mbit/s to and from 10.0.0.4, 100 elsewhere
+    assert sorted(asked[1:]) == sorted(ring_pairs(addresses, 1, 2))
+    assert lines == [status(16, 56, 2, 4, DIFFER)]
     assert {(link.src, link.dst): link.bytes_per_s * 8 / 1e6 for link in facts.links} == {
-        (a, b): 50.0 if "10.0.0.4" in (a, b) else 100.0 for a, b in itertools.permutations(addresses, 2)}
+        (a, b): min(port_mbit.get(a, 100), port_mbit.get(b, 100)) for a, b in itertools.permutations(addresses, 2)}
 
 
 def test_a_network_the_rule_cannot_explain_is_measured_in_three_rings_and_said(monkeypatch):
-    """Two racks (10.0.0.1-3 and 10.0.0.4-6) whose paths between them run at 30 Mbit/s, 100 inside."""
+    """Two racks interleaved (odd and even addresses) whose paths between them run at 30 Mbit/s,
+    100 inside: ring +1 crosses, ring +2 stays inside, so the rule, from every node's fast send and
+    receive, assumes the crossing links fast; the ring the other way crosses too."""
     asked = []
 
     def measure(sender, receiver, host, nbytes, **kwargs):
         asked.append((sender.node.address, receiver.node.address))
-        same = (int(sender.node.address[-1]) <= 3) == (int(receiver.node.address[-1]) <= 3)
+        same = int(sender.node.address[-1]) % 2 == int(receiver.node.address[-1]) % 2
         return Transfer(nbytes=int((100 if same else 30) * 1e6 / 8), seconds=1.0, rtt_s=[2e-4])
 
     monkeypatch.setattr(network_facts_module, "measure_transfer", measure)
@@ -332,12 +369,13 @@ def test_a_network_the_rule_cannot_explain_is_measured_in_three_rings_and_said(m
     facts = network_facts(spec, FakeRemote(addresses), lines.append)
     assert sorted(asked[1:]) == sorted(ring_pairs(addresses, *RING_SHIFTS))
     assert [line.split(" (")[0] for line in lines] == [
-        "network: the ring's rates disagree by more than 20%",
         "network: 2 rings' rates disagree with the rule by more than 20%",
         "network: 3 rings' rates disagree with the rule by more than 20%",
         "network: 18 of 30 ordered pairs of nodes measured"]
-    assert lines[2].endswith("the assumed pairs may be off: measure again (`--measure-network`) or give the figures "
+    assert lines[0].endswith("measuring another ring (node i to node i-1)")
+    assert lines[1].endswith("the assumed pairs may be off: measure again (`--measure-network`) or give the figures "
                              "in the cluster spec's `network` field")
+    assert lines[2] == status(18, 30, 3, 7, DIFFER)
     assert Counter(link.source for link in facts.links) == Counter({"measured": 18, "assumed": 12})
 
 

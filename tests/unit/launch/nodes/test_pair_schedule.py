@@ -59,7 +59,7 @@ def test_one_node_has_no_rounds_and_a_node_listed_twice_is_refused():
 
 
 
-SHIFTS = (1, -1, 2)  # network_facts.RING_SHIFTS, the rings a large cluster may measure
+SHIFTS = (1, 2, -1)  # network_facts.RING_SHIFTS, the rings a large cluster may measure
 
 
 @pytest.mark.parametrize("n", [*range(2, 18), 64])
@@ -89,6 +89,14 @@ def test_a_ring_takes_two_or_three_rounds_whatever_the_count_and_no_node_sends_a
     assert len(rounds) == (2 if cycle % 2 == 0 else 3)
     if cycle % 2 == 0:
         assert [len(pairs) for pairs in rounds] == [n // 2, n // 2]
+
+
+@pytest.mark.parametrize("n", range(5, 19))
+def test_rings_plus_one_and_plus_two_take_four_five_or_six_rounds(n):
+    """The counts network_facts.py, README.md and docs/profiling.md state: 4 for N divisible by 4,
+    5 for N = 2 (mod 4) (ring +2's two cycles of odd length N/2), 6 for odd N."""
+    rounds = len(ring_rounds(nodes(n), 1)) + len(ring_rounds(nodes(n), 2))
+    assert rounds == (6 if n % 2 else 4 if n % 4 == 0 else 5)
 
 
 def test_a_ring_of_eight_in_its_two_rounds():
