@@ -142,7 +142,8 @@ def test_a_report_names_its_own_markdown_in_its_regenerate_line(results, tmp_pat
             "bench/results/cluster-x.json --markdown bench/RESULTS-cluster-x.md`.") in text
 
 
-def test_the_report_command_writes_beside_the_json_unless_told(results, tmp_path):
+def test_the_report_command_writes_beside_the_json_unless_told(results, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a relative default would land here, not in the repository
     json_path = tmp_path / "cluster-x.json"
     save_results(results, json_path)
     CliRunner().invoke(main, [str(json_path), "--no-plots"], catch_exceptions=False)
@@ -151,3 +152,4 @@ def test_the_report_command_writes_beside_the_json_unless_told(results, tmp_path
                        catch_exceptions=False)
     assert (tmp_path / "named.md").read_text() != ""
     assert default_markdown(json_path) == tmp_path / "cluster-x.md"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cluster-x.json", "cluster-x.md", "named.md"]
