@@ -5,7 +5,7 @@
 # make test-full runs the long matrix as well; make bench measures strategies (bench/RESULTS.md);
 # make bench-cluster(-quick) runs adrun against TF peers on namespace hosts, as root (bench/RESULTS-cluster.md):
 # bench-cluster is 132 runs, about 2 hours on the shared 2-core machine (it prints its estimate first);
-# bench-cluster-quick is 24 runs, about 15 minutes.
+# bench-cluster-quick is 24 runs, about 15 minutes, reported in bench/RESULTS-cluster-quick.md (the full report stays).
 # make bench-cluster-tf2(-quick) runs the TF2 benchmark: Keras workloads under adrun's TF2 mode against the TF2 peers
 # (bench/RESULTS-cluster-tf2.md); the full one is every Keras workload on both links at 2 and 4 hosts (hours),
 # the quick one the sparse Keras workload, commodity link, 2 hosts (12 runs, about 10 minutes).
