@@ -91,14 +91,16 @@ def busy_note(results: BenchResults) -> list[str]:
     return []
 
 
-def header_lines(results: BenchResults, markdown: Path, json_path: Path, regenerate: str | None = None) -> list[str]:
+def header_lines(results: BenchResults, markdown: Path, json_path: Path,
+                 regenerate: str | None = None) -> list[str]:
     """Where the report (written to `markdown`) comes from and what ran: command, times, machine,
     versions, links, notes. `regenerate`: the command that rewrites the report (default: this
     module's, on `json_path`, naming `markdown`: without it, the report would go elsewhere)."""
     m = results.machine
     relative_to = markdown.parent
     source = os.path.relpath(json_path, relative_to.parent)
-    again = f".venv/bin/python -m bench.cluster.report {source} --markdown {os.path.relpath(markdown, relative_to.parent)}"
+    report = os.path.relpath(markdown, relative_to.parent)
+    again = f".venv/bin/python -m bench.cluster.report {source} --markdown {report}"
     return [
         f"Generated from `{os.path.relpath(json_path, relative_to)}`; regenerate with `{regenerate or again}`.",
         "",

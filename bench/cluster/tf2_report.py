@@ -106,7 +106,8 @@ def render(results: BenchResults, plots: list[Path], markdown: Path, json_path: 
 def write_tf2_report(json_path: Path, markdown: Path) -> None:
     """The TF2 report and plots of one invocation's results (bench.cluster.run --tf2)."""
     results = load_results(json_path)
-    markdown.write_text(render(results, write_plots(results, json_path.parent, json_path.stem), markdown, json_path))
+    plots = write_plots(results, json_path.parent, json_path.stem)
+    markdown.write_text(render(results, plots, markdown, json_path))
 
 
 @click.command()

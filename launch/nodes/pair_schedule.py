@@ -5,11 +5,11 @@ transfers that may run at the same time, for every pair (`pair_rounds`) or for a
 Why rounds, and why these: measuring N(N-1) ordered pairs one after another takes N(N-1) transfers'
 time (4 nodes on 100 Mbit/s links: 31.9 s measured, with the 2 s streams of then). Transfers that
 share no node share no link end (a host's sending and receiving sides, where a switched network's
-shapers and NICs sit) and no node's CPUs, so they can run together. A node also never sends and receives in the same round: the
-acknowledgements of the stream it receives would wait behind its own stream in its sending queue
-(on a shaped link, that queue's 50 ms), which slows the stream it receives, delays its round trips
-(the latency) and the blast's answers (the queue). So each round is a set of disjoint
-sender -> receiver pairs, at most N/2 of them.
+shapers and NICs sit) and no node's CPUs, so they can run together. A node also never sends and
+receives in the same round: the acknowledgements of the stream it receives would wait behind its own
+stream in its sending queue (on a shaped link, that queue's 50 ms), which slows the stream it
+receives, delays its round trips (the latency) and the blast's answers (the queue). So each round is
+a set of disjoint sender -> receiver pairs, at most N/2 of them.
 
 The schedule: the circle method's N-1 perfect matchings of N nodes (a node stands out each
 round for odd N), each split into two rounds, one per direction: 2(N-1) rounds for even N, 2N for
