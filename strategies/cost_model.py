@@ -45,7 +45,8 @@ step, the rows its sparse variables touch), a ClusterSpec, NetworkFacts and a fe
   to each phase's link time rather than running beside it: a message is written out before it is
   sent and read after all of it has arrived (`Paths.cpu_seconds`). Compute and the per-message and
   per-variable work run workers/CPUs times slower when there are more workers than CPUs and all
-  compute at once.
+  compute at once. And a step takes at least every process's CPU work over the CPUs: compute,
+  collectives, PS calls and pieces, as measured in plain TensorFlow (`StepCost.cpu_work_s`).
 """
 
 from __future__ import annotations
@@ -103,6 +104,24 @@ STACK_BYTES_PER_CPU_S = 8e8
 # The fitted PS_TASK_OVERHEAD_S stands for every other placement (docs/cost-model.md, "The one-host
 # PS step: hand-offs between two processes").
 ONE_HOST_TASK_CALL_S = 1.7e-3
+# The CPU work of a step's synchronization, per worker and summed over the processes it involves,
+# that bounds a step on CPUs the hosts share (NetworkFacts.shared_cpus; `StepCost.cpu_work_s`):
+# measured, not fitted, in plain TensorFlow on the benchmark's 2-CPU machine, each process's
+# utime + stime. Collectives (bench/collective_cpu.py, bench/results/collective-cpu.json: two
+# workers, K = 1-8 independent CollectiveReduceV2 / CollectiveGatherV2 ops of 1 KB a step): a
+# worker's step with any collective costs it 1.37 ms more CPU than without, and each op 0.42 ms
+# more (the least-squares line over K >= 1; reduces 0.51, gathers 0.33). A synchronous PS task's
+# call (bench/loopback_ps_step.py on loopback, bench/results/loopback-hops.json and
+# loopback-ps-step.json, ncf's model with one worker): chain_1 against chain_0, 1.72 ms over the
+# worker and the task; each sparse variable read (a gather of its rows) and updated (a scatter),
+# 0.72 ms more (ncf's two embeddings on the PS, `embeddings_on_ps` against `local`, less the call);
+# each dense one, 0.22 ms (its six small dense variables, `ps` against `embeddings_on_ps`);
+# rounded to two digits.
+COLLECTIVE_STEP_CPU_S = 1.4e-3
+COLLECTIVE_OP_CPU_S = 4.2e-4
+PS_CALL_CPU_S = 1.7e-3
+PS_SPARSE_PIECE_CPU_S = 7.2e-4
+PS_DENSE_PIECE_CPU_S = 2.2e-4
 # Keras 3 optimizers whose update step treats each element on its own, so that TF2 mode updates a
 # split PS variable shard by shard on each shard's PS (adrun/runtime/tf2/ps_shard_updates.py,
 # `_ELEMENT_WISE`, which imports TensorFlow; tests/unit/strategies/test_cost_model_tf2.py keeps the
@@ -446,6 +465,7 @@ class Load:
     sparse_collectives: int = 0  # sparse pieces all-gathered, each its own collectives
     pieces: int = 0  # synchronized variables or shards
     chunks: Counter = field(default_factory=Counter)  # chunked variable -> its chunks (`prefetched`)
+    sparse_sync_ps: int = 0  # the synchronous PS pieces among `sync_ps` whose gradients are sparse
 
     @classmethod
     def empty(cls, paths: Paths) -> Load:
@@ -456,7 +476,7 @@ class Load:
                     self.prefetched.copy(), self.on_chief.copy(),
                     Counter(self.sync_ps), self.own_accumulators, Counter(self.shared_accumulators),
                     Counter(self.stale_ps), Counter(self.dense_groups), self.sparse_collectives, self.pieces,
-                    Counter(self.chunks))
+                    Counter(self.chunks), self.sparse_sync_ps)
 
     @property
     def collectives(self) -> int:
@@ -501,6 +521,7 @@ class Load:
                 if mine[key] == 0:
                     del mine[key]
         self.own_accumulators += sign * other.own_accumulators
+        self.sparse_sync_ps += sign * other.sparse_sync_ps
         self.sparse_collectives += sign * other.sparse_collectives
         self.pieces += sign * other.pieces
 
@@ -602,6 +623,7 @@ def variable_load(var: VariablePlan, profile: ModelProfile, paths: Paths) -> Loa
         load.pieces += isinstance(sync, PSSync) or paths.num_workers > 1
         if isinstance(sync, PSSync) and _is_synchronous(sync):
             load.sync_ps[sync.ps_task] += 1
+            load.sparse_sync_ps += var.grad == "sparse"
             if batched_in_accumulator(var, shape, tf2):
                 load.shared_accumulators[sync.ps_task, var.dtype] += 1
             else:
@@ -750,8 +772,41 @@ class StepCost:
             worst = max(paths.ps_latency[p] for p in load.stale_ps)
             overlapped += 4 * (worst + c.message_latency_s * slower)
         critical = pull + compute + after + on_chief + latency + overhead
+        if paths.cpus is not None and paths.cpu_resource is not None:
+            work = self.cpu_work_s(alone, c) / paths.cpus  # every process's CPU work, over the CPUs
+            if work > overlapped:
+                overlapped, all_at = work, paths.cpu_resource
         return StepTime(max(critical, overlapped), compute, pull, after, latency, overhead, overlapped, on_chief,
                         pull_at, after_at, all_at, pull_cpu, after_cpu)
+
+    def collective_ops(self) -> int:
+        """The collective ops each worker runs a step: one per all-reduce group, three per sparse
+        piece all-gathered (its counts, indices and values: runtime/kernels/allreduce_sync.py), and
+        the barriers of a mixed step (`_latency`)."""
+        load, n = self.load, self.paths.num_workers
+        if n == 1:
+            return 0
+        mixed = bool(load.sync_ps or load.stale_ps) and load.collectives > 0
+        barriers = (1 + (bool(load.sync_ps) and self.own_updates_barrier)) if mixed else 0
+        return len(load.dense_groups) + 3 * load.sparse_collectives + barriers
+
+    def cpu_work_s(self, alone: float, c: Coefficients) -> float:
+        """CPU seconds all of a step's processes spend, on hosts sharing one machine's CPUs: each
+        worker's compute (`alone`), its collectives (COLLECTIVE_STEP_CPU_S for having any,
+        COLLECTIVE_OP_CPU_S each), its call on each synchronous PS task (PS_CALL_CPU_S, the
+        worker's and the task's) and each synchronous PS piece's read and update
+        (PS_SPARSE_PIECE_CPU_S, PS_DENSE_PIECE_CPU_S),
+        and the bytes between hosts at κ (`Paths.cpu_seconds`' bytes, every phase). A step takes at
+        least this over the CPUs however its parts overlap: at 1 Gbit/s a step of few bytes is
+        this work (docs/cost-model.md, "ncf at 1 Gbit/s: the CPUs set the step")."""
+        paths, load = self.paths, self.load
+        n, ops = paths.num_workers, self.collective_ops()
+        collectives = COLLECTIVE_STEP_CPU_S + ops * COLLECTIVE_OP_CPU_S if ops else 0.0
+        sparse = load.sparse_sync_ps
+        ps_calls = (len(load.sync_ps) * PS_CALL_CPU_S + sparse * PS_SPARSE_PIECE_CPU_S
+                    + (sum(load.sync_ps.values()) - sparse) * PS_DENSE_PIECE_CPU_S)
+        stack = float(load.every[paths.cpu_resource]) / c.stack_bytes_per_cpu_s if paths.cpu_resource is not None else 0.0
+        return n * (alone + collectives + ps_calls) + stack
 
     def _latency(self, c: Coefficients) -> float:
         """The message latencies on the step's critical path."""

@@ -11,7 +11,8 @@ from adrun.graph_item import GraphItem
 from adrun.spec import ClusterSpec, Node
 from adrun.placement import ps, worker
 from adrun.strategies.cost_model import (
-    ONE_HOST_TASK_CALL_S, Coefficients, Paths, chunk_pipeline_fill, compute_ends, distinct_rows_of, predict,
+    COLLECTIVE_OP_CPU_S, COLLECTIVE_STEP_CPU_S, ONE_HOST_TASK_CALL_S, PS_CALL_CPU_S, PS_DENSE_PIECE_CPU_S,
+    PS_SPARSE_PIECE_CPU_S, Coefficients, Paths, chunk_pipeline_fill, compute_ends, distinct_rows_of, predict,
     prefetched_chunks, reads_in,
     workers_in_turn_overlap,
 )
@@ -773,3 +774,47 @@ def test_variable_shares_on_shared_cpus_count_each_variables_cpu_work():
     shares = predict(strategy, profile(graph, 0.01), spec, _on_cpus(spec, 2), c).variable_share
     w_s, small_s = M / B + 2 * M / KAPPA + 0.001, 4000 / B + 2 * 4000 / KAPPA + 0.001
     assert shares["w"] == pytest.approx(w_s / (w_s + small_s))
+
+
+SMALL = var("small", [100])  # a small dense variable: its bytes cost next to nothing here
+MIXED = GraphItem(variables=[EMB, SMALL], batch_size=100, optimizer="GradientDescentOptimizer",
+                  updates_read_step_state=False)
+NO_STACK = BANDWIDTH_ONLY.model_copy(update={"stack_bytes_per_cpu_s": 1e18})  # bytes cost the CPUs nothing
+
+
+@pytest.mark.parametrize("hosts", [2, 4])
+def test_a_ring_of_small_tensors_on_shared_cpus_takes_its_processes_cpu_work_over_the_cpus(hosts):
+    """Every worker all-gathers emb (its counts, indices and values: 3 collective ops) and all-reduces
+    `small` (1 op): on 2 shared CPUs the step is at least every worker's compute and collectives'
+    CPU work over the 2 CPUs, measured per step with any collective and per op, though its bytes
+    take microseconds. On machines of their own the same plan is priced as before: compute and
+    bytes."""
+    spec = hosts_spec(hosts, ps=0)
+    ring = plan(MIXED, spec, [planned(EMB, sync=AllReduceSync(group=0)), planned(SMALL, sync=AllReduceSync(group=0))])
+    prof = profile(MIXED, 0.001, {"emb": 10})
+    worker_s = 0.001 + COLLECTIVE_STEP_CPU_S + 4 * COLLECTIVE_OP_CPU_S
+    shared = predict(ring, prof, spec, _on_cpus(spec, 2), NO_STACK)
+    assert shared.step_s == pytest.approx(hosts * worker_s / 2)
+    assert shared.bound == "network: the machine's CPUs (overlapped traffic)"
+    alone = predict(ring, prof, spec, network(spec, B), NO_STACK)
+    assert alone.step_s < 0.0011
+
+
+@pytest.mark.parametrize("hosts", [2, 4])
+def test_ps_calls_on_shared_cpus_cost_the_workers_and_the_tasks_cpu_work(hosts):
+    """emb and `small` on host 1's PS task: each worker's step calls the task once (the worker's
+    and the task's CPU of the call) and reads and updates one sparse and one dense piece there; on
+    2 shared CPUs the step takes at least that work of every worker over the CPUs."""
+    spec = hosts_spec(hosts, ps=[1] + [0] * (hosts - 1))
+    strategy = plan(MIXED, spec, [planned(EMB, sync=PSSync(ps_task=0)), planned(SMALL, sync=PSSync(ps_task=0))])
+    prof = profile(MIXED, 0.001, {"emb": 10})
+    worker_s = 0.001 + PS_CALL_CPU_S + PS_SPARSE_PIECE_CPU_S + PS_DENSE_PIECE_CPU_S
+    assert step(strategy, prof, spec, _on_cpus(spec, 2), NO_STACK) == pytest.approx(hosts * worker_s / 2)
+
+
+def test_the_cpu_work_bound_counts_a_one_worker_steps_collectives_as_none():
+    """A collective of one worker is no op (runtime/kernels/allreduce_sync.py): one host's ring on
+    shared CPUs costs its compute, not the collectives' CPU."""
+    spec = hosts_spec(1, ps=0)
+    ring = plan(MIXED, spec, [planned(EMB, sync=AllReduceSync(group=0)), planned(SMALL, sync=AllReduceSync(group=0))])
+    assert step(ring, profile(MIXED, 0.001, {"emb": 10}), spec, _on_cpus(spec, 2), NO_STACK) == pytest.approx(0.001)

@@ -9,7 +9,9 @@ import pytest
 
 from adrun.graph_item import GraphItem
 from adrun.strategies import build_strategy
-from adrun.strategies.cost_model import ONE_HOST_TASK_CALL_S, PS_BATCH_BELOW_BYTES, Coefficients, predict
+from adrun.strategies.cost_model import (
+    COLLECTIVE_OP_CPU_S, COLLECTIVE_STEP_CPU_S, ONE_HOST_TASK_CALL_S, PS_BATCH_BELOW_BYTES, Coefficients, predict,
+)
 from adrun.strategies.document import AllReduceSync, Partition, PSSync
 from tests.support.cost_facts import BANDWIDTH_ONLY, hosts_spec, network, plan, planned, profile, var
 
@@ -139,7 +141,8 @@ def test_the_per_ps_task_overhead_is_the_workers_sum_not_slowed_again_by_their_s
 
 def test_bytes_between_hosts_of_one_machine_load_its_cpus_and_loopback_does_not():
     """Two namespace hosts on a fast switch: the ring's 4 MB each way are sent and received through
-    the machine's CPUs (2 × 2 × 4 MB at 2 CPUs × the stack rate); a PS read by its own host's
+    the machine's CPUs (2 × 2 × 4 MB at 2 CPUs × the stack rate), and each worker's CPU work of its
+    one collective op (`StepCost.cpu_work_s`) bounds the step with it; a PS read by its own host's
     worker only stays on loopback and loads no CPU of the model (the step pays the task's call as
     measured on such a machine instead of o_task, ONE_HOST_TASK_CALL_S, and nothing for the bytes)."""
     w = var("w", [1000, 1000])
@@ -149,7 +152,8 @@ def test_bytes_between_hosts_of_one_machine_load_its_cpus_and_loopback_does_not(
     c = BANDWIDTH_ONLY.model_copy(update={"stack_bytes_per_cpu_s": rate})
     ring = plan(graph, spec, [planned(w, sync=AllReduceSync(group=0))])
     prof, net = profile(graph, 0.01), _shared(spec, 1e15, 2)
-    assert predict(ring, prof, spec, net, c).step_s == pytest.approx(0.01 + 2 * 2 * 4e6 / (2 * rate))
+    assert predict(ring, prof, spec, net, c).step_s == pytest.approx(
+        0.01 + COLLECTIVE_STEP_CPU_S + COLLECTIVE_OP_CPU_S + 2 * 2 * 4e6 / (2 * rate))
     one = hosts_spec(1, workers=1, ps=1)
     local_ps = plan(graph, one, [planned(w, sync=PSSync(ps_task=0))])
     assert predict(local_ps, prof, one, _shared(one, 1e15, 2), c).step_s == pytest.approx(
