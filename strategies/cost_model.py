@@ -93,10 +93,10 @@ PS_TASK_OVERHEAD_S = 4e-4
 # bytes sent and received per CPU second beyond their compute (21-25 ms a worker, 1-host runs) at 2
 # and 4 hosts (messages of 3-6 MB, whose own cost is negligible), rounded to one digit. That CPU
 # includes the ring's own per-step and per-op work (one all-reduce group: COLLECTIVE_STEP_CPU_S +
-# COLLECTIVE_OP_CPU_S, 1.8 ms a worker, 7-9 % of it): the phases' times count it this way only, and
-# `StepCost.cpu_work_s` counts it once more for a ring of large messages, at most 1.8 ms a worker
-# over the CPUs, a bound such a ring's critical path exceeds several times (net of it κ would read
-# 8.0e8-9.3e8: the same one-digit 8e8 at the low end). (Until
+# COLLECTIVE_OP_CPU_S, 1.8 ms a worker of its 30-34 ms beyond compute at 2 hosts, 49-53 ms at 4):
+# net of it the same runs read 7.6e8-9.2e8 (51.8 MB over 2 x (30-34 - 1.8) ms, 155.3 MB over
+# 4 x (49-53 - 1.8) ms), the same 8e8 to one digit, so `StepCost.cpu_work_s` adding the collective
+# terms to the bytes at this κ counts that 1.8 ms twice only below the value's precision. (Until
 # 2026-11-26 1.5e8, fitted on 2-host runs of a model where this work ran beside the links:
 # bench/RESULTS-cluster-tf2-reading.md, "Thirteenth session".)
 STACK_BYTES_PER_CPU_S = 8e8
