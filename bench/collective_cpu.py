@@ -57,6 +57,10 @@ def _cases(tf, counts: Sequence[int], elements: int) -> dict:
         ops[f"reduce_{k}"] = tf.group(tf.reduce_sum(x), *outs)
         if k == 0:
             continue
+        # a gather's instance key must differ per step; the counter that makes it is one scalar
+        # kernel a step whatever K (microseconds against 0.33 ms an op), so it leaves the per-op
+        # slope alone and the per-step intercept (fitted over reduces, without it, and gathers)
+        # with at most half of it: the reduce_0 baseline runs without it
         step = steps.assign_add(1)
         outs = [tf.raw_ops.CollectiveGatherV2(input=x + i, group_size=2, group_key=2,
                                               instance_key=(step * 997 + 10_000 * k + i) % 0x3FFFFFFF + 1,

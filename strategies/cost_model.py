@@ -91,7 +91,12 @@ PS_TASK_OVERHEAD_S = 4e-4
 # fitted, on the benchmark's namespace hosts at 1 Gbit/s (bench/results/cluster-ringcpu-dense-dc.json,
 # /proc sampled beside it by bench/cluster/cpu_sample.py): the dense ring's workers spent 7.3e8-8.6e8
 # bytes sent and received per CPU second beyond their compute (21-25 ms a worker, 1-host runs) at 2
-# and 4 hosts (messages of 3-6 MB, whose own cost is negligible), rounded to one digit. (Until
+# and 4 hosts (messages of 3-6 MB, whose own cost is negligible), rounded to one digit. That CPU
+# includes the ring's own per-step and per-op work (one all-reduce group: COLLECTIVE_STEP_CPU_S +
+# COLLECTIVE_OP_CPU_S, 1.8 ms a worker of its 30-34 ms beyond compute at 2 hosts, 49-53 ms at 4):
+# net of it the same runs read 7.6e8-9.2e8 (51.8 MB over 2 x (30-34 - 1.8) ms, 155.3 MB over
+# 4 x (49-53 - 1.8) ms), the same 8e8 to one digit, so `StepCost.cpu_work_s` adding the collective
+# terms to the bytes at this κ counts that 1.8 ms twice only below the value's precision. (Until
 # 2026-11-26 1.5e8, fitted on 2-host runs of a model where this work ran beside the links:
 # bench/RESULTS-cluster-tf2-reading.md, "Thirteenth session".)
 STACK_BYTES_PER_CPU_S = 8e8
@@ -99,24 +104,28 @@ STACK_BYTES_PER_CPU_S = 8e8
 # worker share one machine of few CPUs (NetworkFacts.shared_cpus: the benchmark's 1-host groups):
 # measured, not fitted, on the benchmark's 2-CPU machine in plain TensorFlow (bench/loopback_ps_step.py
 # --hops, bench/results/loopback-hops.json): a step that touches a PS task at all takes 1.15-1.95 ms
-# more than the same step on the worker alone (the task's subgraph call and its completion, ~37
-# thread hand-offs between the two processes, each waiting for a CPU), rounded to two digits.
+# more than the same step on the worker alone beyond its two messages (the task's subgraph call and
+# its completion, ~37 thread hand-offs between the two processes, each waiting for a CPU), rounded
+# to two digits.
 # The fitted PS_TASK_OVERHEAD_S stands for every other placement (docs/cost-model.md, "The one-host
 # PS step: hand-offs between two processes").
 ONE_HOST_TASK_CALL_S = 1.7e-3
-# The CPU work of a step's synchronization, per worker and summed over the processes it involves,
-# that bounds a step on CPUs the hosts share (NetworkFacts.shared_cpus; `StepCost.cpu_work_s`):
-# measured, not fitted, in plain TensorFlow on the benchmark's 2-CPU machine, each process's
-# utime + stime. Collectives (bench/collective_cpu.py, bench/results/collective-cpu.json: two
-# workers, K = 1-8 independent CollectiveReduceV2 / CollectiveGatherV2 ops of 1 KB a step): a
-# worker's step with any collective costs it 1.37 ms more CPU than without, and each op 0.42 ms
-# more (the least-squares line over K >= 1; reduces 0.51, gathers 0.33). A synchronous PS task's
-# call (bench/loopback_ps_step.py on loopback, bench/results/loopback-hops.json and
-# loopback-ps-step.json, ncf's model with one worker): chain_1 against chain_0, 1.72 ms over the
-# worker and the task; each sparse variable read (a gather of its rows) and updated (a scatter),
-# 0.72 ms more (ncf's two embeddings on the PS, `embeddings_on_ps` against `local`, less the call);
-# each dense one, 0.22 ms (its six small dense variables, `ps` against `embeddings_on_ps`);
-# rounded to two digits.
+# The CPU work of a step's synchronization, per worker, that bounds a step on CPUs the hosts share
+# (NetworkFacts.shared_cpus; `StepCost.cpu_work_s`): measured, not fitted, in plain TensorFlow on
+# the benchmark's 2-CPU machine, as utime + stime. Collectives: one worker's own CPU
+# (bench/collective_cpu.py, bench/results/collective-cpu.json: two workers, K = 1-8 independent
+# CollectiveReduceV2 / CollectiveGatherV2 ops of 1 KB a step): a worker's step with any collective
+# costs it 1.37 ms more CPU than without, and each op 0.42 ms more (the least-squares line over
+# K >= 1; reduces 0.51, gathers 0.33). The PS terms: summed over the worker and the PS task
+# (bench/loopback_ps_step.py on loopback, bench/results/loopback-hops.json and loopback-ps-step.json,
+# ncf's model with one worker): a synchronous PS task's call plus its two messages (their CPU,
+# about 2 x 0.33 ms, is in it), chain_1 against chain_0, 1.72 ms; each sparse variable read (a
+# gather of its rows) and updated (a scatter), 0.72 ms more (ncf's two embeddings on the PS,
+# `embeddings_on_ps` against `local`, less the call); each dense one, 0.22 ms (its six small dense
+# variables, `ps` against `embeddings_on_ps`); rounded to two digits. The pieces' figures are one
+# worker's (n = 1: its reads, its push and the apply); `cpu_work_s` takes them n times for n
+# workers, an extrapolation: with n workers each reads and pushes, but the chief applies once,
+# and the token queue's calls and stale PS variables' calls are not counted.
 COLLECTIVE_STEP_CPU_S = 1.4e-3
 COLLECTIVE_OP_CPU_S = 4.2e-4
 PS_CALL_CPU_S = 1.7e-3
@@ -390,6 +399,11 @@ class Paths:
         per_host = max(float(bytes_by_resource[index["sent", h, ""]] + bytes_by_resource[index["received", h, ""]])
                        for h in self.hosts)
         return max(spread, per_host) / c.stack_bytes_per_cpu_s
+
+    def through_cpus(self, bytes_by_resource: np.ndarray) -> float:
+        """The bytes of `bytes_by_resource` through the machine's CPUs (each byte between hosts
+        once sent, once received); 0 for hosts with CPUs of their own."""
+        return 0.0 if self.cpu_resource is None else float(bytes_by_resource[self.cpu_resource])
 
     @property
     def cpus(self) -> float | None:
@@ -674,6 +688,7 @@ class StepTime:
     all_resource: int
     pull_cpu: float = 0.0  # the reads' work on CPUs shared by the hosts (`Paths.cpu_seconds`), part of `pull`
     after_cpu: float = 0.0  # the pushes' and collectives' work on shared CPUs, part of `after`
+    cpu_work: float = 0.0  # every process's CPU work over CPUs the hosts share (`StepCost.cpu_work_s`)
 
     @property
     def critical(self) -> float:
@@ -772,41 +787,53 @@ class StepCost:
             worst = max(paths.ps_latency[p] for p in load.stale_ps)
             overlapped += 4 * (worst + c.message_latency_s * slower)
         critical = pull + compute + after + on_chief + latency + overhead
-        if paths.cpus is not None and paths.cpu_resource is not None:
-            work = self.cpu_work_s(alone, c) / paths.cpus  # every process's CPU work, over the CPUs
-            if work > overlapped:
-                overlapped, all_at = work, paths.cpu_resource
-        return StepTime(max(critical, overlapped), compute, pull, after, latency, overhead, overlapped, on_chief,
-                        pull_at, after_at, all_at, pull_cpu, after_cpu)
+        work = self.cpu_work_s(alone, c)
+        return StepTime(max(critical, overlapped, work), compute, pull, after, latency, overhead, overlapped,
+                        on_chief, pull_at, after_at, all_at, pull_cpu, after_cpu, work)
 
     def collective_ops(self) -> int:
         """The collective ops each worker runs a step: one per all-reduce group, three per sparse
         piece all-gathered (its counts, indices and values: runtime/kernels/allreduce_sync.py), and
-        the barriers of a mixed step (`_latency`)."""
-        load, n = self.load, self.paths.num_workers
-        if n == 1:
+        the barriers of a mixed step (`barriers`)."""
+        load = self.load
+        if self.paths.num_workers == 1:
             return 0
-        mixed = bool(load.sync_ps or load.stale_ps) and load.collectives > 0
-        barriers = (1 + (bool(load.sync_ps) and self.own_updates_barrier)) if mixed else 0
-        return len(load.dense_groups) + 3 * load.sparse_collectives + barriers
+        return len(load.dense_groups) + 3 * load.sparse_collectives + self.barriers()
+
+    def barriers(self) -> int:
+        """The collective barriers that order a step of several workers mixing PS variables and
+        collectives (runtime/kernels/step_order.py; not the PS token queues): one that ends the step
+        after every worker's PS work, and, with synchronous PS variables and an optimizer whose own
+        updates read state its finish changes (Adam), one after every worker's own updates (after
+        the all-reduces), which the chief's finish waits for (gradient_sync.py). 0 for any other step."""
+        load = self.load
+        if self.paths.num_workers == 1 or not (load.sync_ps or load.stale_ps) or load.collectives == 0:
+            return 0
+        return 1 + (bool(load.sync_ps) and self.own_updates_barrier)
 
     def cpu_work_s(self, alone: float, c: Coefficients) -> float:
-        """CPU seconds all of a step's processes spend, on hosts sharing one machine's CPUs: each
-        worker's compute (`alone`), its collectives (COLLECTIVE_STEP_CPU_S for having any,
+        """The seconds a step takes at least on hosts that share one machine's CPUs, however its
+        parts overlap (0 on hosts with CPUs of their own): every worker's CPU work over the CPUs,
+        that is its compute (`alone`), its collectives (COLLECTIVE_STEP_CPU_S for having any,
         COLLECTIVE_OP_CPU_S each), its call on each synchronous PS task (PS_CALL_CPU_S, the
         worker's and the task's) and each synchronous PS piece's read and update
-        (PS_SPARSE_PIECE_CPU_S, PS_DENSE_PIECE_CPU_S),
-        and the bytes between hosts at κ (`Paths.cpu_seconds`' bytes, every phase). A step takes at
-        least this over the CPUs however its parts overlap: at 1 Gbit/s a step of few bytes is
+        (PS_SPARSE_PIECE_CPU_S, PS_DENSE_PIECE_CPU_S), and the step's bytes between hosts at κ.
+        All of it over all the CPUs, the bytes' part too: a sum of CPU seconds over the CPUs is a
+        bound however the work is spread. That the bytes' part also runs on one CPU a host at most
+        (the busiest host's over its one CPU, an incast) is the other bound, `Paths.cpu_seconds` of
+        every byte, which `time` takes beside this one (the overlapped traffic's); adding the two
+        would count the compute on CPUs the stacks cannot use. At 1 Gbit/s a step of few bytes is
         this work (docs/cost-model.md, "ncf at 1 Gbit/s: the CPUs set the step")."""
         paths, load = self.paths, self.load
-        n, ops = paths.num_workers, self.collective_ops()
+        if paths.cpus is None:
+            return 0.0
+        ops = self.collective_ops()
         collectives = COLLECTIVE_STEP_CPU_S + ops * COLLECTIVE_OP_CPU_S if ops else 0.0
         sparse = load.sparse_sync_ps
-        ps_calls = (len(load.sync_ps) * PS_CALL_CPU_S + sparse * PS_SPARSE_PIECE_CPU_S
-                    + (sum(load.sync_ps.values()) - sparse) * PS_DENSE_PIECE_CPU_S)
-        stack = float(load.every[paths.cpu_resource]) / c.stack_bytes_per_cpu_s if paths.cpu_resource is not None else 0.0
-        return n * (alone + collectives + ps_calls) + stack
+        dense = sum(load.sync_ps.values()) - sparse
+        ps_calls = len(load.sync_ps) * PS_CALL_CPU_S + sparse * PS_SPARSE_PIECE_CPU_S + dense * PS_DENSE_PIECE_CPU_S
+        stack = paths.through_cpus(load.every) / c.stack_bytes_per_cpu_s
+        return (paths.num_workers * (alone + collectives + ps_calls) + stack) / paths.cpus
 
     def _latency(self, c: Coefficients) -> float:
         """The message latencies on the step's critical path."""
@@ -814,13 +841,10 @@ class StepCost:
         n = paths.num_workers
         collectives = load.collectives
         # a step of several workers mixing PS variables and collectives is ordered by collective
-        # barriers, not by the PS token queues (runtime/kernels/step_order.py), each a one-number
-        # all-gather of N-1 ring steps (Collectives.barrier): one that ends the step after every
-        # worker's PS work, and, with synchronous PS variables and an optimizer whose own updates
-        # read state its finish changes (Adam), one after every worker's own updates (after the
-        # all-reduces), which the chief's finish waits for (gradient_sync.py); without that one,
-        # the all-reduced updates run beside the end barrier
-        mixed = n > 1 and bool(load.sync_ps or load.stale_ps) and collectives > 0
+        # barriers (`barriers`), each a one-number all-gather of N-1 ring steps
+        # (Collectives.barrier); without the own-updates one, the all-reduced updates run beside
+        # the end barrier
+        mixed = self.barriers() > 0
         alpha = c.message_latency_s * paths.cpu_contention
         one_collective = 2 * (n - 1) * (paths.ring_latency + alpha) if n > 1 else 0.0
         barrier = (n - 1) * (paths.ring_latency + alpha) if mixed else 0.0
@@ -997,8 +1021,11 @@ def _busiest_path(paths: Paths, every: np.ndarray) -> int | None:
 
 
 def _bound(t: StepTime, paths: Paths, load: Load) -> str:
-    """What bounds the step: `compute`, the busiest resource of the largest transfer part and whose
-    traffic it carries, or latency and per-variable overhead."""
+    """What bounds the step: every process's CPU work on shared CPUs (`StepTime.cpu_work`), the
+    overlapped traffic's busiest resource, `compute`, the busiest resource of the largest transfer
+    part and whose traffic it carries, or latency and per-variable overhead."""
+    if t.cpu_work > max(t.critical, t.overlapped):
+        return "the machine's CPUs (every process's work)"
     if t.overlapped > t.critical:
         return f"network: {paths.names[t.all_resource]} (overlapped traffic)"
     parts = {

@@ -416,7 +416,6 @@ def test_a_one_host_ps_task_on_shared_cpus_costs_its_measured_call(shared_cpus, 
     c = BANDWIDTH_ONLY.model_copy(update={"ps_task_overhead_s": 0.002})
     net = network(spec, 1e18, local_bytes_per_s=1e18).model_copy(update={"shared_cpus": shared_cpus})
     assert step(strategy, profile(DENSE, 0.01), spec, net, c) == pytest.approx(0.01 + per_task)
-    assert ONE_HOST_TASK_CALL_S == pytest.approx(1.7e-3)
 
 
 def test_one_worker_pays_nothing_for_its_all_reduced_variables():
@@ -795,7 +794,7 @@ def test_a_ring_of_small_tensors_on_shared_cpus_takes_its_processes_cpu_work_ove
     worker_s = 0.001 + COLLECTIVE_STEP_CPU_S + 4 * COLLECTIVE_OP_CPU_S
     shared = predict(ring, prof, spec, _on_cpus(spec, 2), NO_STACK)
     assert shared.step_s == pytest.approx(hosts * worker_s / 2)
-    assert shared.bound == "network: the machine's CPUs (overlapped traffic)"
+    assert shared.bound == "the machine's CPUs (every process's work)"
     alone = predict(ring, prof, spec, network(spec, B), NO_STACK)
     assert alone.step_s < 0.0011
 

@@ -278,3 +278,38 @@ def test_hosts_with_cpus_of_their_own_are_priced_as_before_the_shared_cpu_terms(
     strategy = build_strategy(builder, graph, spec)
     assert step(strategy, profile(graph, 0.01, {"emb": 200}), spec, net) == pytest.approx(
         REAL_CLUSTER_STEPS[builder, hosts], rel=1e-12)
+
+
+# The real clusters REAL_CLUSTER_STEPS leaves out, each plan's step with the same graph, profile and
+# links but a local path of latency: a one-worker host (10.0.0.1 alone, local 0.2 ms) and 2 hosts
+# whose local path is slower than the path between them (local 0.3 ms, remote 0.1 ms). The
+# shared-CPU terms leave them alone too; they are priced differently from 8087ae6 on purpose, by
+# what the runtime's messages are: one worker's PS step pays 4 one-way messages, not 6 (no token
+# or release: gradient_sync.py; 8087ae6 − 2·(0.2 + α) ms), and a PS task waits for its farthest
+# worker's path, the local one only when all its workers are local (`_farthest_worker_latency`;
+# PS at 2 hosts: 8087ae6's 6 messages at 0.3 ms → at 0.1 ms).
+ONE_WORKER_AND_SLOW_LOCAL_STEPS = {
+    ("PS", 1): 0.013700009035200002,  # 8087ae6: 0.0143000090352
+    ("PartitionedPS", 1): 0.0126500080352,  # 8087ae6: 0.0132500080352
+    ("Parallax", 1): 0.011950000027200001,  # 8087ae6: 0.0125500000272
+    ("AllReduce", 1): 0.01,
+    ("PS", 2): 0.4314184000168,  # 8087ae6: 0.4326184000168
+    ("PartitionedPS", 2): 0.34866368,  # 8087ae6: 0.34952079999999996
+    ("Parallax", 2): 0.35110152001279993,  # 8087ae6: 0.3517015200128
+    ("AllReduce", 2): 0.34968216,
+}
+
+
+@pytest.mark.parametrize("builder, hosts", sorted(ONE_WORKER_AND_SLOW_LOCAL_STEPS))
+def test_a_one_worker_host_and_a_slow_local_path_are_priced_by_the_runtimes_messages(builder, hosts):
+    """REAL_CLUSTER_STEPS' graph and links on 1 host (local 0.2 ms) and on 2 hosts (local 0.3 ms,
+    above the 0.1 ms between hosts): each builder's step as recorded (ONE_WORKER_AND_SLOW_LOCAL_STEPS)."""
+    w, b, emb = var("w", [1000, 1000]), var("b", [1000]), var("emb", [50_000, 16], grad="sparse")
+    graph = GraphItem(variables=[w, b, emb], batch_size=64)
+    spec = hosts_spec(hosts)
+    net = network(spec, B, latency_s=1e-4, local_latency_s=2e-4 if hosts == 1 else 3e-4, burst_bytes=65536,
+                  queue_bytes=600_000)
+    assert net.shared_cpus is None
+    strategy = build_strategy(builder, graph, spec)
+    assert step(strategy, profile(graph, 0.01, {"emb": 200}), spec, net) == pytest.approx(
+        ONE_WORKER_AND_SLOW_LOCAL_STEPS[builder, hosts], rel=1e-12)
