@@ -257,9 +257,25 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+AUTOGROUP = Path("/proc/sys/kernel/sched_autogroup_enabled")
+
+
 def _machine() -> dict[str, str]:
     return {"arch": platform.machine(), "cpus": str(os.cpu_count()), "kernel": platform.release(),
-            "load average at start": _load_average()}
+            "scheduler autogroups": scheduler_autogroups(AUTOGROUP), "load average at start": _load_average()}
+
+
+def scheduler_autogroups(setting: Path) -> str:
+    """Whether the kernel groups each session's processes for the scheduler ("on", "off", "absent").
+
+    With autogroups on, `nice` ranks threads only within their session's group: a niced job of another
+    session still takes about an equal share of the CPUs from a benchmark (measured: a one-host PS run
+    got 1.0 CPU beside one against 1.46 alone; docs/performance.md, "The one-host PS step"). Recorded
+    so a result says whether the machine's other work could crowd it."""
+    try:
+        return "on" if setting.read_text().strip() == "1" else "off"
+    except OSError:
+        return "absent"
 
 
 def _load_average() -> str:

@@ -20,6 +20,7 @@ from bench.cluster.run import (
     matrix,
     run_lengths,
     schedule,
+    scheduler_autogroups,
     with_given_plans,
     with_runtimes,
 )
@@ -224,3 +225,11 @@ def test_the_report_goes_beside_the_results_unless_none_are_named(tmp_path):
     assert default_markdown(None, tf2=False) == REPO / "bench" / "RESULTS-cluster.md"
     assert default_markdown(None, tf2=True) == REPO / "bench" / "RESULTS-cluster-tf2.md"
     assert default_markdown(None, quick=True) == REPO / "bench" / "RESULTS-cluster-quick.md"
+
+
+@pytest.mark.parametrize(("content", "expected"), [("1\n", "on"), ("0\n", "off"), (None, "absent")])
+def test_the_machine_facts_say_whether_the_scheduler_groups_sessions(content, expected, tmp_path):
+    setting = tmp_path / "sched_autogroup_enabled"
+    if content is not None:
+        setting.write_text(content)
+    assert scheduler_autogroups(setting) == expected
