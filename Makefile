@@ -45,7 +45,7 @@ test-full: $(STAMP)
 	$(PYTEST) tests
 
 bench: $(STAMP)
-	$(BIN)/python bench/strategies.py
+	$(BIN)/python -m bench.strategies
 
 $(BENCH_STAMP): $(STAMP)
 	$(BIN)/pip install --quiet -e ".[test,keras2,bench]"

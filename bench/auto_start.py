@@ -17,7 +17,7 @@ the baseline's of the same round; the medians are reported. Absolute seconds are
 2-core machine, TensorFlow's import dominates); the differences are the figure. Writes JSON to
 bench/results/auto_start.json and a markdown table to bench/RESULTS-auto-start.md.
 
-    .venv/bin/python bench/auto_start.py [--rounds 3] [--example embedding.py ...]
+    .venv/bin/python -m bench.auto_start [--rounds 3] [--example embedding.py ...]
 """
 
 from __future__ import annotations
@@ -34,10 +34,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bench.paths import BENCH, EXAMPLES_DIR, REPO, RESULTS_DIR
+
 if TYPE_CHECKING:
     from adrun.spec import ClusterSpec
 
-REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = {"embedding.py": ["--steps", "60"], "linear_regression.py": ["--steps", "60"],
             "keras_embedding.py": ["--steps", "60"]}
 FIRST_GOAL_S, REPEAT_GOAL_S = 10.0, 1.0
@@ -47,7 +48,7 @@ def start(script: str, args: list[str], records: Path, home: Path, strategy: lis
     """Wall seconds of one `adrun --dry-run` start."""
     env = {**os.environ, "ADRUN_RECORDS": str(records), "ADRUN_HOME": str(home)}
     began = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "adrun", "--dry-run", *strategy, str(REPO / "examples" / script),
+    proc = subprocess.run([sys.executable, "-m", "adrun", "--dry-run", *strategy, str(EXAMPLES_DIR / script),
                            *args], capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
     wall = time.monotonic() - began
     if proc.returncode != 0:
@@ -87,7 +88,7 @@ def planning_beyond_capture(script: str, args: list[str], rounds: int, home: Pat
     from adrun.records.store import open_records
     from adrun.spec import default_local_spec
 
-    spec, path = spec or default_local_spec(), REPO / "examples" / script
+    spec, path = spec or default_local_spec(), EXAMPLES_DIR / script
     known_at: list[float] = []  # when the graph became known, per plan
     real_graph, real_capture = capture_run.CaptureThenProfile.graph, gathering.capture
 
@@ -132,7 +133,7 @@ def main() -> None:
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     out = {"when": when, "host": platform.node(), "cpus": os.cpu_count(), "load_1m": os.getloadavg()[0],
            "goals_s": {"first": FIRST_GOAL_S, "repeat": REPEAT_GOAL_S}, "results": results}
-    (REPO / "bench" / "results" / "auto_start.json").write_text(json.dumps(out, indent=2) + "\n")
+    (RESULTS_DIR / "auto_start.json").write_text(json.dumps(out, indent=2) + "\n")
     lines = [
         f"# Auto as the default: what it adds to a start ({when})",
         "",
@@ -163,7 +164,7 @@ def main() -> None:
         p = r["planning_beyond_capture"]
         lines.append(f"| {r['script']} | {p['baseline_median_s']:.3f} s | {p['first_median_s']:.1f} s "
                      f"| {p['repeat_median_s']:.3f} s |")
-    (REPO / "bench" / "RESULTS-auto-start.md").write_text("\n".join(lines) + "\n")
+    (BENCH / "RESULTS-auto-start.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

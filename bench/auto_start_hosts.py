@@ -22,10 +22,11 @@ from pathlib import Path
 from adrun.spec import load_spec
 from bench.auto_start import EXAMPLES, planning_beyond_capture
 from bench.cluster.network import write_adrun_spec
+from bench.paths import RESULTS_DIR
 from bench.results_log import append_entry
 from tests.cluster.netns import NetnsCluster
 
-OUT = Path(__file__).resolve().parent / "results" / "auto_start_hosts.json"
+OUT = RESULTS_DIR / "auto_start_hosts.json"
 
 
 def main() -> None:

@@ -65,9 +65,8 @@ from .cluster.analysis import Summary, summarize
 from .cluster.results import BenchResults, Profile, RunConfig
 from .cluster.tf2 import script_args
 from .cluster.touched_rows import distinct_rows
+from .paths import BENCH, PLANS_DIR, REPO, RESULTS_DIR, WORKLOADS_DIR
 
-REPO = Path(__file__).resolve().parent.parent
-WORKLOADS = REPO / "bench" / "workloads"
 # The host's local path (worker <-> PS task over loopback): a one-worker step whose 16 MB variable
 # lives on the PS, read and its gradient pushed back (33 MB a step), took 15.4-16.4 ms of CPU (worker
 # and PS task, one after the other on the step's path) beyond the same step with an 8 x 8 variable:
@@ -81,7 +80,6 @@ MEASURE_STEPS, MEASURE_WARMUP = 40, 10
 SLICES = 16  # slices of a sparse variable's rows whose touched rows are counted (RowsTouched.by_range)
 
 Group = tuple[str, str, int]  # (workload, profile, hosts)
-PLANS = REPO / "bench" / "results" / "plans"
 LINK_PLANNED = ("Auto",)  # builders whose plan depends on the link: read from --plans, not replanned
 # PS and PSLoadBalancing cut a large dense variable into chunks since this commit (strategies/ps.py,
 # runtime/kernels/ps_prefetch.py); their runs measured at a commit without it ran it whole
@@ -128,9 +126,9 @@ def measured_compute_s(workload: str) -> float:
     with tempfile.TemporaryDirectory(prefix="cost-model-check-") as tmp:
         out = Path(tmp) / "w.json"
         script, *args = script_args(workload)
-        subprocess.run([sys.executable, str(WORKLOADS / script), *args, "--steps", str(MEASURE_STEPS),
+        subprocess.run([sys.executable, str(WORKLOADS_DIR / script), *args, "--steps", str(MEASURE_STEPS),
                         "--warmup", str(MEASURE_WARMUP), "--result-file", str(out)],
-                       cwd=WORKLOADS, check=True, capture_output=True)
+                       cwd=WORKLOADS_DIR, check=True, capture_output=True)
         return 1 / json.loads(out.read_text())["steps_per_s"]
 
 
@@ -142,9 +140,9 @@ def model_profile(workload: str, item: GraphItem, hosts: int, compute_s: float) 
         v.model_copy(update={"sync": None, "partition": Partition(axis=0, shards=[AllReduceSync(group=0)] * SLICES)})
         if v.grad == "sparse" and v.shape[0] >= SLICES else v
         for v in whole.variables]})
-    by_slice = distinct_rows(WORKLOADS, workload, sliced)
+    by_slice = distinct_rows(WORKLOADS_DIR, workload, sliced)
     rows = {}
-    for name, counts in distinct_rows(WORKLOADS, workload, whole).items():
+    for name, counts in distinct_rows(WORKLOADS_DIR, workload, whole).items():
         slices = [by_slice.get(f"{name}/part_{i}") for i in range(SLICES)]
         rows[name] = RowsTouched(mean=statistics.mean(counts), max=max(counts),
                                  by_range=[statistics.mean(c) for c in slices] if all(slices) else [])
@@ -176,12 +174,12 @@ def mean_error(predicted_step: list[float], measured_step: list[float]) -> float
 @click.option("--compute-from", "compute_from", multiple=True, metavar="FILE=ONE_HOST_FILE",
               help="the groups of results FILE take their compute time from ONE_HOST_FILE's 1-host AllReduce run "
                    "when FILE has none (both among the results; repeatable)")
-@click.option("--plans", "plans_dir", type=click.Path(file_okay=False, path_type=Path), default=PLANS, show_default=True,
+@click.option("--plans", "plans_dir", type=click.Path(file_okay=False, path_type=Path), default=PLANS_DIR, show_default=True,
               help="the strategy documents the runs of link-planned builders (Auto) used: "
                    "PLANS/<results file's stem>/WORKLOAD-HOSTS-PROFILE-Auto.yml, as bench/cluster/launch.py names them")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=REPO / "bench/results/cost-model-check.json",
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=RESULTS_DIR / "cost-model-check.json",
               show_default=True)
-@click.option("--markdown", type=click.Path(dir_okay=False, path_type=Path), default=REPO / "bench/COST-MODEL-CHECK.md",
+@click.option("--markdown", type=click.Path(dir_okay=False, path_type=Path), default=BENCH / "COST-MODEL-CHECK.md",
               show_default=True)
 def main(results: tuple[Path, ...], compute_given: tuple[str, ...], compute_from: tuple[str, ...], plans_dir: Path,
          out: Path, markdown: Path) -> None:
@@ -203,7 +201,7 @@ def main(results: tuple[Path, ...], compute_given: tuple[str, ...], compute_from
         if workload not in items:
             click.echo(f"cost-model-check: capturing {workload}")
             script, *args = script_args(workload)  # a Keras workload: keras_fit.py --model M, captured in TF2 mode
-            items[workload] = capture_graph(WORKLOADS / script, [*args, "--steps", "2", "--warmup", "1"], 1,
+            items[workload] = capture_graph(WORKLOADS_DIR / script, [*args, "--steps", "2", "--warmup", "1"], 1,
                                             f"cost-model-check-{workload}")
         own = sources[group] if (sources[group], workload) in one_host else companions.get(sources[group])
         rate = one_host.get((own, workload)) if own is not None else None

@@ -16,8 +16,8 @@ TF2 mode is measured the same way with a Keras 3 workload, bench/workloads/keras
 (the dense model's `model.fit`): under adrun its optimizer applies go through TF2 mode's hook, with one
 worker nothing to reduce (docs/performance.md, "TF2 mode").
 
-    .venv/bin/python bench/hook_overhead.py [--rounds 5] [--steps 600] [--warmup 100] [--out FILE]
-    .venv/bin/python bench/hook_overhead.py --script bench/workloads/keras_fit.py --model dense --steps 200 --warmup 20 \
+    .venv/bin/python -m bench.hook_overhead [--rounds 5] [--steps 600] [--warmup 100] [--out FILE]
+    .venv/bin/python -m bench.hook_overhead --script bench/workloads/keras_fit.py --model dense --steps 200 --warmup 20 \
         --out bench/results/hook_overhead_tf2.json
 """
 
@@ -36,7 +36,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-REPO = Path(__file__).resolve().parent.parent
+from bench.paths import BENCH, REPO, WORKLOADS_DIR
+
 SPEC = "version: 1\nnodes:\n  - address: localhost\n    workers: 1\n    ps: 0\n"
 
 
@@ -99,10 +100,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="runs of each side (at least 5 for a median)")
     parser.add_argument("--steps", type=int, default=600, help="timed steps per run")
     parser.add_argument("--warmup", type=int, default=100, help="untimed steps first")
-    parser.add_argument("--script", type=Path, default=REPO / "bench" / "workloads" / "sparse.py",
+    parser.add_argument("--script", type=Path, default=WORKLOADS_DIR / "sparse.py",
                         help="a workload script of bench/workloads (it writes --result-file)")
     parser.add_argument("--model", help="the model of bench/workloads/keras_fit.py (dense, sparse, ncf, transformer)")
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "hook_overhead.json")
+    parser.add_argument("--out", type=Path, default=BENCH / "hook_overhead.json")
     args = parser.parse_args()
     if args.rounds < 1 or args.steps < 1 or args.warmup < 0:
         parser.error("--rounds and --steps must be at least 1, --warmup at least 0")

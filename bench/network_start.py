@@ -26,10 +26,11 @@ from adrun.launch.nodes import network_facts as network_facts_module
 from adrun.spec import load_spec
 from bench.cluster.network import write_adrun_spec
 from bench.cost_model_check import PAYLOAD_SHARE
+from bench.paths import RESULTS_DIR
 from bench.results_log import append_entry
 from tests.cluster.netns import NetnsCluster, bucket_bytes, queue_bytes
 
-OUT = Path(__file__).resolve().parent / "results" / "network_start.json"
+OUT = RESULTS_DIR / "network_start.json"
 
 
 def error(measured: float, truth: float) -> float:

@@ -7,7 +7,7 @@ and writes markdown tables: wall time, the machine's load average when it starte
 in trials (their jobs' own wall times, from the report), how many strategies were compared and the
 recommendation.
 
-    .venv/bin/python bench/profile_time.py [--trials K --trial-steps N] [--out bench/RESULTS-profile.md]
+    .venv/bin/python -m bench.profile_time [--trials K --trial-steps N] [--out bench/RESULTS-profile.md]
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ import time
 from pathlib import Path
 
 from adrun.profile.report import ProfileReport
-
-REPO = Path(__file__).resolve().parent.parent
+from bench.paths import BENCH, EXAMPLES_DIR, REPO
 
 EXAMPLES = ["embedding.py", "linear_regression.py", "keras_cnn.py"]
 GOAL_S = 60.0
@@ -33,7 +32,7 @@ def profile_once(example: str, trial_args: list[str]) -> tuple[float, float, Pro
     load = os.getloadavg()[0]
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "adrun", "profile", "--no-record", "--json", *trial_args,
-                           str(REPO / "examples" / example)], capture_output=True, text=True, cwd=REPO, timeout=1800)
+                           str(EXAMPLES_DIR / example)], capture_output=True, text=True, cwd=REPO, timeout=1800)
     wall = time.monotonic() - started
     if proc.returncode != 0:
         raise SystemExit(f"adrun profile {example} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
@@ -53,7 +52,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, help="also run the K best-predicted plans")
     parser.add_argument("--trial-steps", type=int, default=30)
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "RESULTS-profile.md")
+    parser.add_argument("--out", type=Path, default=BENCH / "RESULTS-profile.md")
     args = parser.parse_args()
     passes = [[]] + ([["--trials", str(args.trials), "--trial-steps", str(args.trial_steps)]] if args.trials else [])
     lines = [

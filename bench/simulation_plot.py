@@ -37,7 +37,6 @@ from adrun.strategies.planning_facts import PlanningFacts
 
 from .cost_model_check import (
     LINK_PLANNED,
-    WORKLOADS,
     cluster_spec,
     link_planned,
     machine_cpus,
@@ -45,8 +44,7 @@ from .cost_model_check import (
     model_profile,
     network_facts,
 )
-
-REPO = Path(__file__).resolve().parent.parent
+from .paths import PLANS_DIR, WORKLOADS_DIR
 
 
 @click.command(help=__doc__.split("\n\n")[0])
@@ -60,11 +58,11 @@ REPO = Path(__file__).resolve().parent.parent
 def main(workload: str, results: tuple[Path, ...], profile_name: str, host_text: str, compute_s: float | None,
          out: Path) -> None:
     measured, profiles = measured_rates(results)
-    plans = link_planned(results, REPO / "bench" / "results" / "plans")
+    plans = link_planned(results, PLANS_DIR)
     ours = {hosts: configs for (w, p, hosts), configs in measured.items() if w == workload and p == profile_name}
     if not ours:
         raise click.UsageError(f"no run of {workload} on {profile_name} in the result files")
-    item = capture_graph(WORKLOADS / f"{workload}.py", ["--steps", "2", "--warmup", "1"], 1, f"simulation-{workload}")
+    item = capture_graph(WORKLOADS_DIR / f"{workload}.py", ["--steps", "2", "--warmup", "1"], 1, f"simulation-{workload}")
     if compute_s is None:
         one = [rate for c, rate in ours.get(1, {}).items() if c.system == "AllReduce" and not c.options]
         if not one:

@@ -5,7 +5,7 @@ and reads the job's result (the JobReport, not the terminal table): cluster step
 the all-reduce payload per step. Writes a markdown table (default bench/RESULTS.md). Numbers from a shared 2-core machine are indicative only: compare rows of one
 run, not runs of different days.
 
-    .venv/bin/python bench/strategies.py [--steps 300] [--out bench/RESULTS.md]
+    .venv/bin/python -m bench.strategies [--steps 300] [--out bench/RESULTS.md]
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from adrun.launch.job.report import JobReport
-
-REPO = Path(__file__).resolve().parent.parent
+from bench.paths import BENCH, EXAMPLES_DIR, REPO
 
 
 @dataclass(frozen=True)
@@ -71,7 +70,7 @@ def run_case(case: Case, spec: Path, steps: int) -> dict[str, str]:
     started = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "adrun", "--spec", str(spec), "--strategy", case.strategy, *opts, "--quiet",
-         "--result-json", str(result), str(REPO / "examples" / case.script), "--steps", str(steps)],
+         "--result-json", str(result), str(EXAMPLES_DIR / case.script), "--steps", str(steps)],
         capture_output=True, text=True, cwd=REPO, timeout=900,
     )
     report = JobReport.model_validate_json(result.read_text()) if result.exists() else None
@@ -91,7 +90,7 @@ def run_case(case: Case, spec: Path, steps: int) -> dict[str, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "RESULTS.md")
+    parser.add_argument("--out", type=Path, default=BENCH / "RESULTS.md")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         spec = Path(tmp) / "cluster.yml"

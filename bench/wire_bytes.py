@@ -9,7 +9,7 @@ adrun made and the distinct rows each worker's batches touch per step (bench/clu
 from the workload's own data). bench/cluster measures the same figure inside its matrix; this is
 the one-strategy version.
 
-    sudo .venv/bin/python bench/wire_bytes.py [--strategy PSLoadBalancing] [--steps 60 160] [--json out.json]
+    sudo .venv/bin/python -m bench.wire_bytes [--strategy PSLoadBalancing] [--steps 60 160] [--json out.json]
 
 Prints one row per host: measured and bound bytes per step, sent and received, and their ratio.
 """
@@ -23,17 +23,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from adrun.spec import load_spec
+from adrun.strategies.document import load_strategy
+from adrun.strategies.wire_bound import lower_bound
+from bench.cluster.touched_rows import distinct_rows
+from bench.paths import REPO, WORKLOADS_DIR
+from tests.cluster.netns import NetnsCluster, NetnsHost, missing_requirements
 
-from adrun.spec import load_spec  # noqa: E402
-from adrun.strategies.document import load_strategy  # noqa: E402
-from adrun.strategies.wire_bound import lower_bound  # noqa: E402
-from bench.cluster.touched_rows import distinct_rows  # noqa: E402
-from tests.cluster.netns import NetnsCluster, NetnsHost, missing_requirements  # noqa: E402
-
-WORKLOADS = REPO / "bench" / "workloads"
-SCRIPT = WORKLOADS / "sparse.py"
+SCRIPT = WORKLOADS_DIR / "sparse.py"
 WARMUP = 5  # the workload's untimed steps; the byte counters cover the whole run anyway
 RUN_TIMEOUT_S = 1800
 
@@ -94,7 +91,7 @@ def main() -> None:
             after = {h.address: interface_bytes(h) for h in cluster.hosts}
             traffic[steps] = {a: (after[a][0] - before[a][0], after[a][1] - before[a][1]) for a in after}
         strategy, spec = load_strategy(plan_path), load_spec(spec_path)
-    bound = lower_bound(strategy, distinct_rows(WORKLOADS, "sparse", strategy), spec)
+    bound = lower_bound(strategy, distinct_rows(WORKLOADS_DIR, "sparse", strategy), spec)
     rows = []
     for host in traffic[long]:
         sent, received = (

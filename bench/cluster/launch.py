@@ -25,6 +25,7 @@ from adrun.strategies import build_strategy
 from adrun.strategies.document import dump_strategy
 from tests.cluster.netns import NetnsCluster
 
+from ..paths import PEERS_DIR
 from .network import read_counters, write_adrun_spec
 from .results import EXCEPTION_LINE, PEER_TF_MWMS, PEER_TF_PS, HostBytes, RunConfig, RunResult, WorkerResult
 from .tf2 import TF2_PEERS, script_args
@@ -161,7 +162,7 @@ class Launcher:
     # -- peers ------------------------------------------------------------------------------------
     def _run_peer(self, config: RunConfig, steps: int, warmup: int, run_dir: Path) -> tuple[int, str]:
         hosts = self.cluster.hosts[:config.hosts]
-        peer = str(self.repo / "bench" / "peers" / f"{config.system}.py")
+        peer = str(PEERS_DIR / f"{config.system}.py")
         # a peer takes the workload by name instead of its script, then the workload's own flags
         common = ["--workload", config.workload, *self.run_args(steps, warmup, run_dir / "results")]
         workers: list[list[str]] = []

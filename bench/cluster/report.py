@@ -15,10 +15,9 @@ from pathlib import Path
 
 import click
 
+from ..paths import BENCH
 from .analysis import Goal, Summary, best, goals, groups, ratio, scaling_points, summarize
 from .results import BenchResults, load_results
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _num(value: float | None, fmt: str = ",.0f") -> str:
@@ -244,7 +243,7 @@ def default_markdown(json_path: Path | None, tf2: bool = False, quick: bool = Fa
     if json_path is not None:
         return json_path.with_suffix(".md")
     name = "RESULTS-cluster-quick.md" if quick else "RESULTS-cluster-tf2.md" if tf2 else "RESULTS-cluster.md"
-    return REPO / "bench" / name
+    return BENCH / name
 
 
 @click.command()

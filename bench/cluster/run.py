@@ -43,6 +43,7 @@ from adrun.spec import load_spec
 from adrun.strategies.document import load_strategy
 from tests.cluster.netns import NetnsCluster, missing_requirements
 
+from ..paths import PEERS_DIR, REPO, RESULTS_DIR, WORKLOADS_DIR
 from .estimate import estimate, load_history
 from .launch import Launcher
 from .lower_bound import lower_bound
@@ -53,7 +54,6 @@ from .tf2_report import write_tf2_report
 from .tf2 import GRAPH_TWINS, TF2_PEERS, TF2_WORKLOADS, script_args
 from .touched_rows import distinct_rows
 
-REPO = Path(__file__).resolve().parents[2]
 BUILDERS = ("PS", "PSLoadBalancing", "PartitionedPS", "UnevenPartitionedPS", "AllReduce", "PartitionedAR", "Parallax",
             "Auto")
 # builder options worth a row of their own, by --variants (none is in the default matrix: the quick
@@ -291,10 +291,9 @@ def _versions() -> dict[str, str]:
 def hook_overhead(scratch: Path) -> HookOverhead:
     """The hook's single-process overhead from bench/hook_overhead.py (its `--out` JSON's
     `medians`), or a labelled gap when it fails."""
-    script = REPO / "bench" / "hook_overhead.py"
     out = scratch / "hook_overhead.json"
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, str(script), "--out", str(out)], capture_output=True, text=True, cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "bench.hook_overhead", "--out", str(out)], capture_output=True, text=True, cwd=REPO,
                           stdin=subprocess.DEVNULL)
     if proc.returncode != 0 or not out.exists():
         return HookOverhead(source=f"GAP: bench/hook_overhead.py exited {proc.returncode}: {proc.stderr[-300:]}",
@@ -334,7 +333,7 @@ def hook_overhead(scratch: Path) -> HookOverhead:
 @click.option("--hook-overhead/--no-hook-overhead", "measure_hook", default=None,
               help="Also run bench/hook_overhead.py [default: yes; --quick: no].")
 @click.option("--timeout", type=click.FloatRange(min=10), default=1800, show_default=True, help="Seconds before a run is stopped.")
-@click.option("--workloads-dir", type=click.Path(file_okay=False, path_type=Path), default=REPO / "bench" / "workloads",
+@click.option("--workloads-dir", type=click.Path(file_okay=False, path_type=Path), default=WORKLOADS_DIR,
               show_default=True, help="Where the workload scripts are.")
 @click.option("--extra-args", default="", help="Appended to every workload's arguments, e.g. '--vocab 1000' for tiny runs.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -352,7 +351,7 @@ def main(quick: bool, tf2: bool, workloads: str | None, profiles: str | None, ho
     workload at 1 and 4 hosts); with any of them, their product."""
     measure_hook = not quick if measure_hook is None else measure_hook
     markdown = markdown or default_markdown(out, tf2, quick)
-    out = out or REPO / "bench" / "results" / ("cluster-quick.json" if quick else "cluster-tf2bench.json" if tf2 else "cluster.json")
+    out = out or RESULTS_DIR / ("cluster-quick.json" if quick else "cluster-tf2bench.json" if tf2 else "cluster.json")
     try:
         blocks = chosen_blocks(quick, workloads, profiles, host_counts, builders, peers, tf2)
     except ValueError:
@@ -375,7 +374,7 @@ def main(quick: bool, tf2: bool, workloads: str | None, profiles: str | None, ho
     counts = chosen["hosts"]
     if not counts or counts[0] < 1 or counts[-1] > 16:
         _fail(f"--hosts {host_counts!r}: each count must be 1..16")
-    for path in [workloads_dir / script_args(w)[0] for w in chosen["workloads"]] + [REPO / "bench" / "peers" / f"{p}.py" for p in chosen["peers"]]:
+    for path in [workloads_dir / script_args(w)[0] for w in chosen["workloads"]] + [PEERS_DIR / f"{p}.py" for p in chosen["peers"]]:
         if not path.is_file():
             _fail(f"{path} not found")
 
@@ -390,7 +389,7 @@ def main(quick: bool, tf2: bool, workloads: str | None, profiles: str | None, ho
         _fail("matplotlib is missing: install the bench extra (.venv/bin/pip install -e '.[bench]')")
     configs = with_runtimes(with_given_plans(matrix(blocks, chosen_variants), blocks, given_plans), runtimes)
     order = schedule(configs, reps, lengths)
-    guess = estimate([(c, n) for _, c, n, _ in order], load_history((REPO / "bench" / "results").glob("*.json")), measure_hook)
+    guess = estimate([(c, n) for _, c, n, _ in order], load_history(RESULTS_DIR.glob("*.json")), measure_hook)
     click.echo(f"bench-cluster: {len(configs)} configurations × {reps} repetitions = {len(order)} runs on up to "
                f"{counts[-1]} hosts; results -> {out}")
     click.echo(f"bench-cluster: estimated {guess.seconds / 3600:.1f} h ({guess.seconds / 60:.0f} min) from the wall times "

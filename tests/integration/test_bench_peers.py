@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.support.bench_workloads import PEERS_DIR, TINY, check_result_file, load_workload_module, tiny_batch_size, tiny_model
+from bench.paths import PEERS_DIR
+from tests.support.bench_workloads import TINY, check_result_file, load_workload_module, tiny_batch_size, tiny_model
 from tests.support.paths import REPO
 from tests.support.ports import free_ports
 

@@ -15,7 +15,8 @@ import sys
 import pytest
 
 from adrun.launch.job.teardown import leftover_processes
-from tests.support.bench_workloads import PEERS_DIR, TINY, WORKLOADS_DIR, check_result_file, tiny_batch_size
+from bench.paths import PEERS_DIR, WORKLOADS_DIR
+from tests.support.bench_workloads import TINY, check_result_file, tiny_batch_size
 from tests.support.adrun_cli import run_adrun
 from tests.support.paths import REPO
 

@@ -8,8 +8,9 @@ import sys
 import pytest
 
 from adrun.launch.job.teardown import leftover_processes
+from bench.paths import WORKLOADS_DIR
 from tests.support.adrun_cli import run_adrun
-from tests.support.bench_workloads import TINY, WORKLOADS_DIR, check_result_file, tiny_batch_size
+from tests.support.bench_workloads import TINY, check_result_file, tiny_batch_size
 from tests.support.paths import REPO
 
 pytestmark = [pytest.mark.integration, pytest.mark.full]  # the benchmark's pieces: make test-full

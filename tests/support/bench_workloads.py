@@ -7,10 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from tests.support.paths import REPO
-
-WORKLOADS_DIR = REPO / "bench" / "workloads"
-PEERS_DIR = REPO / "bench" / "peers"
+from bench.paths import WORKLOADS_DIR
 
 # size flags of a model small enough for a test run (the defaults are the benchmark's sizes)
 TINY = {

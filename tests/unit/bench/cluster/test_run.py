@@ -13,7 +13,6 @@ from bench.cluster.run import (
     Block,
     _given_plans,
     _runtimes,
-    REPO,
     chosen_blocks,
     default_markdown,
     kept_plan,
@@ -24,6 +23,7 @@ from bench.cluster.run import (
     with_given_plans,
     with_runtimes,
 )
+from tests.support.paths import REPO
 
 
 def block(workloads=("sparse",), profiles=("commodity",), hosts=(2,), builders=(), peers=()) -> Block:

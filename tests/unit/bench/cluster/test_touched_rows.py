@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from adrun.strategies.document import Partition, PSSync, Strategy, VariablePlan
 from bench.cluster.touched_rows import distinct_rows
-from tests.support.paths import REPO
-
-WORKLOADS = REPO / "bench" / "workloads"
+from bench.paths import WORKLOADS_DIR
 
 
 def _plan(variables: list[VariablePlan]) -> Strategy:
@@ -21,8 +19,8 @@ def _sparse(name: str, rows: int, shards: int = 1) -> VariablePlan:
 
 
 def test_zipf_bags_touch_fewer_rows_than_lookups_and_shards_add_up():
-    whole = distinct_rows(WORKLOADS, "sparse", _plan([_sparse("embedding", 200_000)]))
-    split = distinct_rows(WORKLOADS, "sparse", _plan([_sparse("embedding", 200_000, shards=3)]))
+    whole = distinct_rows(WORKLOADS_DIR, "sparse", _plan([_sparse("embedding", 200_000)]))
+    split = distinct_rows(WORKLOADS_DIR, "sparse", _plan([_sparse("embedding", 200_000, shards=3)]))
     lookups = 128 * 20
     assert set(whole) == {"embedding"} and set(split) == {f"embedding/part_{i}" for i in range(3)}
     for worker in (0, 1):
@@ -34,7 +32,7 @@ def test_zipf_bags_touch_fewer_rows_than_lookups_and_shards_add_up():
 
 
 def test_ncf_uniform_users_and_zipf_items():
-    rows = distinct_rows(WORKLOADS, "ncf", _plan([_sparse("user_embedding", 100_000), _sparse("item_embedding", 20_000)]))
+    rows = distinct_rows(WORKLOADS_DIR, "ncf", _plan([_sparse("user_embedding", 100_000), _sparse("item_embedding", 20_000)]))
     batch = 256
     for worker in (0, 1):
         assert batch - 5 <= rows["user_embedding"][worker] <= batch  # uniform over 100,000: rarely a repeat
@@ -42,12 +40,12 @@ def test_ncf_uniform_users_and_zipf_items():
 
 
 def test_dense_workload_has_no_sparse_rows():
-    assert distinct_rows(WORKLOADS, "dense", _plan([_sparse("embedding", 10)])) == {}
+    assert distinct_rows(WORKLOADS_DIR, "dense", _plan([_sparse("embedding", 10)])) == {}
 
 
 def test_embed_touches_nearly_every_lookup_and_even_shards():
-    whole = distinct_rows(WORKLOADS, "embed", _plan([_sparse("embedding", 1_000_000)]))
-    split = distinct_rows(WORKLOADS, "embed", _plan([_sparse("embedding", 1_000_000, shards=4)]))
+    whole = distinct_rows(WORKLOADS_DIR, "embed", _plan([_sparse("embedding", 1_000_000)]))
+    split = distinct_rows(WORKLOADS_DIR, "embed", _plan([_sparse("embedding", 1_000_000, shards=4)]))
     lookups = 256 * 32
     for worker in (0, 1):
         # uniform ids over a million rows: about lookups * (1 - lookups / 2e6) distinct, 8,159 here
@@ -59,12 +57,12 @@ def test_embed_touches_nearly_every_lookup_and_even_shards():
 def test_keras_workloads_touch_the_rows_of_their_graph_twins():
     """A Keras workload's embedding has Keras's variable name (as TF2 mode's plans give it) and the
     graph-mode twin's data, so the same rows; the transformer reads every token of its sequences."""
-    twin = distinct_rows(WORKLOADS, "sparse", _plan([_sparse("embedding", 200_000)]))
-    keras = distinct_rows(WORKLOADS, "sparse_keras", _plan([_sparse("sequential/embedding/embeddings", 200_000)]))
+    twin = distinct_rows(WORKLOADS_DIR, "sparse", _plan([_sparse("embedding", 200_000)]))
+    keras = distinct_rows(WORKLOADS_DIR, "sparse_keras", _plan([_sparse("sequential/embedding/embeddings", 200_000)]))
     assert keras == {"sequential/embedding/embeddings": twin["embedding"]}
-    ncf = distinct_rows(WORKLOADS, "ncf_keras", _plan([_sparse("user_embedding/embeddings", 100_000),
+    ncf = distinct_rows(WORKLOADS_DIR, "ncf_keras", _plan([_sparse("user_embedding/embeddings", 100_000),
                                                         _sparse("item_embedding/embeddings", 20_000)]))
-    assert list(ncf.values()) == list(distinct_rows(WORKLOADS, "ncf", _plan([_sparse("user_embedding", 100_000),
+    assert list(ncf.values()) == list(distinct_rows(WORKLOADS_DIR, "ncf", _plan([_sparse("user_embedding", 100_000),
                                                                             _sparse("item_embedding", 20_000)])).values())
-    tokens = distinct_rows(WORKLOADS, "transformer_keras", _plan([_sparse("tokens/embeddings", 8000)]))["tokens/embeddings"]
+    tokens = distinct_rows(WORKLOADS_DIR, "transformer_keras", _plan([_sparse("tokens/embeddings", 8000)]))["tokens/embeddings"]
     assert all(1500 < rows < 32 * 64 for rows in tokens)  # 2,048 uniform draws from 8,000: some repeat
