@@ -10,6 +10,7 @@ each report's "regenerate with" line names its own `--markdown`.
 from __future__ import annotations
 
 import os
+import shlex
 import statistics
 from pathlib import Path
 
@@ -90,18 +91,26 @@ def busy_note(results: BenchResults) -> list[str]:
     return []
 
 
-def header_lines(results: BenchResults, markdown: Path, json_path: Path,
-                 regenerate: str | None = None) -> list[str]:
+def command_path(path: Path, markdown: Path) -> str:
+    """`path` as the regenerate command of the report written to `markdown` names it: from the
+    folder above the report's, the repository root (where the command runs) for a report in bench/."""
+    return os.path.relpath(path, markdown.parent.parent)
+
+
+def regenerate_command(json_path: Path, markdown: Path) -> str:
+    """The command that rewrites this module's report: it names `markdown`, without which the
+    report would go elsewhere (`default_markdown`)."""
+    return shlex.join([".venv/bin/python", "-m", "bench.cluster.report", command_path(json_path, markdown),
+                       "--markdown", command_path(markdown, markdown)])
+
+
+def header_lines(results: BenchResults, markdown: Path, json_path: Path, regenerate: str) -> list[str]:
     """Where the report (written to `markdown`) comes from and what ran: command, times, machine,
-    versions, links, notes. `regenerate`: the command that rewrites the report (default: this
-    module's, on `json_path`, naming `markdown`: without it, the report would go elsewhere)."""
+    versions, links, notes. `regenerate`: the command that rewrites the report, which the module
+    that wrote it knows (a TF2 report's is bench.cluster.tf2_report's)."""
     m = results.machine
-    relative_to = markdown.parent
-    source = os.path.relpath(json_path, relative_to.parent)
-    report = os.path.relpath(markdown, relative_to.parent)
-    again = f".venv/bin/python -m bench.cluster.report {source} --markdown {report}"
     return [
-        f"Generated from `{os.path.relpath(json_path, relative_to)}`; regenerate with `{regenerate or again}`.",
+        f"Generated from `{os.path.relpath(json_path, markdown.parent)}`; regenerate with `{regenerate}`.",
         "",
         f"- Command: `{results.command}`",
         f"- Started {results.started}, finished {results.finished or '(interrupted)'}",
@@ -143,7 +152,7 @@ def render_markdown(results: BenchResults, plots: list[Path], markdown: Path, js
     lines = [
         "# Benchmark cluster: adrun against hand-written TensorFlow peers on namespace hosts",
         "",
-        *header_lines(results, markdown, json_path),
+        *header_lines(results, markdown, json_path, regenerate_command(json_path, markdown)),
         "",
         "## Goals",
         "",

@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from .analysis import summarize
-from .report import (_num, configuration_lines, failure_lines, goal_table, header_lines, plot_lines,
+from .report import (_num, command_path, configuration_lines, failure_lines, goal_table, header_lines, plot_lines,
                      write_plots)
 from .results import BenchResults, load_results, save_results
 from .tf2 import PEER_KERAS3_FIT, PEER_TF2_LOOP, PEER_TF_KERAS_FIT
@@ -86,14 +86,23 @@ def _kib(s) -> str:
     return " / ".join(f"{v / 1024:,.0f}" for v in s.sent_per_step)
 
 
+def regenerate_command(merged: Path, markdown: Path, preface: Path | None = None) -> str:
+    """The command that rewrites a TF2 report: this module on its merged results (one invocation's
+    JSON, as bench.cluster.run --tf2 writes it, is its own merge), naming the report and its preface."""
+    source = command_path(merged, markdown)
+    return shlex.join([".venv/bin/python", "-m", "bench.cluster.tf2_report", source, "--merged", source,
+                       "--markdown", command_path(markdown, markdown),
+                       *(["--preface", command_path(preface, markdown)] if preface else [])])
+
+
 def render(results: BenchResults, plots: list[Path], markdown: Path, json_path: Path, preface: str = "",
            regenerate: str | None = None) -> str:
     """The TF2 report to be written to `markdown`; `preface` (the reading of the figures) after the
-    title, `regenerate` the command that rewrites it."""
+    title, `regenerate` the command that rewrites it (default: this module's on `json_path`)."""
     relative_to = markdown.parent
     lines = ["# TF2 benchmark: adrun's TF2 mode against what a TF2 user writes without it", "",
              *([preface.rstrip(), ""] if preface else []),
-             *header_lines(results, markdown, json_path, regenerate), "",
+             *header_lines(results, markdown, json_path, regenerate or regenerate_command(json_path, markdown)), "",
              "## Goals", "", *goal_table(tf2_goals(results)), "",
              "## adrun's best against the TF2 peers", "", *peer_table(results), "",
              "## TF2 mode against graph mode (same model, same plan)", "", *mode_table(results), "",
@@ -123,9 +132,8 @@ def main(json_paths: tuple[Path, ...], merged: Path, markdown: Path, preface: Pa
     results = merge_results([load_results(p) for p in json_paths])
     save_results(results, merged)
     plots = write_plots(results, merged.parent, merged.stem)
-    again = shlex.join([".venv/bin/python", "-m", "bench.cluster.tf2_report", str(merged), "--merged", str(merged),
-                        "--markdown", str(markdown), *(["--preface", str(preface)] if preface else [])])
-    markdown.write_text(render(results, plots, markdown, merged, preface.read_text() if preface else "", again))
+    markdown.write_text(render(results, plots, markdown, merged, preface.read_text() if preface else "",
+                               regenerate_command(merged, markdown, preface)))
     click.echo(f"wrote {merged} and {markdown}")
 
 

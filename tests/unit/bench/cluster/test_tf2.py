@@ -3,13 +3,17 @@ TF2 peers, TF2 mode against graph mode, the goals, the Keras 3 fit failure, merg
 
 from __future__ import annotations
 
+import shlex
+
 import pytest
+from click.testing import CliRunner
 
 from bench.cluster.lower_bound import FAMILY_METHOD
-from bench.cluster.results import BenchResults, HostBytes, LowerBound, Profile, RunConfig, RunResult, WorkerResult
+from bench.cluster.results import (BenchResults, HostBytes, LowerBound, Profile, RunConfig, RunResult, WorkerResult,
+                                   save_results)
 from bench.cluster.tf2 import keras_model, script_args
 from bench.cluster.tf2_analysis import failure_reason, mode_rows, peer_rows, tf2_goals
-from bench.cluster.tf2_report import merge_results, render
+from bench.cluster.tf2_report import main, merge_results, render, write_tf2_report
 
 
 def cfg(system: str, workload: str = "sparse_keras", kind: str = "adrun", hosts: int = 2, **options: str) -> RunConfig:
@@ -142,3 +146,20 @@ def test_report_tables(results, tmp_path):
     assert "| sparse_keras | commodity | 2 | 210 | 200 | 1.050 | 1 / 1 | 1 / 1 |" in text
     assert "- 3 of 3 runs: `ValueError: Attempt to convert a value (PerReplica:{`" in text
     assert "| sparse_keras, commodity, 2 hosts: adrun's best / best TF2 peer | ≥ 1.5 | 2.182 | met |" in text
+
+
+def test_a_tf2_runs_report_names_the_command_that_rewrites_it(results, tmp_path, monkeypatch):
+    """bench.cluster.run --tf2 writes its report with write_tf2_report: following the report's own
+    "regenerate with" line (bench.cluster.tf2_report, not bench.cluster.report, whose report has
+    other tables) from the repository root rewrites that same report."""
+    json_path, markdown = tmp_path / "bench" / "results" / "tf2-x.json", tmp_path / "bench" / "RESULTS-tf2-x.md"
+    save_results(results, json_path)
+    write_tf2_report(json_path, markdown)
+    written = markdown.read_text()
+    command = written.split("regenerate with `", 1)[1].split("`", 1)[0]
+    assert command == (".venv/bin/python -m bench.cluster.tf2_report bench/results/tf2-x.json "
+                       "--merged bench/results/tf2-x.json --markdown bench/RESULTS-tf2-x.md")
+    markdown.unlink()
+    monkeypatch.chdir(tmp_path)
+    CliRunner().invoke(main, shlex.split(command)[3:], catch_exceptions=False)
+    assert markdown.read_text() == written
