@@ -83,7 +83,7 @@ def busy_note(results: BenchResults) -> list[str]:
     the CPU count, at the start, the end or after any run), with the median over the runs."""
     cpus = float(results.machine.get("cpus", "0") or 0)
     per_run = [r.load_average for r in results.runs if r.load_average is not None]
-    loads = [float(v.split()[0]) for k, v in results.machine.items() if k.startswith("load average")] + per_run
+    loads = results.loads()
     if cpus and any(load > cpus for load in loads):
         median = f", median {statistics.median(per_run):.1f} after the runs" if per_run else ""
         return [f"the machine was busy (load average up to {max(loads):.1f}{median} on {cpus:.0f} CPUs): other "
@@ -112,6 +112,7 @@ def header_lines(results: BenchResults, markdown: Path, json_path: Path, regener
     return [
         f"Generated from `{os.path.relpath(json_path, markdown.parent)}`; regenerate with `{regenerate}`.",
         "",
+        *([f"> **Warning**: {results.autogroup_warning}", ""] if results.autogroup_warning else []),
         f"- Command: `{results.command}`",
         f"- Started {results.started}, finished {results.finished or '(interrupted)'}",
         "- Machine: " + ", ".join(f"{k} {v}" for k, v in m.items()),

@@ -10,13 +10,16 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, computed_field
 
 PEER_TF_PS = "tf_ps"
 PEER_TF_MWMS = "tf_mwms"
 # a Python exception's line (`ValueError: ...`, `tensorflow.errors.X: ...`): the cause in a run's log
 # (`.match` for a line that is one, `.search` for one after a prefix such as RunResult.error's `exit 1: `)
 EXCEPTION_LINE = re.compile(r"\b(?:[\w.]+\.)?\w+(?:Error|Exception): ")
+# a 1-minute load average above this beside the scheduler's autogroups: other sessions' work ran
+# during the benchmark and, whatever its nice, took CPU shares from it (bench.cluster.run's machine facts)
+AUTOGROUP_LOAD = 1.0
 
 
 class RunConfig(BaseModel):
@@ -137,6 +140,27 @@ class BenchResults(BaseModel):
     runs: list[RunResult] = []
     lower_bounds: list[LowerBound] = []
     hook_overhead: HookOverhead | None = None
+
+    def loads(self) -> list[float]:
+        """The 1-minute load averages recorded: the machine's at the start and the end, and after each run."""
+        ends = [float(v.split()[0]) for k, v in self.machine.items() if k.startswith("load average")]
+        return ends + [r.load_average for r in self.runs if r.load_average is not None]
+
+    @computed_field  # written to the JSON, so a reader of the results sees it without the report
+    @property
+    def autogroup_warning(self) -> str | None:
+        """Why the figures may be low, when the scheduler's autogroups were on and the load average
+        went above AUTOGROUP_LOAD: `nice` ranks threads only within one session's group, so each
+        other session running work took about an equal CPU share from the benchmark. None otherwise
+        (autogroups off, or not recorded: results from before the fact was)."""
+        peak = max(self.loads(), default=0.0)
+        if self.machine.get("scheduler autogroups") != "on" or peak <= AUTOGROUP_LOAD:
+            return None
+        return ("exposed to other sessions' work: the scheduler's autogroups were on and the 1-minute load "
+                f"average reached {peak:.1f}. With autogroups on, `nice` ranks threads only within one session, so "
+                "another session's work, niced or not, takes about an equal share of the CPUs from the benchmark: "
+                "its figures may be low by that share. Turn autogroups off before measuring: "
+                "`sysctl -w kernel.sched_autogroup_enabled=0` (bench/README.md, \"How it measures\", Load).")
 
 
 def save_results(results: BenchResults, path: Path) -> None:

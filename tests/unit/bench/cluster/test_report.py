@@ -3,6 +3,8 @@ and the naive lower bound against hand-computed bytes."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from click.testing import CliRunner
 
@@ -119,6 +121,43 @@ def test_busy_machine_is_said(results, tmp_path):
     assert ("- Note: the machine was busy (load average up to 8.5, median 3.0 after the runs on 2 CPUs)"
             in render_markdown(results, [], tmp_path / "r.md", tmp_path / "r.json"))
 
+
+AUTOGROUP_WARNING = "> **Warning**: exposed to other sessions' work: the scheduler's autogroups were on"
+
+
+def _with_loads(results: BenchResults, autogroups: str | None, per_run: list[float]) -> BenchResults:
+    machine = {"cpus": "2", "load average at start": "0.4 0.3 0.2", "load average at end": "0.9 0.5 0.3"}
+    runs = [r.model_copy(update={"load_average": load}) for r, load in zip(results.runs, per_run, strict=False)]
+    return results.model_copy(update={"machine": machine | ({"scheduler autogroups": autogroups} if autogroups else {}),
+                                      "runs": runs})
+
+
+def test_a_run_beside_other_sessions_work_under_autogroups_says_so_in_the_report_and_the_json(results, tmp_path):
+    """With autogroups on, other sessions' work takes CPU shares from the benchmark however niced:
+    the report's head and the results JSON (`autogroup_warning`) say so once the load went above 1."""
+    exposed = _with_loads(results, "on", [0.8, 1.6, 1.2])
+    text = render_markdown(exposed, [], tmp_path / "r.md", tmp_path / "r.json")
+    warning = next(line for line in text.splitlines() if line.startswith(AUTOGROUP_WARNING))
+    assert "load average reached 1.6" in warning and "`sysctl -w kernel.sched_autogroup_enabled=0`" in warning
+    assert "bench/README.md" in warning
+    assert text.index(warning) < text.index("- Command:")  # at the head, before the facts
+    save_results(exposed, tmp_path / "r.json")
+    assert json.loads((tmp_path / "r.json").read_text())["autogroup_warning"] == warning.removeprefix("> **Warning**: ")
+    assert load_results(tmp_path / "r.json") == exposed  # the field is the results' own, recomputed on load
+
+
+@pytest.mark.parametrize("autogroups, per_run", [
+    ("off", [3.0, 5.0, 4.0]),  # nice protects the benchmark from other sessions' niced work
+    ("on", [0.8, 1.0, 0.9]),  # nothing beyond about one CPU's worth of work ran
+    (None, [3.0, 5.0, 4.0]),  # results from before bench.cluster.run recorded the fact
+    ("absent", [3.0, 5.0, 4.0]),  # a kernel without autogroups
+])
+def test_no_autogroup_warning_when_autogroups_were_off_or_the_load_stayed_at_one(results, tmp_path, autogroups, per_run):
+    quiet = _with_loads(results, autogroups, per_run)
+    assert quiet.autogroup_warning is None
+    assert "autogroups were on" not in render_markdown(quiet, [], tmp_path / "r.md", tmp_path / "r.json")
+    save_results(quiet, tmp_path / "r.json")
+    assert json.loads((tmp_path / "r.json").read_text())["autogroup_warning"] is None
 
 def test_a_plan_made_per_link_is_judged_against_its_own_bound():
     """Auto's plan is made on each profile's link, so each profile's runs have their own bound."""

@@ -163,3 +163,9 @@ def test_a_tf2_runs_report_names_the_command_that_rewrites_it(results, tmp_path,
     monkeypatch.chdir(tmp_path)
     CliRunner().invoke(main, shlex.split(command)[3:], catch_exceptions=False)
     assert markdown.read_text() == written
+
+
+def test_a_tf2_report_warns_of_other_sessions_work_under_autogroups(results, tmp_path):
+    exposed = results.model_copy(update={"machine": {"scheduler autogroups": "on", "load average at start": "2.5 2.0 1.0"}})
+    text = render(exposed, [], tmp_path / "tf2.md", tmp_path / "results" / "tf2.json")
+    assert "> **Warning**: exposed to other sessions' work: the scheduler's autogroups were on and the 1-minute load average reached 2.5." in text
