@@ -5,7 +5,6 @@ that dense reads and pushes wait for none)."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from itertools import pairwise
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from adrun.spec import ClusterSpec, Node  # noqa: E402
 from adrun.strategies import build_strategy  # noqa: E402
 from adrun.strategies.document import dump_strategy  # noqa: E402
 from adrun.task_context import TaskContext  # noqa: E402
+from tests.support.exchange_waits import pull_waits, push_waits, ps_task  # noqa: E402
 
 HOSTS = 4
 VOCAB, DIM, BAG, HIDDEN = 64, 4, 3, 8
@@ -96,47 +96,17 @@ def _worker_graph(tmp_path: Path, worker: int, lookups: int = 1, hidden: int = H
     return graph
 
 
-def _ps_task(op: tf.Operation) -> int | None:
-    """The PS task an op runs on: its device, or that of the variable its handle input is."""
-    for device in [op.device, *(t.op.device for t in op.inputs[:1])]:
-        if device.startswith("/job:ps/"):
-            return int(device.split("/task:")[1].split("/")[0])
-    return None
-
-
-def _push_waits(graph: tf.Graph) -> dict[int, set[int]]:
-    """PS task -> the PS tasks whose accumulators must have taken this worker's gradients before
-    its own gradients leave the worker."""
-    waits: dict[int, set[int]] = defaultdict(set)
-    for op in graph.get_operations():
-        if "adrun_push_in_order" in op.name:
-            for consumer in op.outputs[0].consumers():
-                waits[_ps_task(consumer)] |= {_ps_task(c) for c in op.control_inputs}
-    return dict(waits)
-
-
-def _pull_waits(graph: tf.Graph) -> dict[int, set[int]]:
-    """PS task -> the PS tasks whose pulled values must have reached this worker before its reads
-    and gathers run."""
-    waits: dict[int, set[int]] = defaultdict(set)
-    for op in graph.get_operations():
-        arrived = [c for c in op.control_inputs if c.name.startswith("adrun_pull_arrived")]
-        if arrived:
-            waits[_ps_task(op)] |= {_ps_task(c.inputs[0].op) for c in arrived}
-    return dict(waits)
-
-
 @pytest.mark.parametrize("worker", [0, 1, 3])
 def test_rows_go_round_the_ps_tasks_in_the_workers_order_and_dense_transfers_at_once(tmp_path, worker):
     graph = _worker_graph(tmp_path, worker)
     order = exchange_order(worker, _cluster(HOSTS))
     chain = {task: {before} for before, task in pairwise(order)}
-    assert _push_waits(graph) == chain
-    assert _pull_waits(graph) == chain
+    assert push_waits(graph) == chain
+    assert pull_waits(graph) == chain
     # the waits sit on the rows only: the embedding's row gathers and sparse pushes of every round
     # but the first; the dense layer's shards are read and pushed at once
     gathers = [op for op in graph.get_operations() if op.type == "ResourceGather" and op.control_inputs]
-    assert sorted(_ps_task(op) for op in gathers) == sorted(order[1:])
+    assert sorted(ps_task(op) for op in gathers) == sorted(order[1:])
     assert not [op for op in graph.get_operations() if op.type == "ReadVariableOp" and any(
         c.name.startswith("adrun_pull_arrived") for c in op.control_inputs)]
     pushed = {c.type for op in graph.get_operations() if "adrun_push_in_order" in op.name for c in op.outputs[0].consumers()}
@@ -177,7 +147,7 @@ def test_no_rounds_where_large_dense_shards_travel_beside_the_rows(tmp_path):
     512 kernel in 4 shards): every transfer goes at once, as TF sends them (the rounds would only
     add waits beside those flows)."""
     graph = _worker_graph(tmp_path, 1, hidden=BATCH_BELOW_BYTES * HOSTS // (4 * DIM))
-    assert not _push_waits(graph) and not _pull_waits(graph)
+    assert not push_waits(graph) and not pull_waits(graph)
     assert not [op for op in graph.get_operations() if op.type == "ResourceGather" and op.control_inputs]
 
 
