@@ -5,7 +5,8 @@ host; the rows' rounds (adrun/runtime/kernels/exchange_rounds.py: a worker's row
 sparse pushes go to one host's PS task after another) are built between other hosts' tasks, so
 only a multi-host run has them all. Here Parallax puts oracle_model.py's three equal embeddings
 one on each host's PS task (its dense layer all-reduced): each worker's rows to the two other
-hosts go in two rounds, whose waits the job's workers write out (`--graph`) and the test reads.
+hosts go in two rounds (its own host's rows in none), whose waits the job's workers write out
+(`--graph`) and the test reads.
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ def test_parallax_rows_in_rounds_across_hosts(netns_cluster: NetnsCluster, tmp_p
     accumulator twice, would give (a round that never starts fails the run by its operation
     timeout); and on rounds missing on several hosts: a change to `exchange_order`,
     `round_order`, `order_pulls` or `ps_aggregations` that sends a worker's rows to every host at
-    once leaves its waits `{}` where the chain is asserted (checked: `round_order` returning []
-    fails here with `assert {} == {2: {1}, 0: {2}}` for w0)."""
+    once leaves its waits `{}` where the chain is asserted (checked while the own host's task was
+    still last in the chain: `round_order` returning [] failed with `assert {} == {2: {1}, 0: {2}}`
+    for w0)."""
     def spec_file(workers: int, ps: int) -> Path:
         assert (workers, ps) == (HOSTS, HOSTS)
         return every_host_spec(tmp_path / "cluster.yml", netns_cluster)
@@ -49,6 +51,8 @@ def test_parallax_rows_in_rounds_across_hosts(netns_cluster: NetnsCluster, tmp_p
         # worker w and PS task w run on host w + 1; Parallax puts emb<k> on PS task k
         graph = written_graph(tmp_path / "out" / f"w{w}.graph.pb")
         first, second = (w + 1) % HOSTS, (w + 2) % HOSTS  # the other hosts, from the one after w's own
-        chain = {second: {first}, w: {second}}  # the own host's task last
+        # the second other host's rows wait for the first's; the own host's (PS task w) are in no
+        # round, gathered and pushed at once: they cross no link
+        chain = {second: {first}}
         assert pull_waits(graph) == chain, f"w{w}: which PS task's row gathers wait for which"
         assert push_waits(graph) == chain, f"w{w}: which PS task's sparse pushes wait for which"
