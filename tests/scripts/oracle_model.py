@@ -20,7 +20,8 @@ tf1 = tf.compat.v1
 tf1.disable_eager_execution()
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--model", choices=["dense", "sparse", "dense-first", "keras", "mts", "while", "lstm"], required=True)
+parser.add_argument("--model", choices=["dense", "sparse", "tables", "dense-first", "keras", "mts", "while", "lstm"],
+                    required=True)
 parser.add_argument("--optimizer", choices=["sgd", "adam", "momentum", "rmsprop", "adagrad"], default="sgd")
 parser.add_argument("--data", choices=["same", "per-worker"], required=True)
 parser.add_argument("--steps", type=int, default=3)
@@ -28,6 +29,8 @@ parser.add_argument("--lr", type=float, default=0.1)
 parser.add_argument("--out", required=True)
 parser.add_argument("--reference", type=int, default=0, help="number of workers to emulate")
 parser.add_argument("--init-from", help="reference mode: start from the init/ values of this npz")
+parser.add_argument("--graph", action="store_true", help="also write the worker's graph as adrun rewrote it, "
+                    "as a GraphDef, to OUT/w<index>.graph.pb: a test reads back the waits adrun added")
 parser.add_argument("--hold", metavar="FILE", help="after the first step, print `holding` and wait (at most 300 s) "
                     "until FILE exists: a test probes the job while it trains")
 args = parser.parse_args()
@@ -55,6 +58,12 @@ if args.model in ("sparse", "dense-first"):  # dense-first: optimizer state colo
     if args.model == "sparse":
         w = tf1.get_variable("w", [4, 3], initializer=tf1.random_normal_initializer(seed=2))
     pred = tf.matmul(tf.reduce_mean(tf.nn.embedding_lookup(emb, ids), axis=1), w)
+elif args.model == "tables":  # three equal embeddings: a PS plan puts one on each of 3 PS tasks
+    tables = [tf1.get_variable(f"emb{k}", [VOCAB, 4], initializer=tf1.random_normal_initializer(seed=1 + k))
+              for k in range(3)]
+    w = tf1.get_variable("w", [4, 3], initializer=tf1.random_normal_initializer(seed=5))
+    pooled = tf.add_n([tf.reduce_mean(tf.nn.embedding_lookup(table, ids), axis=1) for table in tables])
+    pred = tf.matmul(pooled, w)
 elif args.model == "keras":
     hidden = tf.keras.layers.Dense(5, activation="tanh", name="hidden")(x)
     pred = tf.keras.layers.Dense(3, name="out")(hidden)
@@ -195,4 +204,7 @@ else:
         final, gs = logical_values(sess), sess.run(global_step)
 result = {f"{kind}/{n}": v for kind, vals in (("init", initial), ("final", final)) for n, v in vals.items()}
 np.savez(os.path.join(args.out, f"w{worker}.npz"), global_step=gs, **result)
+if args.graph:  # not tf.io.write_graph: under adrun that writes to a scratch directory (no_trace.py)
+    with open(os.path.join(args.out, f"w{worker}.graph.pb"), "wb") as graph_file:
+        graph_file.write(tf1.get_default_graph().as_graph_def().SerializeToString())
 print(f"worker {worker} done: global_step={gs}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +32,11 @@ SCRIPT = str(SCRIPTS / "oracle_model.py")
 def train_and_compare(tmp_path: Path, spec_file: Callable[..., Path], strategy: str, model: str, data: str,
                       *options: str, optimizer: str = "sgd", replicas: int | None = None,
                       edit_plan: Callable[[dict[str, Any]], None] | None = None, workers: int = NUM_WORKERS,
-                      ps: int | None = None) -> AdrunResult:
+                      ps: int | None = None, script_options: Sequence[str] = ()) -> AdrunResult:
     """Run the oracle on `workers` workers and `ps` PS processes (default: what the strategy needs);
-    `replicas` sets the node's in-graph replicas per worker, and `edit_plan` edits the built
-    strategy document (as a dict) before the run, as a user editing the YAML would."""
+    `replicas` sets the node's in-graph replicas per worker, `edit_plan` edits the built strategy
+    document (as a dict) before the run, as a user editing the YAML would, and `script_options` go
+    to the training run of oracle_model.py only (as `--graph`)."""
     out = tmp_path / "out"
     node_fields = {"replicas": replicas} if replicas is not None else {}
     spec = spec_file(workers=workers, ps=ps if ps is not None else 2 if strategy in TWO_PS else 1, **node_fields)
@@ -50,7 +51,7 @@ def train_and_compare(tmp_path: Path, spec_file: Callable[..., Path], strategy: 
         edit_plan(plan)
         plan_file.write_text(yaml.safe_dump(plan))
         strategy, opts = str(plan_file), []
-    result = run_adrun("--spec", str(spec), "--strategy", strategy, *opts, *script, "--out", str(out))
+    result = run_adrun("--spec", str(spec), "--strategy", strategy, *opts, *script, *script_options, "--out", str(out))
     assert result.returncode == 0, result.output
     assert leftover_processes(result.job_id) == []
     assert_matches_reference(out, script, workers, STEPS, f"{strategy}, {model}, {data}")

@@ -9,11 +9,14 @@ measured on 4 namespace hosts at 100 Mbit/s they overflow the link's queue (thou
 run, retransmissions) and single transfers stall for a few hundred ms while the link idles
 (docs/performance.md, "PS transfers in staggered rounds").
 
-So a worker exchanges rows with the PS tasks in rounds: worker w starts with the PS task after its own
-(`exchange_order`) and goes round the tasks, its own host's last. With one worker and one PS task
-per host, in round r worker w talks to PS task (w + r) mod P only, so every PS task serves one
-worker per round and every worker hears from one PS task: one flow enters and one leaves each
-port. A round starts when the previous one has arrived:
+So a worker exchanges rows with the other hosts' PS tasks in rounds: worker w starts with the PS
+task after its own (`exchange_order`) and goes round the tasks. With one worker and one PS task
+per host, in round r worker w talks to PS task (w + 1 + r) mod P only, so every remote PS task
+serves one worker per round and every worker hears from one PS task: one flow enters and one leaves
+each port. The PS tasks on the worker's own host are in no round: their transfers use no link, so
+they go at once, beside the first round (as the last round they had added a hand-off and a local
+transfer, about 15-20 ms, to the rows' arrival, which the step's all-reduce waits for). A round
+starts when the previous one has arrived:
 
 - pulls (`order_pulls`, at session set-up): the row gathers a worker's step makes on the PS tasks
   of round r wait, by a control dependency, for identities on the worker through which the rows of
@@ -61,25 +64,23 @@ def _host(address: str) -> str:
 
 
 def exchange_order(worker: int, cluster: Mapping[str, Sequence[str]]) -> list[int]:
-    """PS task indices in the order worker `worker` exchanges with them.
+    """The other hosts' PS task indices, in the order worker `worker` exchanges rows with them.
 
-    The rotation starts after the first PS task of the worker's host, offset by the worker's rank
-    among that host's workers (so two workers of one host start on different tasks), and the
-    worker's own host comes last: its transfers use no link. Without a PS task on its host, the
-    worker's index sets the start. `cluster`: TF job name -> "host:port" by task index."""
+    The rotation starts after the first PS task of the worker's host and is turned by the worker's
+    rank among that host's workers (so two workers of one host start on different tasks). The worker's
+    own host's PS tasks are left out: its transfers with them use no link, so nothing is gained by
+    waiting for them or making others wait. Without a PS task on its host, the worker's index sets
+    the start. `cluster`: TF job name -> "host:port" by task index."""
     ps_hosts = [_host(a) for a in cluster.get("ps", ())]
     if not ps_hosts:
         return []
     workers = [_host(a) for a in cluster.get("worker", ())]
     host = workers[worker] if worker < len(workers) else None
-    if host in ps_hosts:
-        rank = sum(1 for w in workers[:worker] if w == host)
-        start = ps_hosts.index(host) + rank
-    else:
-        start = worker
+    start, rank = (ps_hosts.index(host), sum(1 for w in workers[:worker] if w == host)) if host in ps_hosts else (worker, 0)
     n = len(ps_hosts)
-    order = [(start + 1 + r) % n for r in range(n)]
-    return [t for t in order if ps_hosts[t] != host] + [t for t in order if ps_hosts[t] == host]
+    others = [t for t in ((start + 1 + r) % n for r in range(n)) if ps_hosts[t] != host]
+    shift = rank % len(others) if others else 0
+    return others[shift:] + others[:shift]
 
 
 def rows_only(strategy: Strategy) -> bool:
@@ -99,8 +100,8 @@ def rows_only(strategy: Strategy) -> bool:
 
 
 def round_order(ctx: TaskContext) -> list[int]:
-    """The PS tasks in the order this worker exchanges rows with them (`exchange_order`), or none
-    (every transfer at once) when the plan's PS traffic is not rows only (`rows_only`)."""
+    """The remote PS tasks in the order this worker exchanges rows with them (`exchange_order`), or
+    none (every transfer at once) when the plan's PS traffic is not rows only (`rows_only`)."""
     return exchange_order(ctx.task_index, ctx.cluster) if rows_only(ctx.strategy) else []
 
 

@@ -5,7 +5,6 @@ that dense reads and pushes wait for none)."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from itertools import pairwise
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from adrun.spec import ClusterSpec, Node  # noqa: E402
 from adrun.strategies import build_strategy  # noqa: E402
 from adrun.strategies.document import dump_strategy  # noqa: E402
 from adrun.task_context import TaskContext  # noqa: E402
+from tests.support.exchange_waits import pull_waits, push_waits, ps_task  # noqa: E402
 
 HOSTS = 4
 VOCAB, DIM, BAG, HIDDEN = 64, 4, 3, 8
@@ -37,19 +37,19 @@ def _cluster(hosts: int) -> dict[str, list[str]]:
 
 def test_each_round_pairs_every_worker_with_another_hosts_ps_task():
     orders = [exchange_order(w, _cluster(HOSTS)) for w in range(HOSTS)]
-    assert orders[0] == [1, 2, 3, 0] and orders[1] == [2, 3, 0, 1] and orders[3] == [0, 1, 2, 3]
-    for r in range(HOSTS):
+    assert orders[0] == [1, 2, 3] and orders[1] == [2, 3, 0] and orders[3] == [0, 1, 2]
+    for r in range(HOSTS - 1):
         # round r is a permutation: one flow leaves and one enters each host's link
         assert sorted(order[r] for order in orders) == list(range(HOSTS))
     for w, order in enumerate(orders):
-        assert order[-1] == w  # the own host's PS task last: its transfers use no link
+        assert w not in order  # the own host's PS task in no round: its transfers use no link
 
 
-def test_other_hosts_first_and_two_workers_of_one_host_take_its_tasks_in_turn():
-    cluster = {"worker": ["a:1", "a:2", "b:1"], "ps": ["a:3", "a:4", "b:2"]}
-    assert exchange_order(0, cluster) == [2, 1, 0]
-    assert exchange_order(1, cluster) == [2, 0, 1]
-    assert exchange_order(2, cluster) == [0, 1, 2]  # b's own task last
+def test_only_other_hosts_tasks_and_two_workers_of_one_host_start_apart():
+    cluster = {"worker": ["a:1", "a:2", "b:1"], "ps": ["a:3", "a:4", "b:2", "b:3"]}
+    assert exchange_order(0, cluster) == [2, 3]
+    assert exchange_order(1, cluster) == [3, 2]
+    assert exchange_order(2, cluster) == [0, 1]  # b's own tasks in no round
 
 
 def test_a_worker_without_a_ps_task_on_its_host_starts_after_its_index():
@@ -96,54 +96,26 @@ def _worker_graph(tmp_path: Path, worker: int, lookups: int = 1, hidden: int = H
     return graph
 
 
-def _ps_task(op: tf.Operation) -> int | None:
-    """The PS task an op runs on: its device, or that of the variable its handle input is."""
-    for device in [op.device, *(t.op.device for t in op.inputs[:1])]:
-        if device.startswith("/job:ps/"):
-            return int(device.split("/task:")[1].split("/")[0])
-    return None
-
-
-def _push_waits(graph: tf.Graph) -> dict[int, set[int]]:
-    """PS task -> the PS tasks whose accumulators must have taken this worker's gradients before
-    its own gradients leave the worker."""
-    waits: dict[int, set[int]] = defaultdict(set)
-    for op in graph.get_operations():
-        if "adrun_push_in_order" in op.name:
-            for consumer in op.outputs[0].consumers():
-                waits[_ps_task(consumer)] |= {_ps_task(c) for c in op.control_inputs}
-    return dict(waits)
-
-
-def _pull_waits(graph: tf.Graph) -> dict[int, set[int]]:
-    """PS task -> the PS tasks whose pulled values must have reached this worker before its reads
-    and gathers run."""
-    waits: dict[int, set[int]] = defaultdict(set)
-    for op in graph.get_operations():
-        arrived = [c for c in op.control_inputs if c.name.startswith("adrun_pull_arrived")]
-        if arrived:
-            waits[_ps_task(op)] |= {_ps_task(c.inputs[0].op) for c in arrived}
-    return dict(waits)
-
-
 @pytest.mark.parametrize("worker", [0, 1, 3])
 def test_rows_go_round_the_ps_tasks_in_the_workers_order_and_dense_transfers_at_once(tmp_path, worker):
     graph = _worker_graph(tmp_path, worker)
     order = exchange_order(worker, _cluster(HOSTS))
     chain = {task: {before} for before, task in pairwise(order)}
-    assert _push_waits(graph) == chain
-    assert _pull_waits(graph) == chain
+    assert push_waits(graph) == chain
+    assert pull_waits(graph) == chain
+    # the own host's PS task (task `worker`) neither waits nor is waited for: its rows cross no link
+    assert worker not in chain and all(worker not in before for before in chain.values())
     # the waits sit on the rows only: the embedding's row gathers and sparse pushes of every round
     # but the first; the dense layer's shards are read and pushed at once
     gathers = [op for op in graph.get_operations() if op.type == "ResourceGather" and op.control_inputs]
-    assert sorted(_ps_task(op) for op in gathers) == sorted(order[1:])
+    assert sorted(ps_task(op) for op in gathers) == sorted(order[1:])
     assert not [op for op in graph.get_operations() if op.type == "ReadVariableOp" and any(
         c.name.startswith("adrun_pull_arrived") for c in op.control_inputs)]
     pushed = {c.type for op in graph.get_operations() if "adrun_push_in_order" in op.name for c in op.outputs[0].consumers()}
     assert pushed == {"SparseAccumulatorApplyGradient"}
     waiting_pushes = [op for op in graph.get_operations() if op.type == "SparseAccumulatorApplyGradient"
                       and any("adrun_push_in_order" in t.op.name for t in op.inputs)]
-    assert len(waiting_pushes) == HOSTS - 1
+    assert len(waiting_pushes) == HOSTS - 2  # every remote round but the first
     for push in waiting_pushes:  # the rows wait; the ids are the forward gather's, sent once a step
         ids, rows = push.inputs[2], push.inputs[3]
         assert "adrun_push_in_order" in rows.op.name and "adrun_distinct_ids" in ids.op.name
@@ -164,7 +136,7 @@ def test_a_gather_waits_only_for_gathers_of_ids_from_the_same_inputs(tmp_path):
         return {name for name in seen if name.startswith("ids")}
 
     waiting = [op for op in graph.get_operations() if op.type == "ResourceGather" and op.control_inputs]
-    assert len(waiting) == 2 * (HOSTS - 1)
+    assert len(waiting) == 2 * (HOSTS - 2)  # per lookup, every remote round but the first
     for op in waiting:
         mine = placeholders(op)
         assert len(mine) == 1
@@ -177,7 +149,7 @@ def test_no_rounds_where_large_dense_shards_travel_beside_the_rows(tmp_path):
     512 kernel in 4 shards): every transfer goes at once, as TF sends them (the rounds would only
     add waits beside those flows)."""
     graph = _worker_graph(tmp_path, 1, hidden=BATCH_BELOW_BYTES * HOSTS // (4 * DIM))
-    assert not _push_waits(graph) and not _pull_waits(graph)
+    assert not push_waits(graph) and not pull_waits(graph)
     assert not [op for op in graph.get_operations() if op.type == "ResourceGather" and op.control_inputs]
 
 
