@@ -68,14 +68,15 @@ PLANS: dict[str, tuple[str, str, Callable[[dict[str, Any]], None] | None]] = {
 }
 
 
-# each case is one 3-host job, about 45-60 s here at load 4-9, so the default suite takes the tables'
-# SGD only; Adam (its slots on the PS tasks beside the rows, its beta powers on the workers) and
-# the sharded plans in -m full
+# each case is one 3-host job, about 45-90 s here at load 4-9, so the default suite takes one: the
+# sharded mix with SGD, the path of Auto's plan on the embed benchmark (the shards of one lookup in
+# rounds and the chain across hosts); separate tables, Adam (its slots on the PS tasks beside the
+# rows, its beta powers on the workers) and PartitionedPS in -m full
 @pytest.mark.parametrize("netns_cluster", [HOSTS], indirect=True)
 @pytest.mark.parametrize(("plan", "optimizer"), [
-    ("tables", "sgd"),
+    pytest.param("tables", "sgd", marks=pytest.mark.full),
     pytest.param("tables", "adam", marks=pytest.mark.full),
-    pytest.param("sharded-mix", "sgd", marks=pytest.mark.full),
+    ("sharded-mix", "sgd"),
     pytest.param("sharded-mix", "adam", marks=pytest.mark.full),
     pytest.param("PartitionedPS", "sgd", marks=pytest.mark.full),
 ])
