@@ -14,8 +14,9 @@ task after its own (`exchange_order`) and goes round the tasks. With one worker 
 per host, in round r worker w talks to PS task (w + 1 + r) mod P only, so every remote PS task
 serves one worker per round and every worker hears from one PS task: one flow enters and one leaves
 each port. The PS tasks on the worker's own host are in no round: their transfers use no link, so
-they go at once, beside the first round (as the last round they had added a hand-off and a local
-transfer, about 15-20 ms, to the rows' arrival, which the step's all-reduce waits for). A round
+they go at once, beside the first round (as the last round they added a hand-off and a local
+gather, about 12 ms in a traced step, to the rows' arrival, which the step's all-reduce waits for;
+measured +2 % a step, inside the benchmark's noise: docs/performance.md). A round
 starts when the previous one has arrived:
 
 - pulls (`order_pulls`, at session set-up): the row gathers a worker's step makes on the PS tasks
