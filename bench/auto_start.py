@@ -34,6 +34,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+if not __package__:  # run as a file (`python bench/auto_start.py`): `bench` is no package to import from
+    sys.exit("run from the repository root as python -m bench.auto_start")
+
 from bench.paths import BENCH, EXAMPLES_DIR, REPO, RESULTS_DIR
 
 if TYPE_CHECKING:

@@ -33,6 +33,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+if not __package__:  # run as a file (`python bench/hook_overhead.py`): `bench` is no package to import from
+    sys.exit("run from the repository root as python -m bench.hook_overhead")
+
 from rich.console import Console
 from rich.table import Table
 

@@ -20,6 +20,9 @@ import sys
 import time
 from pathlib import Path
 
+if not __package__:  # run as a file (`python bench/profile_time.py`): `bench` is no package to import from
+    sys.exit("run from the repository root as python -m bench.profile_time")
+
 from adrun.profile.report import ProfileReport
 from bench.paths import BENCH, EXAMPLES_DIR, REPO
 

@@ -20,6 +20,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+if not __package__:  # run as a file (`python bench/strategies.py`): `bench` is no package to import from
+    sys.exit("run from the repository root as python -m bench.strategies")
+
 from adrun.launch.job.report import JobReport
 from bench.paths import BENCH, EXAMPLES_DIR, REPO
 

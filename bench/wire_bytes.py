@@ -23,6 +23,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+if not __package__:  # run as a file (`python bench/wire_bytes.py`): `bench` is no package to import from
+    sys.exit("run from the repository root as python -m bench.wire_bytes")
+
 from adrun.spec import load_spec
 from adrun.strategies.document import load_strategy
 from adrun.strategies.wire_bound import lower_bound

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from ..paths import BENCH
+from ..paths import BENCH, REPO
 from .analysis import Goal, Summary, best, goals, groups, ratio, scaling_points, summarize
 from .results import BenchResults, load_results
 
@@ -91,17 +91,18 @@ def busy_note(results: BenchResults) -> list[str]:
     return []
 
 
-def command_path(path: Path, markdown: Path) -> str:
-    """`path` as the regenerate command of the report written to `markdown` names it: from the
-    folder above the report's, the repository root (where the command runs) for a report in bench/."""
-    return os.path.relpath(path, markdown.parent.parent)
+def command_path(path: Path) -> str:
+    """`path` as a report's regenerate command names it: the command runs from the repository root,
+    so relative to it for a file in the repository, else absolute (a report written to /tmp/x/)."""
+    absolute = path.resolve()
+    return str(absolute.relative_to(REPO)) if absolute.is_relative_to(REPO) else str(absolute)
 
 
 def regenerate_command(json_path: Path, markdown: Path) -> str:
     """The command that rewrites this module's report: it names `markdown`, without which the
     report would go elsewhere (`default_markdown`)."""
-    return shlex.join([".venv/bin/python", "-m", "bench.cluster.report", command_path(json_path, markdown),
-                       "--markdown", command_path(markdown, markdown)])
+    return shlex.join([".venv/bin/python", "-m", "bench.cluster.report", command_path(json_path),
+                       "--markdown", command_path(markdown)])
 
 
 def header_lines(results: BenchResults, markdown: Path, json_path: Path, regenerate: str) -> list[str]:

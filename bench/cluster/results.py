@@ -17,8 +17,8 @@ PEER_TF_MWMS = "tf_mwms"
 # a Python exception's line (`ValueError: ...`, `tensorflow.errors.X: ...`): the cause in a run's log
 # (`.match` for a line that is one, `.search` for one after a prefix such as RunResult.error's `exit 1: `)
 EXCEPTION_LINE = re.compile(r"\b(?:[\w.]+\.)?\w+(?:Error|Exception): ")
-# a 1-minute load average above this beside the scheduler's autogroups: other sessions' work ran
-# during the benchmark and, whatever its nice, took CPU shares from it (bench.cluster.run's machine facts)
+# a 1-minute load average at the start above this beside the scheduler's autogroups: other sessions' work was
+# running as the benchmark began and, whatever its nice, may have taken CPU shares from it (bench.cluster.run's machine facts)
 AUTOGROUP_LOAD = 1.0
 
 
@@ -150,16 +150,19 @@ class BenchResults(BaseModel):
     @property
     def autogroup_warning(self) -> str | None:
         """Why the figures may be low, when the scheduler's autogroups were on and the load average
-        went above AUTOGROUP_LOAD: `nice` ranks threads only within one session's group, so each
-        other session running work took about an equal CPU share from the benchmark. None otherwise
-        (autogroups off, or not recorded: results from before the fact was)."""
-        peak = max(self.loads(), default=0.0)
-        if self.machine.get("scheduler autogroups") != "on" or peak <= AUTOGROUP_LOAD:
+        at the start, taken before any run, was above AUTOGROUP_LOAD: `nice` ranks threads only
+        within one session's group, so each other session running work took about an equal CPU share
+        from the benchmark. The loads after the runs count the benchmark's own processes, so they
+        cannot say whether other work ran. None otherwise (autogroups off, or not recorded: results
+        from before the fact was)."""
+        start = self.machine.get("load average at start")
+        load = float(start.split()[0]) if start else 0.0
+        if self.machine.get("scheduler autogroups") != "on" or load <= AUTOGROUP_LOAD:
             return None
-        return ("exposed to other sessions' work: the scheduler's autogroups were on and the 1-minute load "
-                f"average reached {peak:.1f}. With autogroups on, `nice` ranks threads only within one session, so "
-                "another session's work, niced or not, takes about an equal share of the CPUs from the benchmark: "
-                "its figures may be low by that share. Turn autogroups off before measuring: "
+        return ("may have been exposed to other sessions' work: the scheduler's autogroups were on and the 1-minute "
+                f"load average was {load:.1f} at the start, before any run. With autogroups on, `nice` ranks threads only "
+                "within one session, so another session's work, niced or not, takes about an equal share of the CPUs from "
+                "the benchmark: its figures may be low by that share. Turn autogroups off before measuring: "
                 "`sysctl -w kernel.sched_autogroup_enabled=0` (bench/README.md, \"How it measures\", Load).")
 
 

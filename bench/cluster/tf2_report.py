@@ -15,6 +15,7 @@ from pathlib import Path
 
 import click
 
+from ..paths import BENCH
 from .analysis import summarize
 from .report import (_num, command_path, configuration_lines, failure_lines, goal_table, header_lines, plot_lines,
                      write_plots)
@@ -27,19 +28,24 @@ from .tf2_analysis import failure_reason, mode_rows, peer_rows, tf2_goals
 def merge_results(parts: list[BenchResults]) -> BenchResults:
     """One BenchResults of several invocations: their runs and lower bounds in order, the first's
     machine and versions, the earliest start and latest finish (None if any was interrupted), the
-    commands joined, the notes without repeats. Each invocation interleaved its own repetitions. A
-    configuration a later invocation measured again keeps only the later runs: the code or the
-    machine changed in between, and the runs of one configuration come from one invocation."""
+    commands joined, the notes without repeats, the last hook overhead measured. Each invocation
+    interleaved its own repetitions. A configuration a later invocation measured again keeps only
+    the later runs: the code or the machine changed in between, and the runs of one configuration
+    come from one invocation. A later invocation's autogroup warning, which the first's machine facts
+    do not raise, becomes a note naming its command."""
     if not parts:
         raise ValueError("no results to merge")
     finished = [p.finished for p in parts]
     last = {r.config: i for i, p in enumerate(parts) for r in p.runs}  # each configuration's latest invocation
+    overheads = [p.hook_overhead for p in parts if p.hook_overhead is not None]
+    warnings = [f"`{p.command}`: {p.autogroup_warning}" for p in parts[1:] if p.autogroup_warning]
     return BenchResults(
         started=min(p.started for p in parts), finished=None if None in finished else max(f for f in finished if f),
         command="` and `".join(p.command for p in parts), machine=parts[0].machine, versions=parts[0].versions,
         profiles=list({p.name: p for part in parts for p in part.profiles}.values()),
-        notes=list(dict.fromkeys(n for p in parts for n in p.notes)),
+        notes=list(dict.fromkeys([*(n for p in parts for n in p.notes), *warnings])),
         runs=[r for i, p in enumerate(parts) for r in p.runs if last[r.config] == i], lower_bounds=[b for p in parts for b in p.lower_bounds],
+        hook_overhead=overheads[-1] if overheads else None,
     )
 
 
@@ -89,10 +95,10 @@ def _kib(s) -> str:
 def regenerate_command(merged: Path, markdown: Path, preface: Path | None = None) -> str:
     """The command that rewrites a TF2 report: this module on its merged results (one invocation's
     JSON, as bench.cluster.run --tf2 writes it, is its own merge), naming the report and its preface."""
-    source = command_path(merged, markdown)
+    source = command_path(merged)
     return shlex.join([".venv/bin/python", "-m", "bench.cluster.tf2_report", source, "--merged", source,
-                       "--markdown", command_path(markdown, markdown),
-                       *(["--preface", command_path(preface, markdown)] if preface else [])])
+                       "--markdown", command_path(markdown),
+                       *(["--preface", command_path(preface)] if preface else [])])
 
 
 def render(results: BenchResults, plots: list[Path], markdown: Path, json_path: Path, preface: str = "",
@@ -123,7 +129,7 @@ def write_tf2_report(json_path: Path, markdown: Path) -> None:
 @click.argument("json_paths", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--merged", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="Write the merged results here (the plots go next to it).")
-@click.option("--markdown", type=click.Path(dir_okay=False, path_type=Path), default=Path("bench/RESULTS-cluster-tf2.md"),
+@click.option("--markdown", type=click.Path(dir_okay=False, path_type=Path), default=BENCH / "RESULTS-cluster-tf2.md",
               show_default=True)
 @click.option("--preface", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Markdown put after the title: the reading of the figures, kept apart from the generated tables.")

@@ -394,15 +394,3 @@ def two_host_spec(path: Path, cluster: NetnsCluster, ps: tuple[int, int] = (1, 0
         lines += [f"      {key}: {value}" for key, value in ssh.items()]
     path.write_text("\n".join(lines) + "\n")
     return path
-
-
-def every_host_spec(path: Path, cluster: NetnsCluster, ps: int = 1) -> Path:
-    """1 worker and `ps` PS on every host of `cluster`, the first host the chief: worker i and
-    PS tasks i*ps .. i*ps + ps - 1 run on host i + 1 (the spec's node order)."""
-    lines = ["version: 1", "nodes:"]
-    for i, host in enumerate(cluster.hosts):
-        lines += [f"  - address: {host.address}", f"    chief: {'true' if i == 0 else 'false'}",
-                  "    workers: 1", f"    ps: {ps}", "    ssh:", "      user: root",
-                  f"      identity_file: {cluster.client_key}", f"      known_hosts: {cluster.known_hosts}"]
-    path.write_text("\n".join(lines) + "\n")
-    return path

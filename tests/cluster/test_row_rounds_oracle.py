@@ -30,7 +30,8 @@ import pytest
 
 from adrun.runtime.kernels.exchange_rounds import rows_only
 from adrun.strategies.document import Strategy
-from tests.cluster.netns import NetnsCluster, every_host_spec
+from bench.cluster.network import write_adrun_spec
+from tests.cluster.netns import NetnsCluster
 from tests.support.exchange_waits import pull_waits, push_waits, written_graph
 from tests.support.oracle import train_and_compare
 
@@ -50,6 +51,16 @@ def _rows_only_with_shard_k_on_task_k(plan: dict[str, Any]) -> None:
     assert rows_only(Strategy.model_validate(plan))
 
 
+def _each_table_on_its_own_task(plan: dict[str, Any]) -> None:
+    """The plan as run: Parallax puts each of the three tables on a PS task of its own, so every
+    host's PS task holds rows and each worker's rows to the two other hosts go in two rounds, and the
+    plan's PS traffic is rows only, so the rounds apply."""
+    tasks = [(_by_name(plan, f"emb{k}")["sync"]["kind"], _by_name(plan, f"emb{k}")["sync"].get("ps_task"))
+             for k in range(HOSTS)]
+    assert sorted(tasks) == [("ps", k) for k in range(HOSTS)], f"the tables' PS tasks are no longer one each: {tasks}"
+    assert rows_only(Strategy.model_validate(plan))
+
+
 def _shard_the_embedding(plan: dict[str, Any]) -> None:
     """Parallax's plan (the embedding whole on PS task 0, `w` all-reduced) edited into Auto's mix:
     the embedding in 3 shards on axis 0, shard k on PS task k, `w` still all-reduced."""
@@ -60,9 +71,9 @@ def _shard_the_embedding(plan: dict[str, Any]) -> None:
     _rows_only_with_shard_k_on_task_k(plan)
 
 
-# strategy, oracle_model.py --model, edit of the built plan; with each, PS task k holds table k or shard k
+# strategy, oracle_model.py --model, edit (or check) of the built plan; with each, PS task k holds one table or shard k
 PLANS: dict[str, tuple[str, str, Callable[[dict[str, Any]], None] | None]] = {
-    "tables": ("Parallax", "tables", None),
+    "tables": ("Parallax", "tables", _each_table_on_its_own_task),
     "sharded-mix": ("Parallax", "sparse", _shard_the_embedding),
     "PartitionedPS": ("PartitionedPS", "sparse", _rows_only_with_shard_k_on_task_k),
 }
@@ -98,12 +109,12 @@ def test_rows_in_rounds_across_hosts(netns_cluster: NetnsCluster, tmp_path: Path
 
     def spec_file(workers: int, ps: int) -> Path:
         assert (workers, ps) == (HOSTS, HOSTS)
-        return every_host_spec(tmp_path / "cluster.yml", netns_cluster)
+        return write_adrun_spec(netns_cluster, HOSTS, tmp_path / "cluster.yml")
 
     train_and_compare(tmp_path, spec_file, strategy, model, "per-worker", optimizer=optimizer,
                       edit_plan=edit, workers=HOSTS, ps=HOSTS, script_options=("--graph",))
     for w in range(HOSTS):
-        # worker w and PS task w run on host w + 1; PS task k holds emb<k> (tables) or emb's shard k
+        # worker w and PS task w run on host w + 1; PS task k holds one table (tables) or emb's shard k
         graph = written_graph(tmp_path / "out" / f"w{w}.graph.pb")
         first, second = (w + 1) % HOSTS, (w + 2) % HOSTS  # the other hosts, from the one after w's own
         # the second other host's rows wait for the first's; the own host's (PS task w) are in no

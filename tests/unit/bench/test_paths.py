@@ -8,6 +8,8 @@ a module moved into or out of bench/cluster would have pointed at the wrong fold
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -53,3 +55,12 @@ def test_no_other_bench_module_works_out_the_repositorys_folders():
     modules = _package_modules()
     assert {"run.py", "report.py", "cost_model_check.py", "wire_bytes.py"} <= {p.name for p in modules}
     assert [hit for path in modules for hit in _root_work(path)] == []
+
+
+@pytest.mark.parametrize("name", ["hook_overhead", "strategies", "wire_bytes", "auto_start", "profile_time"])
+def test_a_bench_script_run_as_a_file_says_how_to_run_it(name):
+    """`python bench/NAME.py` puts bench/ rather than the root on sys.path, so `bench.paths` cannot be
+    imported: the module says so in one line instead of a ModuleNotFoundError's traceback."""
+    done = subprocess.run([sys.executable, str(paths.BENCH / f"{name}.py")], cwd=paths.REPO, capture_output=True,
+                          text=True, timeout=20)
+    assert (done.returncode, done.stderr) == (1, f"run from the repository root as python -m bench.{name}\n")

@@ -8,9 +8,11 @@ import shlex
 import pytest
 from click.testing import CliRunner
 
+from bench import paths
+from bench.cluster import report
 from bench.cluster.lower_bound import FAMILY_METHOD
-from bench.cluster.results import (BenchResults, HostBytes, LowerBound, Profile, RunConfig, RunResult, WorkerResult,
-                                   save_results)
+from bench.cluster.results import (BenchResults, HookOverhead, HostBytes, LowerBound, Profile, RunConfig, RunResult,
+                                   WorkerResult, load_results, save_results)
 from bench.cluster.tf2 import keras_model, script_args
 from bench.cluster.tf2_analysis import failure_reason, mode_rows, peer_rows, tf2_goals
 from bench.cluster.tf2_report import main, merge_results, render, write_tf2_report
@@ -151,9 +153,13 @@ def test_report_tables(results, tmp_path):
 def test_a_tf2_runs_report_names_the_command_that_rewrites_it(results, tmp_path, monkeypatch):
     """bench.cluster.run --tf2 writes its report with write_tf2_report: following the report's own
     "regenerate with" line (bench.cluster.tf2_report, not bench.cluster.report, whose report has
-    other tables) from the repository root rewrites that same report."""
+    other tables) from the repository root rewrites that same report and leaves its results, the
+    hook overhead included, as they were."""
+    monkeypatch.setattr(report, "REPO", tmp_path)
     json_path, markdown = tmp_path / "bench" / "results" / "tf2-x.json", tmp_path / "bench" / "RESULTS-tf2-x.md"
-    save_results(results, json_path)
+    measured = results.model_copy(update={"hook_overhead": HookOverhead(
+        plain_examples_per_s=100.0, adrun_examples_per_s=98.0, ratio=0.98, cpu_ratio=1.01, source="x")})
+    save_results(measured, json_path)
     write_tf2_report(json_path, markdown)
     written = markdown.read_text()
     command = written.split("regenerate with `", 1)[1].split("`", 1)[0]
@@ -163,9 +169,36 @@ def test_a_tf2_runs_report_names_the_command_that_rewrites_it(results, tmp_path,
     monkeypatch.chdir(tmp_path)
     CliRunner().invoke(main, shlex.split(command)[3:], catch_exceptions=False)
     assert markdown.read_text() == written
+    assert load_results(json_path) == measured
+
+
+def test_a_merged_report_keeps_the_last_hook_overhead(results):
+    first, last = (HookOverhead(plain_examples_per_s=100.0, adrun_examples_per_s=r * 100, ratio=r, source="x") for r in (0.9, 0.95))
+    parts = [results.model_copy(update={"hook_overhead": first}), results.model_copy(update={"hook_overhead": last}), results]
+    assert merge_results(parts).hook_overhead == last
+
+
+def test_a_later_invocations_autogroup_warning_is_a_note_of_the_merged_report(results, tmp_path):
+    """The merged results keep the first invocation's machine facts, which warn at the head; a later
+    invocation's warning would otherwise be lost."""
+    quiet = results.model_copy(update={"machine": {"scheduler autogroups": "on", "load average at start": "0.5 0.5 0.5"}})
+    exposed = quiet.model_copy(update={"command": "python -m bench.cluster.run --tf2 --hosts 4",
+                                       "machine": {"scheduler autogroups": "on", "load average at start": "2.5 2.0 1.0"}})
+    merged = merge_results([quiet, exposed])
+    assert merged.autogroup_warning is None
+    assert merged.notes[-1] == f"`python -m bench.cluster.run --tf2 --hosts 4`: {exposed.autogroup_warning}"
+    text = render(merged, [], tmp_path / "tf2.md", tmp_path / "results" / "tf2.json")
+    assert "- Note: `python -m bench.cluster.run --tf2 --hosts 4`: may have been exposed to other sessions' work" in text
+    assert merge_results([merged]).notes == merged.notes  # following the report's regenerate line keeps it once
+
+
+def test_the_default_report_is_the_repositorys_wherever_the_command_runs():
+    default = next(p.default for p in main.params if p.name == "markdown")
+    assert default == paths.BENCH / "RESULTS-cluster-tf2.md" and default.is_absolute()
 
 
 def test_a_tf2_report_warns_of_other_sessions_work_under_autogroups(results, tmp_path):
     exposed = results.model_copy(update={"machine": {"scheduler autogroups": "on", "load average at start": "2.5 2.0 1.0"}})
     text = render(exposed, [], tmp_path / "tf2.md", tmp_path / "results" / "tf2.json")
-    assert "> **Warning**: exposed to other sessions' work: the scheduler's autogroups were on and the 1-minute load average reached 2.5." in text
+    assert ("> **Warning**: may have been exposed to other sessions' work: the scheduler's autogroups were on and the "
+            "1-minute load average was 2.5 at the start, before any run.") in text

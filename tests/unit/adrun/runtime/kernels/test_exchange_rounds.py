@@ -30,9 +30,11 @@ HOSTS = 4
 VOCAB, DIM, BAG, HIDDEN = 64, 4, 3, 8
 
 
-def _cluster(hosts: int) -> dict[str, list[str]]:
-    """One worker and one PS task per host, as the benchmark's namespace hosts run them."""
-    return {"worker": [f"10.0.0.{h + 1}:2223" for h in range(hosts)], "ps": [f"10.0.0.{h + 1}:2222" for h in range(hosts)]}
+def _cluster(hosts: int, ps_per_host: int = 1) -> dict[str, list[str]]:
+    """One worker and one PS task per host, as the benchmark's namespace hosts run them (or
+    `ps_per_host` PS tasks: host h's are tasks h * ps_per_host onwards)."""
+    return {"worker": [f"10.0.0.{h + 1}:2223" for h in range(hosts)],
+            "ps": [f"10.0.0.{h + 1}:{2222 + 100 * k}" for h in range(hosts) for k in range(ps_per_host)]}
 
 
 def test_each_round_pairs_every_worker_with_another_hosts_ps_task():
@@ -79,16 +81,19 @@ def _model(partition_of, lookups: int = 1, hidden: int = HIDDEN):
     return optimizer, pairs
 
 
-def _worker_graph(tmp_path: Path, worker: int, lookups: int = 1, hidden: int = HIDDEN) -> tf.Graph:
-    """Worker `worker`'s graph of a PartitionedPS plan on 4 hosts, rewritten as in a job."""
+def _worker_graph(tmp_path: Path, worker: int, lookups: int = 1, hidden: int = HIDDEN, hosts: int = HOSTS,
+                  ps_per_host: int = 1) -> tf.Graph:
+    """Worker `worker`'s graph of a PartitionedPS plan on `hosts` hosts with one worker and
+    `ps_per_host` PS tasks each, rewritten as in a job."""
     with tf.Graph().as_default() as graph:
         _model(lambda name: None, lookups, hidden)
         item = describe_graph(graph)
-    spec = ClusterSpec(version=1, nodes=[Node(address=f"10.0.0.{h + 1}", workers=1, ps=1, chief=h == 0) for h in range(HOSTS)])
+    spec = ClusterSpec(version=1, nodes=[Node(address=f"10.0.0.{h + 1}", workers=1, ps=ps_per_host, chief=h == 0)
+                                         for h in range(hosts)])
     plan = tmp_path / "plan.yml"
     dump_strategy(build_strategy("PartitionedPS", item, spec, {}), plan)
-    ctx = TaskContext(mode="run", role="worker", task_index=worker, num_workers=HOSTS, job_id="t",
-                      cluster=_cluster(HOSTS), strategy_file=str(plan), capture_out=None)
+    ctx = TaskContext(mode="run", role="worker", task_index=worker, num_workers=hosts, job_id="t",
+                      cluster=_cluster(hosts, ps_per_host), strategy_file=str(plan), capture_out=None)
     with tf.Graph().as_default() as graph:
         optimizer, pairs = _model(ctx.plan.partition, lookups, hidden)
         synchronized_apply(optimizer, optimizer.apply_gradients, pairs, ctx, 0)
@@ -119,6 +124,22 @@ def test_rows_go_round_the_ps_tasks_in_the_workers_order_and_dense_transfers_at_
     for push in waiting_pushes:  # the rows wait; the ids are the forward gather's, sent once a step
         ids, rows = push.inputs[2], push.inputs[3]
         assert "adrun_push_in_order" in rows.op.name and "adrun_distinct_ids" in ids.op.name
+
+
+@pytest.mark.parametrize("worker", [0, 1])
+def test_none_of_the_own_hosts_several_ps_tasks_waits_or_is_waited_for(tmp_path, worker):
+    """3 hosts with 2 PS tasks each, every one holding an embedding shard: the worker's host's two
+    tasks (2w, 2w + 1) are in no round, neither waiting nor waited for; the other hosts' four go
+    round in the worker's order."""
+    graph = _worker_graph(tmp_path, worker, hosts=3, ps_per_host=2)
+    own = {2 * worker, 2 * worker + 1}
+    gathered = {ps_task(op) for op in graph.get_operations() if op.type == "ResourceGather"}
+    assert gathered == set(range(6))  # the own host's tasks hold rows too: the check below is not empty
+    for waits in (pull_waits(graph), push_waits(graph)):
+        in_rounds = set(waits).union(*waits.values())
+        assert in_rounds == set(range(6)) - own, f"w{worker}: the PS tasks in rounds"
+        order = exchange_order(worker, _cluster(3, ps_per_host=2))
+        assert waits == {task: {before} for before, task in pairwise(order)}
 
 
 def test_a_gather_waits_only_for_gathers_of_ids_from_the_same_inputs(tmp_path):
