@@ -162,6 +162,16 @@ def synchronization_cpu_ms(results: list[dict]) -> dict[str, list[float]]:
             for case, base in BASELINE.items()}
 
 
+def _wait_all(procs: list[subprocess.Popen]) -> list[int | None]:
+    """The workers' exit codes once all have ended, or as soon as one fails: the others would wait
+    for it forever (for the chief's initialization, its take, their tokens)."""
+    while True:
+        codes = [p.poll() for p in procs]
+        if all(code is not None for code in codes) or any(codes):
+            return codes
+        time.sleep(0.5)
+
+
 def by_workers(runs: list[dict]) -> dict[str, dict[int, list[float]]]:
     """Per synchronous case and worker count: every round's synchronization CPU ms over `runs`
     (each {"workers": n, "results": [...]}, as this command writes them)."""
@@ -225,20 +235,22 @@ def main(num_workers: int, steps: int, rounds: int, out: Path | None, summarize:
     parts = [out.with_suffix(f".worker{i}.tmp") for i in range(num_workers)]
     procs = [subprocess.Popen([sys.executable, "-m", "bench.loopback_ps_workers", "--steps", str(steps), "--rounds",
                                str(rounds), "--out", str(part), "--task", str(i), "--cluster", json.dumps(spec),
-                               "--ps-pid", str(ps.pid)], stderr=subprocess.DEVNULL)
+                               "--ps-pid", str(ps.pid)], stderr=part.with_suffix(".err").open("w"))
              for i, part in enumerate(parts)]
     try:
-        codes = [p.wait() for p in procs]
+        codes = _wait_all(procs)
     finally:
         for p in [*procs, ps]:
             if p.poll() is None:
                 p.kill()
                 p.wait()
     if any(codes):
-        raise click.ClickException(f"a worker failed: exit codes {codes}")
+        failed = next(part for part, code in zip(parts, codes, strict=True) if code)
+        raise click.ClickException(f"a worker failed: exit codes {codes}; its stderr: {failed.with_suffix('.err')}")
     results = merged([row for part in parts for row in json.loads(part.read_text())])
     for part in parts:
         part.unlink()
+        part.with_suffix(".err").unlink()
     for row in results:
         click.echo(f"round {row['round']} {row['case']}: {row['wall_ms']:.3f} ms wall, CPU "
                    f"{' + '.join(f'{c:.2f}' for c in row['worker_cpu_ms'])} (workers) + {row['ps_cpu_ms']:.2f} (PS) = "

@@ -127,12 +127,14 @@ ONE_HOST_TASK_CALL_S = 1.7e-3
 # times for n workers. With n workers each reads and pushes into the accumulators, the chief takes
 # and applies once and releases each other worker through a token: checked at n = 2 and 3 in
 # plain TensorFlow with adrun's own synchronization kernels (bench/loopback_ps_workers.py,
-# bench/results/loopback-ps-workers.json, ncf's model, 6 rounds per n from 2 invocations): the
-# synchronization's CPU over every process was 0.96-1.12 of n times the same session's n = 1
-# median (ps 0.96, 1.01; embeddings 1.08, 1.12; one 8 x 8 variable 1.01, 1.11), each median
-# inside n times the n = 1 rounds' min-max (the rounds spread 23-78 % of their median on the
-# loaded machine); the line over n = 1-3 leaves -0.5 to +0.3 ms a step once (the chief's one apply
-# offset by a token per other worker). So n times stands. Stale PS variables' calls are not counted.
+# bench/results/loopback-ps-workers.json, ncf's model, 9 rounds per n from 3 invocations): the
+# synchronization's CPU over every process was 0.91-1.19 of n times the same session's n = 1
+# median (ps 0.95, 1.03; embeddings 1.16, 1.19; one 8 x 8 variable 0.91, 1.07), each median inside
+# n times the n = 1 rounds' min-max, and the line over n = 1-3 leaves -0.5 to +0.3 ms a step once
+# (the chief's one apply offset by a token per other worker): n times stands on those rounds. The
+# quietest invocation reads a split they do not resolve (a sparse piece ~1.1 ms a worker at n > 1,
+# its rows merged and sparse-accumulated; a batched dense piece ~0.05): docs/cost-model.md, "The
+# PS terms at n workers", says what taking it would do. Stale PS variables' calls are not counted.
 COLLECTIVE_STEP_CPU_S = 1.4e-3
 COLLECTIVE_OP_CPU_S = 4.2e-4
 PS_CALL_CPU_S = 1.7e-3

@@ -110,3 +110,19 @@ def test_the_summary_sets_each_n_against_n_times_one_worker_and_fits_the_line_ov
     # the model's own figure for the PS case at n = 3: 3 x (call + 2 sparse + 6 dense pieces)
     model = 3e3 * (PS_CALL_CPU_S + 2 * PS_SPARSE_PIECE_CPU_S + 6 * PS_DENSE_PIECE_CPU_S)
     assert f"| {model:.2f} |" in ps3
+
+
+def test_a_failed_worker_ends_the_wait_while_the_others_still_run():
+    """The others wait for the chief forever when it fails: the run must not wait for them."""
+    import subprocess
+    import sys
+
+    from bench.loopback_ps_workers import _wait_all
+
+    waiting = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    failed = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    try:
+        assert _wait_all([failed, waiting]) == [3, None]
+    finally:
+        waiting.kill()
+        waiting.wait()
