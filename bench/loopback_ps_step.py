@@ -72,6 +72,25 @@ def _ps_task(cluster: str) -> None:
     tf.distribute.Server(tf.train.ClusterSpec(json.loads(cluster)), job_name="ps", task_index=0).join()
 
 
+def ncf_loss(tf, users, items, worker: str, embeddings_at: str, dense_at: str):
+    """bench/workloads/models.py's NCF in the current variable scope: its two embeddings on
+    `embeddings_at`, its three dense layers on `dense_at`, the lookups and the layers' math on `worker`."""
+    tf1 = tf.compat.v1
+    with tf1.device(embeddings_at):
+        user_emb = tf1.get_variable("user_embedding", [100_000, 32], use_resource=True)
+        item_emb = tf1.get_variable("item_embedding", [20_000, 32], use_resource=True)
+    with tf1.device(dense_at):
+        layers = [(tf1.get_variable(f"k{i}", shape, use_resource=True),
+                   tf1.get_variable(f"b{i}", shape[1:], use_resource=True))
+                  for i, shape in enumerate(([96, 128], [128, 64], [64, 1]))]
+    with tf1.device(worker):
+        u, i = tf1.nn.embedding_lookup(user_emb, users), tf1.nn.embedding_lookup(item_emb, items)
+        h = tf1.concat([u, i, u * i], 1)
+        for k, b in layers[:-1]:
+            h = tf1.nn.relu(tf1.matmul(h, k) + b)
+        return tf1.reduce_mean(tf1.square(tf1.matmul(h, layers[-1][0]) + layers[-1][1]))
+
+
 def _train_ops(tf, worker: str, ps: str, wide_rows: int = 256) -> dict:
     """One train op per case, all in one graph."""
     tf1 = tf.compat.v1
@@ -86,19 +105,8 @@ def _train_ops(tf, worker: str, ps: str, wide_rows: int = 256) -> dict:
     for case, embeddings_at, dense_at in (("local", worker, worker), ("ps", ps, ps), ("embeddings_on_ps", ps, worker),
                                           ("embeddings_on_ps_global_step", ps, worker)):
         with tf1.variable_scope(case):
-            with tf1.device(embeddings_at):
-                user_emb = tf1.get_variable("user_embedding", [100_000, 32], use_resource=True)
-                item_emb = tf1.get_variable("item_embedding", [20_000, 32], use_resource=True)
-            with tf1.device(dense_at):
-                layers = [(tf1.get_variable(f"k{i}", shape, use_resource=True),
-                           tf1.get_variable(f"b{i}", shape[1:], use_resource=True))
-                          for i, shape in enumerate(([96, 128], [128, 64], [64, 1]))]
+            loss = ncf_loss(tf, users, items, worker, embeddings_at, dense_at)
             with tf1.device(worker):
-                u, i = tf1.nn.embedding_lookup(user_emb, users), tf1.nn.embedding_lookup(item_emb, items)
-                h = tf1.concat([u, i, u * i], 1)
-                for k, b in layers[:-1]:
-                    h = tf1.nn.relu(tf1.matmul(h, k) + b)
-                loss = tf1.reduce_mean(tf1.square(tf1.matmul(h, layers[-1][0]) + layers[-1][1]))
                 step = global_step if case.endswith("global_step") else None
                 ops[case] = tf1.train.GradientDescentOptimizer(0.01).minimize(loss, global_step=step)
     for case, at in (("tiny_local", worker), ("tiny_ps", ps)):

@@ -122,10 +122,19 @@ ONE_HOST_TASK_CALL_S = 1.7e-3
 # about 2 x 0.33 ms, is in it), chain_1 against chain_0, 1.72 ms; each sparse variable read (a
 # gather of its rows) and updated (a scatter), 0.72 ms more (ncf's two embeddings on the PS,
 # `embeddings_on_ps` against `local`, less the call); each dense one, 0.22 ms (its six small dense
-# variables, `ps` against `embeddings_on_ps`); rounded to two digits. The pieces' figures are one
-# worker's (n = 1: its reads, its push and the apply); `cpu_work_s` takes them n times for n
-# workers, an extrapolation: with n workers each reads and pushes, but the chief applies once,
-# and the token queue's calls and stale PS variables' calls are not counted.
+# variables, `ps` against `embeddings_on_ps`); rounded to two digits. The figures are one worker's
+# (n = 1: its reads, its push and the apply, no accumulator or token); `cpu_work_s` takes them n
+# times for n workers. With n workers each reads and pushes into the accumulators, the chief takes
+# and applies once and releases each other worker through a token: checked at n = 2 and 3 in
+# plain TensorFlow with adrun's own synchronization kernels (bench/loopback_ps_workers.py,
+# bench/results/loopback-ps-workers.json, ncf's model, 9 rounds per n from 3 invocations): the
+# synchronization's CPU over every process was 0.91-1.19 of n times the same session's n = 1
+# median (ps 0.95, 1.03; embeddings 1.16, 1.19; one 8 x 8 variable 0.91, 1.07), each median inside
+# n times the n = 1 rounds' min-max, and the line over n = 1-3 leaves -0.5 to +0.3 ms a step once
+# (the chief's one apply offset by a token per other worker): n times stands on those rounds. The
+# quietest invocation reads a split they do not resolve (a sparse piece ~1.1 ms a worker at n > 1,
+# its rows merged and sparse-accumulated; a batched dense piece ~0.05): docs/cost-model.md, "The
+# PS terms at n workers", says what taking it would do. Stale PS variables' calls are not counted.
 COLLECTIVE_STEP_CPU_S = 1.4e-3
 COLLECTIVE_OP_CPU_S = 4.2e-4
 PS_CALL_CPU_S = 1.7e-3

@@ -803,7 +803,9 @@ def test_a_ring_of_small_tensors_on_shared_cpus_takes_its_processes_cpu_work_ove
 def test_ps_calls_on_shared_cpus_cost_the_workers_and_the_tasks_cpu_work(hosts):
     """emb and `small` on host 1's PS task: each worker's step calls the task once (the worker's
     and the task's CPU of the call) and reads and updates one sparse and one dense piece there; on
-    2 shared CPUs the step takes at least that work of every worker over the CPUs."""
+    2 shared CPUs the step takes at least that work of every worker over the CPUs: n times the
+    one-worker figures, which bench/loopback_ps_workers.py found to hold at n = 2 and 3 within its
+    spread (docs/cost-model.md, "The PS terms at n workers")."""
     spec = hosts_spec(hosts, ps=[1] + [0] * (hosts - 1))
     strategy = plan(MIXED, spec, [planned(EMB, sync=PSSync(ps_task=0)), planned(SMALL, sync=PSSync(ps_task=0))])
     prof = profile(MIXED, 0.001, {"emb": 10})
