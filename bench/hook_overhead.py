@@ -84,7 +84,7 @@ def summarize(runs: dict[str, list[dict[str, float]]]) -> dict[str, float]:
         medians[f"plain_{key}"] = statistics.median(plain)
         medians[f"adrun_{key}"] = statistics.median(adrun)
         medians[f"ratio_{key}"] = medians[f"adrun_{key}"] / medians[f"plain_{key}"]
-        medians[f"round_ratio_{key}"] = statistics.median(a / p for a, p in zip(adrun, plain))
+        medians[f"round_ratio_{key}"] = statistics.median(a / p for a, p in zip(adrun, plain, strict=True))
     return medians
 
 

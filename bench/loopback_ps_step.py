@@ -182,7 +182,7 @@ def main(steps: int, rounds: int, wide_rows: int, hops: str | None, out: Path, p
                            "worker_cpu_ms": (_cpu_s(os.getpid()) - worker_cpu) / steps * 1e3,
                            "ps_cpu_ms": (_cpu_s(ps.pid) - ps_cpu) / steps * 1e3,
                            **{f"{who}_{what}": (after - before) / steps * scale
-                              for who, (b, a) in zip(("worker", "ps"), zip(sched, [_sched(os.getpid()), _sched(ps.pid)]))
+                              for who, (b, a) in zip(("worker", "ps"), zip(sched, [_sched(os.getpid()), _sched(ps.pid)], strict=True), strict=True)
                               for what, before, after, scale in (("switches", b[0], a[0], 1), ("runqueue_ms", b[1], a[1], 1e-6))},
                            "load_average": os.getloadavg()[0]}
                     results.append(row)

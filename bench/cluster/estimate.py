@@ -63,7 +63,7 @@ def estimate(order: Iterable[tuple[RunConfig, int]], history: list[BenchResults]
     seconds, runs, exact = 0.0, 0, 0
     for config, steps in order:
         runs += 1
-        for level, (key, table) in enumerate(zip(KEYS, tables)):
+        for level, (key, table) in enumerate(zip(KEYS, tables, strict=True)):
             walls = table.get(key(config, steps))
             if walls:
                 seconds += statistics.median(walls)

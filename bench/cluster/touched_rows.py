@@ -50,7 +50,7 @@ def distinct_rows(workloads_dir: Path, workload: str, plan: Strategy) -> dict[st
             out[var.name] = [_mean_distinct(ids, 0, var.shape[0]) for ids in per_worker]
             continue
         bounds = np.cumsum([0, *shard_sizes(var.shape[0], len(var.partition.shards))])
-        for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
+        for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
             out[f"{var.name}/part_{i}"] = [_mean_distinct(ids, lo, hi) for ids in per_worker]
     return out
 

@@ -44,7 +44,7 @@ def main() -> None:
             with tf.GradientTape() as tape:
                 mean = tf.nn.compute_average_loss(per_example_loss(label, net(features, training=True)),
                                                   global_batch_size=batch)
-            optimizer.apply_gradients(zip(tape.gradient(mean, net.trainable_variables), net.trainable_variables))
+            optimizer.apply_gradients(zip(tape.gradient(mean, net.trainable_variables), net.trainable_variables, strict=True))
         strategy.run(step, args=(next(iterator),))
 
     @tf.function

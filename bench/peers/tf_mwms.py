@@ -57,7 +57,7 @@ def main() -> None:
         def step(inputs):
             with tf.GradientTape() as tape:
                 loss = tf.nn.compute_average_loss(model.per_example_loss(params, inputs), global_batch_size=global_batch)
-            optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+            optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
         strategy.run(step, args=(next(iterator),))
 
     @tf.function
@@ -80,7 +80,7 @@ def main() -> None:
     print(f"worker {worker}: {timed} timed steps in {seconds:.3f} s")
     if args.dump_variables:
         np.savez(args.dump_variables.replace("{worker}", str(worker)), global_step=int(optimizer.iterations.numpy()),
-                 **{f"init/{name}": value for name, value in zip(params, initial)},
+                 **{f"init/{name}": value for name, value in zip(params, initial, strict=True)},
                  **{f"final/{name}": v.numpy() for name, v in params.items()})
     if args.result_file:
         write_result(args.result_file, args.workload, worker, timed, seconds, args.batch_size, cpu_seconds)

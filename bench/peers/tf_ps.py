@@ -139,8 +139,8 @@ def run_worker(args, model, cluster: tf.train.ClusterSpec, server: tf.distribute
     print(f"worker {worker}: {timed} timed steps in {seconds:.3f} s, global step {final_step}")
     if args.dump_variables:
         np.savez(args.dump_variables.replace("{worker}", str(worker)), global_step=final_step,
-                 **{f"init/{v.op.name}": value for v, value in zip(variables, initial)},
-                 **{f"final/{v.op.name}": value for v, value in zip(variables, final)})
+                 **{f"init/{v.op.name}": value for v, value in zip(variables, initial, strict=True)},
+                 **{f"final/{v.op.name}": value for v, value in zip(variables, final, strict=True)})
     if args.result_file:
         write_result(args.result_file, args.workload, worker, timed, seconds, args.batch_size, cpu_seconds)
 
