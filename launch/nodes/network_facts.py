@@ -73,7 +73,8 @@ from .pair_inference import assumed_links, off_the_rule, slower_than_fastest
 from .pair_schedule import Pair, pair_rounds, ring_rounds
 from .parallel import each
 from .shell import LocalShell, SSHShell
-from .transfer import Endpoint, Transfer, TransferError, measure_transfer
+from .standing_probes import StandingProbes
+from .transfer import Endpoint, Transfer, TransferError
 
 if TYPE_CHECKING:  # the job's connections, when there are; nodes/ does not depend on job/ at run time
     from ..job.provision import RemoteNodes
@@ -88,9 +89,6 @@ RING_SHIFTS = (1, 2, -1)  # the rings a larger cluster may measure, in this orde
 FIRST_RINGS = 2  # of RING_SHIFTS, always measured; each further one while the rule disagrees (module docstring)
 HETEROGENEOUS = 0.2  # rates disagree when one is off by more than this share (module docstring)
 CPU_SHARE = 0.25  # on shared CPUs, a round's transfers together at most this share of the loopback's rate
-# the node's kernel (one per machine, shared by its namespaces and containers) and its usable CPUs
-MACHINE_COMMAND = "cat /proc/sys/kernel/random/boot_id && nproc"
-MACHINE_TIMEOUT_S = 10.0
 
 
 def network_facts(spec: ClusterSpec, remote: RemoteNodes | None = None,
@@ -104,13 +102,22 @@ def network_facts(spec: ClusterSpec, remote: RemoteNodes | None = None,
     if spec.network is not None:
         return _given(spec)
     endpoints = {node.address: _endpoint(node, remote) for node in spec.nodes}
-    shared_cpus = _shared_cpus(list(endpoints.values()))
     chief = spec.chief.address
-    loopback = _measure(endpoints[chief], endpoints[chief], "127.0.0.1")
+    try:
+        with StandingProbes(list(endpoints.values()), spare=endpoints[chief]) as probes:
+            return _measured(spec, probes, endpoints, report or (lambda line: None))
+    except TransferError as e:  # from starting the probes: a transfer's own says its path (_measure)
+        raise _cannot("", e) from None
+
+
+def _measured(spec: ClusterSpec, probes: StandingProbes, endpoints: dict[str, Endpoint],
+              say: Callable[[str], None]) -> NetworkFacts:
+    shared_cpus = _shared_cpus(list(probes.machines.values()))
+    chief = spec.chief.address
+    loopback = _measure(probes, endpoints[chief], endpoints[chief], "127.0.0.1")
     addresses = [node.address for node in spec.nodes]
     cpu_bound = None if shared_cpus is None else CPU_SHARE * loopback.bytes_per_s
-    rounds = _Rounds(endpoints, cpu_bound)
-    say = report or (lambda line: None)
+    rounds = _Rounds(probes, endpoints, cpu_bound)
     if measures_every_pair(len(addresses)):
         done = rounds.measure(pair_rounds(addresses))
     else:
@@ -169,8 +176,8 @@ class _Rounds:
     (bytes/s; the nodes share CPUs), a round whose rates add up to more is measured again one
     transfer at a time, as is every later round, also of a later call (module docstring)."""
 
-    def __init__(self, endpoints: dict[str, Endpoint], cpu_bound: float | None) -> None:
-        self.endpoints, self.cpu_bound = endpoints, cpu_bound
+    def __init__(self, probes: StandingProbes, endpoints: dict[str, Endpoint], cpu_bound: float | None) -> None:
+        self.probes, self.endpoints, self.cpu_bound = probes, endpoints, cpu_bound
         self.together = True
         self.count = 0  # rounds measured (a round measured again alone counts once)
 
@@ -189,7 +196,7 @@ class _Rounds:
         return done
 
     def _one(self, pair: Pair) -> Transfer:
-        return _measure(self.endpoints[pair[0]], self.endpoints[pair[1]], pair[1])
+        return _measure(self.probes, self.endpoints[pair[0]], self.endpoints[pair[1]], pair[1])
 
 
 def _given(spec: ClusterSpec) -> NetworkFacts:
@@ -217,18 +224,18 @@ def _endpoint(node: Node, remote: RemoteNodes | None) -> Endpoint:
     return Endpoint(node, SSHShell(link.conn), False)
 
 
-def _measure(sender: Endpoint, receiver: Endpoint, host: str) -> Transfer:
+def _measure(probes: StandingProbes, sender: Endpoint, receiver: Endpoint, host: str) -> Transfer:
     loopback = sender is receiver
     path = "loopback" if loopback else f"{sender.node.address} -> {receiver.node.address}"
     try:
-        done = measure_transfer(sender, receiver, host, TRANSFER_BYTES, pings=PINGS, max_s=STREAM_S,
-                                shape=not loopback)
+        return probes.measure(sender, receiver, host, TRANSFER_BYTES, pings=PINGS, max_s=STREAM_S, shape=not loopback)
     except TransferError as e:
-        raise UserError(
-            f"cannot measure the network ({path}): {e}; run `adrun cluster check`, or give the figures in "
-            "the cluster spec's `network` field"
-        ) from None
-    return done
+        raise _cannot(f" ({path})", e) from None
+
+
+def _cannot(path: str, error: TransferError) -> UserError:
+    return UserError(f"cannot measure the network{path}: {error}; run `adrun cluster check`, or give the figures in "
+                     "the cluster spec's `network` field")
 
 
 def _host_link(pair: Pair, done: Transfer) -> HostLink:
@@ -240,19 +247,11 @@ def _link(done: Transfer) -> Link:
                 queue_bytes=done.queue_bytes, source="measured")
 
 
-def _shared_cpus(endpoints: Sequence[Endpoint]) -> int | None:
-    """The usable CPUs of the one machine every node runs on (the most any node may use); None
-    for one node, for nodes on different machines, or when a node cannot tell (no Linux /proc).
-    Every node is asked at once: a command over SSH takes about 0.3 s to start on namespace hosts."""
-    if len(endpoints) < 2:
+def _shared_cpus(machines: Sequence[tuple[str, int] | None]) -> int | None:
+    """The usable CPUs of the one machine every node runs on (the most any node may use), from each
+    node's (boot id, CPUs) as its probe said; None for one node, for nodes on different machines,
+    or when a node cannot tell (no Linux /proc)."""
+    if len(machines) < 2 or None in machines:
         return None
-    answers = each(endpoints, lambda endpoint: endpoint.shell.run(MACHINE_COMMAND, MACHINE_TIMEOUT_S))
-    machines = set()
-    cpus = []
-    for done in answers:
-        answer = done.stdout.split()
-        if done.returncode != 0 or len(answer) != 2 or not answer[1].isdigit():
-            return None
-        machines.add(answer[0])
-        cpus.append(int(answer[1]))
-    return max(cpus) if len(machines) == 1 else None
+    known = [machine for machine in machines if machine is not None]
+    return max(cpus for _, cpus in known) if len({boot_id for boot_id, _ in known}) == 1 else None
