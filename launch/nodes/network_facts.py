@@ -39,8 +39,8 @@ seconds (bandwidth: bytes over the time to the receiver's acknowledgement, less 
 burst, which passed at once). Between two nodes it also measures a shaper on the path
 (launch/nodes/link_shape.py): the token bucket (`Link.burst_bytes`) from the stream's start, and the
 sender's queue (`Link.queue_bytes`, in bytes of the measured rate) from a UDP blast after it, about
-0.45 s more per pair (measured on namespace hosts: a pair takes about 1 s on a fast link, 1.1 s at
-100 Mbit/s; starting the two probes over SSH is about 0.4 s of it). 0 for both means none known: a
+0.45 s more per pair (measured on namespace hosts: a transfer takes about 0.85 s at 100 Mbit/s, its
+stream 0.58 s of it). 0 for both means none known: a
 path without a shaper, and also UDP filtered (a hello first; unheard, no blast), a link faster than
 about half the blast, a queue longer than the blast (it sends about probe.BLAST_S of the stream's
 rate: a 10 Mbit/s link behind a 1000-packet FIFO, 1.2 s of it, never overflows; the receiver's
@@ -48,14 +48,20 @@ cutoff, BLAST_DRAIN_S after the blast, caps the drain it sees), a queue bigger t
 buffers (net.core.wmem_max where the probe cannot force them), or a failure of this stage, which
 leaves the bandwidth and latency standing and is reported (`report`, naming the pair and why) so
 that it is not taken for a path without a shaper. The loopback is not probed for one (nothing shapes
-it). Each process is bounded by launch/nodes/transfer.py's timeouts and ends by itself; nothing is
-left running.
+it). The transfers run between standing probes (launch/nodes/standing_probes.py): one per node,
+and a spare on the chief for the loopback, started at once before the loopback and kept for the
+whole measurement, so that a round costs its transfers and not the start of two processes over SSH
+for each (on 8 namespace hosts a round of 4 took 2.1 s, 1.1 s of it starting its 8 probes; 0.86 s
+with standing probes: bench/RESULTS-auto-start.md). They are stopped however the measurement ends;
+each bounds its transfers by launch/nodes/transfer.py's timeouts, and ends by itself when its input
+ends or after a long idle time; nothing is left running. A probe that does not start fails the
+measurement with one message naming every such node and what its shell said.
 
-Measured, too: whether the nodes share one machine's CPUs (`NetworkFacts.shared_cpus`):
-every node's shell reads the kernel's boot id; when more than one node answers and all with the
-same id (network namespaces or containers of one kernel, as the benchmark's hosts are), their
-compute, their tasks' RPC work and the traffic between them run on the same CPUs, and the facts
-say how many (`nproc`: the CPUs a process started there may use).
+Measured, too: whether the nodes share one machine's CPUs (`NetworkFacts.shared_cpus`): every
+node's probe says, in its first answer, the kernel's boot id and the CPUs a process started there
+may use; when more than one node answers and all with the same id (network namespaces or
+containers of one kernel, as the benchmark's hosts are), their compute, their tasks' RPC work and
+the traffic between them run on the same CPUs, and the facts say how many (the most any node may use).
 """
 
 from __future__ import annotations
@@ -98,7 +104,7 @@ def network_facts(spec: ClusterSpec, remote: RemoteNodes | None = None,
     line for each pair whose shaper could not be measured and, on a cluster measured by rings, for
     each further ring and for how many pairs were measured and assumed (e.g.
     `adrun.ui.print_status`; a callable, because nodes/ does not depend on the terminal's
-    module). Raises UserError when a transfer fails."""
+    module). Raises UserError when a node's probe does not start or a transfer fails."""
     if spec.network is not None:
         return _given(spec)
     endpoints = {node.address: _endpoint(node, remote) for node in spec.nodes}
