@@ -23,8 +23,10 @@ dense layers each worker's own, as in `local`: the sparse pieces alone), `tiny_l
 (one 8 x 8 variable: a PS task's call and one dense piece). What a case takes beyond its local
 counterpart, over every process, is its synchronization's CPU. The workers run the cases in one
 order, each `--steps` steps a round, in lock step (the chief's take waits for every push, each
-other worker for its token); each worker measures its own CPU, the chief the PS's. Run it under
-the benchmark lock. `--summarize` reads the runs of a results file (one run, or bench/results/
+other worker for its token); each worker measures its own CPU, the chief the PS's. The run stops
+with the reason when a worker fails, the PS exits or its deadline (`deadline_s`) passes, keeping
+the failed process's stderr (`<out>.worker<i>.err`, `<out>.ps.err`), and kills every process it
+started on any way out, SIGTERM included. Run it under the benchmark lock. `--summarize` reads the runs of a results file (one run, or bench/results/
 loopback-ps-workers.json's invocations) and prints each case's synchronization against n times
 its one-worker figure (docs/cost-model.md, "The PS terms at n workers").
 """
@@ -33,12 +35,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
+import numpy as np
 
 from bench.loopback_ps_step import _cpu_s, _free_port, ncf_loss
 
@@ -47,6 +52,8 @@ CASES = ("local", "ps", "embeddings_on_ps", "tiny_local", "tiny_ps")
 PIECES = {"ps": (2, 6), "embeddings_on_ps": (2, 0), "tiny_ps": (0, 1)}
 BASELINE = {"ps": "local", "embeddings_on_ps": "local", "tiny_ps": "tiny_local"}
 WARM_UP_STEPS = 200
+START_UP_S = 120.0  # TensorFlow's import, the servers, the session, the chief's initialization
+STEP_BOUND_S = 0.1
 
 
 def _place(case: str, worker: str, ps: str) -> tuple[str, str]:
@@ -162,14 +169,86 @@ def synchronization_cpu_ms(results: list[dict]) -> dict[str, list[float]]:
             for case, base in BASELINE.items()}
 
 
-def _wait_all(procs: list[subprocess.Popen]) -> list[int | None]:
-    """The workers' exit codes once all have ended, or as soon as one fails: the others would wait
-    for it forever (for the chief's initialization, its take, their tokens)."""
+@dataclass
+class _Child:
+    """A process the run started, its name in messages and the file its stderr goes to."""
+
+    name: str
+    proc: subprocess.Popen
+    stderr: Path
+
+
+def deadline_s(steps: int, rounds: int) -> float:
+    """How long a run may take: its start-up, then every worker's steps (warm-up and timed) at
+    `STEP_BOUND_S` each, some 7 times the slowest step measured (15 ms wall, n = 3 at load 9)."""
+    return START_UP_S + len(CASES) * (WARM_UP_STEPS + rounds * steps) * STEP_BOUND_S
+
+
+def _wait_all(workers: list[_Child], ps: _Child, timeout_s: float, poll_s: float = 0.5) -> str | None:
+    """None once every worker has ended well; else why the run failed, as soon as it has. A worker
+    that fails leaves the others waiting forever (for the chief's initialization, its take, their
+    tokens), and so does a PS that ends (its server runs until killed: it ends only by failing,
+    e.g. its port taken before it bound it), so either ends the wait, and so does the deadline."""
+    end = time.monotonic() + timeout_s
     while True:
-        codes = [p.poll() for p in procs]
-        if all(code is not None for code in codes) or any(codes):
-            return codes
-        time.sleep(0.5)
+        codes = [w.proc.poll() for w in workers]
+        if failed := next((w for w, code in zip(workers, codes, strict=True) if code), None):
+            return f"{failed.name} failed: exit codes {codes}; its stderr: {failed.stderr}"
+        if all(code is not None for code in codes):
+            return None
+        if ps.proc.poll() is not None:
+            return (f"{ps.name} exited ({ps.proc.returncode}) before the workers finished (exit codes {codes}); "
+                    f"its stderr: {ps.stderr}")
+        if time.monotonic() > end:
+            return f"the run passed its deadline of {timeout_s:.0f} s (exit codes {codes}); stderr: {ps.stderr.parent}"
+        time.sleep(poll_s)
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    """A SIGTERM to the run ends it through its `finally`, which kills every child."""
+    raise SystemExit(128 + signum)
+
+
+def _ps_command(spec: dict, out: Path) -> list[str]:
+    return [sys.executable, "-m", "bench.loopback_ps_step", "--out", str(out), "--ps-task", json.dumps(spec)]
+
+
+def _worker_command(task: int, spec: dict, steps: int, rounds: int, part: Path, ps_pid: int) -> list[str]:
+    return [sys.executable, "-m", "bench.loopback_ps_workers", "--steps", str(steps), "--rounds", str(rounds),
+            "--out", str(part), "--task", str(task), "--cluster", json.dumps(spec), "--ps-pid", str(ps_pid)]
+
+
+def _run(num_workers: int, steps: int, rounds: int, out: Path) -> list[dict]:
+    """Starts the PS and the workers, waits for them and returns the workers' rows; every child is
+    killed on any way out (a failure, the deadline, SIGTERM, an exception)."""
+    spec = {"worker": [f"127.0.0.1:{_free_port()}" for _ in range(num_workers)], "ps": [f"127.0.0.1:{_free_port()}"]}
+    parts = [out.with_suffix(f".worker{i}.tmp") for i in range(num_workers)]
+    logs = [*(part.with_suffix(".err") for part in parts), out.with_suffix(".ps.err")]
+    children: list[_Child] = []
+
+    def start(name: str, command: list[str], stderr: Path) -> int:
+        with stderr.open("w") as err:
+            children.append(_Child(name, subprocess.Popen(command, stderr=err), stderr))
+        return children[-1].proc.pid
+
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:
+        ps_pid = start("the PS", _ps_command(spec, out), logs[-1])
+        for i, part in enumerate(parts):
+            start(f"worker {i}", _worker_command(i, spec, steps, rounds, part, ps_pid), logs[i])
+        failure = _wait_all(children[1:], children[0], deadline_s(steps, rounds))
+    finally:
+        for child in children:
+            if child.proc.poll() is None:
+                child.proc.kill()
+                child.proc.wait()
+        signal.signal(signal.SIGTERM, previous)
+    if failure:
+        raise click.ClickException(failure)
+    rows = [row for part in parts for row in json.loads(part.read_text())]
+    for path in [*parts, *logs]:
+        path.unlink()
+    return rows
 
 
 def by_workers(runs: list[dict]) -> dict[str, dict[int, list[float]]]:
@@ -182,28 +261,42 @@ def by_workers(runs: list[dict]) -> dict[str, dict[int, list[float]]]:
     return found
 
 
+def line_fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
+    """The least-squares line y = s x + i and i's standard error (from the residuals, N - 2 degrees
+    of freedom; nan with fewer than 3 points or one x): whether the once-a-step part i is resolved
+    from 0 at all, which the fit alone does not say."""
+    x, y = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+    if len(x) < 2 or np.ptp(x) == 0:
+        return float("nan"), float("nan"), float("nan")
+    s, i = np.polyfit(x, y, 1)
+    if len(x) < 3:
+        return float(s), float(i), float("nan")
+    residual = y - (s * x + i)
+    variance = float(residual @ residual) / (len(x) - 2)
+    sxx = float(((x - x.mean()) ** 2).sum())
+    return float(s), float(i), float(np.sqrt(variance * (1 / len(x) + x.mean() ** 2 / sxx)))
+
+
 def summary(runs: list[dict]) -> str:
     """A markdown table: per case and n, the synchronization's CPU ms per step (median, min-max),
     against n times the median at n = 1 (the extrapolation `StepCost.cpu_work_s` makes) and against
     the model's own figure, n (PS_CALL_CPU_S + its pieces); and the least-squares line over n of
-    every round, P(n) = n s + i (the mechanism's form: per worker s, once i)."""
-    import numpy as np
-
+    every round, P(n) = n s + i (the mechanism's form: per worker s, once i), with i's standard error
+    (the rounds taken as independent, which rounds of one invocation at one load are not quite)."""
     from strategies.cost_model import PS_CALL_CPU_S, PS_DENSE_PIECE_CPU_S, PS_SPARSE_PIECE_CPU_S
 
     lines = ["| case | n | rounds | CPU ms / step (median, min-max) | / (n x median at n = 1) | model n (call + pieces) "
-             "| fit over n: s, i |", "|---|---|---|---|---|---|---|"]
+             "| fit over n: s, i ± se(i) |", "|---|---|---|---|---|---|---|"]
     for case, per_n in by_workers(runs).items():
         sparse, dense = PIECES[case]
         model = 1e3 * (PS_CALL_CPU_S + sparse * PS_SPARSE_PIECE_CPU_S + dense * PS_DENSE_PIECE_CPU_S)
         one = float(np.median(per_n[1])) if 1 in per_n else float("nan")
         points = [(n, v) for n, values in per_n.items() for v in values]
-        s, i = np.polyfit([n for n, _ in points], [v for _, v in points], 1) if len({n for n, _ in points}) > 1 else (
-            float("nan"), float("nan"))
+        s, i, se = line_fit([n for n, _ in points], [v for _, v in points])
         for n, values in sorted(per_n.items()):
             median = float(np.median(values))
             lines.append(f"| {case} | {n} | {len(values)} | {median:.2f} ({min(values):.2f}-{max(values):.2f}) | "
-                         f"{median / (n * one):.2f} | {n * model:.2f} | {s:.2f}, {i:+.2f} |")
+                         f"{median / (n * one):.2f} | {n * model:.2f} | {s:.2f}, {i:+.2f} ± {se:.2f} |")
     return "\n".join(lines)
 
 
@@ -229,28 +322,7 @@ def main(num_workers: int, steps: int, rounds: int, out: Path | None, summarize:
         rows = _worker(task, json.loads(cluster or "{}"), steps, rounds, ps_pid or 0)
         out.write_text(json.dumps(rows) + "\n")
         return
-    spec = {"worker": [f"127.0.0.1:{_free_port()}" for _ in range(num_workers)], "ps": [f"127.0.0.1:{_free_port()}"]}
-    ps = subprocess.Popen([sys.executable, "-m", "bench.loopback_ps_step", "--out", str(out), "--ps-task",
-                           json.dumps(spec)], stderr=subprocess.DEVNULL)
-    parts = [out.with_suffix(f".worker{i}.tmp") for i in range(num_workers)]
-    procs = [subprocess.Popen([sys.executable, "-m", "bench.loopback_ps_workers", "--steps", str(steps), "--rounds",
-                               str(rounds), "--out", str(part), "--task", str(i), "--cluster", json.dumps(spec),
-                               "--ps-pid", str(ps.pid)], stderr=part.with_suffix(".err").open("w"))
-             for i, part in enumerate(parts)]
-    try:
-        codes = _wait_all(procs)
-    finally:
-        for p in [*procs, ps]:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    if any(codes):
-        failed = next(part for part, code in zip(parts, codes, strict=True) if code)
-        raise click.ClickException(f"a worker failed: exit codes {codes}; its stderr: {failed.with_suffix('.err')}")
-    results = merged([row for part in parts for row in json.loads(part.read_text())])
-    for part in parts:
-        part.unlink()
-        part.with_suffix(".err").unlink()
+    results = merged(_run(num_workers, steps, rounds, out))
     for row in results:
         click.echo(f"round {row['round']} {row['case']}: {row['wall_ms']:.3f} ms wall, CPU "
                    f"{' + '.join(f'{c:.2f}' for c in row['worker_cpu_ms'])} (workers) + {row['ps_cpu_ms']:.2f} (PS) = "

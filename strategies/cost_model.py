@@ -130,9 +130,14 @@ ONE_HOST_TASK_CALL_S = 1.7e-3
 # bench/results/loopback-ps-workers.json, ncf's model, 9 rounds per n from 3 invocations): the
 # synchronization's CPU over every process was 0.91-1.19 of n times the same session's n = 1
 # median (ps 0.95, 1.03; embeddings 1.16, 1.19; one 8 x 8 variable 0.91, 1.07), each median inside
-# n times the n = 1 rounds' min-max, and the line over n = 1-3 leaves -0.5 to +0.3 ms a step once
-# (the chief's one apply offset by a token per other worker): n times stands on those rounds. The
-# quietest invocation reads a split they do not resolve (a sparse piece ~1.1 ms a worker at n > 1,
+# n times the n = 1 rounds' min-max. The line over n = 1-3, P = n s + i, does not resolve i (ps
+# +0.34 +- 0.91 ms, embeddings -0.52 +- 0.87, tiny -0.35 +- 0.42; over n = 2-3 alone, where the
+# mechanism is one, embeddings +1.76 pooled / +0.98 quiet, tiny -0.76 / -1.28); that the chief's one
+# apply pays for the others' tokens is a reading, not a result. The quietest invocation puts every
+# n > 1 median but the tiny n = 2 outside n times the n = 1 range (ps 0.93, 0.92 below; embeddings
+# 1.15, 1.18 and tiny n = 3 1.12 above; its n = 3 taken at another load than its n = 1). What n
+# times stands on: for ncf's whole PS synchronization it reads 0.92-1.03, within the model's
+# tolerance. The quietest invocation suggests a split (a sparse piece ~1.1 ms a worker at n > 1,
 # its rows merged and sparse-accumulated; a batched dense piece ~0.05): docs/cost-model.md, "The
 # PS terms at n workers", says what taking it would do. Stale PS variables' calls are not counted.
 COLLECTIVE_STEP_CPU_S = 1.4e-3

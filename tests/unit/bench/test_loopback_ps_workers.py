@@ -3,13 +3,22 @@ takes and apply, the token queues; the one-worker step has none of them."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pytest
 import tensorflow as tf
 
-from bench.loopback_ps_workers import CASES, merged, step_ops, summary, synchronization_cpu_ms
+from bench.loopback_ps_workers import (CASES, _Child, _wait_all, deadline_s, line_fit, merged, step_ops, summary,
+                                       synchronization_cpu_ms)
 from strategies.cost_model import PS_CALL_CPU_S, PS_DENSE_PIECE_CPU_S, PS_SPARSE_PIECE_CPU_S
 
 PS = "/job:ps/task:0"
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _ops_by_case(task: int, num_workers: int) -> dict[str, list[str]]:
@@ -104,25 +113,139 @@ def test_the_summary_sets_each_n_against_n_times_one_worker_and_fits_the_line_ov
 
     table = summary([run(1), run(2), run(3)]).splitlines()
     ps3 = next(line for line in table if line.startswith("| ps | 3 |"))
-    assert "| 15.00 (15.00-15.00) | 1.00 |" in ps3 and ps3.endswith("| 5.00, +0.00 |")
+    assert "| 15.00 (15.00-15.00) | 1.00 |" in ps3 and ps3.endswith("| 5.00, +0.00 ± 0.00 |")
     tiny3 = next(line for line in table if line.startswith("| tiny_ps | 3 |"))
-    assert "| 6.80 (6.80-6.80) | 1.13 |" in tiny3 and tiny3.endswith("| 2.40, -0.40 |")
+    assert "| 6.80 (6.80-6.80) | 1.13 |" in tiny3 and tiny3.endswith("| 2.40, -0.40 ± 0.00 |")
     # the model's own figure for the PS case at n = 3: 3 x (call + 2 sparse + 6 dense pieces)
     model = 3e3 * (PS_CALL_CPU_S + 2 * PS_SPARSE_PIECE_CPU_S + 6 * PS_DENSE_PIECE_CPU_S)
     assert f"| {model:.2f} |" in ps3
 
 
-def test_a_failed_worker_ends_the_wait_while_the_others_still_run():
+def test_the_fits_once_a_step_part_comes_with_its_standard_error():
+    """Rounds 1 and 3 at n = 1, 3 and 5 at n = 2, 5 and 7 at n = 3: the line 2 n + 0 with residuals
+    of +-1, so i's variance is 1.5 (1/6 + 4/4) = 1.75 (6 - 2 degrees of freedom, x mean 2, Sxx 4)."""
+    s, i, se = line_fit([1, 1, 2, 2, 3, 3], [1, 3, 3, 5, 5, 7])
+    assert (s, i, se) == pytest.approx((2.0, 0.0, 1.75 ** 0.5))
+    assert all(v != v for v in line_fit([2, 2], [1, 3]))  # one n: no line
+    runs = [{"workers": n, "results": [{"round": r, "case": c, "total_cpu_ms": v}
+                                       for r, extra in enumerate((-0.5, 1.5))
+                                       for c, v in {"local": 0.0, "tiny_local": 0.0, "ps": 2.0 * n + extra,
+                                                    "embeddings_on_ps": 2.0 * n + extra,
+                                                    "tiny_ps": 2.0 * n + extra}.items()]}
+            for n in (1, 2, 3)]
+    assert summary(runs).splitlines()[2].endswith("| 2.00, +0.50 ± 1.32 |")  # 0.5 ms once: same residuals
+
+
+def _sleeper(seconds: float = 60) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})"])
+
+
+def _child(name: str, proc: subprocess.Popen, tmp_path: Path) -> _Child:
+    return _Child(name, proc, tmp_path / f"{name}.err")
+
+
+def _end(*procs: subprocess.Popen) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_a_failed_worker_ends_the_wait_while_the_others_still_run(tmp_path):
     """The others wait for the chief forever when it fails: the run must not wait for them."""
-    import subprocess
-    import sys
-
-    from bench.loopback_ps_workers import _wait_all
-
-    waiting = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    failed = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    waiting, failed, ps = _sleeper(), subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"]), _sleeper()
     try:
-        assert _wait_all([failed, waiting]) == [3, None]
+        message = _wait_all([_child("worker 0", failed, tmp_path), _child("worker 1", waiting, tmp_path)],
+                            _child("the PS", ps, tmp_path), 600, poll_s=0.05)
+        assert message == f"worker 0 failed: exit codes [3, None]; its stderr: {tmp_path / 'worker 0.err'}"
     finally:
-        waiting.kill()
-        waiting.wait()
+        _end(waiting, ps)
+
+
+def test_a_ps_that_exits_before_the_workers_end_the_wait_naming_it(tmp_path):
+    waiting, ps = _sleeper(), subprocess.Popen([sys.executable, "-c", "raise SystemExit(1)"])
+    try:
+        message = _wait_all([_child("worker 0", waiting, tmp_path)], _child("the PS", ps, tmp_path), 600, poll_s=0.05)
+        assert message == (f"the PS exited (1) before the workers finished (exit codes [None]); "
+                           f"its stderr: {tmp_path / 'the PS.err'}")
+    finally:
+        _end(waiting, ps)
+
+
+def test_the_wait_ends_at_its_deadline_and_the_run_bounds_its_steps():
+    waiting, ps = _sleeper(), _sleeper()
+    try:
+        message = _wait_all([_Child("worker 0", waiting, Path("w.err"))], _Child("the PS", ps, Path("/x/ps.err")), 0,
+                            poll_s=0.05)
+        assert message == "the run passed its deadline of 0 s (exit codes [None]); stderr: /x"
+    finally:
+        _end(waiting, ps)
+    # start-up, then 5 cases x (200 warm-up + 3 x 1500 timed steps) x 0.1 s
+    assert deadline_s(1500, 3) == pytest.approx(120 + 5 * 4700 * 0.1)
+
+
+_FAKE_RUN = """
+import os, sys, time
+from pathlib import Path
+import bench.loopback_ps_workers as run
+pids = Path(sys.argv[1])
+sleeper = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(60)"
+ps = ("import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); sys.stderr.write('port taken'); "
+      "time.sleep(float(sys.argv[2])); raise SystemExit(1)")
+run._ps_command = lambda spec, out: [sys.executable, "-c", ps, str(pids / "ps"), sys.argv[2]]
+run._worker_command = lambda task, *_: [sys.executable, "-c", sleeper, str(pids / f"worker{task}")]
+run.main(["--workers", "2", "--steps", "10", "--rounds", "1", "--out", str(pids / "out.json")])
+"""
+
+
+def _fake_run(tmp_path: Path, ps_lives_s: float) -> tuple[subprocess.Popen, Path]:
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    parent = subprocess.Popen([sys.executable, "-c", _FAKE_RUN, str(pids), str(ps_lives_s)], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return parent, pids
+
+
+def _alive(pids: Path) -> list[str]:
+    """The fake children still running (each wrote its pid; the run waits for those it kills)."""
+    found = []
+    for name in ("ps", "worker0", "worker1"):
+        try:
+            os.kill(int((pids / name).read_text()), 0)
+            found.append(name)
+        except (ProcessLookupError, FileNotFoundError, ValueError):
+            pass
+    return found
+
+
+def _kill_left(pids: Path) -> None:
+    for name in _alive(pids):
+        os.kill(int((pids / name).read_text()), signal.SIGKILL)
+
+
+def test_a_run_whose_ps_exits_early_fails_naming_it_and_leaves_no_child(tmp_path):
+    parent, pids = _fake_run(tmp_path, ps_lives_s=1)
+    try:
+        _, err = parent.communicate(timeout=120)
+        assert parent.returncode == 1
+        assert "the PS exited (1) before the workers finished (exit codes [None, None])" in err
+        assert (pids / "out.ps.err").read_text() == "port taken"  # kept for reading
+        assert _alive(pids) == []
+    finally:
+        _end(parent)
+        _kill_left(pids)
+
+
+def test_a_sigterm_to_the_run_kills_every_child_it_started(tmp_path):
+    parent, pids = _fake_run(tmp_path, ps_lives_s=60)
+    try:
+        while len([p for p in pids.iterdir() if p.name in ("ps", "worker0", "worker1") and p.read_text()]) < 3:
+            assert parent.poll() is None
+            time.sleep(0.05)
+        parent.send_signal(signal.SIGTERM)
+        parent.communicate(timeout=120)
+        assert parent.returncode == 128 + signal.SIGTERM
+        assert _alive(pids) == []
+    finally:
+        _end(parent)
+        _kill_left(pids)
