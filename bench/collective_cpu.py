@@ -29,6 +29,8 @@ from pathlib import Path
 
 import click
 
+from bench.results_log import write_invocation
+
 LEADER = "/job:worker/replica:0/task:0"
 
 
@@ -133,9 +135,7 @@ def main(counts: str, elements: int, steps: int, rounds: int, out: Path, worker:
     for row in results:
         click.echo(f"round {row['round']} {row['case']} worker {row['worker']}: {row['wall_ms']:.3f} ms wall, "
                    f"CPU {row['cpu_ms']:.3f} ms per step")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"command": " ".join(sys.argv), "cpus": os.cpu_count(), "elements": elements,
-                               "results": results}, indent=1) + "\n")
+    write_invocation(out, results, elements=elements)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,8 @@ from pathlib import Path
 
 import click
 
+from bench.results_log import write_invocation
+
 CASES = ("local", "ps", "embeddings_on_ps", "embeddings_on_ps_global_step", "tiny_local", "tiny_ps", "wide_local",
          "wide_ps")
 
@@ -193,8 +195,7 @@ def main(steps: int, rounds: int, wide_rows: int, hops: str | None, out: Path, p
     finally:
         ps.kill()
         ps.wait()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"command": " ".join(sys.argv), "cpus": os.cpu_count(), "results": results}, indent=1) + "\n")
+    write_invocation(out, results)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ import click
 import numpy as np
 
 from bench.loopback_ps_step import _cpu_s, _free_port, ncf_loss
+from bench.results_log import write_invocation
 
 CASES = ("local", "ps", "embeddings_on_ps", "tiny_local", "tiny_ps")
 # (sparse, dense) synchronous PS pieces of each case; its local counterpart
@@ -327,9 +328,7 @@ def main(num_workers: int, steps: int, rounds: int, out: Path | None, summarize:
         click.echo(f"round {row['round']} {row['case']}: {row['wall_ms']:.3f} ms wall, CPU "
                    f"{' + '.join(f'{c:.2f}' for c in row['worker_cpu_ms'])} (workers) + {row['ps_cpu_ms']:.2f} (PS) = "
                    f"{row['total_cpu_ms']:.2f} ms per step")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"command": " ".join(sys.argv), "cpus": os.cpu_count(), "workers": num_workers,
-                               "results": results}, indent=1) + "\n")
+    write_invocation(out, results, workers=num_workers)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,11 @@
-"""A benchmark's results file: each invocation appends one entry, the earlier ones kept."""
+"""A benchmark's results file: each invocation appends one entry, the earlier ones kept; a loopback
+benchmark's invocation written whole with its command line and CPU count."""
 
 import json
+import os
+import sys
 
-from bench.results_log import append_entry
+from bench.results_log import append_entry, write_invocation
 
 
 def test_entries_are_appended_with_label_time_and_machine_first(tmp_path):
@@ -14,3 +17,13 @@ def test_entries_are_appended_with_label_time_and_machine_first(tmp_path):
     assert [(entry["label"], entry["median_s"]) for entry in entries] == [("before", 31.9), ("after", 8.9)]
     assert entries[0] == first and entries[1]["hosts"] == 4
     assert entries[0]["when"].endswith(" UTC")
+
+
+def test_an_invocation_is_written_with_its_command_cpus_facts_then_rows(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["bench/collective_cpu.py", "--rounds", "3"])
+    out = tmp_path / "new" / "collective-cpu.json"
+    write_invocation(out, [{"round": 0, "cpu_ms": 1.5}], elements=256)
+    written = json.loads(out.read_text())
+    assert list(written) == ["command", "cpus", "elements", "results"]
+    assert written == {"command": "bench/collective_cpu.py --rounds 3", "cpus": os.cpu_count(), "elements": 256,
+                       "results": [{"round": 0, "cpu_ms": 1.5}]}
