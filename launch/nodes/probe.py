@@ -1,11 +1,11 @@
-"""The program `cluster check` runs on every node with the node's own Python.
+"""The program `cluster check` and the network facts run on every node with the node's own Python.
 
 Why a separate file with only the standard library: its source is sent over SSH and run as
 `python -c SOURCE MODE ARGS_JSON` (`command.node_command`, with `node_tools.py` carried along),
 so it must work before anything is known about the node's packages; running it with the
 interpreter the tasks will use is itself the "python found" check.
-It prints one line `@@ADRUN-PROBE {json}` (other output, e.g. from an activate script, is
-ignored) and bounds every wait by itself, so it ends even if the SSH channel is gone.
+It prints one line `@@ADRUN-PROBE {json}` (`serve`: one per answer; other output, e.g. from an
+activate script, is ignored) and bounds every wait by itself, so it ends even if the SSH channel is gone.
 
 Modes:
   facts  {"workdir", "script", "ports"}    versions, CPUs, memory, GPUs, disk, script, ports,
@@ -20,6 +20,20 @@ Modes:
                                            given) and time until its ack; with `shape`, then blast
                                            (each socket asking for `sndbuf` bytes of send buffer,
                                            if given: a test's stand-in for a host's wmem_max)
+  serve  {"timeout", "idle_s"}            a node's probe for a whole measurement (the network
+                                           facts' rounds: launch/nodes/standing_probes.py): listens
+                                           on a port the kernel chooses (TCP, and UDP for `shape`)
+                                           and answers first {"port", "boot_id", "cpus"}; then
+                                           receives, as `recv`, every transfer sent to that port,
+                                           each announced by its sender in a JSON line (`pings`,
+                                           `shape`), and for each JSON line {"send": ARGS} on its
+                                           input sends one, as `send` (announced), answering its
+                                           result; ends when its input ends (the launcher is done
+                                           or gone) or after `idle_s` with neither, a transfer
+                                           bounded by `timeout`. Starting a Python over SSH took
+                                           about 0.6 s of a round of 2 transfers on namespace hosts
+                                           and 1.1 s of a round of 4, its transfer 0.9 s: started
+                                           once, not twice a transfer.
 
 `shape` (Linux only; elsewhere nothing is collected) measures what a token bucket shaper on the path
 does, for launch/nodes/link_shape.py to read: the receiver keeps the kernel's arrival time of the
@@ -58,6 +72,8 @@ from . import fence, node_tools
 
 MARKER = "@@ADRUN-PROBE "
 BIND_FAILED = 3  # exit code of `recv` when its port is taken, so the caller retries another
+BIND_ATTEMPTS = 3  # ports `serve` tries for a TCP port whose number is free for UDP too
+ANNOUNCE_MAX = 1024  # bytes of a transfer's announcement to a `serve` probe
 # Linux socket options the standard library does not name
 SO_TIMESTAMPNS = 35  # each read's kernel arrival time (of its last packet), as SCM_TIMESTAMPNS
 UDP_SEGMENT = 103  # one send of many datagrams, cut by the kernel (UDP GSO): a blast outruns any link
@@ -88,7 +104,7 @@ def facts(args: dict) -> dict:
     out: dict = {
         "python": platform.python_version(),
         "executable": sys.executable,
-        "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "cpus": _cpus(),
         **_memory(),
         "gpus": _gpus(),
         "workdir_exists": os.path.isdir(workdir),
@@ -169,32 +185,149 @@ def recv(args: dict) -> dict:
             _emit({"error": f"bind UDP {args['port']}: {e.strerror}"})
             sys.exit(BIND_FAILED)
     server.settimeout(args["timeout"])
-    conn, _ = server.accept()
+    with server, contextlib.closing(blast) if blast is not None else contextlib.nullcontext():
+        conn, _ = server.accept()
+        with conn:
+            total = _received(conn, blast, deadline, args.get("pings", 0))
+    return {"bytes": total}
+
+
+def _received(conn: socket.socket, blast: socket.socket | None, deadline: float, pings: int) -> int:
+    """One transfer's receiving side on its accepted connection: answer `pings` round trips, count
+    the stream's bytes, acknowledge; with `blast` (the `shape` stage), trace the stream's start,
+    then time the blast on it and send the account. The stream's bytes."""
     total = 0
     trace: list = []
-    with conn:
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    conn.settimeout(max(0.1, deadline - time.monotonic()))
+    for _ in range(pings):
+        if not conn.recv(1):
+            raise ConnectionError("sender closed during the round trips")
+        conn.sendall(b"p")
+    if blast is not None:
+        conn.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        total = _traced_stream(conn, deadline, trace)
+    while True:
         conn.settimeout(max(0.1, deadline - time.monotonic()))
-        for _ in range(args.get("pings", 0)):
-            if not conn.recv(1):
-                raise ConnectionError("sender closed during the round trips")
-            conn.sendall(b"p")
-        if shape:
-            conn.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-            total = _traced_stream(conn, deadline, trace)
+        data = conn.recv(node_tools.CHUNK)
+        if not data:
+            break
+        total += len(data)
+    conn.sendall(b"k")
+    if blast is not None:
+        timed = _timed_blast(blast, conn, deadline)
+        conn.sendall(json.dumps({"trace": trace, **timed}).encode())
+    return total
+
+
+def serve(args: dict) -> None:
+    """A node's probe for a whole measurement (`serve` above): receive every transfer sent to its
+    port, send one for each command, until its input ends or nothing happened for `idle_s`."""
+    server, blast = _listeners()
+    _emit({"port": server.getsockname()[1], "boot_id": _boot_id(), "cpus": _cpus()})
+    commands = _Commands(sys.stdin.fileno())
+    with server, contextlib.closing(blast) if blast is not None else contextlib.nullcontext():
         while True:
-            conn.settimeout(max(0.1, deadline - time.monotonic()))
-            data = conn.recv(node_tools.CHUNK)
-            if not data:
-                break
-            total += len(data)
-        conn.sendall(b"k")
-        if blast is not None:
-            with blast:
-                timed = _timed_blast(blast, conn, deadline)
-            conn.sendall(json.dumps({"trace": trace, **timed}).encode())
-    server.close()
-    return {"bytes": total}
+            ready = select.select([commands.fd, server.fileno()], [], [], args["idle_s"])[0]
+            if not ready:
+                return  # nothing for idle_s: the launcher is gone without closing this input
+            if server.fileno() in ready:
+                conn, peer = server.accept()
+                with conn:
+                    try:
+                        _serve_transfer(conn, blast, args["timeout"])
+                    except (OSError, ValueError) as e:  # the sender reports its side; keep serving
+                        sys.stderr.write(f"receiving from {_host(peer)}: {type(e).__name__}: {e}\n")
+            if commands.fd in ready:
+                lines = commands.read()
+                if lines is None:
+                    return  # input ended: the launcher is done
+                for line in lines:
+                    _emit(_command(json.loads(line)))
+
+
+def _listeners() -> tuple[socket.socket, socket.socket | None]:
+    """A listening TCP socket on a port the kernel chose, and (Linux: the `shape` stage) a blast
+    receiver on the same port number; another port when that one is taken for UDP."""
+    for _ in range(BIND_ATTEMPTS):
+        server = node_tools.bind_as_grpc(0)
+        if not sys.platform.startswith("linux"):
+            return server, None
+        try:
+            return server, blast_receiver("", server.getsockname()[1])
+        except OSError:
+            server.close()
+    raise OSError(f"no port free for both TCP and UDP in {BIND_ATTEMPTS} attempts")
+
+
+def _serve_transfer(conn: socket.socket, blast: socket.socket | None, timeout: float) -> None:
+    """A transfer sent to a `serve` probe: its announcement (round trips, `shape`), then as `recv`.
+    Datagrams left from an earlier blast are dropped first, so that none is counted in this one."""
+    deadline = time.monotonic() + timeout
+    conn.settimeout(timeout)
+    announced = json.loads(_line(conn))
+    shaped = blast if announced.get("shape") else None
+    if shaped is not None:
+        _drain(shaped)
+    _received(conn, shaped, deadline, int(announced.get("pings", 0)))
+
+
+def _line(conn: socket.socket) -> bytes:
+    """A line read from `conn` byte by byte (what follows it is the transfer's), at most ANNOUNCE_MAX bytes."""
+    line = b""
+    while not line.endswith(b"\n"):
+        byte = conn.recv(1)
+        if not byte or len(line) >= ANNOUNCE_MAX:
+            raise ValueError(f"no announcement from the sender: {line[:80]!r}")
+        line += byte
+    return line
+
+
+def _drain(blast: socket.socket) -> None:
+    blast.setblocking(False)
+    try:
+        while True:
+            blast.recv(DATAGRAM)
+    except BlockingIOError:
+        pass
+
+
+def _command(command: dict) -> dict:
+    """A launcher's command to a `serve` probe: {"send": ARGS}, as `send` with its announcement."""
+    try:
+        return send({**command["send"], "announce": True})
+    except Exception as e:  # the transfer failed: its error is the answer, and the probe serves on
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+class _Commands:
+    """The launcher's commands, one JSON line each, on a file descriptor read when select says so."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buffer = b""
+
+    def read(self) -> list[bytes] | None:
+        """The lines completed by what can be read now; None at the end of the input."""
+        data = os.read(self.fd, node_tools.CHUNK)
+        if not data:
+            return None
+        *lines, self.buffer = (self.buffer + data).split(b"\n")
+        return [line for line in lines if line.strip()]
+
+
+def _boot_id() -> str | None:
+    """The running kernel's boot id: one per machine, shared by its namespaces and containers."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def _cpus() -> int | None:
+    """The CPUs a process started here may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
 def blast_receiver(host: str, port: int) -> socket.socket:
@@ -313,6 +446,8 @@ def send(args: dict) -> dict:
     with sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(max(0.1, deadline - time.monotonic()))
+        if args.get("announce"):  # to a `serve` probe, which learns each transfer's round trips and stage from it
+            sock.sendall(json.dumps({"pings": args.get("pings", 0), "shape": bool(args.get("shape"))}).encode() + b"\n")
         rtt_s: list[float] = []
         for _ in range(args.get("pings", 0)):
             before = time.perf_counter()
@@ -447,7 +582,9 @@ def _emit(result: dict) -> None:
 def main(argv: list[str]) -> None:
     mode, args = argv[0], json.loads(argv[1])
     try:
-        _emit({"facts": facts, "recv": recv, "send": send}[mode](args))
+        result = {"facts": facts, "recv": recv, "send": send, "serve": serve}[mode](args)
+        if result is not None:  # `serve` answered as it went
+            _emit(result)
     except Exception as e:
         _emit({"error": f"{type(e).__name__}: {e}"})
         sys.exit(1)

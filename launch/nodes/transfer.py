@@ -1,9 +1,11 @@
 """Running `probe.py` on a node, and one bounded TCP transfer between two nodes with it.
 
-`cluster check` measures each node pair's bandwidth this way and the network facts
-(`network_facts.py`) measure every path's bandwidth and latency, and between nodes its token
-bucket and sender queue (`shape`: link_shape.py); both run the probe as the node's tasks would run
-(`command.node_command`: its interpreter, env and `ssh.activate`), through a NodeShell.
+`cluster check` measures each node pair's bandwidth this way; the network facts (`network_facts.py`)
+measure every path's bandwidth and latency, and between nodes its token bucket and sender queue
+(`shape`: link_shape.py), with the same probe programs kept running for the whole measurement
+(standing_probes.py), whose results read the same (`sent_transfer`). Both run the probe as the
+node's tasks would run (`command.node_command`: its interpreter, env and `ssh.activate`), through a
+NodeShell.
 """
 
 from __future__ import annotations
@@ -127,13 +129,16 @@ def measure_transfer(sender: Endpoint, receiver: Endpoint, host: str, nbytes: in
             if got.returncode == probe.BIND_FAILED:
                 error = f"port {port} taken on {host}"
                 continue
-            result = parse_probe(sent.stdout) or {"error": sent.stderr.strip()[-200:] or "sender timed out"}
-            if "error" in result:
-                raise TransferError(result["error"])
-            blast = None
-            if "sent" in result:
-                blast = link_shape.Blast(result["sent"], result["send_s"], result.get("received", 0),
-                                         result.get("arrival_s"))
-            return Transfer(result["bytes"], result["seconds"], result["rtt_s"], result.get("trace", []), blast,
-                            result.get("shape_error"))
+            return sent_transfer(parse_probe(sent.stdout) or {"error": sent.stderr.strip()[-200:] or "sender timed out"})
     raise TransferError(error)
+
+
+def sent_transfer(result: Mapping[str, Any]) -> Transfer:
+    """The Transfer a `send` probe's result reports; raises TransferError for its error."""
+    if "error" in result:
+        raise TransferError(result["error"])
+    blast = None
+    if "sent" in result:
+        blast = link_shape.Blast(result["sent"], result["send_s"], result.get("received", 0), result.get("arrival_s"))
+    return Transfer(result["bytes"], result["seconds"], result["rtt_s"], result.get("trace", []), blast,
+                    result.get("shape_error"))

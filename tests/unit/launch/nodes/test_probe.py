@@ -230,3 +230,64 @@ def test_a_blast_socket_that_cannot_be_set_up_leaves_none_open(tcp_pair, monkeyp
         probe._blast(sender, 1e9, time.monotonic() + 60, 4096)
     monkeypatch.setattr(socket, "socket", original)
     assert len(opened) == 3 and [out.fileno() for out in opened] == [-1, -1, -1]
+
+
+# `serve`: a node's probe for a whole measurement
+
+def test_a_hello_left_from_an_earlier_transfer_is_not_taken_for_this_ones(tcp_pair, monkeypatch):
+    """A serving probe keeps its UDP socket across transfers: a hello of the same host's earlier
+    transfer (one that came after the receiver had said "n") waits in it. A transfer whose hello
+    does not come (UDP filtered now) still reads as unheard: no blast."""
+    conn, sender, port = tcp_pair
+    monkeypatch.setattr(probe, "HELLO_WAIT_S", 0.1)
+    with probe.blast_receiver("", port) as blast, udp_from("127.0.0.1") as earlier:
+        earlier.sendto(probe.HELLO, ("127.0.0.1", port))
+        def serve_one() -> None:
+            with conn:
+                probe._serve_transfer(conn, blast, 20)
+
+        served = threading.Thread(target=serve_one)
+        served.start()
+        sender.sendall(json.dumps({"pings": 1, "shape": True}).encode() + b"\n" + b"p")
+        assert sender.recv(1) == b"p"
+        sender.sendall(b"\0" * 1000)
+        sender.shutdown(socket.SHUT_WR)
+        answers = sender.recv(1) + sender.recv(1)  # the ack, then the hello's answer, with no hello sent
+        account = probe._answer(sender, time.monotonic() + 10)
+        served.join(30)
+    assert answers == b"kn"
+    assert (account["received"], account["arrival_s"]) == (0, None)
+
+
+def serving(idle_s: float = 30) -> tuple[subprocess.Popen, dict]:
+    """A `serve` probe in its own process, and its first answer."""
+    proc = subprocess.Popen([sys.executable, "-m", "adrun.launch.nodes.probe", "serve",
+                             json.dumps({"timeout": 20, "idle_s": idle_s})],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    return proc, json.loads(proc.stdout.readline().removeprefix(probe.MARKER))
+
+
+def ask(proc: subprocess.Popen, args: dict) -> dict:
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(json.dumps({"send": args}) + "\n")
+    proc.stdin.flush()
+    return json.loads(proc.stdout.readline().removeprefix(probe.MARKER))
+
+
+def test_serving_probes_send_and_receive_many_transfers_answer_a_failed_one_and_end_with_their_input():
+    (sender, first), (receiver, second) = serving(), serving()
+    try:
+        assert first["port"] != second["port"] and first["boot_id"] == second["boot_id"] and first["cpus"] >= 1
+        args = {"host": "127.0.0.1", "nbytes": NBYTES, "connect_timeout": 5, "timeout": 20, "pings": 2}
+        answers = [ask(sender, {**args, "port": second["port"], "shape": True}),
+                   ask(sender, {**args, "port": free_ports(1)[0], "connect_timeout": 0.2}),  # nobody there
+                   ask(sender, {**args, "port": second["port"], "shape": False})]
+    finally:
+        for proc in (sender, receiver):
+            proc.stdin.close()
+            proc.wait(10)
+    assert [answer.get("bytes") for answer in answers] == [NBYTES, None, NBYTES]
+    assert answers[0]["sent"] > 0 and "sent" not in answers[2] and len(answers[2]["rtt_s"]) == 2
+    assert answers[1]["error"].startswith("ConnectionRefusedError")
+    assert (sender.returncode, receiver.returncode) == (0, 0)
