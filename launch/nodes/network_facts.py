@@ -3,16 +3,15 @@
 Given (the spec's `network` field): every path gets the spec's figures, source "spec", and
 nothing is measured.
 
-Measured, with the probe transfers `cluster check` uses (launch/nodes/transfer.py):
+Measured, with transfers between standing probes, one per node for the whole measurement
+(launch/nodes/standing_probes.py; their timings in bench/RESULTS-auto-start.md):
 - `local`: the chief node's loopback (a one-machine cluster is modelled on what it really has),
   measured alone, first;
 - the pairs of distinct nodes, each direction on its own (links may be asymmetric), in rounds
   of transfers that share no node, the transfers of a round at the same time (pair_schedule.py).
   Which pairs (`measures_every_pair`, the one place of the rule): every ordered pair when the full
-  schedule takes at most FULL_ROUNDS rounds (2(N-1) for even N, 2N for odd: N <= 4, 6 rounds of
-  about 1.1 s at 100 Mbit/s, 8.4 s measured with the loopback and the nodes' machines, against
-  31.9 s one pair at a time with the 2 s streams of then). A larger cluster, whose full schedule
-  would grow with N^2 pairs (8 nodes: 14 rounds, 30.1 s measured on namespace hosts), measures
+  schedule takes at most FULL_ROUNDS rounds (2(N-1) for even N, 2N for odd: N <= 4, 6 rounds).
+  A larger cluster, whose full schedule would grow with N^2 pairs (8 nodes: 14 rounds), measures
   rings instead, in which every node sends once and receives once: always two, node i to node i+1
   and node i to node i+2 (one ring cannot tell alike hosts from hosts whose every ring link touches
   a slow one: 8 hosts of alternating 1000 and 100 Mbit/s ports read 100 on every link of ring +1),

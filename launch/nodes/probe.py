@@ -26,11 +26,12 @@ Modes:
                                            and answers first {"port", "boot_id", "cpus"}; then
                                            receives, as `recv`, every transfer sent to that port,
                                            each announced by its sender in a JSON line (`pings`,
-                                           `shape`), and for each JSON line {"send": ARGS} on its
-                                           input sends one, as `send` (announced), answering its
-                                           result; ends when its input ends (the launcher is done
-                                           or gone) or after `idle_s` with neither, a transfer
-                                           bounded by `timeout`. Starting a Python over SSH took
+                                           `shape`; any other, or none within ANNOUNCE_S: the
+                                           connection is dropped), and for each JSON line
+                                           {"send": ARGS} on its input sends one, as `send`
+                                           (announced), answering its result; ends when its
+                                           input ends (the launcher is done or gone) or after
+                                           `idle_s` with neither, a transfer bounded by `timeout`. Starting a Python over SSH took
                                            about 0.6 s of a round of 2 transfers on namespace hosts
                                            and 1.1 s of a round of 4, its transfer 0.9 s: started
                                            once, not twice a transfer.
@@ -74,6 +75,9 @@ MARKER = "@@ADRUN-PROBE "
 BIND_FAILED = 3  # exit code of `recv` when its port is taken, so the caller retries another
 BIND_ATTEMPTS = 3  # ports `serve` tries for a TCP port whose number is free for UDP too
 ANNOUNCE_MAX = 1024  # bytes of a transfer's announcement to a `serve` probe
+# its sender announces as it connects: a connection silent longer (not a sender) is dropped, so that
+# it holds the probe, which serves one connection at a time, no longer than this
+ANNOUNCE_S = 5.0
 # Linux socket options the standard library does not name
 SO_TIMESTAMPNS = 35  # each read's kernel arrival time (of its last packet), as SCM_TIMESTAMPNS
 UDP_SEGMENT = 103  # one send of many datagrams, cut by the kernel (UDP GSO): a blast outruns any link
@@ -264,12 +268,25 @@ def _serve_transfer(conn: socket.socket, blast: socket.socket | None, timeout: f
     """A transfer sent to a `serve` probe: its announcement (round trips, `shape`), then as `recv`.
     Datagrams left from an earlier blast are dropped first, so that none is counted in this one."""
     deadline = time.monotonic() + timeout
+    conn.settimeout(min(timeout, ANNOUNCE_S))
+    pings, shape = _announcement(_line(conn))
     conn.settimeout(timeout)
-    announced = json.loads(_line(conn))
-    shaped = blast if announced.get("shape") else None
+    shaped = blast if shape else None
     if shaped is not None:
         _drain(shaped)
-    _received(conn, shaped, deadline, int(announced.get("pings", 0)))
+    _received(conn, shaped, deadline, pings)
+
+
+def _announcement(line: bytes) -> tuple[int, bool]:
+    """A transfer's announcement: its round trips and whether it has the `shape` stage; raises
+    ValueError for anything else (not a sender of ours), which the probe reports and serves on."""
+    announced = json.loads(line)
+    if not isinstance(announced, dict):
+        raise ValueError(f"an announcement that is not an object: {line[:80]!r}")
+    pings, shape = announced.get("pings", 0), announced.get("shape", False)
+    if type(pings) is not int or pings < 0 or type(shape) is not bool:
+        raise ValueError(f"an announcement without its round trips and stage: {line[:80]!r}")
+    return pings, shape
 
 
 def _line(conn: socket.socket) -> bytes:

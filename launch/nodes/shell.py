@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import select
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from typing import Protocol
@@ -193,11 +194,29 @@ class SSHStarted:
         if transport is None:
             raise paramiko.SSHException("the connection is closed")
         self.channel = transport.open_session(timeout=timeout)
+        # paramiko waits for the node's reply to the exec with no bound of its own: a connection
+        # gone silent would hold this thread until TCP gives up (~15 min). Closing the channel
+        # ends that wait with an error.
+        silent_message = f"no answer to starting the command within {timeout:g} s"
+        gave_up = threading.Event()
+        silent = threading.Timer(timeout, self._give_up, (gave_up,))
+        silent.start()
         try:
             self.channel.exec_command(command)
         except BaseException:
             self.channel.close()
+            if gave_up.is_set():
+                raise paramiko.SSHException(silent_message) from None
             raise
+        finally:
+            silent.cancel()
+            silent.join()  # a close under way ends first: none comes after the check below
+        if gave_up.is_set():  # the exec's answer and the bound came together
+            raise paramiko.SSHException(silent_message)
+
+    def _give_up(self, gave_up: threading.Event) -> None:
+        gave_up.set()
+        self.channel.close()
 
     def write(self, data: bytes) -> None:
         try:
@@ -223,7 +242,10 @@ class SSHStarted:
         deadline = time.monotonic() + timeout
         while not self.channel.exit_status_ready() and time.monotonic() < deadline:
             time.sleep(STOP_POLL_S)
-        self.channel.close()
+        try:
+            self.channel.close()
+        except (OSError, paramiko.SSHException):  # the connection under it is gone already
+            pass
 
 
 def _text(data: bytes | str | None) -> str:

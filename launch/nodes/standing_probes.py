@@ -76,6 +76,8 @@ class StandingProbe:
         happened instead ("ended: ...", "gave no answer within ...")."""
         deadline = time.monotonic() + timeout
         while True:
+            if time.monotonic() >= deadline:  # a probe writing lines other than answers
+                raise TransferError(f"gave no answer within {timeout:.0f} s")
             line, newline, rest = self.buffer.partition(b"\n")
             if newline:
                 self.buffer = rest
@@ -119,7 +121,7 @@ class StandingProbes:
         self.endpoints, self.spare = list(endpoints), spare
         self.idle_s = idle_bound(len(self.endpoints)) if idle_s is None else idle_s
         self.lock = threading.Lock()
-        self.started: list[StandingProbe] = []  # every probe started, ready or not: each is stopped
+        self.running: list[StandingProbe] = []  # every probe started, ready or not: each is stopped
         self.closed = False
         self.probes: dict[str, StandingProbe] = {}
         self.spare_probe: StandingProbe | None = None
@@ -163,8 +165,8 @@ class StandingProbes:
         """Stop every probe started, at once; also those a start still under way (Ctrl-C) starts after."""
         with self.lock:
             self.closed = True
-            started, self.started = self.started, []
-        each(started, lambda standing: standing.started.stop(STOP_S))
+            running, self.running = self.running, []
+        each(running, lambda standing: standing.started.stop(STOP_S))
 
     def _start(self) -> None:
         which = [(endpoint, False) for endpoint in self.endpoints] + ([(self.spare, True)] if self.spare else [])
@@ -192,7 +194,7 @@ class StandingProbes:
         with self.lock:
             keep = not self.closed
             if keep:
-                self.started.append(standing)
+                self.running.append(standing)
         if not keep:  # the measurement ended (Ctrl-C) while this one started
             started.stop(STOP_S)
             return "stopped: the measurement ended"

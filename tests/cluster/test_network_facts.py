@@ -200,7 +200,8 @@ def test_a_host_whose_probe_cannot_start_is_one_message_and_no_probe_stays(netns
 
 
 def probes_in(host) -> list[str]:
-    """Command lines of probe processes (`python -c <probe.py> send|recv ...`) in the host's namespace."""
+    """Command lines of probe processes (`python -c <probe.py> serve ...`; `send`, `recv` of `cluster
+    check`) in the host's namespace."""
     pids = subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True, text=True, check=True).stdout
     found = []
     for pid in pids.split():

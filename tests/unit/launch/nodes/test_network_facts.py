@@ -215,7 +215,7 @@ def test_every_ordered_pair_is_measured_after_the_loopback(transfers):
 
 
 class Transfers(RunningTransfers):
-    """A fake measure_transfer, watched (tests/support/running_transfers.py): each transfer between
+    """A fake StandingProbes.measure, watched (tests/support/running_transfers.py): each transfer between
     two nodes waits at a barrier of `together` parties (so a measurement one at a time breaks it),
     the loopback does not, nor the pairs of `alone` (rounds of one transfer). Rates: the loopback
     `loopback_rate`, a pair `pair_rate`, and 1.5 x that when measured a second time."""

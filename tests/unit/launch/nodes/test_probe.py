@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import errno
 import json
+import os
+import select
 import socket
 import subprocess
 import sys
@@ -259,35 +261,121 @@ def test_a_hello_left_from_an_earlier_transfer_is_not_taken_for_this_ones(tcp_pa
     assert (account["received"], account["arrival_s"]) == (0, None)
 
 
-def serving(idle_s: float = 30) -> tuple[subprocess.Popen, dict]:
-    """A `serve` probe in its own process, and its first answer."""
-    proc = subprocess.Popen([sys.executable, "-m", "adrun.launch.nodes.probe", "serve",
-                             json.dumps({"timeout": 20, "idle_s": idle_s})],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    return proc, json.loads(proc.stdout.readline().removeprefix(probe.MARKER))
+ANSWER_S = 60.0  # a serving probe's answer; none by then: the test fails, the probe killed
 
 
-def ask(proc: subprocess.Popen, args: dict) -> dict:
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(json.dumps({"send": args}) + "\n")
-    proc.stdin.flush()
-    return json.loads(proc.stdout.readline().removeprefix(probe.MARKER))
+class Serving:
+    """A `serve` probe in its own process: its first answer, then one answer per command, each
+    read for at most ANSWER_S; `stop` ends its input and kills it if it has not ended 10 s later."""
+
+    def __init__(self, timeout: float = 20, idle_s: float = 30) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "adrun.launch.nodes.probe", "serve",
+                                      json.dumps({"timeout": timeout, "idle_s": idle_s})],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.buffer = b""
+        self.first = self.answer()
+
+    def answer(self) -> dict:
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + ANSWER_S
+        while b"\n" not in self.buffer:
+            if not select.select([self.proc.stdout], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                raise TimeoutError(f"the serving probe gave no answer within {ANSWER_S:.0f} s")
+            data = os.read(self.proc.stdout.fileno(), 1 << 16)
+            if not data:
+                raise EOFError("the serving probe ended without an answer")
+            self.buffer += data
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        return json.loads(line.decode().removeprefix(probe.MARKER))
+
+    def write(self, data: bytes) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def ask(self, args: dict) -> dict:
+        self.write(json.dumps({"send": args}).encode() + b"\n")
+        return self.answer()
+
+    def stop(self) -> int | None:
+        """Its exit code once its input ended; None: it had not ended 10 s later and was killed."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.close()
+        try:
+            return self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            return None
+        finally:
+            self.proc.stdout.close()
 
 
-def test_serving_probes_send_and_receive_many_transfers_answer_a_failed_one_and_end_with_their_input():
-    (sender, first), (receiver, second) = serving(), serving()
-    try:
-        assert first["port"] != second["port"] and first["boot_id"] == second["boot_id"] and first["cpus"] >= 1
-        args = {"host": "127.0.0.1", "nbytes": NBYTES, "connect_timeout": 5, "timeout": 20, "pings": 2}
-        answers = [ask(sender, {**args, "port": second["port"], "shape": True}),
-                   ask(sender, {**args, "port": free_ports(1)[0], "connect_timeout": 0.2}),  # nobody there
-                   ask(sender, {**args, "port": second["port"], "shape": False})]
-    finally:
-        for proc in (sender, receiver):
-            proc.stdin.close()
-            proc.wait(10)
+@pytest.fixture
+def serve_probes():
+    """Makes `Serving` probes; each one is stopped (killed if need be) at the end."""
+    made: list[Serving] = []
+
+    def make(**args) -> Serving:
+        made.append(Serving(**args))
+        return made[-1]
+
+    yield make
+    for serving in made:
+        if serving.proc.returncode is None:
+            serving.stop()
+
+
+def test_serving_probes_send_and_receive_many_transfers_answer_a_failed_one_and_end_with_their_input(serve_probes):
+    sender, receiver = serve_probes(), serve_probes()
+    first, second = sender.first, receiver.first
+    assert first["port"] != second["port"] and first["boot_id"] == second["boot_id"] and first["cpus"] >= 1
+    args = {"host": "127.0.0.1", "nbytes": NBYTES, "connect_timeout": 5, "timeout": 20, "pings": 2}
+    answers = [sender.ask({**args, "port": second["port"], "shape": True}),
+               sender.ask({**args, "port": free_ports(1)[0], "connect_timeout": 0.2}),  # nobody there
+               sender.ask({**args, "port": second["port"], "shape": False})]
     assert [answer.get("bytes") for answer in answers] == [NBYTES, None, NBYTES]
     assert answers[0]["sent"] > 0 and "sent" not in answers[2] and len(answers[2]["rtt_s"]) == 2
     assert answers[1]["error"].startswith("ConnectionRefusedError")
-    assert (sender.returncode, receiver.returncode) == (0, 0)
+    assert (sender.stop(), receiver.stop()) == (0, 0)
+
+
+def test_a_command_line_split_across_writes_is_one_command(serve_probes):
+    sender, receiver = serve_probes(), serve_probes()
+    command = json.dumps({"send": {"host": "127.0.0.1", "port": receiver.first["port"], "nbytes": NBYTES,
+                                   "connect_timeout": 5, "timeout": 20}}).encode() + b"\n"
+    sender.write(command[:20])
+    time.sleep(0.2)  # read by the probe as two parts (the answer does not depend on it)
+    sender.write(command[20:])
+    assert sender.answer()["bytes"] == NBYTES
+    assert sender.stop() == 0
+
+
+def announced_by_hand(port: int, announcement: bytes) -> bytes:
+    """What a `serve` probe sends back to a connection that sends only `announcement`."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
+        conn.sendall(announcement)
+        conn.shutdown(socket.SHUT_WR)
+        return conn.recv(16)
+
+
+@pytest.mark.parametrize("announcement", [b"[]\n", b'{"pings": null}\n', b'{"pings": 1, "shape": "yes"}\n',
+                                          b'{"pings": -1}\n', b"not json\n"])
+def test_a_connection_that_is_no_sender_of_ours_is_dropped_and_the_probe_serves_on(serve_probes, announcement):
+    sender, receiver = serve_probes(), serve_probes()
+    assert announced_by_hand(receiver.first["port"], announcement) == b""  # closed, no ack
+    answer = sender.ask({"host": "127.0.0.1", "port": receiver.first["port"], "nbytes": NBYTES,
+                         "connect_timeout": 5, "timeout": 20})
+    assert answer["bytes"] == NBYTES
+    assert (sender.stop(), receiver.stop()) == (0, 0)
+
+
+def test_a_silent_connection_holds_the_probe_no_longer_than_an_announcement_takes(serve_probes):
+    """A connection that sends nothing is dropped after ANNOUNCE_S, not the transfer's timeout (60 s
+    here): a transfer queued behind it, bounded by 10 + ANNOUNCE_S s, is then received."""
+    sender, receiver = serve_probes(), serve_probes(timeout=60)
+    with socket.create_connection(("127.0.0.1", receiver.first["port"]), timeout=30):
+        answer = sender.ask({"host": "127.0.0.1", "port": receiver.first["port"], "nbytes": NBYTES,
+                             "connect_timeout": 5, "timeout": 10 + probe.ANNOUNCE_S, "pings": 1})
+    assert answer.get("bytes") == NBYTES, answer
+    assert (sender.stop(), receiver.stop()) == (0, 0)

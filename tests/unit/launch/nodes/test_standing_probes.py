@@ -6,15 +6,18 @@ processes on this machine."""
 from __future__ import annotations
 
 import json
+import shlex
 import signal
+import sys
 import threading
 import time
+from types import SimpleNamespace
 
 import psutil
 import pytest
 
 from adrun.launch.nodes import probe, standing_probes
-from adrun.launch.nodes.shell import LocalShell
+from adrun.launch.nodes.shell import LocalShell, LocalStarted, Started
 from adrun.launch.nodes.standing_probes import StandingProbes
 from adrun.launch.nodes.transfer import Endpoint, TransferError
 from adrun.spec import Node
@@ -231,4 +234,71 @@ def test_a_real_probe_ends_by_itself_when_idle(monkeypatch):
     with StandingProbes([local("127.0.0.1")], idle_s=0.3) as probes:
         proc = probes.probes["127.0.0.1"].started.proc  # type: ignore[attr-defined]
         assert proc.wait(30) == 0
+    assert probes_running() == []
+
+
+class SilentStarted(FakeStarted):
+    """A probe that says nothing more (each read times out) once it wrote `ready`, if anything."""
+
+    def read(self, timeout: float) -> bytes:
+        if self.out:
+            return self.out.pop(0).encode()
+        raise TimeoutError(f"no output within {timeout:.1f} s")
+
+
+def test_a_probe_that_never_answers_its_start_is_named_and_the_others_stopped():
+    silent, started = SilentStarted(None), FakeStarted(ready(40001))
+    nodes = [endpoint("10.0.0.1", FakeShell(started)), endpoint("10.0.0.2", FakeShell(silent))]
+    with pytest.raises(TransferError) as failed, StandingProbes(nodes, idle_s=60):
+        raise AssertionError("entered although a probe did not start")
+    assert str(failed.value) == (f"the probe did not start on 10.0.0.2 (gave no answer within "
+                                 f"{standing_probes.START_TIMEOUT:.0f} s)")
+    assert silent.stopped.is_set() and started.stopped.is_set()
+
+
+def test_a_probe_that_never_answers_a_transfer_is_named_and_every_probe_stopped():
+    silent, other = SilentStarted(ready(40001)), FakeStarted(ready(40002))
+    silent.write = lambda data: None  # takes the command, answers nothing
+    nodes = [endpoint("10.0.0.1", FakeShell(silent)), endpoint("10.0.0.2", FakeShell(other))]
+    with pytest.raises(TransferError) as failed, StandingProbes(nodes, idle_s=60) as probes:
+        probes.measure(nodes[0], nodes[1], "10.0.0.2", 1000)
+    bound = standing_probes.CONNECT_TIMEOUT + standing_probes.TRANSFER_TIMEOUT + standing_probes.ANSWER_MARGIN_S
+    assert str(failed.value) == f"the probe on 10.0.0.1 gave no answer within {bound:.0f} s"
+    assert silent.stopped.is_set() and other.stopped.is_set()
+
+
+def test_a_probe_that_keeps_writing_other_lines_gives_no_answer_past_its_bound(monkeypatch):
+    """Each read brings a line that is not an answer, and a second passes: the bound ends the wait,
+    though no read ever timed out."""
+    clock = [0.0]
+
+    class Chatty(FakeStarted):
+        def read(self, timeout: float) -> bytes:
+            clock[0] += 1.0
+            return b"a line from the node's activate script\n" if clock[0] < 1000 else b""
+
+    monkeypatch.setattr(standing_probes, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    standing = standing_probes.StandingProbe(endpoint("10.0.0.1", None), Chatty(None))
+    with pytest.raises(TransferError) as failed:
+        standing.answer(5)
+    assert str(failed.value) == "gave no answer within 5 s"
+    assert clock[0] <= 6
+
+
+def test_a_real_probe_that_ignores_the_end_of_its_input_is_killed_and_nothing_stays(monkeypatch):
+    """A node's Python that answers ready, then sleeps through the end of its input: killed
+    STOP_S after its input ended."""
+    script = f"import json, time; print({probe.MARKER!r} + json.dumps({{'port': 1}}), flush=True); time.sleep(120)"
+    ignoring = f"exec {shlex.quote(sys.executable)} -c {shlex.quote(script)}"  # as probe_command
+
+    class IgnoringShell(LocalShell):
+        def start(self, command: str, timeout: float) -> Started:
+            return LocalStarted(ignoring)
+
+    monkeypatch.setattr(standing_probes, "START_TIMEOUT", 10.0)
+    monkeypatch.setattr(standing_probes, "STOP_S", 0.2)
+    with StandingProbes([Endpoint(Node(address="127.0.0.1"), IgnoringShell(), True)], idle_s=60) as probes:
+        proc = probes.probes["127.0.0.1"].started.proc  # type: ignore[attr-defined]
+        assert len(probes_running()) == 1
+    assert proc.returncode == -signal.SIGKILL
     assert probes_running() == []
