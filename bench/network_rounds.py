@@ -33,10 +33,11 @@ from adrun.launch.nodes.standing_probes import StandingProbes
 from adrun.launch.nodes.transfer import Transfer
 from adrun.spec import load_spec
 from bench.cluster.network import write_adrun_spec
+from bench.paths import RESULTS_DIR
 from bench.results_log import append_entry
 from tests.cluster.netns import NetnsCluster
 
-OUT = Path(__file__).resolve().parent / "results" / "network_rounds.json"
+OUT = RESULTS_DIR / "network_rounds.json"
 
 
 class TimedProbes(StandingProbes):
