@@ -82,6 +82,7 @@ ANNOUNCE_S = 5.0
 SO_TIMESTAMPNS = 35  # each read's kernel arrival time (of its last packet), as SCM_TIMESTAMPNS
 UDP_SEGMENT = 103  # one send of many datagrams, cut by the kernel (UDP GSO): a blast outruns any link
 TRACE_S = 0.2  # the start of a `shape` stream whose arrivals are kept
+ARRIVAL_WINDOWS = 64  # the stream's arrivals are kept at each this-many-th of its bytes (transfer.py `steady_rate`)
 DATAGRAM = 1200  # fits any path's MTU
 # datagrams per send with UDP_SEGMENT: a shaper whose bucket holds a send queues and passes it whole,
 # so the queue is measured one send short: 12,000 bytes, 2 % of a 100 Mbit/s link's 50 ms
@@ -188,6 +189,7 @@ def recv(args: dict) -> dict:
         except OSError as e:
             _emit({"error": f"bind UDP {args['port']}: {e.strerror}"})
             sys.exit(BIND_FAILED)
+    _timestamped(server)
     server.settimeout(args["timeout"])
     with server, contextlib.closing(blast) if blast is not None else contextlib.nullcontext():
         conn, _ = server.accept()
@@ -198,30 +200,78 @@ def recv(args: dict) -> dict:
 
 def _received(conn: socket.socket, blast: socket.socket | None, deadline: float, pings: int) -> int:
     """One transfer's receiving side on its accepted connection: answer `pings` round trips, count
-    the stream's bytes, acknowledge; with `blast` (the `shape` stage), trace the stream's start,
-    then time the blast on it and send the account. The stream's bytes."""
-    total = 0
-    trace: list = []
+    the stream's bytes, acknowledge, and send the account: the stream's arrivals (`_stream`), and
+    with `blast` (the `shape` stage) its first TRACE_S seconds' and the blast timed after it. The
+    stream's bytes."""
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     conn.settimeout(max(0.1, deadline - time.monotonic()))
     for _ in range(pings):
         if not conn.recv(1):
             raise ConnectionError("sender closed during the round trips")
         conn.sendall(b"p")
+    trace: list = []
+    total, arrivals = _stream(conn, deadline, trace)
+    conn.sendall(b"k")
+    account: dict = {"arrivals": arrivals}
     if blast is not None:
-        conn.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-        total = _traced_stream(conn, deadline, trace)
+        account.update(trace=trace, **_timed_blast(blast, conn, deadline))
+    conn.sendall(json.dumps(account).encode())
+    return total
+
+
+def _stream(conn: socket.socket, deadline: float, trace: list) -> tuple[int, list]:
+    """Read the stream to its end: its bytes, and its arrivals [seconds since its first packet
+    arrived, bytes arrived by then] as the kernel timed them, at each ARRIVAL_WINDOWS-th of its
+    bytes (none where the kernel does not time them); every arrival of its first TRACE_S seconds
+    into `trace`. Kernel times, because this process may read late: a read after a pause returns
+    what arrived meanwhile, timed as it arrived (the rate from them: transfer.py `steady_rate`)."""
+    if not _timestamped(conn):
+        total = 0
+        while data := conn.recv(node_tools.CHUNK):
+            conn.settimeout(max(0.1, deadline - time.monotonic()))
+            total += len(data)
+        return total, []
+    total, first, tracing = 0, None, True
+    points: list = []
+    size = 1  # the first read takes one byte: its time is the first packet's
     while True:
         conn.settimeout(max(0.1, deadline - time.monotonic()))
-        data = conn.recv(node_tools.CHUNK)
+        data, ancillary, _, _ = conn.recvmsg(size, 64)
         if not data:
-            break
+            return total, _thinned(points, total)
         total += len(data)
-    conn.sendall(b"k")
-    if blast is not None:
-        timed = _timed_blast(blast, conn, deadline)
-        conn.sendall(json.dumps({"trace": trace, **timed}).encode())
-    return total
+        size = node_tools.CHUNK
+        arrived = _arrival(ancillary)
+        if arrived is None:  # no kernel time (bytes that came before the socket asked for them): no point
+            continue
+        first = arrived if first is None else first
+        points.append([arrived - first, total])
+        if tracing:
+            trace.append(points[-1])
+            tracing = arrived - first <= TRACE_S
+
+
+def _timestamped(sock: socket.socket) -> bool:
+    """Ask the kernel to time each read's arrival (SO_TIMESTAMPNS; Linux only): on a listening
+    socket, so that its connections' first bytes, which may come before they are accepted, are
+    timed too (an accepted socket inherits it). Whether it will."""
+    if not sys.platform.startswith("linux"):
+        return False
+    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    return True
+
+
+def _thinned(points: list, total: int) -> list:
+    """Of `points` ([seconds, bytes by then], in order), the first to reach each ARRIVAL_WINDOWS-th
+    of `total` bytes, the first point included: a few dozen numbers however many reads there were."""
+    kept: list = []
+    share = 0
+    for point in points:
+        if point[1] * ARRIVAL_WINDOWS >= total * share:
+            kept.append(point)
+            while point[1] * ARRIVAL_WINDOWS >= total * share:
+                share += 1
+    return kept
 
 
 def serve(args: dict) -> None:
@@ -255,7 +305,7 @@ def _listeners() -> tuple[socket.socket, socket.socket | None]:
     receiver on the same port number; another port when that one is taken for UDP."""
     for _ in range(BIND_ATTEMPTS):
         server = node_tools.bind_as_grpc(0)
-        if not sys.platform.startswith("linux"):
+        if not _timestamped(server):
             return server, None
         try:
             return server, blast_receiver("", server.getsockname()[1])
@@ -359,27 +409,6 @@ def blast_receiver(host: str, port: int) -> socket.socket:
         blast.close()
         raise
     return blast
-
-
-def _traced_stream(conn: socket.socket, deadline: float, trace: list) -> int:
-    """Read the stream's first TRACE_S seconds into `trace`: [seconds since its first packet
-    arrived, bytes arrived by then], kernel arrival times; the bytes read."""
-    total, first = 0, None
-    size = 1  # the first read takes one byte: its time is the first packet's
-    while True:
-        conn.settimeout(max(0.1, deadline - time.monotonic()))
-        data, ancillary, _, _ = conn.recvmsg(size, 64)
-        if not data:
-            return total
-        total += len(data)
-        size = node_tools.CHUNK
-        arrived = _arrival(ancillary)
-        if arrived is None:  # no kernel time: nothing to keep
-            return total
-        first = arrived if first is None else first
-        trace.append([arrived - first, total])
-        if arrived - first > TRACE_S:
-            return total
 
 
 def _timed_blast(blast: socket.socket, conn: socket.socket, deadline: float) -> dict:
@@ -489,6 +518,9 @@ def send(args: dict) -> dict:
                 result.update(_shape(sock, result["bytes"] / seconds, deadline, args.get("sndbuf")))
             except (OSError, ValueError) as e:  # the optional stage failed: the stream's figures stand
                 result["shape_error"] = f"{type(e).__name__}: {e}"
+        else:
+            with contextlib.suppress(OSError, ValueError):  # no arrivals: the rate is this side's seconds'
+                result.update(_answer(sock, deadline))
     return result
 
 

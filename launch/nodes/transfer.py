@@ -10,10 +10,11 @@ NodeShell.
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -29,6 +30,7 @@ PROBE_SOURCE = shipped_source(probe)
 TRANSFER_TIMEOUT = 20.0
 CONNECT_TIMEOUT = 5.0  # the receiver starts in a fresh Python: ~0.1 s, more on a busy node
 _BIND_ATTEMPTS = 3
+MIN_WINDOWS = 8  # windows of a stream's arrivals (steady_rate); fewer (a stream of a few reads): the sender's time
 
 
 def probe_command(node: Node, mode: str, args: Mapping[str, Any], *, local: bool) -> str:
@@ -57,12 +59,14 @@ class Endpoint:
 @dataclass(frozen=True)
 class Transfer:
     nbytes: int  # streamed after the round trips
-    seconds: float  # from the first streamed byte to the receiver's acknowledgement
+    seconds: float  # the sender's clock, from its first streamed byte to the receiver's acknowledgement
     rtt_s: list[float]  # each one-byte round trip
     # with `shape`: the stream's first arrivals [seconds, bytes] and the UDP blast (link_shape.py)
     trace: list[list[float]] = field(default_factory=list)
     blast: link_shape.Blast | None = None
     shape_error: str | None = None  # why the `shape` stage failed (the figures above stand; no blast)
+    # the stream's arrivals at the receiver, [seconds, bytes] at each 1/16 of its bytes (probe.py `_stream`)
+    arrivals: list[list[float]] = field(default_factory=list)
 
     @property
     def stream_bytes_per_s(self) -> float:
@@ -71,11 +75,13 @@ class Transfer:
 
     @property
     def bytes_per_s(self) -> float:
-        """The path's sustained rate: the stream's bytes less the bucket's burst, which passed at
-        once at its start, over its time. Without this, a short stream reads a shaped link fast
-        by burst / (rate x seconds): 1 % for 0.5 s at 100 Mbit/s behind a 64 KiB bucket, 10 % at
-        10 Mbit/s."""
-        return (self.nbytes - self.burst_bytes) / self.seconds
+        """The path's sustained rate: `steady_rate` of the receiver's arrivals; where there are
+        none (no kernel times), the stream's bytes less the bucket's burst, which passed at once at
+        its start, over the sender's time (without the burst taken out, a short stream reads a
+        shaped link fast by burst / (rate x seconds): 1 % for 0.5 s at 100 Mbit/s behind a 64 KiB
+        bucket, 10 % at 10 Mbit/s)."""
+        steady = steady_rate(self.arrivals)
+        return steady if steady is not None else (self.nbytes - self.burst_bytes) / self.seconds
 
     @cached_property  # the blast's analysis, read by the rate, the queue and the burst alike
     def queue_seconds(self) -> float:
@@ -100,6 +106,23 @@ class Transfer:
     def latency_s(self) -> float:
         """One way: half the median round trip."""
         return statistics.median(self.rtt_s) / 2
+
+
+def steady_rate(arrivals: Sequence[Sequence[float]]) -> float | None:
+    """The rate of the stream whose arrivals are `arrivals` ([seconds, bytes], at each 1/16 of its
+    bytes): the median of the windows' rates between successive ones. None for fewer than
+    MIN_WINDOWS windows.
+
+    Why not its bytes over the sender's time to the acknowledgement (as before): that time also
+    holds every scheduling delay of the two probe processes on their machines (the receiver reading
+    the stream's end and answering, the sender waking for the answer) and every moment the link
+    stood idle because one of them was descheduled (the sender's send buffer ran dry, the receiver's
+    receive buffer filled), which on a busy machine are tens of milliseconds of a 0.5 s stream. The
+    arrivals are the receiver's kernel's times, taken as the packets came whenever the probe read
+    them; a pause that left the link idle lengthens one or two windows of sixteen, which the median
+    passes over, and so does the token bucket's burst, which all arrives in the first."""
+    windows = [(b2 - b1) / (t2 - t1) for (t1, b1), (t2, b2) in itertools.pairwise(arrivals) if t2 > t1]
+    return statistics.median(windows) if len(windows) >= MIN_WINDOWS else None
 
 
 class TransferError(Exception):
@@ -141,4 +164,4 @@ def sent_transfer(result: Mapping[str, Any]) -> Transfer:
     if "sent" in result:
         blast = link_shape.Blast(result["sent"], result["send_s"], result.get("received", 0), result.get("arrival_s"))
     return Transfer(result["bytes"], result["seconds"], result["rtt_s"], result.get("trace", []), blast,
-                    result.get("shape_error"))
+                    result.get("shape_error"), result.get("arrivals", []))

@@ -9,6 +9,7 @@ import json
 import os
 import select
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -379,3 +380,68 @@ def test_a_silent_connection_holds_the_probe_no_longer_than_an_announcement_take
                              "connect_timeout": 5, "timeout": 10 + probe.ANNOUNCE_S, "pings": 1})
     assert answer.get("bytes") == NBYTES, answer
     assert (sender.stop(), receiver.stop()) == (0, 0)
+
+
+class TimedConnection:
+    """A receiver's accepted connection as the kernel keeps it with SO_TIMESTAMPNS: `batches` of
+    packets [arrival time, bytes], each batch what came before one read, which takes at most its
+    size of it and is timed as the last packet it took arrived (recvmsg's ancillary data)."""
+
+    def __init__(self, batches: list[list[tuple[float, int]]]) -> None:
+        self.batches = [list(batch) for batch in batches]
+
+    def setsockopt(self, level: int, option: int, value: int) -> None:
+        pass
+
+    def settimeout(self, timeout: float) -> None:
+        pass
+
+    def recvmsg(self, size: int, ancillary_size: int) -> tuple[bytes, list, int, None]:
+        if not self.batches:
+            return b"", [], 0, None
+        batch, taken, at = self.batches[0], 0, 0.0
+        while batch and taken < size:
+            at, nbytes = batch[0]
+            took = min(nbytes, size - taken)
+            taken += took
+            if took < nbytes:
+                batch[0] = (at, nbytes - took)
+            else:
+                batch.pop(0)
+        if not batch:
+            self.batches.pop(0)
+        stamp = struct.pack("qq", int(at), round((at - int(at)) * 1e9))
+        return b"\0" * taken, [(socket.SOL_SOCKET, probe.SO_TIMESTAMPNS, stamp)], 0, None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="kernel arrival times: Linux")
+def test_the_receiver_keeps_the_kernels_arrival_times_at_each_share_of_the_stream():
+    """A receiver that read the stream's middle 150 ms late (reads of what came meanwhile, each
+    timed as the last packet it took arrived) keeps the kernel's times, not its own: its arrivals at
+    each 1/ARRIVAL_WINDOWS of the bytes lie on the link's line, and the trace holds the first TRACE_S."""
+    rate, packet = 12e6, 1500
+    times = [1000.0 + i * packet / rate for i in range(4000)]  # 0.5 s of a link at `rate`
+    batches = [[(t, packet)] for t in times if t < 1000.1] + [[(t, packet) for t in times if 1000.1 <= t < 1000.25]] + \
+              [[(t, packet)] for t in times if t >= 1000.25]
+    trace: list = []
+    total, arrivals = probe._stream(TimedConnection(batches), time.monotonic() + 10, trace)
+    assert total == 4000 * packet and arrivals[-1][1] == total
+    assert len(arrivals) == probe.ARRIVAL_WINDOWS + 1 and arrivals[0] == [0.0, 1]
+    for seconds, nbytes in arrivals:  # on the link's line: every packet counted as it arrived
+        assert seconds * rate <= nbytes <= seconds * rate + packet + 1e-3
+    assert trace[-1][0] > probe.TRACE_S >= trace[-2][0] and trace[0] == arrivals[0]
+
+
+def test_a_stream_without_the_shape_stage_brings_the_receivers_arrivals():
+    """The loopback's transfer (no `shape`): the receiver's account follows its acknowledgement."""
+    port = free_ports(1)[0]
+    proc = subprocess.Popen([sys.executable, "-m", "adrun.launch.nodes.probe", "recv",
+                             json.dumps({"port": port, "timeout": 20})], stdout=subprocess.PIPE, text=True)
+    try:
+        result = probe.send({"host": "127.0.0.1", "port": port, "nbytes": NBYTES, "connect_timeout": 10,
+                             "timeout": 20})
+    finally:
+        proc.communicate(timeout=30)
+    assert result["bytes"] == NBYTES and "trace" not in result and "sent" not in result
+    if sys.platform.startswith("linux"):
+        assert result["arrivals"][-1][1] == NBYTES and len(result["arrivals"]) >= 2
