@@ -12,12 +12,15 @@ Modes:
                                            whether a job's packet-filter rule can be installed
   recv   {"port", "timeout", "pings"?, "shape"?}
                                            accept one TCP stream, answer `pings` one-byte round
-                                           trips, count the rest of its bytes, acknowledge; with
-                                           `shape`, then time a UDP blast too (below)
+                                           trips, count the rest of its bytes, acknowledge, and
+                                           answer the stream's arrivals as the kernel timed them
+                                           (`_stream`: the rate is taken from them, so that neither
+                                           process's scheduling counts); with `shape`, first time
+                                           a UDP blast too (below)
   send   {"host", "port", "nbytes", "connect_timeout", "timeout", "pings"?, "max_s"?, "shape"?,
           "sndbuf"?}                       time `pings` one-byte round trips with a `recv`, then
                                            stream nbytes to it (stopping after max_s seconds, if
-                                           given) and time until its ack; with `shape`, then blast
+                                           given), time until its ack and read its arrivals; with `shape`, then blast
                                            (each socket asking for `sndbuf` bytes of send buffer,
                                            if given: a test's stand-in for a host's wmem_max)
   serve  {"timeout", "idle_s"}            a node's probe for a whole measurement (the network
