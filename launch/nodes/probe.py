@@ -227,7 +227,9 @@ def _stream(conn: socket.socket, deadline: float, trace: list) -> tuple[int, lis
     arrived, bytes arrived by then] as the kernel timed them, at each ARRIVAL_WINDOWS-th of its
     bytes (none where the kernel does not time them); every arrival of its first TRACE_S seconds
     into `trace`. Kernel times, because this process may read late: a read after a pause returns
-    what arrived meanwhile, timed as it arrived (the rate from them: transfer.py `steady_rate`)."""
+    what arrived meanwhile, timed as it arrived (the rate from them: transfer.py `steady_rate`).
+    Reads of one time are one arrival, the last read's bytes: a busy machine's receive work, run
+    late, times a clump of packets at once, which then take several reads."""
     if not _timestamped(conn):
         total = 0
         while data := conn.recv(node_tools.CHUNK):
@@ -248,9 +250,13 @@ def _stream(conn: socket.socket, deadline: float, trace: list) -> tuple[int, lis
         if arrived is None:  # no kernel time (bytes that came before the socket asked for them): no point
             continue
         first = arrived if first is None else first
-        points.append([arrived - first, total])
+        point = [arrived - first, total]
+        if points and points[-1][0] == point[0]:  # one clump's bytes (below): its last read stands for it
+            points[-1] = point
+        else:
+            points.append(point)
         if tracing:
-            trace.append(points[-1])
+            trace.append(point)
             tracing = arrived - first <= TRACE_S
 
 

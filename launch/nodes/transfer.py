@@ -10,7 +10,6 @@ NodeShell.
 
 from __future__ import annotations
 
-import itertools
 import json
 import random
 import statistics
@@ -30,6 +29,7 @@ PROBE_SOURCE = shipped_source(probe)
 TRANSFER_TIMEOUT = 20.0
 CONNECT_TIMEOUT = 5.0  # the receiver starts in a fresh Python: ~0.1 s, more on a busy node
 _BIND_ATTEMPTS = 3
+WINDOW_SHARES = 2  # successive arrivals of a stream (at most 65) a window of steady_rate spans
 MIN_WINDOWS = 8  # windows of a stream's arrivals (steady_rate); fewer (a stream of a few reads): the sender's time
 
 
@@ -65,7 +65,7 @@ class Transfer:
     trace: list[list[float]] = field(default_factory=list)
     blast: link_shape.Blast | None = None
     shape_error: str | None = None  # why the `shape` stage failed (the figures above stand; no blast)
-    # the stream's arrivals at the receiver, [seconds, bytes] at each 1/16 of its bytes (probe.py `_stream`)
+    # the stream's arrivals at the receiver, [seconds, bytes] at each 1/64 of its bytes (probe.py `_stream`)
     arrivals: list[list[float]] = field(default_factory=list)
 
     @property
@@ -109,9 +109,9 @@ class Transfer:
 
 
 def steady_rate(arrivals: Sequence[Sequence[float]]) -> float | None:
-    """The rate of the stream whose arrivals are `arrivals` ([seconds, bytes], at each 1/16 of its
-    bytes): the median of the windows' rates between successive ones. None for fewer than
-    MIN_WINDOWS windows.
+    """The rate of the stream whose arrivals are `arrivals` ([seconds, bytes], at each 1/64 of its
+    bytes, each at its own time): the median rate of its windows of WINDOW_SHARES successive
+    arrivals, sliding by one. None for fewer than MIN_WINDOWS windows.
 
     Why not its bytes over the sender's time to the acknowledgement (as before): that time also
     holds every scheduling delay of the two probe processes on their machines (the receiver reading
@@ -119,9 +119,14 @@ def steady_rate(arrivals: Sequence[Sequence[float]]) -> float | None:
     stood idle because one of them was descheduled (the sender's send buffer ran dry, the receiver's
     receive buffer filled), which on a busy machine are tens of milliseconds of a 0.5 s stream. The
     arrivals are the receiver's kernel's times, taken as the packets came whenever the probe read
-    them; a pause that left the link idle lengthens one or two windows of sixteen, which the median
-    passes over, and so does the token bucket's burst, which all arrives in the first."""
-    windows = [(b2 - b1) / (t2 - t1) for (t1, b1), (t2, b2) in itertools.pairwise(arrivals) if t2 > t1]
+    them. A pause that left the link idle lengthens the windows across it, which the median passes
+    over, and so does the token bucket's burst, which arrives in the first. On a busy receiving
+    machine the kernel times packets in clumps (its receive work runs late and times what waited at
+    once), and the probe keeps one arrival a clump: the bytes up to a clump came over the time since
+    the one before, so its windows still read the rate; windows of two, not one, keep a share's
+    bytes cut by a clump's from skewing the median."""
+    windows = [(b2 - b1) / (t2 - t1)
+               for (t1, b1), (t2, b2) in zip(arrivals, arrivals[WINDOW_SHARES:], strict=False) if t2 > t1]
     return statistics.median(windows) if len(windows) >= MIN_WINDOWS else None
 
 

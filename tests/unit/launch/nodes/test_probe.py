@@ -9,7 +9,6 @@ import json
 import os
 import select
 import socket
-import struct
 import subprocess
 import sys
 import threading
@@ -20,6 +19,7 @@ import pytest
 
 from adrun.launch.nodes import probe
 from tests.support.ports import free_ports
+from tests.support.timed_connection import TimedConnection
 
 NBYTES = 1 << 20
 
@@ -382,38 +382,6 @@ def test_a_silent_connection_holds_the_probe_no_longer_than_an_announcement_take
     assert (sender.stop(), receiver.stop()) == (0, 0)
 
 
-class TimedConnection:
-    """A receiver's accepted connection as the kernel keeps it with SO_TIMESTAMPNS: `batches` of
-    packets [arrival time, bytes], each batch what came before one read, which takes at most its
-    size of it and is timed as the last packet it took arrived (recvmsg's ancillary data)."""
-
-    def __init__(self, batches: list[list[tuple[float, int]]]) -> None:
-        self.batches = [list(batch) for batch in batches]
-
-    def setsockopt(self, level: int, option: int, value: int) -> None:
-        pass
-
-    def settimeout(self, timeout: float) -> None:
-        pass
-
-    def recvmsg(self, size: int, ancillary_size: int) -> tuple[bytes, list, int, None]:
-        if not self.batches:
-            return b"", [], 0, None
-        batch, taken, at = self.batches[0], 0, 0.0
-        while batch and taken < size:
-            at, nbytes = batch[0]
-            took = min(nbytes, size - taken)
-            taken += took
-            if took < nbytes:
-                batch[0] = (at, nbytes - took)
-            else:
-                batch.pop(0)
-        if not batch:
-            self.batches.pop(0)
-        stamp = struct.pack("qq", int(at), round((at - int(at)) * 1e9))
-        return b"\0" * taken, [(socket.SOL_SOCKET, probe.SO_TIMESTAMPNS, stamp)], 0, None
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="kernel arrival times: Linux")
 def test_the_receiver_keeps_the_kernels_arrival_times_at_each_share_of_the_stream():
     """A receiver that read the stream's middle 150 ms late (reads of what came meanwhile, each
@@ -426,10 +394,21 @@ def test_the_receiver_keeps_the_kernels_arrival_times_at_each_share_of_the_strea
     trace: list = []
     total, arrivals = probe._stream(TimedConnection(batches), time.monotonic() + 10, trace)
     assert total == 4000 * packet and arrivals[-1][1] == total
-    assert len(arrivals) == probe.ARRIVAL_WINDOWS + 1 and arrivals[0] == [0.0, 1]
+    assert len(arrivals) == probe.ARRIVAL_WINDOWS + 1 and arrivals[0] == [0.0, packet]  # 1 byte, then its rest
     for seconds, nbytes in arrivals:  # on the link's line: every packet counted as it arrived
         assert seconds * rate <= nbytes <= seconds * rate + packet + 1e-3
-    assert trace[-1][0] > probe.TRACE_S >= trace[-2][0] and trace[0] == arrivals[0]
+    assert trace[-1][0] > probe.TRACE_S >= trace[-2][0] and trace[:2] == [[0.0, 1], [0.0, packet]]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="kernel arrival times: Linux")
+def test_a_clump_of_packets_timed_at_once_is_one_arrival():
+    """A busy machine's receive work times what waited at once: the reads of one time are one
+    arrival, the bytes of the last (the rate's windows then span the time since the clump before)."""
+    packet = 1500
+    clumps = [[(1000.0 + 0.03 * k, packet)] * 200 for k in range(20)]  # 300,000 bytes each 30 ms, 5 reads each
+    total, arrivals = probe._stream(TimedConnection(clumps), time.monotonic() + 10, [])
+    assert total == 20 * 200 * packet
+    assert arrivals == [[pytest.approx(0.03 * k), 200 * packet * (k + 1)] for k in range(20)]
 
 
 def test_a_stream_without_the_shape_stage_brings_the_receivers_arrivals():
