@@ -13,14 +13,15 @@ Modes:
   recv   {"port", "timeout", "pings"?, "shape"?}
                                            accept one TCP stream, answer `pings` one-byte round
                                            trips, count the rest of its bytes, acknowledge, and
-                                           answer the stream's arrivals as the kernel timed them
-                                           (`_stream`: the rate is taken from them, so that neither
-                                           process's scheduling counts); with `shape`, first time
-                                           a UDP blast too (below)
+                                           answer at once in one JSON line the stream's arrivals
+                                           as the kernel timed them (`_stream`: the rate is taken
+                                           from them, so that neither process's scheduling
+                                           counts); with `shape`, then time a UDP blast (below)
   send   {"host", "port", "nbytes", "connect_timeout", "timeout", "pings"?, "max_s"?, "shape"?,
           "sndbuf"?}                       time `pings` one-byte round trips with a `recv`, then
                                            stream nbytes to it (stopping after max_s seconds, if
-                                           given), time until its ack and read its arrivals; with `shape`, then blast
+                                           given), time until its ack and read the receiver's
+                                           line (its `arrivals`, under "receiver"); with `shape`, then blast
                                            (each socket asking for `sndbuf` bytes of send buffer,
                                            if given: a test's stand-in for a host's wmem_max)
   serve  {"timeout", "idle_s"}            a node's probe for a whole measurement (the network
@@ -41,19 +42,23 @@ Modes:
 
 `shape` (Linux only; elsewhere nothing is collected) measures what a token bucket shaper on the path
 does, for launch/nodes/link_shape.py to read: the receiver keeps the kernel's arrival time of the
-stream's first TRACE_S seconds (its burst: what passes faster than the rate after an idle moment).
-After the ack the sender sends a UDP hello, which the receiver acknowledges over the TCP
+stream's first TRACE_S seconds (its burst: what passes faster than the rate after an idle moment),
+answered in the line after the ack with the arrivals. After that line the sender sends a UDP hello, which the receiver acknowledges over the TCP
 connection; unheard within HELLO_WAIT_S plus two of the connection's round trips (`_late_s`: what
 the sender sends in answer to the receiver comes a round trip after it; UDP filtered), no blast
 follows. Heard, the sender blasts BLAST_S seconds of the stream's rate in UDP datagrams, as fast as
 it can (UDP GSO; peaks of about 16 Gbit/s measured on the dev host), which fill the path's queue
 until it drops; the receiver keeps the arrival times of the first and last datagram from the
 sender's host (the queue's size: how long it keeps delivering after the sender stopped) and answers
-both over the TCP connection.
+both over the TCP connection, in JSON to the connection's end.
 A link faster than the blast, a queue longer than the blast (BLAST_S of the rate; the receiver stops
 BLAST_DRAIN_S after it), or a queue bigger than the blast sockets' send buffers (net.core.wmem_max
 without CAP_NET_ADMIN), shows no full queue: link_shape.py reads 0 (unknown).
-Any failure of this stage leaves the stream's figures standing, with `shape_error` saying why.
+Any failure of this stage leaves the stream's figures and the receiver's line standing (the line
+comes before the stage), with `shape_error` saying why. The sender reads what the receiver answers
+bounded (ACCOUNT_MAX bytes, by the transfer's deadline) and checked (`_account`), under the one key
+"receiver": a receiver that is not ours can neither overwrite the sender's figures nor make it fail
+later.
 """
 
 from __future__ import annotations
@@ -84,7 +89,9 @@ ANNOUNCE_S = 5.0
 # Linux socket options the standard library does not name
 SO_TIMESTAMPNS = 35  # each read's kernel arrival time (of its last packet), as SCM_TIMESTAMPNS
 UDP_SEGMENT = 103  # one send of many datagrams, cut by the kernel (UDP GSO): a blast outruns any link
-TRACE_S = 0.2  # the start of a `shape` stream whose arrivals are kept
+TRACE_S = 0.2  # the start of a `shape` stream whose arrivals are kept...
+TRACE_MAX = 4096  # ...at most this many (a 100 Mbit/s link's 0.2 s is about 1,700 packets)
+ACCOUNT_MAX = 1 << 19  # bytes of a receiver's answer the sender reads: TRACE_MAX points fit with room
 ARRIVAL_WINDOWS = 64  # the stream's arrivals are kept at each this-many-th of its bytes (transfer.py `steady_rate`)
 DATAGRAM = 1200  # fits any path's MTU
 # datagrams per send with UDP_SEGMENT: a shaper whose bucket holds a send queues and passes it whole,
@@ -203,9 +210,9 @@ def recv(args: dict) -> dict:
 
 def _received(conn: socket.socket, blast: socket.socket | None, deadline: float, pings: int) -> int:
     """One transfer's receiving side on its accepted connection: answer `pings` round trips, count
-    the stream's bytes, acknowledge, and send the account: the stream's arrivals (`_stream`), and
-    with `blast` (the `shape` stage) its first TRACE_S seconds' and the blast timed after it. The
-    stream's bytes."""
+    the stream's bytes, acknowledge, and send at once one line with the stream's arrivals
+    (`_stream`), with `blast` (the `shape` stage) its first TRACE_S seconds' too; then, with
+    `blast`, the blast timed after it. The stream's bytes."""
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     conn.settimeout(max(0.1, deadline - time.monotonic()))
     for _ in range(pings):
@@ -214,11 +221,10 @@ def _received(conn: socket.socket, blast: socket.socket | None, deadline: float,
         conn.sendall(b"p")
     trace: list = []
     total, arrivals = _stream(conn, deadline, trace)
-    conn.sendall(b"k")
-    account: dict = {"arrivals": arrivals}
+    line: dict = {"arrivals": arrivals} if blast is None else {"arrivals": arrivals, "trace": trace}
+    conn.sendall(b"k" + json.dumps(line).encode() + b"\n")  # before the `shape` stage, whatever it does
     if blast is not None:
-        account.update(trace=trace, **_timed_blast(blast, conn, deadline))
-    conn.sendall(json.dumps(account).encode())
+        conn.sendall(json.dumps(_timed_blast(blast, conn, deadline)).encode())
     return total
 
 
@@ -226,10 +232,11 @@ def _stream(conn: socket.socket, deadline: float, trace: list) -> tuple[int, lis
     """Read the stream to its end: its bytes, and its arrivals [seconds since its first packet
     arrived, bytes arrived by then] as the kernel timed them, at each ARRIVAL_WINDOWS-th of its
     bytes (none where the kernel does not time them); every arrival of its first TRACE_S seconds
-    into `trace`. Kernel times, because this process may read late: a read after a pause returns
+    into `trace` (at most TRACE_MAX). Kernel times, because this process may read late: a read after a pause returns
     what arrived meanwhile, timed as it arrived (the rate from them: transfer.py `steady_rate`).
     Reads of one time are one arrival, the last read's bytes: a busy machine's receive work, run
-    late, times a clump of packets at once, which then take several reads."""
+    late, times a clump of packets at once, which then take several reads (the trace's too: the
+    burst, link_shape.py, reads the slopes between them)."""
     if not _timestamped(conn):
         total = 0
         while data := conn.recv(node_tools.CHUNK):
@@ -253,20 +260,26 @@ def _stream(conn: socket.socket, deadline: float, trace: list) -> tuple[int, lis
         point = [arrived - first, total]
         if points and points[-1][0] == point[0]:  # one clump's bytes (below): its last read stands for it
             points[-1] = point
+            if trace and trace[-1][0] == point[0]:
+                trace[-1] = point
         else:
             points.append(point)
-        if tracing:
-            trace.append(point)
-            tracing = arrived - first <= TRACE_S
+            if tracing:
+                trace.append(point)
+        tracing = tracing and arrived - first <= TRACE_S and len(trace) < TRACE_MAX
 
 
 def _timestamped(sock: socket.socket) -> bool:
     """Ask the kernel to time each read's arrival (SO_TIMESTAMPNS; Linux only): on a listening
     socket, so that its connections' first bytes, which may come before they are accepted, are
-    timed too (an accepted socket inherits it). Whether it will."""
+    timed too (an accepted socket inherits it). Whether it will: not where the kernel refuses
+    the option (then the rate is the sender's time's)."""
     if not sys.platform.startswith("linux"):
         return False
-    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    except OSError:
+        return False
     return True
 
 
@@ -314,7 +327,8 @@ def _listeners() -> tuple[socket.socket, socket.socket | None]:
     receiver on the same port number; another port when that one is taken for UDP."""
     for _ in range(BIND_ATTEMPTS):
         server = node_tools.bind_as_grpc(0)
-        if not _timestamped(server):
+        _timestamped(server)
+        if not sys.platform.startswith("linux"):
             return server, None
         try:
             return server, blast_receiver("", server.getsockname()[1])
@@ -339,13 +353,22 @@ def _serve_transfer(conn: socket.socket, blast: socket.socket | None, timeout: f
 def _announcement(line: bytes) -> tuple[int, bool]:
     """A transfer's announcement: its round trips and whether it has the `shape` stage; raises
     ValueError for anything else (not a sender of ours), which the probe reports and serves on."""
-    announced = json.loads(line)
+    announced = _json(line)
     if not isinstance(announced, dict):
         raise ValueError(f"an announcement that is not an object: {line[:80]!r}")
     pings, shape = announced.get("pings", 0), announced.get("shape", False)
     if type(pings) is not int or pings < 0 or type(shape) is not bool:
         raise ValueError(f"an announcement without its round trips and stage: {line[:80]!r}")
     return pings, shape
+
+
+def _json(data: bytes) -> object:
+    """`data` as JSON; ValueError for anything else, a nesting too deep to parse included (which
+    raises RecursionError: from a stranger's connection it must not end the probe)."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError(f"JSON nested too deep: {data[:80]!r}") from None
 
 
 def _line(conn: socket.socket) -> bytes:
@@ -478,9 +501,11 @@ def _host(address: tuple) -> str:
 
 
 def _arrival(ancillary: list) -> float | None:
+    """A read's kernel arrival time from its ancillary data: a struct timespec, two 64-bit fields,
+    or two 32-bit ones on a 32-bit kernel."""
     for level, kind, data in ancillary:
-        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
-            seconds, nanoseconds = struct.unpack("qq", data[:16])
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 8:
+            seconds, nanoseconds = struct.unpack("qq", data[:16]) if len(data) >= 16 else struct.unpack("ii", data[:8])
             return seconds + nanoseconds * 1e-9
     return None
 
@@ -521,23 +546,26 @@ def send(args: dict) -> dict:
         seconds = time.monotonic() - start
         if ack != b"k":
             raise ConnectionError("receiver closed without acknowledging")
-        result = {"bytes": args["nbytes"] - left, "seconds": seconds, "rtt_s": rtt_s}
+        result: dict = {"bytes": args["nbytes"] - left, "seconds": seconds, "rtt_s": rtt_s}
+        try:
+            result["receiver"] = _account(sock, deadline, line=True)
+        except (OSError, ValueError) as e:  # no arrivals: the rate is this side's seconds'; no stage either
+            result["receiver_error"] = f"{type(e).__name__}: {e}"
+            return result
         if args.get("shape") and sys.platform.startswith("linux"):
             try:
-                result.update(_shape(sock, result["bytes"] / seconds, deadline, args.get("sndbuf")))
+                result.update(_shape(sock, result["bytes"] / seconds, deadline, args.get("sndbuf"), result["receiver"]))
             except (OSError, ValueError) as e:  # the optional stage failed: the stream's figures stand
                 result["shape_error"] = f"{type(e).__name__}: {e}"
-        else:
-            with contextlib.suppress(OSError, ValueError):  # no arrivals: the rate is this side's seconds'
-                result.update(_answer(sock, deadline))
     return result
 
 
-def _shape(sock: socket.socket, rate: float, deadline: float, sndbuf: int | None) -> dict:
-    """The sender's side of `shape` after the stream's ack: a UDP hello, the blast when it was
-    heard, and the receiver's account (its trace, and its side of the blast)."""
+def _shape(sock: socket.socket, rate: float, deadline: float, sndbuf: int | None, receiver: dict) -> dict:
+    """The sender's side of `shape` after the receiver's line: a UDP hello, the blast when it was
+    heard (its figures, returned), and the receiver's side of the blast (into `receiver`)."""
     sent = _blast(sock, min(rate * BLAST_S, BLAST_MAX_BYTES), deadline, sndbuf) if _hello(sock, deadline) else {}
-    return {**_answer(sock, deadline), **sent}
+    receiver.update(_account(sock, deadline, line=False))
+    return sent
 
 
 def _hello(sock: socket.socket, deadline: float) -> bool:
@@ -618,18 +646,51 @@ def _blast(sock: socket.socket, nbytes: float, deadline: float, sndbuf: int | No
     return {"sent": datagrams, "send_s": send_s}
 
 
-def _answer(sock: socket.socket, deadline: float) -> dict:
-    """The receiver's account of a `shape` transfer: its JSON, read to the end of the connection."""
+def _account(sock: socket.socket, deadline: float, *, line: bool) -> dict:
+    """The receiver's answer, checked: with `line`, the line after its acknowledgement (the
+    stream's `arrivals`, and `trace` for `shape`), read up to its newline and no further (the hello's
+    answer may follow); else its side of the blast (`received`, `arrival_s`), read to the
+    connection's end. At most ACCOUNT_MAX bytes, by `deadline`; ValueError for anything else."""
     chunks: list[bytes] = []
+    size = 0
     while True:
         sock.settimeout(max(0.1, deadline - time.monotonic()))
-        data = sock.recv(node_tools.CHUNK)
-        if not data:
-            answer = json.loads(b"".join(chunks) or b"{}")
-            if not isinstance(answer, dict):
-                raise ValueError(f"the receiver's account is not an object: {answer!r:.80}")
-            return answer
+        data = sock.recv(node_tools.CHUNK, socket.MSG_PEEK) if line else sock.recv(node_tools.CHUNK)
+        if line and data:
+            end = data.find(b"\n")
+            data = sock.recv(len(data) if end < 0 else end + 1)  # no further than the newline
+        size += len(data)
+        if size > ACCOUNT_MAX:
+            raise ValueError(f"the receiver's answer is longer than {ACCOUNT_MAX} bytes")
         chunks.append(data)
+        if not data or (line and data.endswith(b"\n")):
+            break
+    if line and not data:
+        raise ValueError("the receiver's line ended early")
+    answer = _json(b"".join(chunks) or b"{}")
+    if not isinstance(answer, dict):
+        raise ValueError(f"the receiver's answer is not an object: {answer!r:.80}")
+    if line:
+        points = {"arrivals": _points(answer.get("arrivals", []), "arrivals")}
+        if "trace" in answer:
+            points["trace"] = _points(answer["trace"], "trace")
+        return points
+    received, arrival_s = answer.get("received", 0), answer.get("arrival_s")
+    if type(received) is not int or received < 0 or not (arrival_s is None or _number(arrival_s)):
+        raise ValueError(f"the receiver's blast is not a count and a time: {answer!r:.80}")
+    return {"received": received, "arrival_s": arrival_s}
+
+
+def _points(points: object, key: str) -> list:
+    """The receiver's `points` ([seconds, bytes] pairs of numbers), or ValueError."""
+    if not isinstance(points, list) or not all(
+            isinstance(point, list) and len(point) == 2 and all(map(_number, point)) for point in points):
+        raise ValueError(f"the receiver's {key} are not [seconds, bytes] pairs: {points!r:.80}")
+    return points
+
+
+def _number(value: object) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)  # type: ignore[arg-type]
 
 
 def _emit(result: dict) -> None:

@@ -10,6 +10,7 @@ NodeShell.
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import statistics
@@ -29,8 +30,10 @@ PROBE_SOURCE = shipped_source(probe)
 TRANSFER_TIMEOUT = 20.0
 CONNECT_TIMEOUT = 5.0  # the receiver starts in a fresh Python: ~0.1 s, more on a busy node
 _BIND_ATTEMPTS = 3
-WINDOW_SHARES = 2  # successive arrivals of a stream (at most 65) a window of steady_rate spans
-MIN_WINDOWS = 8  # windows of a stream's arrivals (steady_rate); fewer (a stream of a few reads): the sender's time
+MIN_WINDOWS = 8  # windows between a stream's successive arrivals (steady_rate); fewer: the arrivals' span
+# steady_rate's pauses: windows slower than the median one by more than SLOW while they hold at most
+# RARE of the bytes (a pause is rare), else only those slower by more than PAUSE (a rate that varies)
+SLOW, RARE, PAUSE = 1.5, 0.25, 3.0
 
 
 def probe_command(node: Node, mode: str, args: Mapping[str, Any], *, local: bool) -> str:
@@ -75,12 +78,12 @@ class Transfer:
 
     @property
     def bytes_per_s(self) -> float:
-        """The path's sustained rate: `steady_rate` of the receiver's arrivals; where there are
-        none (no kernel times), the stream's bytes less the bucket's burst, which passed at once at
-        its start, over the sender's time (without the burst taken out, a short stream reads a
-        shaped link fast by burst / (rate x seconds): 1 % for 0.5 s at 100 Mbit/s behind a 64 KiB
-        bucket, 10 % at 10 Mbit/s)."""
-        steady = steady_rate(self.arrivals)
+        """The path's sustained rate: `steady_rate` of the receiver's arrivals past the bucket's
+        burst; where there are fewer than two (no kernel times, the receiver's line lost), the
+        stream's bytes less the burst, which passed at once at its start, over the sender's time
+        (without the burst taken out, a short stream reads a shaped link fast by burst / (rate x
+        seconds): 1 % for 0.5 s at 100 Mbit/s behind a 64 KiB bucket, 10 % at 10 Mbit/s)."""
+        steady = steady_rate(self.arrivals, self.burst_bytes)
         return steady if steady is not None else (self.nbytes - self.burst_bytes) / self.seconds
 
     @cached_property  # the blast's analysis, read by the rate, the queue and the burst alike
@@ -108,10 +111,13 @@ class Transfer:
         return statistics.median(self.rtt_s) / 2
 
 
-def steady_rate(arrivals: Sequence[Sequence[float]]) -> float | None:
+def steady_rate(arrivals: Sequence[Sequence[float]], burst_bytes: float = 0.0) -> float | None:
     """The rate of the stream whose arrivals are `arrivals` ([seconds, bytes], at each 1/64 of its
-    bytes, each at its own time): the median rate of its windows of WINDOW_SHARES successive
-    arrivals, sliding by one. None for fewer than MIN_WINDOWS windows.
+    bytes, each at its own time) behind a token bucket that passed `burst_bytes` at once (0: none
+    known): the bytes over the time of its windows (from one arrival to the next) from the first
+    arrival past the burst (none known: from the second arrival) to the one before the last, less
+    the pauses (SLOW, RARE, PAUSE). With fewer than MIN_WINDOWS windows, the span of those
+    arrivals, pauses included; None for fewer than two of them.
 
     Why not its bytes over the sender's time to the acknowledgement (as before): that time also
     holds every scheduling delay of the two probe processes on their machines (the receiver reading
@@ -119,15 +125,33 @@ def steady_rate(arrivals: Sequence[Sequence[float]]) -> float | None:
     stood idle because one of them was descheduled (the sender's send buffer ran dry, the receiver's
     receive buffer filled), which on a busy machine are tens of milliseconds of a 0.5 s stream. The
     arrivals are the receiver's kernel's times, taken as the packets came whenever the probe read
-    them. A pause that left the link idle lengthens the windows across it, which the median passes
-    over, and so does the token bucket's burst, which arrives in the first. On a busy receiving
-    machine the kernel times packets in clumps (its receive work runs late and times what waited at
-    once), and the probe keeps one arrival a clump: the bytes up to a clump came over the time since
-    the one before, so its windows still read the rate; windows of two, not one, keep a share's
-    bytes cut by a clump's from skewing the median."""
-    windows = [(b2 - b1) / (t2 - t1)
-               for (t1, b1), (t2, b2) in zip(arrivals, arrivals[WINDOW_SHARES:], strict=False) if t2 > t1]
-    return statistics.median(windows) if len(windows) >= MIN_WINDOWS else None
+    them. Bytes over time, not a median of the windows' rates: each window holds a 64th of the
+    bytes, so on a varying rate the fast periods have more windows and a median leans to them (2
+    and 1 GB/s alternating in equal times read 2.0, not 1.5). A pause that left the link idle makes
+    the windows across it slow; the idle sender's bucket then refills and passes a burst after it,
+    in the same window or the next. PAUSE keeps a rate varying threefold (a loopback's, bound by the
+    CPUs) whole and drops an idle of twice a window's time (16 ms of a 0.5 s stream) with the
+    window around it. The bucket's burst arrives first, so the windows start past it; where it is
+    not known (no `shape` stage, an unshaped path) they start at the second arrival, which passes a
+    burst of up to a 64th of the stream (64 KiB of a 0.5 s stream at 10 Mbit/s) but not a larger one
+    (docs/profiling.md). On a busy receiving machine the kernel times packets in clumps (its
+    receive work runs late and times what waited at once), and the probe keeps one arrival a clump:
+    the bytes up to a clump came over the time since the one before, so its windows still read the
+    rate, and a stream starved into a few clumps reads the span of them; but the last, the stream's
+    end, is timed up to a clump's period after it came (the clumps before end where the next one's
+    bytes begin), so the last window is left out (a 64th of the stream; its tail otherwise)."""
+    start = next((i for i, (_, b) in enumerate(arrivals) if b >= burst_bytes), len(arrivals)) \
+        if burst_bytes > 0 else 1
+    past = [(float(t), float(b)) for t, b in arrivals[start:-1]]
+    windows = [(t2 - t1, b2 - b1) for (t1, b1), (t2, b2) in itertools.pairwise(past) if t2 > t1 and b2 > b1]
+    if len(windows) < MIN_WINDOWS:
+        if len(past) < 2 or past[-1][0] <= past[0][0]:
+            return None
+        return (past[-1][1] - past[0][1]) / (past[-1][0] - past[0][0])
+    typical = statistics.median(seconds / nbytes for seconds, nbytes in windows)
+    slow = SLOW if sum(b for s, b in windows if s / b > SLOW * typical) <= RARE * sum(b for _, b in windows) else PAUSE
+    kept = [(seconds, nbytes) for seconds, nbytes in windows if seconds / nbytes <= slow * typical]
+    return sum(nbytes for _, nbytes in kept) / sum(seconds for seconds, _ in kept)
 
 
 class TransferError(Exception):
@@ -165,8 +189,9 @@ def sent_transfer(result: Mapping[str, Any]) -> Transfer:
     """The Transfer a `send` probe's result reports; raises TransferError for its error."""
     if "error" in result:
         raise TransferError(result["error"])
+    receiver = result.get("receiver", {})  # checked by the probe (`_account`)
     blast = None
     if "sent" in result:
-        blast = link_shape.Blast(result["sent"], result["send_s"], result.get("received", 0), result.get("arrival_s"))
-    return Transfer(result["bytes"], result["seconds"], result["rtt_s"], result.get("trace", []), blast,
-                    result.get("shape_error"), result.get("arrivals", []))
+        blast = link_shape.Blast(result["sent"], result["send_s"], receiver.get("received", 0), receiver.get("arrival_s"))
+    return Transfer(result["bytes"], result["seconds"], result["rtt_s"], receiver.get("trace", []), blast,
+                    result.get("shape_error"), receiver.get("arrivals", []))

@@ -4,11 +4,13 @@ single datagrams, and a failing stage that leaves the stream's figures standing.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import select
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -45,27 +47,72 @@ def send(port: int) -> dict:
 def test_a_heard_hello_is_followed_by_a_blast_and_the_receivers_account(receiver):
     result = send(receiver)
     assert result["bytes"] == NBYTES and len(result["rtt_s"]) == 2
-    assert result["sent"] > 0 and 0 < result["received"] <= result["sent"] and "shape_error" not in result
-    assert result["trace"][-1][1] <= NBYTES
+    account = result["receiver"]
+    assert result["sent"] > 0 and 0 < account["received"] <= result["sent"] and "shape_error" not in result
+    assert account["trace"][-1][1] <= NBYTES and account["arrivals"][-1][1] == NBYTES
 
 
 def test_an_unheard_hello_skips_the_blast_and_keeps_the_stream(receiver, monkeypatch):
     """UDP filtered (here: a hello the receiver does not take for one): no blast, no error."""
     monkeypatch.setattr(probe, "HELLO", b"not a hello")
     result = send(receiver)
-    assert result["bytes"] == NBYTES and result["received"] == 0 and result["arrival_s"] is None
+    assert result["bytes"] == NBYTES and result["receiver"]["received"] == 0 and result["receiver"]["arrival_s"] is None
     assert "sent" not in result and "shape_error" not in result
 
 
-@pytest.mark.parametrize("failure", [TimeoutError("timed out"), json.JSONDecodeError("Expecting value", "}", 0)])
-def test_a_failing_shape_stage_leaves_the_streams_figures(receiver, monkeypatch, failure):
-    def fail(sock, deadline):
+@pytest.mark.parametrize(("stage", "failure"), [("_hello", TimeoutError("no answer to the UDP hello")),
+                                               ("_blast", OSError("refused"))])
+def test_a_failing_shape_stage_leaves_the_streams_figures_and_arrivals(receiver, monkeypatch, stage, failure):
+    """The sender's side of the stage fails (its hello unanswered, its blast refused): the stream's
+    figures stand, and so do the receiver's arrivals and trace, which came before the stage."""
+    def fail(*args):
         raise failure
 
-    monkeypatch.setattr(probe, "_answer", fail)
+    monkeypatch.setattr(probe, stage, fail)
     result = send(receiver)
     assert result["bytes"] == NBYTES and len(result["rtt_s"]) == 2
-    assert result["shape_error"] == f"{type(failure).__name__}: {failure}" and "trace" not in result
+    assert result["shape_error"] == f"{type(failure).__name__}: {failure}" and "sent" not in result
+    assert result["receiver"]["arrivals"][-1][1] == NBYTES and result["receiver"]["trace"]
+
+
+def hand_receiver(answer: bytes) -> tuple[int, threading.Thread]:
+    """A receiver of one stream that is not a probe: it acknowledges the stream, answers `answer`
+    and closes; its port, and its thread."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        with server, server.accept()[0] as conn:
+            while conn.recv(1 << 16):
+                pass
+            with contextlib.suppress(OSError):  # the sender stops reading an answer too long
+                conn.sendall(b"k" + answer)
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    return server.getsockname()[1], thread
+
+
+@pytest.mark.parametrize(("answer", "error"), [
+    (b'{"arrivals": [[0, 1], [0.1, 2]], "bytes": 1, "seconds": -1, "rtt_s": null}\n', None),
+    (b'{"arrivals": [[0, 1], [0.1, "x"]]}\n', "ValueError: the receiver's arrivals are not"),
+    (b'{"arrivals": [[0, 1], [Infinity, 2]]}\n', "ValueError: the receiver's arrivals are not"),
+    (b'{"arrivals": {}}\n', "ValueError: the receiver's arrivals are not"),
+    (b"[]\n", "ValueError: the receiver's answer is not an object"),
+    (b"[" * 5000 + b"\n", "ValueError: JSON nested too deep"),
+    (b" " * (probe.ACCOUNT_MAX + 1), "ValueError: the receiver's answer is longer than"),
+    (b'{"arrivals": []', "ValueError: the receiver's line ended early"),
+], ids=["extra-keys", "a-string", "infinite", "not-a-list", "not-an-object", "nested", "too-long", "no-newline"])
+def test_the_receivers_answer_is_checked_and_kept_under_its_own_key(answer, error):
+    """What the receiver answers cannot overwrite the sender's figures, and an answer that is not
+    a probe's (malformed, endless, nested past the parser) leaves the stream's figures and no arrivals."""
+    port, thread = hand_receiver(answer)
+    result = probe.send({"host": "127.0.0.1", "port": port, "nbytes": NBYTES, "connect_timeout": 10, "timeout": 20})
+    thread.join(30)
+    assert result["bytes"] == NBYTES and result["seconds"] > 0 and result["rtt_s"] == []
+    if error is None:
+        assert result["receiver"] == {"arrivals": [[0, 1], [0.1, 2]]} and "receiver_error" not in result
+    else:
+        assert result["receiver_error"].startswith(error) and "receiver" not in result
 
 
 @pytest.fixture
@@ -255,11 +302,13 @@ def test_a_hello_left_from_an_earlier_transfer_is_not_taken_for_this_ones(tcp_pa
         assert sender.recv(1) == b"p"
         sender.sendall(b"\0" * 1000)
         sender.shutdown(socket.SHUT_WR)
-        answers = sender.recv(1) + sender.recv(1)  # the ack, then the hello's answer, with no hello sent
-        account = probe._answer(sender, time.monotonic() + 10)
+        ack = sender.recv(1)
+        line = probe._account(sender, time.monotonic() + 10, line=True)
+        answer = sender.recv(1)  # the hello's answer, with no hello sent
+        account = probe._account(sender, time.monotonic() + 10, line=False)
         served.join(30)
-    assert answers == b"kn"
-    assert (account["received"], account["arrival_s"]) == (0, None)
+    assert (ack, answer) == (b"k", b"n") and line["arrivals"][-1][1] == 1000
+    assert account == {"received": 0, "arrival_s": None}
 
 
 ANSWER_S = 60.0  # a serving probe's answer; none by then: the test fails, the probe killed
@@ -361,7 +410,7 @@ def announced_by_hand(port: int, announcement: bytes) -> bytes:
 
 
 @pytest.mark.parametrize("announcement", [b"[]\n", b'{"pings": null}\n', b'{"pings": 1, "shape": "yes"}\n',
-                                          b'{"pings": -1}\n', b"not json\n"])
+                                          b'{"pings": -1}\n', b"not json\n", b"[" * 1023 + b"\n"])
 def test_a_connection_that_is_no_sender_of_ours_is_dropped_and_the_probe_serves_on(serve_probes, announcement):
     sender, receiver = serve_probes(), serve_probes()
     assert announced_by_hand(receiver.first["port"], announcement) == b""  # closed, no ack
@@ -397,7 +446,7 @@ def test_the_receiver_keeps_the_kernels_arrival_times_at_each_share_of_the_strea
     assert len(arrivals) == probe.ARRIVAL_WINDOWS + 1 and arrivals[0] == [0.0, packet]  # 1 byte, then its rest
     for seconds, nbytes in arrivals:  # on the link's line: every packet counted as it arrived
         assert seconds * rate <= nbytes <= seconds * rate + packet + 1e-3
-    assert trace[-1][0] > probe.TRACE_S >= trace[-2][0] and trace[:2] == [[0.0, 1], [0.0, packet]]
+    assert trace[-1][0] > probe.TRACE_S >= trace[-2][0] and trace[0] == [0.0, packet]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="kernel arrival times: Linux")
@@ -406,9 +455,33 @@ def test_a_clump_of_packets_timed_at_once_is_one_arrival():
     arrival, the bytes of the last (the rate's windows then span the time since the clump before)."""
     packet = 1500
     clumps = [[(1000.0 + 0.03 * k, packet)] * 200 for k in range(20)]  # 300,000 bytes each 30 ms, 5 reads each
-    total, arrivals = probe._stream(TimedConnection(clumps), time.monotonic() + 10, [])
+    trace: list = []
+    total, arrivals = probe._stream(TimedConnection(clumps), time.monotonic() + 10, trace)
     assert total == 20 * 200 * packet
     assert arrivals == [[pytest.approx(0.03 * k), 200 * packet * (k + 1)] for k in range(20)]
+    assert trace == arrivals[:8]  # the burst's trace too (link_shape.py): up to the first past TRACE_S
+
+
+class RefusingConnection(TimedConnection):
+    """A connection whose kernel refuses SO_TIMESTAMPNS; its reads then come without times."""
+
+    def setsockopt(self, level: int, option: int, value: int) -> None:
+        raise OSError(errno.ENOPROTOOPT, "Protocol not available")
+
+    def recv(self, size: int) -> bytes:
+        return self.recvmsg(size, 0)[0]
+
+
+def test_a_kernel_that_refuses_arrival_times_leaves_the_stream_counted_without_them():
+    total, arrivals = probe._stream(RefusingConnection([[(1000.0, 1500)] * 100]), time.monotonic() + 10, [])
+    assert (total, arrivals) == (150_000, [])
+
+
+@pytest.mark.parametrize(("stamp", "seconds"), [(struct.pack("qq", 1000, 500_000_000), 1000.5),
+                                                (struct.pack("ii", 1000, 250_000_000), 1000.25)],
+                         ids=["64-bit", "32-bit"])
+def test_a_kernel_arrival_time_is_read_from_either_timespec(stamp, seconds):
+    assert probe._arrival([(socket.SOL_SOCKET, probe.SO_TIMESTAMPNS, stamp)]) == seconds
 
 
 def test_a_stream_without_the_shape_stage_brings_the_receivers_arrivals():
@@ -421,6 +494,6 @@ def test_a_stream_without_the_shape_stage_brings_the_receivers_arrivals():
                              "timeout": 20})
     finally:
         proc.communicate(timeout=30)
-    assert result["bytes"] == NBYTES and "trace" not in result and "sent" not in result
+    assert result["bytes"] == NBYTES and "trace" not in result["receiver"] and "sent" not in result
     if sys.platform.startswith("linux"):
-        assert result["arrivals"][-1][1] == NBYTES and len(result["arrivals"]) >= 2
+        assert result["receiver"]["arrivals"][-1][1] == NBYTES and len(result["receiver"]["arrivals"]) >= 2

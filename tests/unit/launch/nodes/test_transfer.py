@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from adrun.launch.nodes import probe
-from adrun.launch.nodes.transfer import Endpoint, measure_transfer, sent_transfer, steady_rate
+from adrun.launch.nodes.transfer import MIN_WINDOWS, Endpoint, measure_transfer, sent_transfer, steady_rate
 from adrun.spec import Node
 from tests.support.timed_connection import TimedConnection
 
@@ -35,7 +35,8 @@ STREAM = {"bytes": 4_000_000, "seconds": 2.0, "rtt_s": [0.01, 0.03, 0.02]}
 
 
 @pytest.mark.parametrize(("shape", "error"), [
-    ({"trace": [[0, 1000]], "sent": 100, "send_s": 0.1, "received": 50, "arrival_s": 0.2}, None),
+    ({"receiver": {"arrivals": [], "trace": [[0, 1000]], "received": 50, "arrival_s": 0.2}, "sent": 100, "send_s": 0.1},
+     None),
     ({"shape_error": "TimeoutError: no answer to the UDP hello"}, "TimeoutError: no answer to the UDP hello"),
 ], ids=["measured", "failed"])
 def test_the_shape_stage_is_carried_measured_or_with_why_it_failed(shape, error):
@@ -51,20 +52,20 @@ BUCKET = 62_679
 
 
 def shaped_reads(seconds: float, *, idle: tuple[float, float] | None = None,
-                 paused: tuple[float, float] | None = None) -> list[list[float]]:
+                 paused: tuple[float, float] | None = None, bucket: int = BUCKET) -> list[list[float]]:
     """What a receiving probe records of a stream through a token bucket shaper at RATE: [kernel
     arrival time of a read's last packet, bytes by then] for each read. The sender keeps the link
     busy for `seconds` except while `idle` (start, seconds: the sender descheduled with its send
     buffer empty; the bucket refills meanwhile and passes a burst after); the receiver reads each
     packet as it comes except while `paused` (start, seconds: descheduled), after which one read
-    takes all that arrived meanwhile, timed as its last packet arrived."""
-    t, total, tokens, reads = 0.0, 0, float(BUCKET), []
+    takes all that arrived meanwhile, timed as its last packet arrived. The bucket holds `bucket`."""
+    t, total, tokens, reads = 0.0, 0, float(bucket), []
     while t <= seconds:
         if idle and idle[0] <= t < idle[0] + idle[1]:
-            tokens = min(BUCKET, tokens + RATE * (idle[0] + idle[1] - t))
+            tokens = min(bucket, tokens + RATE * (idle[0] + idle[1] - t))
             t = idle[0] + idle[1]
         dt = 1e-6 if tokens >= MSS else (MSS - tokens) / RATE
-        t, tokens = t + dt, min(BUCKET, tokens + RATE * dt) - MSS
+        t, tokens = t + dt, min(bucket, tokens + RATE * dt) - MSS
         total += MSS
         if paused and paused[0] <= t < paused[0] + paused[1] and reads:
             reads[-1] = [t, total]  # the read after the pause takes this packet too
@@ -94,7 +95,7 @@ def probe_result(reads: list[list[float]], late_s: float, arrivals: list[list[fl
     `arrivals` (by default as probe.py thins `reads`)."""
     total = int(reads[-1][1])
     return {"bytes": total, "seconds": reads[-1][0] + late_s, "rtt_s": [2e-4],
-            "arrivals": probe._thinned(reads, total) if arrivals is None else arrivals}
+            "receiver": {"arrivals": probe._thinned(reads, total) if arrivals is None else arrivals}}
 
 
 @pytest.mark.parametrize(("idle", "paused", "late_s"), [
@@ -126,15 +127,72 @@ def test_the_rate_is_the_links_when_the_receiving_kernel_times_packets_in_clumps
     assert done.bytes_per_s == pytest.approx(RATE, rel=0.01)
 
 
-def test_the_bucket_s_burst_is_no_part_of_the_rate():
-    """A 0.1 s stream whose first 62,679 bytes pass at once (the old rate's burst correction,
-    without which the stream read 5 % fast) reads RATE."""
-    reads = shaped_reads(0.1)
+def with_shape(result: dict, reads: list[list[float]]) -> dict:
+    """`result` with the `shape` stage as a shaper answers it: the trace of `reads`' first TRACE_S
+    and a blast that filled a queue (so that the trace's burst counts, link_shape.py)."""
+    rate = result["bytes"] / result["seconds"]
+    trace = [read for read in reads if read[0] <= probe.TRACE_S]
+    return {**result, "sent": math.ceil(rate / probe.DATAGRAM), "send_s": 0.05,  # 20x the stream's rate
+            "receiver": {**result["receiver"], "trace": trace, "received": math.ceil(0.1 * rate / probe.DATAGRAM),
+                         "arrival_s": 0.1}}
+
+
+@pytest.mark.parametrize(("seconds", "bucket"), [(0.1, BUCKET), (0.5, 7_900_000)], ids=["5%", "57%"])
+def test_the_bucket_s_burst_is_no_part_of_the_rate(seconds, bucket):
+    """A stream whose first `bucket` bytes pass at once reads RATE: 5 % of a 0.1 s stream (the old
+    rate's burst correction, without which it read 5 % fast) and 57 % of a 0.5 s one, which the
+    median of the windows read 121 times too fast (it passes over a burst only while it covers
+    fewer than half of them): the windows start past the burst the shape stage measured."""
+    reads = shaped_reads(seconds, bucket=bucket)
+    done = sent_transfer(with_shape(probe_result(reads, 0.0), reads))
+    assert done.burst_bytes == pytest.approx(bucket, rel=0.01)
     assert reads[-1][1] / reads[-1][0] > 1.04 * RATE
-    assert sent_transfer(probe_result(reads, 0.0)).bytes_per_s == pytest.approx(RATE, rel=0.01)
+    assert done.bytes_per_s == pytest.approx(RATE, rel=0.01)
 
 
 def test_without_the_receivers_arrivals_the_rate_is_the_senders_less_the_burst():
-    """No kernel times (not Linux) or a stream of a few reads: the sender's time."""
-    assert steady_rate([]) is None and steady_rate([[0.0, 1], [0.1, 2e6], [0.2, 4e6]]) is None
-    assert sent_transfer({**STREAM, "arrivals": [[0.0, 1], [0.1, 2e6]]}).bytes_per_s == 2e6
+    """No kernel times (not Linux), or the receiver's line lost: the stream's bytes less the burst
+    over the sender's time (here 5 % of the stream)."""
+    reads = shaped_reads(0.1)
+    result = with_shape(probe_result(reads, 0.0, arrivals=[]), reads)
+    done = sent_transfer(result)
+    assert done.burst_bytes > 0.04 * result["bytes"] and done.bytes_per_s == pytest.approx(RATE, rel=0.01)
+    assert steady_rate([]) is None and steady_rate([[0.0, 1], [0.1, 2e6]]) is None  # none past the first
+
+
+def alternating(seconds: float, rates: tuple[float, float], every_s: float) -> list[list[float]]:
+    """The reads of a stream whose rate alternates between `rates` every `every_s` (a loopback's
+    or veth's, bound by the machine's CPUs): one read a millisecond."""
+    reads, total = [[0.0, 1]], 1.0
+    for ms in range(1, round(seconds * 1000) + 1):
+        total += rates[int((ms - 1) / 1000 / every_s) % 2] / 1000
+        reads.append([ms / 1000, total])
+    return reads
+
+
+@pytest.mark.parametrize("every_s", [0.01, 0.05, 0.1, 0.15])
+def test_a_rate_that_varies_reads_its_mean_over_time(every_s):
+    """2 and 1 GB/s alternating in equal times (0.6 s) is 1.5 GB/s, within 2 %: the median of the
+    windows, which hold equal bytes and so are more in the fast periods, read 2.0."""
+    reads = alternating(0.6, (2e9, 1e9), every_s)
+    assert steady_rate(probe._thinned(reads, int(reads[-1][1]))) == pytest.approx(1.5e9, rel=0.02)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="kernel arrival times: Linux")
+@pytest.mark.parametrize("every_s", [0.07, 0.1])
+def test_a_stream_starved_into_a_few_clumps_reads_their_span(every_s):
+    """Clumps every 70 or 100 ms leave fewer than MIN_WINDOWS windows: the span of the arrivals
+    past the first, RATE within 1 %, not the sender's time to an acknowledgement 50 ms late."""
+    reads = shaped_reads(0.5)
+    done = sent_transfer(probe_result(reads, 0.05, clumped(reads, every_s)))
+    assert done.bytes_per_s == pytest.approx(RATE, rel=0.01)
+
+
+@pytest.mark.parametrize(("windows", "rate"), [(MIN_WINDOWS, 1e7), (MIN_WINDOWS - 1, 7e6 / 1.1)])
+def test_from_min_windows_on_a_pause_is_left_out_and_below_the_span_holds_it(windows, rate):
+    """Windows of 1 MB in 0.1 s after the first arrival (and before the last), one of them in 0.5 s
+    (a pause): with MIN_WINDOWS windows that one is left out (10 MB/s), with one fewer the span
+    holds it."""
+    times = [0.0, 0.05] + [0.05 + 0.1 * k + (0.4 if k > 2 else 0.0) for k in range(1, windows + 2)]
+    arrivals = [[t, 1e6 * k] for k, t in enumerate(times)]
+    assert steady_rate(arrivals) == pytest.approx(rate)
