@@ -35,7 +35,8 @@ links on one machine, as the benchmark's namespace hosts, not a cluster of machi
 Each transfer times PINGS one-byte round trips on its connection
 (latency: half the median round trip) and then streams at most TRANSFER_BYTES for at most STREAM_S
 seconds (bandwidth: from the stream's arrivals as the receiver's kernel timed them, one at each
-1/64 of its bytes, the median rate between every other one, transfer.steady_rate, so that a probe descheduled on a busy machine, which
+1/64 of its bytes: their bytes over their time past the token bucket's burst, pauses left out,
+transfer.steady_rate, so that a probe descheduled on a busy machine, which
 leaves the link idle for a moment or answers late, does not read the link slow). Between two nodes it also measures a shaper on the path
 (launch/nodes/link_shape.py): the token bucket (`Link.burst_bytes`) from the stream's start, and the
 sender's queue (`Link.queue_bytes`, in bytes of the measured rate) from a UDP blast after it, about

@@ -31,9 +31,9 @@ TRANSFER_TIMEOUT = 20.0
 CONNECT_TIMEOUT = 5.0  # the receiver starts in a fresh Python: ~0.1 s, more on a busy node
 _BIND_ATTEMPTS = 3
 MIN_WINDOWS = 8  # windows between a stream's successive arrivals (steady_rate); fewer: the arrivals' span
-# steady_rate's pauses: windows slower than the median one by more than SLOW while they hold at most
-# RARE of the bytes (a pause is rare), else only those slower by more than PAUSE (a rate that varies)
-SLOW, RARE, PAUSE = 1.5, 0.25, 3.0
+# steady_rate's pauses: windows slower than the median one by more than PAUSE, and those slower by
+# more than SLOW next to none that is too but by no more than PAUSE (a varying rate is slow for a while)
+SLOW, PAUSE = 1.5, 3.0
 
 
 def probe_command(node: Node, mode: str, args: Mapping[str, Any], *, local: bool) -> str:
@@ -116,8 +116,9 @@ def steady_rate(arrivals: Sequence[Sequence[float]], burst_bytes: float = 0.0) -
     bytes, each at its own time) behind a token bucket that passed `burst_bytes` at once (0: none
     known): the bytes over the time of its windows (from one arrival to the next) from the first
     arrival past the burst (none known: from the second arrival) to the one before the last, less
-    the pauses (SLOW, RARE, PAUSE). With fewer than MIN_WINDOWS windows, the span of those
-    arrivals, pauses included; None for fewer than two of them.
+    the pauses: windows whose time a byte is over PAUSE times the median window's, and those over
+    SLOW times it with no neighbour that is too (and is no pause). With fewer than MIN_WINDOWS
+    windows, the span of those arrivals, pauses included; None for fewer than two of them.
 
     Why not its bytes over the sender's time to the acknowledgement (as before): that time also
     holds every scheduling delay of the two probe processes on their machines (the receiver reading
@@ -128,13 +129,15 @@ def steady_rate(arrivals: Sequence[Sequence[float]], burst_bytes: float = 0.0) -
     them. Bytes over time, not a median of the windows' rates: each window holds a 64th of the
     bytes, so on a varying rate the fast periods have more windows and a median leans to them (2
     and 1 GB/s alternating in equal times read 2.0, not 1.5). A pause that left the link idle makes
-    the windows across it slow; the idle sender's bucket then refills and passes a burst after it,
-    in the same window or the next. PAUSE keeps a rate varying threefold (a loopback's, bound by the
-    CPUs) whole and drops an idle of twice a window's time (16 ms of a 0.5 s stream) with the
-    window around it. The bucket's burst arrives first, so the windows start past it; where it is
-    not known (no `shape` stage, an unshaped path) they start at the second arrival, which passes a
-    burst of up to a 64th of the stream (64 KiB of a 0.5 s stream at 10 Mbit/s) but not a larger one
-    (docs/profiling.md). On a busy receiving machine the kernel times packets in clumps (its
+    the window across it slow: over PAUSE (3x) where the idle is twice a window's time (16 ms of a
+    0.5 s stream), dropped with the window around it. A shorter idle, or one in a stream whose
+    windows are long (clumps every 50 ms, below: a 50 ms idle makes one window 1.8x the others),
+    is told from a slower period of a varying rate (a loopback's, bound by the CPUs, halves for
+    tens of milliseconds) by its length: one window over SLOW (1.5x) between faster ones is a
+    pause, several in a row are the rate. The bucket's burst arrives first, so the windows start
+    past it; where it is not known (no `shape` stage, an unshaped path) they start at the second
+    arrival, which passes a burst of up to a 64th of the stream (64 KiB of a 0.5 s stream at 10
+    Mbit/s) but not a larger one (docs/profiling.md). On a busy receiving machine the kernel times packets in clumps (its
     receive work runs late and times what waited at once), and the probe keeps one arrival a clump:
     the bytes up to a clump came over the time since the one before, so its windows still read the
     rate, and a stream starved into a few clumps reads the span of them; but the last, the stream's
@@ -149,8 +152,9 @@ def steady_rate(arrivals: Sequence[Sequence[float]], burst_bytes: float = 0.0) -
             return None
         return (past[-1][1] - past[0][1]) / (past[-1][0] - past[0][0])
     typical = statistics.median(seconds / nbytes for seconds, nbytes in windows)
-    slow = SLOW if sum(b for s, b in windows if s / b > SLOW * typical) <= RARE * sum(b for _, b in windows) else PAUSE
-    kept = [(seconds, nbytes) for seconds, nbytes in windows if seconds / nbytes <= slow * typical]
+    slow = [SLOW * typical < seconds / nbytes <= PAUSE * typical for seconds, nbytes in windows] + [False]
+    kept = [(seconds, nbytes) for i, (seconds, nbytes) in enumerate(windows)
+            if seconds / nbytes <= PAUSE * typical and not (slow[i] and not slow[i - 1] and not slow[i + 1])]
     return sum(nbytes for _, nbytes in kept) / sum(seconds for seconds, _ in kept)
 
 

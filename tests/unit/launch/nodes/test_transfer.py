@@ -196,3 +196,13 @@ def test_from_min_windows_on_a_pause_is_left_out_and_below_the_span_holds_it(win
     times = [0.0, 0.05] + [0.05 + 0.1 * k + (0.4 if k > 2 else 0.0) for k in range(1, windows + 2)]
     arrivals = [[t, 1e6 * k] for k, t in enumerate(times)]
     assert steady_rate(arrivals) == pytest.approx(rate)
+
+
+@pytest.mark.parametrize(("slow_windows", "rate"), [(1, 1e7), (2, 30e6 / 3.2)])
+def test_one_slow_window_is_a_pause_and_several_are_the_rate(slow_windows, rate):
+    """Thirty windows of 1 MB in 0.1 s, one or two of them in 0.2 s (twice as slow, under PAUSE):
+    one alone is a pause, left out; two in a row are a slower period of the rate, counted."""
+    seconds = [0.1] * 10 + [0.2] * slow_windows + [0.1] * (20 - slow_windows)
+    times = [0.0, 0.01] + [0.01 + sum(seconds[:k]) for k in range(1, len(seconds) + 2)]
+    arrivals = [[t, 1e6 * k] for k, t in enumerate(times)]
+    assert steady_rate(arrivals) == pytest.approx(rate)
