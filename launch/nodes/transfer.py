@@ -79,11 +79,15 @@ class Transfer:
     @property
     def bytes_per_s(self) -> float:
         """The path's sustained rate: `steady_rate` of the receiver's arrivals past the bucket's
-        burst; where there are fewer than two (no kernel times, the receiver's line lost), the
+        burst, its pauses left out where a shaper was seen or the shape stage that looks for one
+        failed (there the shaper sets the rate and an idle link is the probes' scheduling; on a
+        loopback or an unshaped path the machines set it, and their CPUs being elsewhere is part of
+        it: leaving those pauses out read a loopback under load at 1.7-4.6x its arrivals' span);
+        where there are fewer than two (no kernel times, the receiver's line lost), the
         stream's bytes less the burst, which passed at once at its start, over the sender's time
         (without the burst taken out, a short stream reads a shaped link fast by burst / (rate x
         seconds): 1 % for 0.5 s at 100 Mbit/s behind a 64 KiB bucket, 10 % at 10 Mbit/s)."""
-        steady = steady_rate(self.arrivals, self.burst_bytes)
+        steady = steady_rate(self.arrivals, self.burst_bytes, pauses_out=self.queue_seconds > 0 or self.shape_error is not None)
         return steady if steady is not None else (self.nbytes - self.burst_bytes) / self.seconds
 
     @cached_property  # the blast's analysis, read by the rate, the queue and the burst alike
@@ -111,14 +115,16 @@ class Transfer:
         return statistics.median(self.rtt_s) / 2
 
 
-def steady_rate(arrivals: Sequence[Sequence[float]], burst_bytes: float = 0.0) -> float | None:
+def steady_rate(arrivals: Sequence[Sequence[float]], burst_bytes: float = 0.0, *,
+                pauses_out: bool = True) -> float | None:
     """The rate of the stream whose arrivals are `arrivals` ([seconds, bytes], at each 1/64 of its
     bytes, each at its own time) behind a token bucket that passed `burst_bytes` at once (0: none
     known): the bytes over the time of its windows (from one arrival to the next) from the first
     arrival past the burst (none known: from the second arrival) to the one before the last, less
     the pauses: windows whose time a byte is over PAUSE times the median window's, and those over
     SLOW times it with no neighbour that is too (and is no pause). With fewer than MIN_WINDOWS
-    windows, the span of those arrivals, pauses included; None for fewer than two of them.
+    windows, or with `pauses_out` false, the span of those arrivals, pauses included; None for
+    fewer than two of them.
 
     Why not its bytes over the sender's time to the acknowledgement (as before): that time also
     holds every scheduling delay of the two probe processes on their machines (the receiver reading
@@ -147,7 +153,7 @@ def steady_rate(arrivals: Sequence[Sequence[float]], burst_bytes: float = 0.0) -
         if burst_bytes > 0 else 1
     past = [(float(t), float(b)) for t, b in arrivals[start:-1]]
     windows = [(t2 - t1, b2 - b1) for (t1, b1), (t2, b2) in itertools.pairwise(past) if t2 > t1 and b2 > b1]
-    if len(windows) < MIN_WINDOWS:
+    if len(windows) < MIN_WINDOWS or not pauses_out:
         if len(past) < 2 or past[-1][0] <= past[0][0]:
             return None
         return (past[-1][1] - past[0][1]) / (past[-1][0] - past[0][0])

@@ -109,7 +109,8 @@ def test_the_rate_is_the_links_whenever_the_probes_were_descheduled(idle, paused
     """A 0.5 s stream through a shaper at RATE reads RATE within 1 % whether the sender left the
     link idle for up to 200 ms, the receiver read late, or the acknowledgement came late: the
     stream's bytes over the sender's time to the acknowledgement read 8 to 38 % low here."""
-    done = sent_transfer(probe_result(shaped_reads(0.5, idle=idle, paused=paused), late_s))
+    reads = shaped_reads(0.5, idle=idle, paused=paused)
+    done = sent_transfer(with_shape(probe_result(reads, late_s), reads))
     assert done.bytes_per_s == pytest.approx(RATE, rel=0.01)
 
 
@@ -123,7 +124,7 @@ def test_the_rate_is_the_links_when_the_receiving_kernel_times_packets_in_clumps
     at 20 to 50 ms (and with the sender idle 100 ms at 10 ms), the sender's time to an
     acknowledgement 50 ms late 75 to 92 %."""
     reads = shaped_reads(0.5, idle=idle)
-    done = sent_transfer(probe_result(reads, 0.05, clumped(reads, every_s)))
+    done = sent_transfer(with_shape(probe_result(reads, 0.05, clumped(reads, every_s)), reads))
     assert done.bytes_per_s == pytest.approx(RATE, rel=0.01)
 
 
@@ -184,7 +185,7 @@ def test_a_stream_starved_into_a_few_clumps_reads_their_span(every_s):
     """Clumps every 70 or 100 ms leave fewer than MIN_WINDOWS windows: the span of the arrivals
     past the first, RATE within 1 %, not the sender's time to an acknowledgement 50 ms late."""
     reads = shaped_reads(0.5)
-    done = sent_transfer(probe_result(reads, 0.05, clumped(reads, every_s)))
+    done = sent_transfer(with_shape(probe_result(reads, 0.05, clumped(reads, every_s)), reads))
     assert done.bytes_per_s == pytest.approx(RATE, rel=0.01)
 
 
@@ -206,3 +207,28 @@ def test_one_slow_window_is_a_pause_and_several_are_the_rate(slow_windows, rate)
     times = [0.0, 0.01] + [0.01 + sum(seconds[:k]) for k in range(1, len(seconds) + 2)]
     arrivals = [[t, 1e6 * k] for k, t in enumerate(times)]
     assert steady_rate(arrivals) == pytest.approx(rate)
+
+
+def stalled(seconds: float, rate: float, stall: tuple[float, float]) -> list[list[float]]:
+    """The reads of an unshaped stream at `rate`, one a millisecond, that moved nothing while
+    `stall` (start, seconds): a loopback whose CPUs were elsewhere."""
+    reads, total = [[0.0, 1]], 1.0
+    for ms in range(1, round(seconds * 1000) + 1):
+        total += 0.0 if stall[0] <= (ms - 1) / 1000 < stall[0] + stall[1] else rate / 1000
+        reads.append([ms / 1000, total])
+    return reads
+
+
+@pytest.mark.parametrize(("shape", "leaves_pauses_out"), [
+    (None, False),
+    ({"shape_error": "TimeoutError: no answer to the UDP hello"}, True),
+], ids=["loopback", "shape-stage-failed"])
+def test_a_pause_is_the_rate_where_no_shaper_was_seen(shape, leaves_pauses_out):
+    """A stream at 1 GB/s for 0.5 s that moved nothing for 0.1 s of it: on a loopback (no shape
+    stage asked) the stall is the machine's rate, which its bytes over the whole time read (0.8
+    GB/s; leaving the stall out read 1.0, a loopback under load up to 4.6x its arrivals' span).
+    Where a shape stage was asked but failed, a shaper may be there and the stall is taken for the
+    probes' scheduling, as on a shaped path."""
+    reads = stalled(0.5, 1e9, (0.2, 0.1))
+    done = sent_transfer({**probe_result(reads, 0.0), **(shape or {})})
+    assert done.bytes_per_s == pytest.approx(1e9 if leaves_pauses_out else 0.8e9, rel=0.02)
