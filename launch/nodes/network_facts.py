@@ -3,16 +3,15 @@
 Given (the spec's `network` field): every path gets the spec's figures, source "spec", and
 nothing is measured.
 
-Measured, with the probe transfers `cluster check` uses (launch/nodes/transfer.py):
+Measured, with transfers between standing probes, one per node for the whole measurement
+(launch/nodes/standing_probes.py; their timings in bench/RESULTS-auto-start.md):
 - `local`: the chief node's loopback (a one-machine cluster is modelled on what it really has),
   measured alone, first;
 - the pairs of distinct nodes, each direction on its own (links may be asymmetric), in rounds
   of transfers that share no node, the transfers of a round at the same time (pair_schedule.py).
   Which pairs (`measures_every_pair`, the one place of the rule): every ordered pair when the full
-  schedule takes at most FULL_ROUNDS rounds (2(N-1) for even N, 2N for odd: N <= 4, 6 rounds of
-  about 1.1 s at 100 Mbit/s, 8.4 s measured with the loopback and the nodes' machines, against
-  31.9 s one pair at a time with the 2 s streams of then). A larger cluster, whose full schedule
-  would grow with N^2 pairs (8 nodes: 14 rounds, 30.1 s measured on namespace hosts), measures
+  schedule takes at most FULL_ROUNDS rounds (2(N-1) for even N, 2N for odd: N <= 4, 6 rounds).
+  A larger cluster, whose full schedule would grow with N^2 pairs (8 nodes: 14 rounds), measures
   rings instead, in which every node sends once and receives once: always two, node i to node i+1
   and node i to node i+2 (one ring cannot tell alike hosts from hosts whose every ring link touches
   a slow one: 8 hosts of alternating 1000 and 100 Mbit/s ports read 100 on every link of ring +1),
@@ -35,12 +34,14 @@ time, and so is every later round, of every ring (then a ring takes N transfers'
 links on one machine, as the benchmark's namespace hosts, not a cluster of machines).
 Each transfer times PINGS one-byte round trips on its connection
 (latency: half the median round trip) and then streams at most TRANSFER_BYTES for at most STREAM_S
-seconds (bandwidth: bytes over the time to the receiver's acknowledgement, less a token bucket's
-burst, which passed at once). Between two nodes it also measures a shaper on the path
+seconds (bandwidth: from the stream's arrivals as the receiver's kernel timed them, one at each
+1/64 of its bytes: their bytes over their time past the token bucket's burst, pauses left out,
+transfer.steady_rate, so that a probe descheduled on a busy machine, which
+leaves the link idle for a moment or answers late, does not read the link slow). Between two nodes it also measures a shaper on the path
 (launch/nodes/link_shape.py): the token bucket (`Link.burst_bytes`) from the stream's start, and the
 sender's queue (`Link.queue_bytes`, in bytes of the measured rate) from a UDP blast after it, about
-0.45 s more per pair (measured on namespace hosts: a pair takes about 1 s on a fast link, 1.1 s at
-100 Mbit/s; starting the two probes over SSH is about 0.4 s of it). 0 for both means none known: a
+0.45 s more per pair (measured on namespace hosts: a transfer takes about 0.85 s at 100 Mbit/s, its
+stream 0.58 s of it). 0 for both means none known: a
 path without a shaper, and also UDP filtered (a hello first; unheard, no blast), a link faster than
 about half the blast, a queue longer than the blast (it sends about probe.BLAST_S of the stream's
 rate: a 10 Mbit/s link behind a 1000-packet FIFO, 1.2 s of it, never overflows; the receiver's
@@ -48,14 +49,20 @@ cutoff, BLAST_DRAIN_S after the blast, caps the drain it sees), a queue bigger t
 buffers (net.core.wmem_max where the probe cannot force them), or a failure of this stage, which
 leaves the bandwidth and latency standing and is reported (`report`, naming the pair and why) so
 that it is not taken for a path without a shaper. The loopback is not probed for one (nothing shapes
-it). Each process is bounded by launch/nodes/transfer.py's timeouts and ends by itself; nothing is
-left running.
+it). The transfers run between standing probes (launch/nodes/standing_probes.py): one per node,
+and a spare on the chief for the loopback, started at once before the loopback and kept for the
+whole measurement, so that a round costs its transfers and not the start of two processes over SSH
+for each (on 8 namespace hosts a round of 4 took 2.1 s, 1.1 s of it starting its 8 probes; 0.86 s
+with standing probes: bench/RESULTS-auto-start.md). They are stopped however the measurement ends;
+each bounds its transfers by launch/nodes/transfer.py's timeouts, and ends by itself when its input
+ends or after a long idle time; nothing is left running. A probe that does not start fails the
+measurement with one message naming every such node and what its shell said.
 
-Measured, too: whether the nodes share one machine's CPUs (`NetworkFacts.shared_cpus`):
-every node's shell reads the kernel's boot id; when more than one node answers and all with the
-same id (network namespaces or containers of one kernel, as the benchmark's hosts are), their
-compute, their tasks' RPC work and the traffic between them run on the same CPUs, and the facts
-say how many (`nproc`: the CPUs a process started there may use).
+Measured, too: whether the nodes share one machine's CPUs (`NetworkFacts.shared_cpus`): every
+node's probe says, in its first answer, the kernel's boot id and the CPUs a process started there
+may use; when more than one node answers and all with the same id (network namespaces or
+containers of one kernel, as the benchmark's hosts are), their compute, their tasks' RPC work and
+the traffic between them run on the same CPUs, and the facts say how many (the most any node may use).
 """
 
 from __future__ import annotations
@@ -73,7 +80,8 @@ from .pair_inference import assumed_links, off_the_rule, slower_than_fastest
 from .pair_schedule import Pair, pair_rounds, ring_rounds
 from .parallel import each
 from .shell import LocalShell, SSHShell
-from .transfer import Endpoint, Transfer, TransferError, measure_transfer
+from .standing_probes import StandingProbes
+from .transfer import Endpoint, Transfer, TransferError
 
 if TYPE_CHECKING:  # the job's connections, when there are; nodes/ does not depend on job/ at run time
     from ..job.provision import RemoteNodes
@@ -88,9 +96,6 @@ RING_SHIFTS = (1, 2, -1)  # the rings a larger cluster may measure, in this orde
 FIRST_RINGS = 2  # of RING_SHIFTS, always measured; each further one while the rule disagrees (module docstring)
 HETEROGENEOUS = 0.2  # rates disagree when one is off by more than this share (module docstring)
 CPU_SHARE = 0.25  # on shared CPUs, a round's transfers together at most this share of the loopback's rate
-# the node's kernel (one per machine, shared by its namespaces and containers) and its usable CPUs
-MACHINE_COMMAND = "cat /proc/sys/kernel/random/boot_id && nproc"
-MACHINE_TIMEOUT_S = 10.0
 
 
 def network_facts(spec: ClusterSpec, remote: RemoteNodes | None = None,
@@ -100,17 +105,26 @@ def network_facts(spec: ClusterSpec, remote: RemoteNodes | None = None,
     line for each pair whose shaper could not be measured and, on a cluster measured by rings, for
     each further ring and for how many pairs were measured and assumed (e.g.
     `adrun.ui.print_status`; a callable, because nodes/ does not depend on the terminal's
-    module). Raises UserError when a transfer fails."""
+    module). Raises UserError when a node's probe does not start or a transfer fails."""
     if spec.network is not None:
         return _given(spec)
     endpoints = {node.address: _endpoint(node, remote) for node in spec.nodes}
-    shared_cpus = _shared_cpus(list(endpoints.values()))
     chief = spec.chief.address
-    loopback = _measure(endpoints[chief], endpoints[chief], "127.0.0.1")
+    try:
+        with StandingProbes(list(endpoints.values()), spare=endpoints[chief]) as probes:
+            return _measured(spec, probes, endpoints, report or (lambda line: None))
+    except TransferError as e:  # from starting the probes: a transfer's own says its path (_measure)
+        raise _cannot("", e) from None
+
+
+def _measured(spec: ClusterSpec, probes: StandingProbes, endpoints: dict[str, Endpoint],
+              say: Callable[[str], None]) -> NetworkFacts:
+    shared_cpus = _shared_cpus(list(probes.machines.values()))
+    chief = spec.chief.address
+    loopback = _measure(probes, endpoints[chief], endpoints[chief], "127.0.0.1")
     addresses = [node.address for node in spec.nodes]
     cpu_bound = None if shared_cpus is None else CPU_SHARE * loopback.bytes_per_s
-    rounds = _Rounds(endpoints, cpu_bound)
-    say = report or (lambda line: None)
+    rounds = _Rounds(probes, endpoints, cpu_bound)
     if measures_every_pair(len(addresses)):
         done = rounds.measure(pair_rounds(addresses))
     else:
@@ -169,8 +183,8 @@ class _Rounds:
     (bytes/s; the nodes share CPUs), a round whose rates add up to more is measured again one
     transfer at a time, as is every later round, also of a later call (module docstring)."""
 
-    def __init__(self, endpoints: dict[str, Endpoint], cpu_bound: float | None) -> None:
-        self.endpoints, self.cpu_bound = endpoints, cpu_bound
+    def __init__(self, probes: StandingProbes, endpoints: dict[str, Endpoint], cpu_bound: float | None) -> None:
+        self.probes, self.endpoints, self.cpu_bound = probes, endpoints, cpu_bound
         self.together = True
         self.count = 0  # rounds measured (a round measured again alone counts once)
 
@@ -189,7 +203,7 @@ class _Rounds:
         return done
 
     def _one(self, pair: Pair) -> Transfer:
-        return _measure(self.endpoints[pair[0]], self.endpoints[pair[1]], pair[1])
+        return _measure(self.probes, self.endpoints[pair[0]], self.endpoints[pair[1]], pair[1])
 
 
 def _given(spec: ClusterSpec) -> NetworkFacts:
@@ -217,18 +231,18 @@ def _endpoint(node: Node, remote: RemoteNodes | None) -> Endpoint:
     return Endpoint(node, SSHShell(link.conn), False)
 
 
-def _measure(sender: Endpoint, receiver: Endpoint, host: str) -> Transfer:
+def _measure(probes: StandingProbes, sender: Endpoint, receiver: Endpoint, host: str) -> Transfer:
     loopback = sender is receiver
     path = "loopback" if loopback else f"{sender.node.address} -> {receiver.node.address}"
     try:
-        done = measure_transfer(sender, receiver, host, TRANSFER_BYTES, pings=PINGS, max_s=STREAM_S,
-                                shape=not loopback)
+        return probes.measure(sender, receiver, host, TRANSFER_BYTES, pings=PINGS, max_s=STREAM_S, shape=not loopback)
     except TransferError as e:
-        raise UserError(
-            f"cannot measure the network ({path}): {e}; run `adrun cluster check`, or give the figures in "
-            "the cluster spec's `network` field"
-        ) from None
-    return done
+        raise _cannot(f" ({path})", e) from None
+
+
+def _cannot(path: str, error: TransferError) -> UserError:
+    return UserError(f"cannot measure the network{path}: {error}; run `adrun cluster check`, or give the figures in "
+                     "the cluster spec's `network` field")
 
 
 def _host_link(pair: Pair, done: Transfer) -> HostLink:
@@ -240,19 +254,11 @@ def _link(done: Transfer) -> Link:
                 queue_bytes=done.queue_bytes, source="measured")
 
 
-def _shared_cpus(endpoints: Sequence[Endpoint]) -> int | None:
-    """The usable CPUs of the one machine every node runs on (the most any node may use); None
-    for one node, for nodes on different machines, or when a node cannot tell (no Linux /proc).
-    Every node is asked at once: a command over SSH takes about 0.3 s to start on namespace hosts."""
-    if len(endpoints) < 2:
+def _shared_cpus(machines: Sequence[tuple[str, int] | None]) -> int | None:
+    """The usable CPUs of the one machine every node runs on (the most any node may use), from each
+    node's (boot id, CPUs) as its probe said; None for one node, for nodes on different machines,
+    or when a node cannot tell (no Linux /proc)."""
+    if len(machines) < 2 or None in machines:
         return None
-    answers = each(endpoints, lambda endpoint: endpoint.shell.run(MACHINE_COMMAND, MACHINE_TIMEOUT_S))
-    machines = set()
-    cpus = []
-    for done in answers:
-        answer = done.stdout.split()
-        if done.returncode != 0 or len(answer) != 2 or not answer[1].isdigit():
-            return None
-        machines.add(answer[0])
-        cpus.append(int(answer[1]))
-    return max(cpus) if len(machines) == 1 else None
+    known = [machine for machine in machines if machine is not None]
+    return max(cpus for _, cpus in known) if len({boot_id for boot_id, _ in known}) == 1 else None

@@ -1,41 +1,64 @@
-"""The program `cluster check` runs on every node with the node's own Python.
+"""The program `cluster check` and the network facts run on every node with the node's own Python.
 
 Why a separate file with only the standard library: its source is sent over SSH and run as
 `python -c SOURCE MODE ARGS_JSON` (`command.node_command`, with `node_tools.py` carried along),
 so it must work before anything is known about the node's packages; running it with the
 interpreter the tasks will use is itself the "python found" check.
-It prints one line `@@ADRUN-PROBE {json}` (other output, e.g. from an activate script, is
-ignored) and bounds every wait by itself, so it ends even if the SSH channel is gone.
+It prints one line `@@ADRUN-PROBE {json}` (`serve`: one per answer; other output, e.g. from an
+activate script, is ignored) and bounds every wait by itself, so it ends even if the SSH channel is gone.
 
 Modes:
   facts  {"workdir", "script", "ports"}    versions, CPUs, memory, GPUs, disk, script, ports,
                                            whether a job's packet-filter rule can be installed
   recv   {"port", "timeout", "pings"?, "shape"?}
                                            accept one TCP stream, answer `pings` one-byte round
-                                           trips, count the rest of its bytes, acknowledge; with
-                                           `shape`, then time a UDP blast too (below)
+                                           trips, count the rest of its bytes, acknowledge, and
+                                           answer at once in one JSON line the stream's arrivals
+                                           as the kernel timed them (`_stream`: the rate is taken
+                                           from them, so that neither process's scheduling
+                                           counts); with `shape`, then time a UDP blast (below)
   send   {"host", "port", "nbytes", "connect_timeout", "timeout", "pings"?, "max_s"?, "shape"?,
           "sndbuf"?}                       time `pings` one-byte round trips with a `recv`, then
                                            stream nbytes to it (stopping after max_s seconds, if
-                                           given) and time until its ack; with `shape`, then blast
+                                           given), time until its ack and read the receiver's
+                                           line (its `arrivals`, under "receiver"); with `shape`, then blast
                                            (each socket asking for `sndbuf` bytes of send buffer,
                                            if given: a test's stand-in for a host's wmem_max)
+  serve  {"timeout", "idle_s"}            a node's probe for a whole measurement (the network
+                                           facts' rounds: launch/nodes/standing_probes.py): listens
+                                           on a port the kernel chooses (TCP, and UDP for `shape`)
+                                           and answers first {"port", "boot_id", "cpus"}; then
+                                           receives, as `recv`, every transfer sent to that port,
+                                           each announced by its sender in a JSON line (`pings`,
+                                           `shape`; any other, or none within ANNOUNCE_S: the
+                                           connection is dropped), and for each JSON line
+                                           {"send": ARGS} on its input sends one, as `send`
+                                           (announced), answering its result; ends when its
+                                           input ends (the launcher is done or gone) or after
+                                           `idle_s` with neither, a transfer bounded by `timeout`. Starting a Python over SSH took
+                                           about 0.6 s of a round of 2 transfers on namespace hosts
+                                           and 1.1 s of a round of 4, its transfer 0.9 s: started
+                                           once, not twice a transfer.
 
 `shape` (Linux only; elsewhere nothing is collected) measures what a token bucket shaper on the path
 does, for launch/nodes/link_shape.py to read: the receiver keeps the kernel's arrival time of the
-stream's first TRACE_S seconds (its burst: what passes faster than the rate after an idle moment).
-After the ack the sender sends a UDP hello, which the receiver acknowledges over the TCP
+stream's first TRACE_S seconds (its burst: what passes faster than the rate after an idle moment),
+answered in the line after the ack with the arrivals. After that line the sender sends a UDP hello, which the receiver acknowledges over the TCP
 connection; unheard within HELLO_WAIT_S plus two of the connection's round trips (`_late_s`: what
 the sender sends in answer to the receiver comes a round trip after it; UDP filtered), no blast
 follows. Heard, the sender blasts BLAST_S seconds of the stream's rate in UDP datagrams, as fast as
 it can (UDP GSO; peaks of about 16 Gbit/s measured on the dev host), which fill the path's queue
 until it drops; the receiver keeps the arrival times of the first and last datagram from the
 sender's host (the queue's size: how long it keeps delivering after the sender stopped) and answers
-both over the TCP connection.
+both over the TCP connection, in JSON to the connection's end.
 A link faster than the blast, a queue longer than the blast (BLAST_S of the rate; the receiver stops
 BLAST_DRAIN_S after it), or a queue bigger than the blast sockets' send buffers (net.core.wmem_max
 without CAP_NET_ADMIN), shows no full queue: link_shape.py reads 0 (unknown).
-Any failure of this stage leaves the stream's figures standing, with `shape_error` saying why.
+Any failure of this stage leaves the stream's figures and the receiver's line standing (the line
+comes before the stage), with `shape_error` saying why. The sender reads what the receiver answers
+bounded (ACCOUNT_MAX bytes, by the transfer's deadline) and checked (`_account`), under the one key
+"receiver": a receiver that is not ours can neither overwrite the sender's figures nor make it fail
+later.
 """
 
 from __future__ import annotations
@@ -58,10 +81,18 @@ from . import fence, node_tools
 
 MARKER = "@@ADRUN-PROBE "
 BIND_FAILED = 3  # exit code of `recv` when its port is taken, so the caller retries another
+BIND_ATTEMPTS = 3  # ports `serve` tries for a TCP port whose number is free for UDP too
+ANNOUNCE_MAX = 1024  # bytes of a transfer's announcement to a `serve` probe
+# its sender announces as it connects: a connection silent longer (not a sender) is dropped, so that
+# it holds the probe, which serves one connection at a time, no longer than this
+ANNOUNCE_S = 5.0
 # Linux socket options the standard library does not name
 SO_TIMESTAMPNS = 35  # each read's kernel arrival time (of its last packet), as SCM_TIMESTAMPNS
 UDP_SEGMENT = 103  # one send of many datagrams, cut by the kernel (UDP GSO): a blast outruns any link
-TRACE_S = 0.2  # the start of a `shape` stream whose arrivals are kept
+TRACE_S = 0.2  # the start of a `shape` stream whose arrivals are kept...
+TRACE_MAX = 4096  # ...at most this many (a 100 Mbit/s link's 0.2 s is about 1,700 packets)
+ACCOUNT_MAX = 1 << 19  # bytes of a receiver's answer the sender reads: TRACE_MAX points fit with room
+ARRIVAL_WINDOWS = 64  # the stream's arrivals are kept at each this-many-th of its bytes (transfer.py `steady_rate`)
 DATAGRAM = 1200  # fits any path's MTU
 # datagrams per send with UDP_SEGMENT: a shaper whose bucket holds a send queues and passes it whole,
 # so the queue is measured one send short: 12,000 bytes, 2 % of a 100 Mbit/s link's 50 ms
@@ -88,7 +119,7 @@ def facts(args: dict) -> dict:
     out: dict = {
         "python": platform.python_version(),
         "executable": sys.executable,
-        "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "cpus": _cpus(),
         **_memory(),
         "gpus": _gpus(),
         "workdir_exists": os.path.isdir(workdir),
@@ -168,33 +199,234 @@ def recv(args: dict) -> dict:
         except OSError as e:
             _emit({"error": f"bind UDP {args['port']}: {e.strerror}"})
             sys.exit(BIND_FAILED)
+    _timestamped(server)
     server.settimeout(args["timeout"])
-    conn, _ = server.accept()
-    total = 0
-    trace: list = []
-    with conn:
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn.settimeout(max(0.1, deadline - time.monotonic()))
-        for _ in range(args.get("pings", 0)):
-            if not conn.recv(1):
-                raise ConnectionError("sender closed during the round trips")
-            conn.sendall(b"p")
-        if shape:
-            conn.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-            total = _traced_stream(conn, deadline, trace)
-        while True:
-            conn.settimeout(max(0.1, deadline - time.monotonic()))
-            data = conn.recv(node_tools.CHUNK)
-            if not data:
-                break
-            total += len(data)
-        conn.sendall(b"k")
-        if blast is not None:
-            with blast:
-                timed = _timed_blast(blast, conn, deadline)
-            conn.sendall(json.dumps({"trace": trace, **timed}).encode())
-    server.close()
+    with server, contextlib.closing(blast) if blast is not None else contextlib.nullcontext():
+        conn, _ = server.accept()
+        with conn:
+            total = _received(conn, blast, deadline, args.get("pings", 0))
     return {"bytes": total}
+
+
+def _received(conn: socket.socket, blast: socket.socket | None, deadline: float, pings: int) -> int:
+    """One transfer's receiving side on its accepted connection: answer `pings` round trips, count
+    the stream's bytes, acknowledge, and send at once one line with the stream's arrivals
+    (`_stream`), with `blast` (the `shape` stage) its first TRACE_S seconds' too; then, with
+    `blast`, the blast timed after it. The stream's bytes."""
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    conn.settimeout(max(0.1, deadline - time.monotonic()))
+    for _ in range(pings):
+        if not conn.recv(1):
+            raise ConnectionError("sender closed during the round trips")
+        conn.sendall(b"p")
+    trace: list = []
+    total, arrivals = _stream(conn, deadline, trace)
+    line: dict = {"arrivals": arrivals} if blast is None else {"arrivals": arrivals, "trace": trace}
+    conn.sendall(b"k" + json.dumps(line).encode() + b"\n")  # before the `shape` stage, whatever it does
+    if blast is not None:
+        conn.sendall(json.dumps(_timed_blast(blast, conn, deadline)).encode())
+    return total
+
+
+def _stream(conn: socket.socket, deadline: float, trace: list) -> tuple[int, list]:
+    """Read the stream to its end: its bytes, and its arrivals [seconds since its first packet
+    arrived, bytes arrived by then] as the kernel timed them, at each ARRIVAL_WINDOWS-th of its
+    bytes (none where the kernel does not time them); every arrival of its first TRACE_S seconds
+    into `trace` (at most TRACE_MAX). Kernel times, because this process may read late: a read after a pause returns
+    what arrived meanwhile, timed as it arrived (the rate from them: transfer.py `steady_rate`).
+    Reads of one time are one arrival, the last read's bytes: a busy machine's receive work, run
+    late, times a clump of packets at once, which then take several reads (the trace's too: the
+    burst, link_shape.py, reads the slopes between them)."""
+    if not _timestamped(conn):
+        total = 0
+        while data := conn.recv(node_tools.CHUNK):
+            conn.settimeout(max(0.1, deadline - time.monotonic()))
+            total += len(data)
+        return total, []
+    total, first, tracing = 0, None, True
+    points: list = []
+    size = 1  # the first read takes one byte: its time is the first packet's
+    while True:
+        conn.settimeout(max(0.1, deadline - time.monotonic()))
+        data, ancillary, _, _ = conn.recvmsg(size, 64)
+        if not data:
+            return total, _thinned(points, total)
+        total += len(data)
+        size = node_tools.CHUNK
+        arrived = _arrival(ancillary)
+        if arrived is None:  # no kernel time (bytes that came before the socket asked for them): no point
+            continue
+        first = arrived if first is None else first
+        point = [arrived - first, total]
+        if points and points[-1][0] == point[0]:  # one clump's bytes (below): its last read stands for it
+            points[-1] = point
+            if trace and trace[-1][0] == point[0]:
+                trace[-1] = point
+        else:
+            points.append(point)
+            if tracing:
+                trace.append(point)
+        tracing = tracing and arrived - first <= TRACE_S and len(trace) < TRACE_MAX
+
+
+def _timestamped(sock: socket.socket) -> bool:
+    """Ask the kernel to time each read's arrival (SO_TIMESTAMPNS; Linux only): on a listening
+    socket, so that its connections' first bytes, which may come before they are accepted, are
+    timed too (an accepted socket inherits it). Whether it will: not where the kernel refuses
+    the option (then the rate is the sender's time's)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    except OSError:
+        return False
+    return True
+
+
+def _thinned(points: list, total: int) -> list:
+    """Of `points` ([seconds, bytes by then], in order), the first to reach each ARRIVAL_WINDOWS-th
+    of `total` bytes, the first point included: a few dozen numbers however many reads there were."""
+    kept: list = []
+    share = 0
+    for point in points:
+        if point[1] * ARRIVAL_WINDOWS >= total * share:
+            kept.append(point)
+            while point[1] * ARRIVAL_WINDOWS >= total * share:
+                share += 1
+    return kept
+
+
+def serve(args: dict) -> None:
+    """A node's probe for a whole measurement (`serve` above): receive every transfer sent to its
+    port, send one for each command, until its input ends or nothing happened for `idle_s`."""
+    server, blast = _listeners()
+    _emit({"port": server.getsockname()[1], "boot_id": _boot_id(), "cpus": _cpus()})
+    commands = _Commands(sys.stdin.fileno())
+    with server, contextlib.closing(blast) if blast is not None else contextlib.nullcontext():
+        while True:
+            ready = select.select([commands.fd, server.fileno()], [], [], args["idle_s"])[0]
+            if not ready:
+                return  # nothing for idle_s: the launcher is gone without closing this input
+            if server.fileno() in ready:
+                conn, peer = server.accept()
+                with conn:
+                    try:
+                        _serve_transfer(conn, blast, args["timeout"])
+                    except (OSError, ValueError) as e:  # the sender reports its side; keep serving
+                        sys.stderr.write(f"receiving from {_host(peer)}: {type(e).__name__}: {e}\n")
+            if commands.fd in ready:
+                lines = commands.read()
+                if lines is None:
+                    return  # input ended: the launcher is done
+                for line in lines:
+                    _emit(_command(json.loads(line)))
+
+
+def _listeners() -> tuple[socket.socket, socket.socket | None]:
+    """A listening TCP socket on a port the kernel chose, and (Linux: the `shape` stage) a blast
+    receiver on the same port number; another port when that one is taken for UDP."""
+    for _ in range(BIND_ATTEMPTS):
+        server = node_tools.bind_as_grpc(0)
+        _timestamped(server)
+        if not sys.platform.startswith("linux"):
+            return server, None
+        try:
+            return server, blast_receiver("", server.getsockname()[1])
+        except OSError:
+            server.close()
+    raise OSError(f"no port free for both TCP and UDP in {BIND_ATTEMPTS} attempts")
+
+
+def _serve_transfer(conn: socket.socket, blast: socket.socket | None, timeout: float) -> None:
+    """A transfer sent to a `serve` probe: its announcement (round trips, `shape`), then as `recv`.
+    Datagrams left from an earlier blast are dropped first, so that none is counted in this one."""
+    deadline = time.monotonic() + timeout
+    conn.settimeout(min(timeout, ANNOUNCE_S))
+    pings, shape = _announcement(_line(conn))
+    conn.settimeout(timeout)
+    shaped = blast if shape else None
+    if shaped is not None:
+        _drain(shaped)
+    _received(conn, shaped, deadline, pings)
+
+
+def _announcement(line: bytes) -> tuple[int, bool]:
+    """A transfer's announcement: its round trips and whether it has the `shape` stage; raises
+    ValueError for anything else (not a sender of ours), which the probe reports and serves on."""
+    announced = _json(line)
+    if not isinstance(announced, dict):
+        raise ValueError(f"an announcement that is not an object: {line[:80]!r}")
+    pings, shape = announced.get("pings", 0), announced.get("shape", False)
+    if type(pings) is not int or pings < 0 or type(shape) is not bool:
+        raise ValueError(f"an announcement without its round trips and stage: {line[:80]!r}")
+    return pings, shape
+
+
+def _json(data: bytes) -> object:
+    """`data` as JSON; ValueError for anything else, a nesting too deep to parse included (which
+    raises RecursionError: from a stranger's connection it must not end the probe)."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError(f"JSON nested too deep: {data[:80]!r}") from None
+
+
+def _line(conn: socket.socket) -> bytes:
+    """A line read from `conn` byte by byte (what follows it is the transfer's), at most ANNOUNCE_MAX bytes."""
+    line = b""
+    while not line.endswith(b"\n"):
+        byte = conn.recv(1)
+        if not byte or len(line) >= ANNOUNCE_MAX:
+            raise ValueError(f"no announcement from the sender: {line[:80]!r}")
+        line += byte
+    return line
+
+
+def _drain(blast: socket.socket) -> None:
+    blast.setblocking(False)
+    try:
+        while True:
+            blast.recv(DATAGRAM)
+    except BlockingIOError:
+        pass
+
+
+def _command(command: dict) -> dict:
+    """A launcher's command to a `serve` probe: {"send": ARGS}, as `send` with its announcement."""
+    try:
+        return send({**command["send"], "announce": True})
+    except Exception as e:  # the transfer failed: its error is the answer, and the probe serves on
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+class _Commands:
+    """The launcher's commands, one JSON line each, on a file descriptor read when select says so."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buffer = b""
+
+    def read(self) -> list[bytes] | None:
+        """The lines completed by what can be read now; None at the end of the input."""
+        data = os.read(self.fd, node_tools.CHUNK)
+        if not data:
+            return None
+        *lines, self.buffer = (self.buffer + data).split(b"\n")
+        return [line for line in lines if line.strip()]
+
+
+def _boot_id() -> str | None:
+    """The running kernel's boot id: one per machine, shared by its namespaces and containers."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def _cpus() -> int | None:
+    """The CPUs a process started here may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
 def blast_receiver(host: str, port: int) -> socket.socket:
@@ -209,27 +441,6 @@ def blast_receiver(host: str, port: int) -> socket.socket:
         blast.close()
         raise
     return blast
-
-
-def _traced_stream(conn: socket.socket, deadline: float, trace: list) -> int:
-    """Read the stream's first TRACE_S seconds into `trace`: [seconds since its first packet
-    arrived, bytes arrived by then], kernel arrival times; the bytes read."""
-    total, first = 0, None
-    size = 1  # the first read takes one byte: its time is the first packet's
-    while True:
-        conn.settimeout(max(0.1, deadline - time.monotonic()))
-        data, ancillary, _, _ = conn.recvmsg(size, 64)
-        if not data:
-            return total
-        total += len(data)
-        size = node_tools.CHUNK
-        arrived = _arrival(ancillary)
-        if arrived is None:  # no kernel time: nothing to keep
-            return total
-        first = arrived if first is None else first
-        trace.append([arrived - first, total])
-        if arrived - first > TRACE_S:
-            return total
 
 
 def _timed_blast(blast: socket.socket, conn: socket.socket, deadline: float) -> dict:
@@ -290,9 +501,11 @@ def _host(address: tuple) -> str:
 
 
 def _arrival(ancillary: list) -> float | None:
+    """A read's kernel arrival time from its ancillary data: a struct timespec, two 64-bit fields,
+    or two 32-bit ones on a 32-bit kernel."""
     for level, kind, data in ancillary:
-        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
-            seconds, nanoseconds = struct.unpack("qq", data[:16])
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 8:
+            seconds, nanoseconds = struct.unpack("qq", data[:16]) if len(data) >= 16 else struct.unpack("ii", data[:8])
             return seconds + nanoseconds * 1e-9
     return None
 
@@ -313,6 +526,8 @@ def send(args: dict) -> dict:
     with sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(max(0.1, deadline - time.monotonic()))
+        if args.get("announce"):  # to a `serve` probe, which learns each transfer's round trips and stage from it
+            sock.sendall(json.dumps({"pings": args.get("pings", 0), "shape": bool(args.get("shape"))}).encode() + b"\n")
         rtt_s: list[float] = []
         for _ in range(args.get("pings", 0)):
             before = time.perf_counter()
@@ -331,20 +546,26 @@ def send(args: dict) -> dict:
         seconds = time.monotonic() - start
         if ack != b"k":
             raise ConnectionError("receiver closed without acknowledging")
-        result = {"bytes": args["nbytes"] - left, "seconds": seconds, "rtt_s": rtt_s}
+        result: dict = {"bytes": args["nbytes"] - left, "seconds": seconds, "rtt_s": rtt_s}
+        try:
+            result["receiver"] = _account(sock, deadline, line=True)
+        except (OSError, ValueError) as e:  # no arrivals: the rate is this side's seconds'; no stage either
+            result["receiver_error"] = f"{type(e).__name__}: {e}"
+            return result
         if args.get("shape") and sys.platform.startswith("linux"):
             try:
-                result.update(_shape(sock, result["bytes"] / seconds, deadline, args.get("sndbuf")))
+                result.update(_shape(sock, result["bytes"] / seconds, deadline, args.get("sndbuf"), result["receiver"]))
             except (OSError, ValueError) as e:  # the optional stage failed: the stream's figures stand
                 result["shape_error"] = f"{type(e).__name__}: {e}"
     return result
 
 
-def _shape(sock: socket.socket, rate: float, deadline: float, sndbuf: int | None) -> dict:
-    """The sender's side of `shape` after the stream's ack: a UDP hello, the blast when it was
-    heard, and the receiver's account (its trace, and its side of the blast)."""
+def _shape(sock: socket.socket, rate: float, deadline: float, sndbuf: int | None, receiver: dict) -> dict:
+    """The sender's side of `shape` after the receiver's line: a UDP hello, the blast when it was
+    heard (its figures, returned), and the receiver's side of the blast (into `receiver`)."""
     sent = _blast(sock, min(rate * BLAST_S, BLAST_MAX_BYTES), deadline, sndbuf) if _hello(sock, deadline) else {}
-    return {**_answer(sock, deadline), **sent}
+    receiver.update(_account(sock, deadline, line=False))
+    return sent
 
 
 def _hello(sock: socket.socket, deadline: float) -> bool:
@@ -425,18 +646,51 @@ def _blast(sock: socket.socket, nbytes: float, deadline: float, sndbuf: int | No
     return {"sent": datagrams, "send_s": send_s}
 
 
-def _answer(sock: socket.socket, deadline: float) -> dict:
-    """The receiver's account of a `shape` transfer: its JSON, read to the end of the connection."""
+def _account(sock: socket.socket, deadline: float, *, line: bool) -> dict:
+    """The receiver's answer, checked: with `line`, the line after its acknowledgement (the
+    stream's `arrivals`, and `trace` for `shape`), read up to its newline and no further (the hello's
+    answer may follow); else its side of the blast (`received`, `arrival_s`), read to the
+    connection's end. At most ACCOUNT_MAX bytes, by `deadline`; ValueError for anything else."""
     chunks: list[bytes] = []
+    size = 0
     while True:
         sock.settimeout(max(0.1, deadline - time.monotonic()))
-        data = sock.recv(node_tools.CHUNK)
-        if not data:
-            answer = json.loads(b"".join(chunks) or b"{}")
-            if not isinstance(answer, dict):
-                raise ValueError(f"the receiver's account is not an object: {answer!r:.80}")
-            return answer
+        data = sock.recv(node_tools.CHUNK, socket.MSG_PEEK) if line else sock.recv(node_tools.CHUNK)
+        if line and data:
+            end = data.find(b"\n")
+            data = sock.recv(len(data) if end < 0 else end + 1)  # no further than the newline
+        size += len(data)
+        if size > ACCOUNT_MAX:
+            raise ValueError(f"the receiver's answer is longer than {ACCOUNT_MAX} bytes")
         chunks.append(data)
+        if not data or (line and data.endswith(b"\n")):
+            break
+    if line and not data:
+        raise ValueError("the receiver's line ended early")
+    answer = _json(b"".join(chunks) or b"{}")
+    if not isinstance(answer, dict):
+        raise ValueError(f"the receiver's answer is not an object: {answer!r:.80}")
+    if line:
+        points = {"arrivals": _points(answer.get("arrivals", []), "arrivals")}
+        if "trace" in answer:
+            points["trace"] = _points(answer["trace"], "trace")
+        return points
+    received, arrival_s = answer.get("received", 0), answer.get("arrival_s")
+    if type(received) is not int or received < 0 or not (arrival_s is None or _number(arrival_s)):
+        raise ValueError(f"the receiver's blast is not a count and a time: {answer!r:.80}")
+    return {"received": received, "arrival_s": arrival_s}
+
+
+def _points(points: object, key: str) -> list:
+    """The receiver's `points` ([seconds, bytes] pairs of numbers), or ValueError."""
+    if not isinstance(points, list) or not all(
+            isinstance(point, list) and len(point) == 2 and all(map(_number, point)) for point in points):
+        raise ValueError(f"the receiver's {key} are not [seconds, bytes] pairs: {points!r:.80}")
+    return points
+
+
+def _number(value: object) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)  # type: ignore[arg-type]
 
 
 def _emit(result: dict) -> None:
@@ -447,7 +701,9 @@ def _emit(result: dict) -> None:
 def main(argv: list[str]) -> None:
     mode, args = argv[0], json.loads(argv[1])
     try:
-        _emit({"facts": facts, "recv": recv, "send": send}[mode](args))
+        result = {"facts": facts, "recv": recv, "send": send, "serve": serve}[mode](args)
+        if result is not None:  # `serve` answered as it went
+            _emit(result)
     except Exception as e:
         _emit({"error": f"{type(e).__name__}: {e}"})
         sys.exit(1)

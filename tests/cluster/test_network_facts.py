@@ -9,7 +9,7 @@ import subprocess
 import psutil
 import pytest
 
-from adrun.launch.nodes import network_facts as network_facts_module
+from adrun.errors import UserError
 from adrun.launch.nodes import probe
 from adrun.launch.nodes.network_facts import PINGS, STREAM_S, TRANSFER_BYTES, measures_every_pair, network_facts
 from adrun.launch.nodes.pair_schedule import pair_rounds, ring_rounds
@@ -21,7 +21,7 @@ from adrun.spec import load_spec
 from bench.cluster.network import write_adrun_spec
 from bench.cost_model_check import PAYLOAD_SHARE
 from tests.cluster.netns import NetnsCluster, bucket_bytes, queue_bytes, two_host_spec
-from tests.support.running_transfers import RunningTransfers
+from tests.support.running_transfers import watch_standing_probes
 
 pytestmark = pytest.mark.cluster
 RATE_MBIT = 100
@@ -73,8 +73,7 @@ def test_four_shaped_hosts_measured_two_pairs_at_a_time_read_the_shapers_truth(n
                                                                                 monkeypatch):
     """The rounds of disjoint pairs run together (2 of 4 hosts' pairs at once), on one machine's
     CPUs: every ordered pair's rate, bucket and queue within the tolerances of one pair alone."""
-    watched = RunningTransfers(measure_transfer)
-    monkeypatch.setattr(network_facts_module, "measure_transfer", watched)
+    watched = watch_standing_probes(monkeypatch)
     spec = load_spec(write_adrun_spec(netns_cluster, 4, tmp_path / "cluster.yml"))
     for host in netns_cluster.hosts:
         netns_cluster.shape(host, RATE_MBIT)
@@ -112,8 +111,7 @@ def test_six_hosts_measure_two_rings_and_assume_a_slow_host_s_pairs_as_slow(netn
     (two cycles of 3: 3 rounds of 2) are measured, they agree with the rule (no third ring), and
     every ordered pair, measured or assumed, reads the slower of its two ports; said, with the
     rates found to differ."""
-    watched = RunningTransfers(measure_transfer)
-    monkeypatch.setattr(network_facts_module, "measure_transfer", watched)
+    watched = watch_standing_probes(monkeypatch)
     spec = load_spec(write_adrun_spec(netns_cluster, 6, tmp_path / "cluster.yml"))
     slow = netns_cluster.hosts[3]
     for host in netns_cluster.hosts:
@@ -182,8 +180,28 @@ def test_a_queue_bigger_than_stock_send_buffers_is_measured_with_more_sockets(ne
     assert [probes_in(host) for host in netns_cluster.hosts] == [[], []]
 
 
+def test_a_host_whose_probe_cannot_start_is_one_message_and_no_probe_stays(netns_cluster: NetnsCluster, tmp_path):
+    """The second host's python missing: the network is not measured, one message names the host
+    and what its shell said, and the first host's probe, started, is stopped."""
+    path = two_host_spec(tmp_path / "cluster.yml", netns_cluster)
+    path.write_text(path.read_text() + "    python: /nonexistent/python3\n")  # the last node's field
+    spec = load_spec(path)
+    second = netns_cluster.hosts[1].address
+    with RemoteNodes(spec) as remote:
+        remote.connect()
+        with pytest.raises(UserError) as failed:
+            network_facts(spec, remote)
+    message = str(failed.value)
+    print(message)
+    assert message.startswith(f"cannot measure the network: the probe did not start on {second} (ended: ")
+    assert "/nonexistent/python3" in message and message.count("did not start") == 1
+    assert message.endswith("run `adrun cluster check`, or give the figures in the cluster spec's `network` field")
+    assert [probes_in(host) for host in netns_cluster.hosts] == [[], []]
+
+
 def probes_in(host) -> list[str]:
-    """Command lines of probe processes (`python -c <probe.py> send|recv ...`) in the host's namespace."""
+    """Command lines of probe processes (`python -c <probe.py> serve ...`; `send`, `recv` of `cluster
+    check`) in the host's namespace."""
     pids = subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True, text=True, check=True).stdout
     found = []
     for pid in pids.split():

@@ -1,4 +1,4 @@
-"""Network facts measured on this machine: its loopback, with cluster check's probe transfers."""
+"""Network facts measured on this machine: its loopback, with the standing probes' transfers."""
 
 from __future__ import annotations
 
@@ -23,12 +23,13 @@ def test_one_machine_cluster_measures_its_loopback():
     assert psutil.Process().children(recursive=True) == []
 
 
-def test_a_failed_transfer_is_one_message_naming_the_path():
+def test_a_probe_that_cannot_start_is_one_message_naming_the_node():
     spec = ClusterSpec(version=1, nodes=[{"address": "localhost", "python": "/nonexistent/python3"}])
     with pytest.raises(UserError) as refused:
         network_facts(spec)
     message = str(refused.value)
-    assert message.startswith("cannot measure the network (loopback): ")
+    assert message.startswith("cannot measure the network: the probe did not start on localhost (ended: ")
+    assert message.count("localhost") == 1  # the node's probe and its spare, one message
     assert "/nonexistent/python3" in message
     assert message.endswith("run `adrun cluster check`, or give the figures in the cluster spec's `network` field")
     assert psutil.Process().children(recursive=True) == []

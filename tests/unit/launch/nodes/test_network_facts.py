@@ -13,12 +13,11 @@ import pytest
 
 from adrun.errors import UserError
 from adrun.launch.nodes import network_facts as network_facts_module
-from adrun.launch.nodes.network_facts import (CPU_SHARE, FULL_ROUNDS, MACHINE_COMMAND, RING_SHIFTS, measures_every_pair,
-                                             network_facts)
+from adrun.launch.nodes.network_facts import CPU_SHARE, FULL_ROUNDS, RING_SHIFTS, measures_every_pair, network_facts
 from adrun.launch.nodes.pair_schedule import pair_rounds, ring_rounds
 from adrun.launch.nodes.link_shape import Blast
 from adrun.launch.nodes.probe import DATAGRAM
-from adrun.launch.nodes.transfer import Transfer
+from adrun.launch.nodes.transfer import Transfer, TransferError
 from adrun.spec import ClusterSpec, load_spec, spec_to_yaml
 from tests.support.running_transfers import RunningTransfers
 
@@ -40,10 +39,10 @@ def write(tmp_path: Path, network: str) -> Path:
 
 @pytest.fixture(autouse=True)
 def no_measuring(monkeypatch):
-    def measure(*args, **kwargs):
-        raise AssertionError("measured although the spec gives the network")
+    def start(*args, **kwargs):
+        raise AssertionError("probes started although the spec gives the network")
 
-    monkeypatch.setattr(network_facts_module, "measure_transfer", measure)
+    monkeypatch.setattr(network_facts_module, "StandingProbes", start)
 
 
 def test_spec_figures_become_the_facts_without_measuring(tmp_path):
@@ -117,28 +116,47 @@ def test_impossible_network_figures_are_refused_by_field(tmp_path, network, mess
     assert str(refused.value).splitlines() == [f"{path}: {message}" for message in messages]
 
 
-class FakeConnection:
-    """A node's connection that answers the machine command (boot id, CPUs) as told: `answer` is
-    (exit code, stdout); every command run is kept in `commands`."""
-
-    def __init__(self, answer):
-        self.answer = answer
-        self.commands = []
-
-    def run(self, command, **kwargs):
-        self.commands.append(command)
-        exited, stdout = self.answer
-        return SimpleNamespace(exited=exited, stdout=stdout, stderr="")
-
-
 class FakeRemote:
     """Connected nodes as network_facts reaches them (RemoteNodes.links: address -> NodeLink), by
-    default each its own machine of 4 CPUs; `answers` overrides a node's machine answer."""
+    default each its own machine of 4 CPUs: `machines` overrides a node's (boot id, CPUs), None
+    for one that cannot tell, as its probe would say it."""
 
-    def __init__(self, addresses, answers=None):
-        answers = answers or {}
-        self.conns = {a: FakeConnection(answers.get(a, (0, f"boot-{a}\n4\n"))) for a in addresses}
-        self.links = {a: SimpleNamespace(conn=conn) for a, conn in self.conns.items()}
+    def __init__(self, addresses, machines=None):
+        machines = machines or {}
+        self.links = {a: SimpleNamespace(conn=SimpleNamespace(machine=machines.get(a, (f"boot-{a}", 4))))
+                      for a in addresses}
+
+
+class FakeProbes:
+    """StandingProbes as network_facts uses them, without processes: `measure` (as
+    StandingProbes.measure) answers every transfer, and each node's machine is its FakeRemote's.
+    Each measurement's nodes and spare are kept in `made`; `left` counts the measurements left."""
+
+    def __init__(self, measure):
+        self.measure = measure
+        self.made: list[tuple[list[str], str | None]] = []
+        self.left = 0
+
+    def __call__(self, endpoints, *, spare=None):
+        self.endpoints = list(endpoints)
+        self.made.append(([e.node.address for e in endpoints], spare.node.address if spare is not None else None))
+        return self
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.left += 1
+
+    @property
+    def machines(self):
+        return {e.node.address: e.shell.conn.machine for e in self.endpoints}
+
+
+def use_probes(monkeypatch, measure) -> FakeProbes:
+    fake = FakeProbes(measure)
+    monkeypatch.setattr(network_facts_module, "StandingProbes", fake)
+    return fake
 
 
 def measured_spec(n: int) -> ClusterSpec:
@@ -149,7 +167,7 @@ def measured_spec(n: int) -> ClusterSpec:
 def transfers(monkeypatch):
     """Every transfer asked for, answered with figures that name the path: 1 MB/s per (src + dst)
     host number; asked to `shape`, a queue of 5 ms and a bucket of 2,000 bytes per dst host number."""
-    asked = []
+    asked = Asked()
 
     def measure(sender, receiver, host, nbytes, *, pings, max_s, shape):
         asked.append((sender.node.address, receiver.node.address, host, shape))
@@ -162,13 +180,22 @@ def transfers(monkeypatch):
         blast = Blast(sent=1000, send_s=0.01, received=round(rate * arrival_s / DATAGRAM), arrival_s=arrival_s)
         return Transfer(nbytes=int(rate), seconds=1.0, rtt_s=[4e-4, 2e-4, 6e-4], trace=trace, blast=blast)
 
-    monkeypatch.setattr(network_facts_module, "measure_transfer", measure)
+    asked.probes = use_probes(monkeypatch, measure)
     return asked
+
+
+class Asked(list):
+    """The transfers asked for, and the fake probes that measured them."""
+
+    probes: FakeProbes
 
 
 def test_every_ordered_pair_is_measured_after_the_loopback(transfers):
     spec = measured_spec(3)
     facts = network_facts(spec, FakeRemote([n.address for n in spec.nodes]))
+    # one set of probes for the measurement, a spare on the chief for its loopback; left at the end
+    assert transfers.probes.made == [(["10.0.0.1", "10.0.0.2", "10.0.0.3"], "10.0.0.1")]
+    assert transfers.probes.left == 1
     pairs = [("10.0.0.1", "10.0.0.2"), ("10.0.0.1", "10.0.0.3"), ("10.0.0.2", "10.0.0.1"),
              ("10.0.0.2", "10.0.0.3"), ("10.0.0.3", "10.0.0.1"), ("10.0.0.3", "10.0.0.2")]
     # the loopback first, alone, not probed for a shaper; every pair between nodes once, probed
@@ -188,7 +215,7 @@ def test_every_ordered_pair_is_measured_after_the_loopback(transfers):
 
 
 class Transfers(RunningTransfers):
-    """A fake measure_transfer, watched (tests/support/running_transfers.py): each transfer between
+    """A fake StandingProbes.measure, watched (tests/support/running_transfers.py): each transfer between
     two nodes waits at a barrier of `together` parties (so a measurement one at a time breaks it),
     the loopback does not, nor the pairs of `alone` (rounds of one transfer). Rates: the loopback
     `loopback_rate`, a pair `pair_rate`, and 1.5 x that when measured a second time."""
@@ -218,7 +245,7 @@ def test_a_round_s_transfers_run_together_and_share_no_node(monkeypatch, machine
     against 4 GB/s): the pairs of a round run at the same time (the barrier of 2 would break
     otherwise), no node in two at once, each pair measured once."""
     fake = Transfers(together=2, loopback_rate=4e9, pair_rate=12.5e6)
-    monkeypatch.setattr(network_facts_module, "measure_transfer", fake)
+    use_probes(monkeypatch, fake)
     spec = measured_spec(4)
     addresses = [n.address for n in spec.nodes]
     facts = network_facts(spec, FakeRemote(addresses, same_machine(addresses) if machine == "shared" else None))
@@ -232,7 +259,7 @@ def test_cpu_bound_links_on_shared_cpus_are_measured_again_one_at_a_time(monkeyp
     unshaped veth): the first round, measured together, is measured again alone and so is every
     later round; the figures kept are those measured alone."""
     fake = Transfers(together=2, loopback_rate=4e9, pair_rate=CPU_SHARE * 4e9 / 2 * 1.01, barrier=False)
-    monkeypatch.setattr(network_facts_module, "measure_transfer", fake)
+    use_probes(monkeypatch, fake)
     spec = measured_spec(4)
     addresses = [n.address for n in spec.nodes]
     first_round = pair_rounds(addresses)[0]
@@ -248,7 +275,7 @@ def test_cpu_bound_links_on_shared_cpus_are_measured_again_one_at_a_time(monkeyp
 
 def test_links_just_within_the_cpu_share_stay_together(monkeypatch):
     fake = Transfers(together=2, loopback_rate=4e9, pair_rate=CPU_SHARE * 4e9 / 2 * 0.99)
-    monkeypatch.setattr(network_facts_module, "measure_transfer", fake)
+    use_probes(monkeypatch, fake)
     spec = measured_spec(4)
     addresses = [n.address for n in spec.nodes]
     network_facts(spec, FakeRemote(addresses, same_machine(addresses)))
@@ -276,7 +303,7 @@ def test_alike_nodes_measure_two_rings_their_rounds_together_and_assume_the_rest
                       for pair in pairs)
     assert len(alone) == (2 if n == 5 else 0)
     fake = Transfers(together=n // 2, loopback_rate=4e9, pair_rate=12.5e6, alone=alone)
-    monkeypatch.setattr(network_facts_module, "measure_transfer", fake)
+    use_probes(monkeypatch, fake)
     lines = []
     facts = network_facts(spec, FakeRemote(addresses), lines.append)
     assert fake.clashes == [] and set(fake.times) == ring_pairs(addresses, 1, 2) and set(fake.times.values()) == {1}
@@ -293,7 +320,7 @@ def test_shared_cpus_measure_both_rings_one_transfer_at_a_time_after_a_round_ove
     loopback: ring +1's first round (3 transfers) together, then again alone; every later transfer
     (ring +2's included: the decision holds across rings) alone on the main thread."""
     fake = Transfers(together=3, loopback_rate=4e9, pair_rate=CPU_SHARE * 4e9 / 3 * 1.01, barrier=False)
-    monkeypatch.setattr(network_facts_module, "measure_transfer", fake)
+    use_probes(monkeypatch, fake)
     spec = measured_spec(6)
     addresses = [n.address for n in spec.nodes]
     first_round = ring_rounds(addresses, 1)[0]
@@ -340,7 +367,7 @@ def test_hosts_of_different_ports_among_eight_are_found_by_two_rings(monkeypatch
     of ring +1 touches a slow host and reads 100 (one ring would assume 12 fast pairs slow): rings
     +1 and +2 get every pair right, the rates differ, and the line says the rule assumed them."""
     asked = []
-    monkeypatch.setattr(network_facts_module, "measure_transfer", ports(port_mbit, asked))
+    use_probes(monkeypatch, ports(port_mbit, asked))
     spec = measured_spec(8)
     addresses = [node.address for node in spec.nodes]
     lines = []
@@ -362,7 +389,7 @@ def test_a_network_the_rule_cannot_explain_is_measured_in_three_rings_and_said(m
         same = int(sender.node.address[-1]) % 2 == int(receiver.node.address[-1]) % 2
         return Transfer(nbytes=int((100 if same else 30) * 1e6 / 8), seconds=1.0, rtt_s=[2e-4])
 
-    monkeypatch.setattr(network_facts_module, "measure_transfer", measure)
+    use_probes(monkeypatch, measure)
     spec = measured_spec(6)
     addresses = [node.address for node in spec.nodes]
     lines = []
@@ -382,7 +409,7 @@ def test_a_network_the_rule_cannot_explain_is_measured_in_three_rings_and_said(m
 def test_a_pair_whose_shaper_could_not_be_measured_is_reported_by_name(transfers, monkeypatch):
     """A failed shape stage (here on 10.0.0.2 -> 10.0.0.1) keeps the pair's bandwidth and latency,
     and is said, so that its 0 bucket and queue are not read as a path without a shaper."""
-    measure = network_facts_module.measure_transfer
+    measure = network_facts_module.StandingProbes.measure
 
     def failing_shape(sender, receiver, host, nbytes, **kwargs):
         done = measure(sender, receiver, host, nbytes, **kwargs)
@@ -390,7 +417,7 @@ def test_a_pair_whose_shaper_could_not_be_measured_is_reported_by_name(transfers
             return replace(done, blast=None, shape_error="TimeoutError: no answer to the UDP hello")
         return done
 
-    monkeypatch.setattr(network_facts_module, "measure_transfer", failing_shape)
+    use_probes(monkeypatch, failing_shape)
     spec = measured_spec(2)
     lines = []
     facts = network_facts(spec, FakeRemote([n.address for n in spec.nodes]), lines.append)
@@ -402,60 +429,66 @@ def test_a_pair_whose_shaper_could_not_be_measured_is_reported_by_name(transfers
 
 
 def same_machine(addresses, cpus=(6,)):
-    """Every node answers one boot id; node i its CPU count cpus[i % len(cpus)]."""
-    return {a: (0, f"0b1d-same\n{cpus[i % len(cpus)]}\n") for i, a in enumerate(addresses)}
+    """Every node on one machine (one boot id); node i its CPU count cpus[i % len(cpus)]."""
+    return {a: ("0b1d-same", cpus[i % len(cpus)]) for i, a in enumerate(addresses)}
 
 
 def test_nodes_of_one_machine_share_its_cpus(transfers):
     spec = measured_spec(3)
     addresses = [n.address for n in spec.nodes]
-    remote = FakeRemote(addresses, same_machine(addresses, cpus=(6, 8, 6)))
-    facts = network_facts(spec, remote)
+    facts = network_facts(spec, FakeRemote(addresses, same_machine(addresses, cpus=(6, 8, 6))))
     assert facts.shared_cpus == 8  # the most any node may use
-    assert all(conn.commands == [MACHINE_COMMAND] for conn in remote.conns.values())
 
 
-def test_every_node_is_asked_for_its_machine_at_once(transfers):
-    """The machine command runs on all nodes together: each waits at a barrier of all 4, which
-    one node at a time would break."""
-    spec = measured_spec(4)
-    addresses = [n.address for n in spec.nodes]
-    remote = FakeRemote(addresses, same_machine(addresses))
-    barrier = threading.Barrier(len(addresses), timeout=60)
-    for conn in remote.conns.values():
-        answer_alone = conn.run
-
-        def run(command, answer_alone=answer_alone, **kwargs):
-            barrier.wait()
-            return answer_alone(command, **kwargs)
-
-        conn.run = run
-    assert network_facts(spec, remote).shared_cpus == 6
-
-
-@pytest.mark.parametrize("answers", [
-    {"10.0.0.3": (0, "another-boot\n6\n")},  # one node on another machine
-    {"10.0.0.2": (1, "")},  # a node without /proc/sys/kernel/random/boot_id
-    {"10.0.0.2": (0, "0b1d-same\n")},  # no CPU count
-    {"10.0.0.2": (None, "")},  # timed out
-], ids=["other-machine", "no-boot-id", "no-nproc", "timed-out"])
-def test_nodes_not_all_on_one_machine_are_separate_machines(transfers, answers):
+@pytest.mark.parametrize("machines", [
+    {"10.0.0.3": ("another-boot", 6)},  # one node on another machine
+    {"10.0.0.2": None},  # a node whose probe cannot tell (no /proc/sys/kernel/random/boot_id)
+], ids=["other-machine", "cannot-tell"])
+def test_nodes_not_all_on_one_machine_are_separate_machines(transfers, machines):
     spec = measured_spec(3)
     addresses = [n.address for n in spec.nodes]
-    facts = network_facts(spec, FakeRemote(addresses, {**same_machine(addresses), **answers}))
+    facts = network_facts(spec, FakeRemote(addresses, {**same_machine(addresses), **machines}))
     assert facts.shared_cpus is None
 
 
 def test_a_one_node_cluster_shares_no_cpus_between_hosts(transfers):
     spec = measured_spec(1)
-    remote = FakeRemote(["10.0.0.1"], same_machine(["10.0.0.1"]))
-    facts = network_facts(spec, remote)
-    assert facts.shared_cpus is None and remote.conns["10.0.0.1"].commands == []
+    facts = network_facts(spec, FakeRemote(["10.0.0.1"], same_machine(["10.0.0.1"])))
+    assert facts.shared_cpus is None
     assert transfers == [("10.0.0.1", "10.0.0.1", "127.0.0.1", False)]
+    assert transfers.probes.made == [(["10.0.0.1"], "10.0.0.1")]
 
 
-def test_given_figures_read_no_machine(tmp_path):
+def test_a_failed_transfer_is_one_message_naming_its_path_and_the_probes_are_left(transfers, monkeypatch):
+    def refused(sender, receiver, host, nbytes, **kwargs):
+        if (sender.node.address, receiver.node.address) == ("10.0.0.2", "10.0.0.1"):
+            raise TransferError("ConnectionRefusedError: [Errno 111] Connection refused")
+        return Transfer(nbytes=1_000_000, seconds=1.0, rtt_s=[1e-4])
+
+    probes = use_probes(monkeypatch, refused)
+    spec = measured_spec(2)
+    with pytest.raises(UserError) as failed:
+        network_facts(spec, FakeRemote([n.address for n in spec.nodes]))
+    assert str(failed.value) == (
+        "cannot measure the network (10.0.0.2 -> 10.0.0.1): ConnectionRefusedError: [Errno 111] Connection refused; "
+        "run `adrun cluster check`, or give the figures in the cluster spec's `network` field")
+    assert probes.left == 1
+
+
+def test_probes_that_did_not_start_are_one_message(monkeypatch):
+    def start(endpoints, *, spare=None):
+        raise TransferError("the probe did not start on 10.0.0.2 (ended: sh: 1: /opt/py: not found)")
+
+    monkeypatch.setattr(network_facts_module, "StandingProbes", start)
+    spec = measured_spec(2)
+    with pytest.raises(UserError) as failed:
+        network_facts(spec, FakeRemote([n.address for n in spec.nodes]))
+    assert str(failed.value) == (
+        "cannot measure the network: the probe did not start on 10.0.0.2 (ended: sh: 1: /opt/py: not found); "
+        "run `adrun cluster check`, or give the figures in the cluster spec's `network` field")
+
+
+def test_given_figures_start_no_probe(tmp_path):
+    """The autouse fixture's StandingProbes fails the test when made."""
     spec = load_spec(write(tmp_path, "  bandwidth_mbit: 100\n  latency_ms: 0.5"))
-    remote = FakeRemote([n.address for n in spec.nodes], same_machine([n.address for n in spec.nodes]))
-    assert network_facts(spec, remote).shared_cpus is None
-    assert all(conn.commands == [] for conn in remote.conns.values())
+    assert network_facts(spec, FakeRemote([n.address for n in spec.nodes])).shared_cpus is None
