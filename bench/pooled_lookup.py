@@ -49,10 +49,14 @@ import numpy as np
 from bench.paths import REPO
 from bench.results_log import write_invocation
 
-VARIANTS = ("rows", "pooled")
+# `+pshead`: the head cut on axis 0 over the PS tasks, as PartitionedPS holds it, instead of all-reduced
+VARIANTS = ("rows", "pooled", "rows+pshead", "pooled+pshead")
+PAIRS = (("rows", "pooled"), ("rows+pshead", "pooled+pshead"))  # equal mathematics, compared after the warm-up
 PS_PORT, WORKER_PORT = 2240, 2241
 LEADER = "/job:worker/replica:0/task:0"
-HEAD_GROUP, HEAD_KEY, BARRIER_KEY = 1, {"rows": 11, "pooled": 21}, {"rows": 12, "pooled": 22, "setup": 31}
+HEAD_GROUP = 1
+HEAD_KEY = {"rows": 11, "pooled": 21, "rows+pshead": 41, "pooled+pshead": 51}
+BARRIER_KEY = {"rows": 12, "pooled": 22, "rows+pshead": 42, "pooled+pshead": 52, "setup": 31}
 # max |rows - pooled| of any parameter after the warm-up's steps: float summation order only. Later
 # the difference grows with the steps as any float difference does in this model: one step of the
 # rows variant from a head nudged by 1e-7 (relative) drifts from the unnudged one as far, 1.2e-5 after
@@ -99,7 +103,7 @@ def make_tables(tf: Any, tag: str, model: Model, ps_devices: Sequence[str]) -> l
     for s, device in enumerate(ps_devices):
         with tf.device(device):
             initial = 0.05 * tf.random.stateless_normal([rows, model.dim], seed=[SEED, s])
-            tables.append(tf.Variable(initial, name=f"{tag}/embedding_{s}"))
+            tables.append(tf.Variable(initial, name=f"{tag.replace('+', '_')}/embedding_{s}"))
     return tables
 
 
@@ -170,39 +174,73 @@ LOOKUPS = {"rows": rows_lookup, "pooled": pooled_lookup}
 
 @dataclass
 class Step:
-    """One variant's graph: its tables, its head, and the op that runs one synchronous step."""
+    """One variant's graph: its tables, its head's values, and the op that runs one synchronous step."""
 
     tables: list[Any]
-    head: list[Any]
+    head: list[Any]  # the head's variables' values, whole
     train: Any
     loss: Any
+    local_variables: list[Any]  # initialized by every worker
+    shared_variables: list[Any]  # on the PS tasks: initialized by the chief
 
+
+def _head_on_ps(tf: Any, variant: str, model: Model, ps_devices: Sequence[str]) -> tuple[list[Any], list[list[Any]]]:
+    """The head's variables cut on axis 0 into one piece per PS task (PartitionedPS's cut; a
+    variable of fewer rows than tasks stays whole on task i mod P): (whole values, pieces per variable)."""
+    values, pieces = [], []
+    for i, initial in enumerate(head_initial_values(model)):
+        parts = np.array_split(initial, len(ps_devices)) if initial.shape[0] >= len(ps_devices) else [initial]
+        mine = []
+        for j, part in enumerate(parts):
+            with tf.device(ps_devices[(i + j) % len(ps_devices)]):
+                mine.append(tf.Variable(part, name=f"{variant.replace('+', '_')}/head_{i}_{j}"))
+        pieces.append(mine)
+        values.append(tf.concat([p.read_value() for p in mine], axis=0) if len(mine) > 1 else mine[0].read_value())
+    return values, pieces
 
 def build_step(tf: Any, variant: str, ids: Any, labels: Any, model: Model, ps_devices: Sequence[str], worker: str,
                num_workers: int, all_reduce: Callable[[Any, int], Any] | None) -> Step:
     """The variant's step. `all_reduce(tensor, instance_key)` averages over the workers (None: one
     worker, no collective); it orders the pushes after every worker's forward pass and ends the step."""
+    lookup, _, head_place = variant.partition("+")
     tables = make_tables(tf, variant, model, ps_devices)
-    with tf.device(worker):
-        head = [tf.Variable(v, name=f"{variant}/head_{i}") for i, v in enumerate(head_initial_values(model))]
-    pooled, pushes = LOOKUPS[variant](tf, ids, tables, ps_devices, worker, model)
+    if head_place == "pshead":
+        head, pieces = _head_on_ps(tf, variant, model, ps_devices)
+        local, shared = [], [p for ps in pieces for p in ps]
+    else:
+        with tf.device(worker):
+            local = [tf.Variable(v, name=f"{variant}/head_{i}") for i, v in enumerate(head_initial_values(model))]
+        head, shared = local, []
+    pooled, pushes = LOOKUPS[lookup](tf, ids, tables, ps_devices, worker, model)
     with tf.device(worker):
         k1, b1, k2, b2, k3, b3 = head
         x = tf.nn.relu(tf.matmul(pooled, k1) + b1)
         x = tf.nn.relu(tf.matmul(x, k2) + b2)
         logit = tf.squeeze(tf.matmul(x, k3) + b3, axis=1)
         loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logit))
-        grads = tf.gradients(loss, head)
-        flat = tf.concat([tf.reshape(g, [-1]) for g in grads], axis=0)
-        mean = all_reduce(flat, HEAD_KEY[variant]) if all_reduce else flat
-        sizes = [int(np.prod(v.shape)) for v in head]
-        updates = [v.assign_sub(model.lr * tf.reshape(g, v.shape)).op
-                   for v, g in zip(head, tf.split(mean, sizes), strict=True)]
+    if head_place == "pshead":
+        # every worker subtracts lr / N of its own gradient from each piece, once every worker's
+        # forward pass has read the pieces (a one-number all-reduce after the gradients)
+        with tf.device(worker):
+            grads = [g * (model.lr / num_workers) for g in tf.gradients(loss, shared)]
+            mean = all_reduce(tf.zeros([1]), HEAD_KEY[variant]) if all_reduce else tf.group(grads)
+        updates = []
+        for piece, g in zip(shared, grads, strict=True):
+            with tf.device(piece.device), tf.control_dependencies([mean]):
+                updates.append(piece.assign_sub(g).op)
+    else:
+        with tf.device(worker):
+            grads = tf.gradients(loss, head)
+            flat = tf.concat([tf.reshape(g, [-1]) for g in grads], axis=0)
+            mean = all_reduce(flat, HEAD_KEY[variant]) if all_reduce else flat
+            sizes = [int(np.prod(v.shape)) for v in head]
+            updates = [v.assign_sub(model.lr * tf.reshape(g, v.shape)).op
+                       for v, g in zip(head, tf.split(mean, sizes), strict=True)]
     with tf.control_dependencies([mean]):
         table_updates = pushes(loss, model.lr / num_workers)
     with tf.device(worker), tf.control_dependencies(updates + table_updates):
         done = all_reduce(tf.zeros([1]), BARRIER_KEY[variant]) if all_reduce else tf.no_op()
-    return Step(tables, head, done, loss)
+    return Step(tables, head, done, loss, local, tables + shared)
 
 
 def max_differences(tf: Any, a: Step, b: Step, ps_devices: Sequence[str], worker: str) -> tuple[Any, Any]:
@@ -230,7 +268,8 @@ def parse_net_dev(text: str, interface: str = "eth0") -> tuple[int, int]:
 
 def summarize(blocks: list[dict[str, Any]]) -> dict[str, Any]:
     """Per variant and repetition: the median step ms (all workers' timed steps) and the mean bytes
-    sent per host and step; per repetition the rows / pooled step ratio; medians over repetitions."""
+    sent per host and step; per repetition the step ratios of rows to pooled (head all-reduced, head
+    on the PSs) and of the head on the PSs to the head all-reduced; medians over repetitions."""
     reps = sorted({b["rep"] for b in blocks})
     table: dict[str, dict[str, list[float]]] = {v: {"step_ms": [], "sent_mb": [], "received_mb": []} for v in VARIANTS}
     for rep in reps:
@@ -241,24 +280,27 @@ def summarize(blocks: list[dict[str, Any]]) -> dict[str, Any]:
             table[variant]["step_ms"].append(statistics.median(ms for b in mine for ms in b["step_ms"]))
             table[variant]["sent_mb"].append(statistics.mean(b["sent"] / len(b["step_ms"]) for b in mine) / 1e6)
             table[variant]["received_mb"].append(statistics.mean(b["received"] / len(b["step_ms"]) for b in mine) / 1e6)
-    ratios = [r / p for r, p in zip(table["rows"]["step_ms"], table["pooled"]["step_ms"], strict=True)]
+    ratios = {f"{a} / {b}": [x / y for x, y in zip(table[a]["step_ms"], table[b]["step_ms"], strict=True)]
+              for a, b in (*PAIRS, ("rows+pshead", "rows"), ("pooled+pshead", "pooled"))}
     return {"repetitions": reps, "per_repetition": table,
             "median": {v: {k: statistics.median(xs) for k, xs in table[v].items()} for v in VARIANTS},
-            "rows_over_pooled_step": ratios, "rows_over_pooled_step_median": statistics.median(ratios)}
+            "step_ratios": ratios, "step_ratio_medians": {k: statistics.median(xs) for k, xs in ratios.items()}}
 
 
 def markdown(summary: dict[str, Any], command: str, facts: dict[str, Any]) -> str:
     """A readable table of `summary`, with the command and the invocation's facts."""
     lines = [f"`{command}`", "", f"{facts['start']} to {facts['end']} UTC, load {facts['load_start']:.2f} → {facts['load_end']:.2f}",
-             f"max |rows − pooled| after the warm-up: tables {facts['checks'][0]['table_diff']:.1e}, head "
+             f"max |rows − pooled| (either head) after the warm-up: tables {facts['checks'][0]['table_diff']:.1e}, head "
              f"{facts['checks'][0]['head_diff']:.1e}; after the run: {facts['table_diff']:.1e}, {facts['head_diff']:.1e}", "",
              "| variant | median step ms (per rep) | MB sent per host and step (per rep) |", "|---|---|---|"]
     for v in VARIANTS:
         per = summary["per_repetition"][v]
         lines.append(f"| {v} | {summary['median'][v]['step_ms']:.0f} ({', '.join(f'{x:.0f}' for x in per['step_ms'])}) | "
                      f"{summary['median'][v]['sent_mb']:.2f} ({', '.join(f'{x:.2f}' for x in per['sent_mb'])}) |")
-    ratios = ", ".join(f"{r:.2f}" for r in summary["rows_over_pooled_step"])
-    lines += ["", f"rows / pooled step time: {summary['rows_over_pooled_step_median']:.2f} by medians ({ratios})"]
+    lines.append("")
+    for name, ratios in summary["step_ratios"].items():
+        per = ", ".join(f"{r:.2f}" for r in ratios)
+        lines.append(f"- step time {name}: {summary['step_ratio_medians'][name]:.2f} by medians ({per})")
     return "\n".join(lines) + "\n"
 
 
@@ -298,7 +340,7 @@ def _run_worker(index: int, spec: dict[str, list[str]], steps: int, warmup: int,
         labels = tf.compat.v1.placeholder(tf.float32, [model.batch])
         setup_barrier = all_reduce(tf.zeros([1]), BARRIER_KEY["setup"])
     built = {v: build_step(tf, v, ids, labels, model, ps, worker, n, all_reduce) for v in VARIANTS}
-    table_diff, head_diff = max_differences(tf, built["rows"], built["pooled"], ps, worker)
+    differences = {f"{a} vs {b}": max_differences(tf, built[a], built[b], ps, worker) for a, b in PAIRS}
     session_config = tf.compat.v1.ConfigProto()
     session_config.CopyFrom(config)
     session_config.device_filters.extend(["/job:ps", worker])
@@ -306,9 +348,9 @@ def _run_worker(index: int, spec: dict[str, list[str]], steps: int, warmup: int,
     done = dict.fromkeys(VARIANTS, 0)
     blocks, checks = [], []
     with tf.compat.v1.Session(server.target, config=session_config) as sess:
-        heads = [v.initializer for s in built.values() for v in s.head]
-        tables = [t.initializer for s in built.values() for t in s.tables]
-        sess.run(heads + (tables if index == 0 else []))
+        sess.run([v.initializer for s in built.values() for v in s.local_variables])
+        if index == 0:
+            sess.run([v.initializer for s in built.values() for v in s.shared_variables])
         sess.run(setup_barrier)
 
         def block(variant: str, count: int) -> list[float]:
@@ -325,8 +367,9 @@ def _run_worker(index: int, spec: dict[str, list[str]], steps: int, warmup: int,
 
         def check(when: str) -> None:
             if index == 0:
-                t, h = sess.run([table_diff, head_diff])
-                checks.append({"after": when, "steps": dict(done), "table_diff": float(t), "head_diff": float(h)})
+                pairs = {k: [float(x) for x in v] for k, v in sess.run(differences).items()}
+                checks.append({"after": when, "steps": dict(done), "pairs": pairs,
+                               "table_diff": max(t for t, _ in pairs.values()), "head_diff": max(h for _, h in pairs.values())})
 
         for variant in VARIANTS:
             block(variant, warmup)

@@ -29,7 +29,7 @@ def _reference_step(ids: np.ndarray, labels: np.ndarray, table: np.ndarray, mode
         return sess.run(emb), sess.run(head)
 
 
-@pytest.mark.parametrize("variant", ["rows", "pooled"])
+@pytest.mark.parametrize("variant", ["rows", "pooled", "rows+pshead", "pooled+pshead"])
 def test_one_step_equals_tensorflow_sgd_on_the_whole_table(variant):
     rng = np.random.default_rng(3)
     ids = rng.integers(0, SMALL.vocab, (SMALL.batch, SMALL.bag))
@@ -42,6 +42,8 @@ def test_one_step_equals_tensorflow_sgd_on_the_whole_table(variant):
         initial = np.concatenate(sess.run(step.tables))
         sess.run(step.train)
         table, head = np.concatenate(sess.run(step.tables)), sess.run(step.head)
+        if variant.endswith("+pshead"):
+            assert len(step.shared_variables) > len(step.tables) + len(head)  # the head is cut over the PS tasks
     want_table, want_head = _reference_step(ids, labels, initial, SMALL)
     assert np.abs(table - initial).max() > 1e-4  # the step trained the rows it touched
     np.testing.assert_allclose(table, want_table, atol=1e-6)
@@ -78,18 +80,25 @@ def _block(rep: int, variant: str, worker: int, ms: list[float], sent: int) -> d
     return {"rep": rep, "variant": variant, "worker": worker, "step_ms": ms, "sent": sent, "received": sent}
 
 
+def _others(rep: int) -> list[dict]:
+    return [_block(rep, "rows+pshead", 0, [500.0], 1), _block(rep, "pooled+pshead", 0, [250.0], 1)]
+
+
 def test_summary_takes_medians_per_repetition_and_bytes_per_host_and_step():
     blocks = [_block(0, "rows", 0, [300, 310, 900], 9_000_000), _block(0, "rows", 1, [305, 320, 330], 12_000_000),
               _block(0, "pooled", 0, [200, 210, 220], 6_000_000), _block(0, "pooled", 1, [190, 205, 230], 6_000_000),
-              _block(1, "rows", 0, [400, 400, 400], 9_000_000), _block(1, "pooled", 0, [200, 200, 200], 6_000_000)]
+              _block(1, "rows", 0, [400, 400, 400], 9_000_000), _block(1, "pooled", 0, [200, 200, 200], 6_000_000),
+              *_others(0), *_others(1)]
     summary = summarize(blocks)
     assert summary["per_repetition"]["rows"]["step_ms"] == [315.0, 400.0]
     assert summary["per_repetition"]["pooled"]["step_ms"] == [207.5, 200.0]
     assert summary["per_repetition"]["rows"]["sent_mb"] == pytest.approx([3.5, 3.0])
-    assert summary["rows_over_pooled_step"] == pytest.approx([315 / 207.5, 2.0])
-    assert summary["rows_over_pooled_step_median"] == pytest.approx((315 / 207.5 + 2.0) / 2)
+    assert summary["step_ratios"]["rows / pooled"] == pytest.approx([315 / 207.5, 2.0])
+    assert summary["step_ratio_medians"]["rows / pooled"] == pytest.approx((315 / 207.5 + 2.0) / 2)
+    assert summary["step_ratio_medians"]["rows+pshead / pooled+pshead"] == pytest.approx(2.0)
+    assert summary["step_ratios"]["pooled+pshead / pooled"] == pytest.approx([250 / 207.5, 1.25])
 
 
 def test_summary_refuses_a_repetition_missing_a_variant():
     with pytest.raises(ValueError):
-        summarize([_block(0, "rows", 0, [1.0], 1)])
+        summarize([_block(0, "rows", 0, [1.0], 1), *_others(0)])
