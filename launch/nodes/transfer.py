@@ -79,15 +79,16 @@ class Transfer:
     @property
     def bytes_per_s(self) -> float:
         """The path's sustained rate: `steady_rate` of the receiver's arrivals past the bucket's
-        burst, its pauses left out where a shaper was seen or the shape stage that looks for one
-        failed (there the shaper sets the rate and an idle link is the probes' scheduling; on a
-        loopback or an unshaped path the machines set it, and their CPUs being elsewhere is part of
-        it: leaving those pauses out read a loopback under load at 1.7-4.6x its arrivals' span);
-        where there are fewer than two (no kernel times, the receiver's line lost), the
+        burst, its pauses left out on a path between nodes (one asked for the `shape` stage, which
+        `network_facts` asks of every path but the loopback, whatever the stage found: a blast that
+        under-delivers on a loaded machine sees no queue on a shaped link too), where an idle link
+        is the probes' scheduling; on the loopback the CPUs set the rate and their being elsewhere
+        is part of it (left out, those pauses read a loopback under load at 1.7-4.6x its arrivals'
+        span); where there are fewer than two (no kernel times, the receiver's line lost), the
         stream's bytes less the burst, which passed at once at its start, over the sender's time
         (without the burst taken out, a short stream reads a shaped link fast by burst / (rate x
         seconds): 1 % for 0.5 s at 100 Mbit/s behind a 64 KiB bucket, 10 % at 10 Mbit/s)."""
-        steady = steady_rate(self.arrivals, self.burst_bytes, pauses_out=self.queue_seconds > 0 or self.shape_error is not None)
+        steady = steady_rate(self.arrivals, self.burst_bytes, pauses_out=self.blast is not None or self.shape_error is not None)
         return steady if steady is not None else (self.nbytes - self.burst_bytes) / self.seconds
 
     @cached_property  # the blast's analysis, read by the rate, the queue and the burst alike
