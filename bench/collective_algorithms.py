@@ -35,6 +35,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -44,11 +45,14 @@ from typing import Any
 import click
 
 from bench.cluster.network import PROFILES, apply_profile
+from bench.cluster.results import Profile
 from bench.results_log import write_invocation
+from bench.sigterm import sigterm_exits
 
 LEADER = "/job:worker/replica:0/task:0"
 HEAD_FLOATS = 32 * 512 + 512 + 512 * 512 + 512 + 512 + 1  # the embed workload's head (bench/workloads/models.py)
 OP_TIMEOUT_MS = 60_000
+RUN_TIMEOUT_S = 1200.0  # all the workers together, one deadline
 GROUP_KEY = 1
 PORT = 2300
 ALGORITHMS = ("ring", "ring_subdiv2", "a2a_gather", "a2a_a2a")
@@ -210,6 +214,44 @@ def _markdown(summary: list[dict], facts: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _run_workers(hosts: int, profile: Profile, iterations: int, warmup: int, scratch: Path) -> list[dict]:
+    """Runs one worker per namespace host under one deadline and returns their rows; a worker that
+    fails ends the wait (the others would block in its collectives), and every worker left is killed
+    on any way out."""
+    from tests.cluster.netns import NetnsCluster
+
+    parts = [scratch / f"worker{i}.json" for i in range(hosts)]
+    procs: list[subprocess.Popen[bytes]] = []
+    with NetnsCluster(hosts) as cluster:
+        apply_profile(cluster, profile)
+        given = {"cluster": {"worker": [f"{h.address}:{PORT}" for h in cluster.hosts]},
+                 "links": {"netns": [h.netns for h in cluster.hosts], "veths": [h.veth for h in cluster.hosts],
+                           "root_pid": os.getpid()}}
+        try:
+            for i, (host, part) in enumerate(zip(cluster.hosts, parts, strict=True)):
+                with part.with_suffix(".log").open("wb") as log:
+                    procs.append(subprocess.Popen(
+                        host.exec_argv(sys.executable, "-m", "bench.collective_algorithms", "--iterations", str(iterations),
+                                       "--warmup", str(warmup), "--out", str(part), "--markdown", "-", "--worker", str(i),
+                                       "--spec", json.dumps(given)),
+                        stderr=log, stdin=subprocess.DEVNULL))
+            deadline = time.monotonic() + RUN_TIMEOUT_S
+            while any(p.poll() is None for p in procs):
+                if time.monotonic() > deadline or any(p.returncode for p in procs if p.poll() is not None):
+                    break
+                time.sleep(1.0)
+            codes = [-1 if p.poll() is None else p.returncode for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait(timeout=30)
+    if any(codes):
+        tail = "".join(part.with_suffix(".log").read_text(errors="replace")[-1500:] for part in parts)
+        raise click.ClickException(f"a worker failed or passed the deadline (-1): exit codes {codes}:\n{tail}")
+    return [row for part in parts for row in json.loads(part.read_text())]
+
+
 @click.command(help=__doc__.split("\n\n")[0])
 @click.option("--hosts", type=click.IntRange(min=2), default=4, show_default=True)
 @click.option("--profile", type=click.Choice(sorted(PROFILES)), default="commodity", show_default=True)
@@ -226,39 +268,14 @@ def main(hosts: int, profile: str, iterations: int, warmup: int, out: Path, mark
         rows = _worker(worker, given["cluster"], iterations, warmup, given["links"])
         out.write_text(json.dumps(rows) + "\n")
         return
-    from tests.cluster.netns import NetnsCluster, missing_requirements
+    from tests.cluster.netns import missing_requirements
 
     if (why := missing_requirements()) is not None:
         raise click.ClickException(why)
     started, load_start = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), os.getloadavg()[0]
-    with NetnsCluster(hosts) as cluster:
-        apply_profile(cluster, PROFILES[profile])
-        given = {"cluster": {"worker": [f"{h.address}:{PORT}" for h in cluster.hosts]},
-                 "links": {"netns": [h.netns for h in cluster.hosts], "veths": [h.veth for h in cluster.hosts],
-                           "root_pid": os.getpid()}}
-        parts = [out.with_suffix(f".worker{i}.tmp") for i in range(hosts)]
-        logs = [part.with_suffix(".log").open("wb") for part in parts]
-        procs = [subprocess.Popen(host.exec_argv(sys.executable, "-m", "bench.collective_algorithms",
-                                                 "--iterations", str(iterations), "--warmup", str(warmup),
-                                                 "--out", str(part), "--markdown", "-", "--worker", str(i),
-                                                 "--spec", json.dumps(given)),
-                                  stderr=log)
-                 for i, (host, part, log) in enumerate(zip(cluster.hosts, parts, logs, strict=True))]
-        try:
-            codes = [p.wait(timeout=1200) for p in procs]
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
-    for log in logs:
-        log.close()
-    if any(codes):
-        raise click.ClickException(f"a worker failed: exit codes {codes}, see {parts[0].with_suffix('.log')}")
-    rows = [row for part in parts for row in json.loads(part.read_text())]
-    for part in parts:
-        part.unlink()
-        part.with_suffix(".log").unlink()
+    # a SIGTERM (`timeout 900`) unwinds through the workers' kill and the namespace hosts' teardown
+    with sigterm_exits(), tempfile.TemporaryDirectory(prefix="collective-algorithms-") as scratch:
+        rows = _run_workers(hosts, PROFILES[profile], iterations, warmup, Path(scratch))
     summary = _summary(rows)
     facts = {"started": started, "ended": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
              "load_start": round(load_start, 2), "load_end": round(os.getloadavg()[0], 2), "hosts": hosts,

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -47,6 +46,7 @@ import numpy as np
 
 from bench.loopback_ps_step import _cpu_s, _free_port, ncf_loss
 from bench.results_log import write_invocation
+from bench.sigterm import sigterm_exits
 
 CASES = ("local", "ps", "embeddings_on_ps", "tiny_local", "tiny_ps")
 # (sparse, dense) synchronous PS pieces of each case; its local counterpart
@@ -205,11 +205,6 @@ def _wait_all(workers: list[_Child], ps: _Child, timeout_s: float, poll_s: float
         time.sleep(poll_s)
 
 
-def _exit_on_sigterm(signum: int, frame: object) -> None:
-    """A SIGTERM to the run ends it through its `finally`, which kills every child."""
-    raise SystemExit(128 + signum)
-
-
 def _ps_command(spec: dict, out: Path) -> list[str]:
     return [sys.executable, "-m", "bench.loopback_ps_step", "--out", str(out), "--ps-task", json.dumps(spec)]
 
@@ -232,18 +227,17 @@ def _run(num_workers: int, steps: int, rounds: int, out: Path) -> list[dict]:
             children.append(_Child(name, subprocess.Popen(command, stderr=err), stderr))
         return children[-1].proc.pid
 
-    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    try:
-        ps_pid = start("the PS", _ps_command(spec, out), logs[-1])
-        for i, part in enumerate(parts):
-            start(f"worker {i}", _worker_command(i, spec, steps, rounds, part, ps_pid), logs[i])
-        failure = _wait_all(children[1:], children[0], deadline_s(steps, rounds))
-    finally:
-        for child in children:
-            if child.proc.poll() is None:
-                child.proc.kill()
-                child.proc.wait()
-        signal.signal(signal.SIGTERM, previous)
+    with sigterm_exits():  # a SIGTERM to the run ends it through the `finally`, which kills every child
+        try:
+            ps_pid = start("the PS", _ps_command(spec, out), logs[-1])
+            for i, part in enumerate(parts):
+                start(f"worker {i}", _worker_command(i, spec, steps, rounds, part, ps_pid), logs[i])
+            failure = _wait_all(children[1:], children[0], deadline_s(steps, rounds))
+        finally:
+            for child in children:
+                if child.proc.poll() is None:
+                    child.proc.kill()
+                    child.proc.wait()
     if failure:
         raise click.ClickException(failure)
     rows = [row for part in parts for row in json.loads(part.read_text())]

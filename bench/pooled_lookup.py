@@ -1,5 +1,7 @@
 """What pooling the bags on the PS would save the embed workload: rows against per-example partial sums.
 
+As root (it makes network namespaces and shapes their links):
+
     flock /work/wt/bench.lock timeout 900 .venv/bin/python -m bench.pooled_lookup \\
         --out bench/results/pooled-lookup.json --markdown /tmp/pooled-lookup.md
 
@@ -48,6 +50,7 @@ import numpy as np
 
 from bench.paths import REPO
 from bench.results_log import write_invocation
+from bench.sigterm import sigterm_exits
 
 # `+pshead`: the head cut on axis 0 over the PS tasks, as PartitionedPS holds it, instead of all-reduced
 VARIANTS = ("rows", "pooled", "rows+pshead", "pooled+pshead")
@@ -63,6 +66,9 @@ BARRIER_KEY = {"rows": 12, "pooled": 22, "rows+pshead": 42, "pooled+pshead": 52,
 # 64 steps and 1.4e-3 after 208 (one process, one worker; docs/performance.md), so the run's end is
 # reported, not asserted.
 TOLERANCE = 1e-6
+# a worker's session call (a step, the set-up barrier while the chief initializes) that takes longer
+# fails the run: a wedged collective or PS call ends it instead of waiting for the parent's deadline
+OP_TIMEOUT_MS = 60_000
 POOL_BATCHES = 8
 SEED = 1
 
@@ -344,6 +350,7 @@ def _run_worker(index: int, spec: dict[str, list[str]], steps: int, warmup: int,
     session_config = tf.compat.v1.ConfigProto()
     session_config.CopyFrom(config)
     session_config.device_filters.extend(["/job:ps", worker])
+    session_config.operation_timeout_in_ms = OP_TIMEOUT_MS
     data_ids, data_labels = _worker_data(model, index)
     done = dict.fromkeys(VARIANTS, 0)
     blocks, checks = [], []
@@ -468,9 +475,13 @@ def main(host_count: int, rate_mbit: str, steps: int, warmup: int, reps: int, ti
         else:
             _run_worker(task, cluster, steps, warmup, reps, out)
         return
+    from tests.cluster.netns import missing_requirements
+    if (why := missing_requirements()) is not None:
+        raise click.ClickException(why)
     facts: dict[str, Any] = {"start": _utc(), "load_start": os.getloadavg()[0], "hosts": host_count,
                              "rate_mbit": int(rate_mbit), "steps": steps, "warmup": warmup, "model": Model().__dict__}
-    with tempfile.TemporaryDirectory(prefix="pooled-lookup-") as scratch:
+    # a SIGTERM (`timeout 900`) unwinds through _measure's `finally` and the namespace hosts' teardown
+    with sigterm_exits(), tempfile.TemporaryDirectory(prefix="pooled-lookup-") as scratch:
         measured = _measure(host_count, int(rate_mbit), steps, warmup, reps, timeout_s, Path(scratch))
     [warm, end] = measured["checks"]
     facts |= {"end": _utc(), "load_end": os.getloadavg()[0], "checks": measured["checks"],
