@@ -14,8 +14,6 @@ bench/results/network_start.json (keyed by --label, e.g. the commit measured) an
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import tempfile
 import time
@@ -27,7 +25,7 @@ from adrun.spec import load_spec
 from bench.cluster.network import write_adrun_spec
 from bench.cost_model_check import PAYLOAD_SHARE
 from bench.paths import RESULTS_DIR
-from bench.results_log import append_entry
+from bench.results_log import run_labelled_hosts_benchmark
 from tests.cluster.netns import NetnsCluster, bucket_bytes, queue_bytes
 
 OUT = RESULTS_DIR / "network_start.json"
@@ -74,16 +72,7 @@ def measure(hosts: int, rate_mbit: float, reps: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hosts", type=int, default=4)
-    parser.add_argument("--rate-mbit", type=float, default=100, help="0: unshaped")
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--label", required=True, help="what is measured, e.g. the commit")
-    parser.add_argument("--out", type=Path, default=OUT)
-    args = parser.parse_args()
-    entry = append_entry(args.out, args.label, measure(args.hosts, args.rate_mbit, args.reps))
-    print(json.dumps({"label": args.label, **entry["summary"]}, indent=1))
-
+    run_labelled_hosts_benchmark(__doc__.splitlines()[0], measure, out=OUT, hosts=4, reps=3)
 
 if __name__ == "__main__":
     main()

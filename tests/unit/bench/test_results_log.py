@@ -5,7 +5,7 @@ import json
 import os
 import sys
 
-from bench.results_log import append_entry, write_invocation
+from bench.results_log import append_entry, run_labelled_hosts_benchmark, write_invocation
 
 
 def test_entries_are_appended_with_label_time_and_machine_first(tmp_path):
@@ -27,3 +27,20 @@ def test_an_invocation_is_written_with_its_command_cpus_facts_then_rows(tmp_path
     assert list(written) == ["command", "cpus", "elements", "results"]
     assert written == {"command": "bench/collective_cpu.py --rounds 3", "cpus": os.cpu_count(), "elements": 256,
                        "results": [{"round": 0, "cpu_ms": 1.5}]}
+
+
+def test_a_hosts_benchmark_measures_what_its_command_line_asks_and_appends_it_under_the_label(tmp_path, monkeypatch,
+                                                                                              capsys):
+    out = tmp_path / "start.json"
+    asked = []
+
+    def measure(hosts: int, rate_mbit: float, reps: int) -> dict:
+        asked.append((hosts, rate_mbit, reps))
+        return {"hosts": hosts, "summary": {"median_s": 6.0}}
+
+    monkeypatch.setattr(sys, "argv", ["bench/network_start.py", "--hosts", "8", "--label", "probes", "--out", str(out)])
+    run_labelled_hosts_benchmark("what it measures", measure, out=tmp_path / "unused.json", hosts=4, reps=3)
+    assert asked == [(8, 100.0, 3)]  # the given host count, the defaults for the rest
+    [entry] = json.loads(out.read_text())
+    assert (entry["label"], entry["hosts"], entry["summary"]) == ("probes", 8, {"median_s": 6.0})
+    assert json.loads(capsys.readouterr().out) == {"label": "probes", "median_s": 6.0}
