@@ -44,6 +44,7 @@ from typing import Any
 
 import click
 
+from bench.children import Children
 from bench.cluster.network import PROFILES, apply_profile
 from bench.cluster.results import Profile
 from bench.results_log import write_invocation
@@ -217,38 +218,24 @@ def _markdown(summary: list[dict], facts: dict) -> str:
 def _run_workers(hosts: int, profile: Profile, iterations: int, warmup: int, scratch: Path) -> list[dict]:
     """Runs one worker per namespace host under one deadline and returns their rows; a worker that
     fails ends the wait (the others would block in its collectives), and every worker left is killed
-    on any way out."""
+    on any way out (bench/children.py), before the namespace hosts go."""
     from tests.cluster.netns import NetnsCluster
 
     parts = [scratch / f"worker{i}.json" for i in range(hosts)]
-    procs: list[subprocess.Popen[bytes]] = []
-    with NetnsCluster(hosts) as cluster:
+    with NetnsCluster(hosts) as cluster, Children() as children:
         apply_profile(cluster, profile)
         given = {"cluster": {"worker": [f"{h.address}:{PORT}" for h in cluster.hosts]},
                  "links": {"netns": [h.netns for h in cluster.hosts], "veths": [h.veth for h in cluster.hosts],
                            "root_pid": os.getpid()}}
-        try:
-            for i, (host, part) in enumerate(zip(cluster.hosts, parts, strict=True)):
-                with part.with_suffix(".log").open("wb") as log:
-                    procs.append(subprocess.Popen(
-                        host.exec_argv(sys.executable, "-m", "bench.collective_algorithms", "--iterations", str(iterations),
-                                       "--warmup", str(warmup), "--out", str(part), "--markdown", "-", "--worker", str(i),
-                                       "--spec", json.dumps(given)),
-                        stderr=log, stdin=subprocess.DEVNULL))
-            deadline = time.monotonic() + RUN_TIMEOUT_S
-            while any(p.poll() is None for p in procs):
-                if time.monotonic() > deadline or any(p.returncode for p in procs if p.poll() is not None):
-                    break
-                time.sleep(1.0)
-            codes = [-1 if p.poll() is None else p.returncode for p in procs]
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait(timeout=30)
-    if any(codes):
+        for i, (host, part) in enumerate(zip(cluster.hosts, parts, strict=True)):
+            children.start(f"worker {i}", host.exec_argv(
+                sys.executable, "-m", "bench.collective_algorithms", "--iterations", str(iterations), "--warmup", str(warmup),
+                "--out", str(part), "--markdown", "-", "--worker", str(i), "--spec", json.dumps(given)),
+                log=part.with_suffix(".log"))
+        failure = children.wait(RUN_TIMEOUT_S, poll_s=1.0)
+    if failure:
         tail = "".join(part.with_suffix(".log").read_text(errors="replace")[-1500:] for part in parts)
-        raise click.ClickException(f"a worker failed or passed the deadline (-1): exit codes {codes}:\n{tail}")
+        raise click.ClickException(f"{failure}:\n{tail}")
     return [row for part in parts for row in json.loads(part.read_text())]
 
 

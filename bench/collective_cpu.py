@@ -29,9 +29,13 @@ from pathlib import Path
 
 import click
 
+from bench.children import Children
 from bench.results_log import write_invocation
 
 LEADER = "/job:worker/replica:0/task:0"
+WARM_UP_STEPS = 100
+START_UP_S = 120.0  # TensorFlow's import, the servers, the session, the collectives' first resolution
+STEP_BOUND_S = 0.1  # some 10 times the slowest step measured (9.6 ms wall, K = 8 at load 6.7)
 
 
 def _free_port() -> int:
@@ -72,6 +76,13 @@ def _cases(tf, counts: Sequence[int], elements: int) -> dict:
     return ops
 
 
+def deadline_s(counts: Sequence[int], steps: int, rounds: int) -> float:
+    """How long a run may take: its start-up, then every case's steps (warm-up and timed) at
+    `STEP_BOUND_S` each; a hang guard, far above any step measured."""
+    cases = sum(1 if k == 0 else 2 for k in counts)
+    return START_UP_S + cases * (WARM_UP_STEPS + rounds * steps) * STEP_BOUND_S
+
+
 def _worker(index: int, cluster: dict, counts: Sequence[int], elements: int, steps: int, rounds: int) -> list[dict]:
     import tensorflow as tf
     tf.compat.v1.disable_eager_execution()
@@ -87,7 +98,7 @@ def _worker(index: int, cluster: dict, counts: Sequence[int], elements: int, ste
     with tf.compat.v1.Session(server.target, config=session_config) as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
         for op in ops.values():  # warm-up (the collectives' group and instances resolve on first use)
-            for _ in range(100):
+            for _ in range(WARM_UP_STEPS):
                 sess.run(op)
         for rnd in range(rounds):
             for case, op in ops.items():
@@ -98,6 +109,11 @@ def _worker(index: int, cluster: dict, counts: Sequence[int], elements: int, ste
                              "wall_ms": (time.perf_counter() - wall) / steps * 1e3,
                              "cpu_ms": (_cpu_s() - cpu) / steps * 1e3, "load_average": os.getloadavg()[0]})
     return rows
+
+
+def _worker_command(index: int, spec: dict, counts: str, elements: int, steps: int, rounds: int, part: Path) -> list[str]:
+    return [sys.executable, "-m", "bench.collective_cpu", "--ops", counts, "--elements", str(elements), "--steps", str(steps),
+            "--rounds", str(rounds), "--out", str(part), "--worker", str(index), "--cluster", json.dumps(spec)]
 
 
 @click.command(help=__doc__.split("\n\n")[0])
@@ -116,19 +132,15 @@ def main(counts: str, elements: int, steps: int, rounds: int, out: Path, worker:
         return
     spec = {"worker": [f"127.0.0.1:{_free_port()}", f"127.0.0.1:{_free_port()}"]}
     parts = [out.with_suffix(f".worker{i}.tmp") for i in range(2)]
-    procs = [subprocess.Popen([sys.executable, "-m", "bench.collective_cpu", "--ops", counts, "--elements", str(elements),
-                               "--steps", str(steps), "--rounds", str(rounds), "--out", str(part), "--worker", str(i),
-                               "--cluster", json.dumps(spec)], stderr=subprocess.DEVNULL)
-             for i, part in enumerate(parts)]
-    try:
-        codes = [p.wait() for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    if any(codes):
-        raise click.ClickException(f"a worker failed: exit codes {codes}")
+    # a worker that fails leaves the other blocked in its collectives: the run ends at once, and
+    # the workers are killed on any way out (a SIGTERM too: `timeout 900 ...`)
+    with Children() as children:
+        for i, part in enumerate(parts):
+            children.start(f"worker {i}", _worker_command(i, spec, counts, elements, steps, rounds, part),
+                           stderr=subprocess.DEVNULL)
+        failure = children.wait(deadline_s(ks, steps, rounds), poll_s=0.5)
+    if failure:
+        raise click.ClickException(str(failure))
     results = [row for part in parts for row in json.loads(part.read_text())]
     for part in parts:
         part.unlink()

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import click
 
+from bench.children import Children, Role
 from bench.results_log import write_invocation
 
 CASES = ("local", "ps", "embeddings_on_ps", "embeddings_on_ps_global_step", "tiny_local", "tiny_ps", "wide_local",
@@ -158,9 +159,10 @@ def main(steps: int, rounds: int, wide_rows: int, hops: str | None, out: Path, p
     import tensorflow as tf
     tf.compat.v1.disable_eager_execution()
     cluster = {"worker": [f"127.0.0.1:{_free_port()}"], "ps": [f"127.0.0.1:{_free_port()}"]}
-    ps = subprocess.Popen([sys.executable, "-m", "bench.loopback_ps_step", "--out", str(out), "--ps-task",
-                           json.dumps(cluster)], stderr=subprocess.DEVNULL)
-    try:
+    # the PS is killed on any way out, a SIGTERM too (bench/children.py)
+    with Children() as children:
+        ps = children.start("the PS", [sys.executable, "-m", "bench.loopback_ps_step", "--out", str(out), "--ps-task",
+                                       json.dumps(cluster)], role=Role.SERVER, stderr=subprocess.DEVNULL).proc
         server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name="worker", task_index=0)
         ops = (_chain_ops(tf, "/job:worker/task:0", "/job:ps/task:0", [int(k) for k in hops.split(",")]) if hops
                else _train_ops(tf, "/job:worker/task:0", "/job:ps/task:0", wide_rows))
@@ -192,9 +194,6 @@ def main(steps: int, rounds: int, wide_rows: int, hops: str | None, out: Path, p
                                f"(worker) + {row['ps_cpu_ms']:.2f} (PS) ms, switches {row['worker_switches']:.1f} + "
                                f"{row['ps_switches']:.1f}, run queue {row['worker_runqueue_ms']:.3f} + "
                                f"{row['ps_runqueue_ms']:.3f} ms per step")
-    finally:
-        ps.kill()
-        ps.wait()
     write_invocation(out, results)
 
 

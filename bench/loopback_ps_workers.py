@@ -25,28 +25,27 @@ counterpart, over every process, is its synchronization's CPU. The workers run t
 order, each `--steps` steps a round, in lock step (the chief's take waits for every push, each
 other worker for its token); each worker measures its own CPU, the chief the PS's. The run stops
 with the reason when a worker fails, the PS exits or its deadline (`deadline_s`) passes, keeping
-the failed process's stderr (`<out>.worker<i>.err`, `<out>.ps.err`), and kills every process it
-started on any way out, SIGTERM included. Run it under the benchmark lock. `--summarize` reads the runs of a results file (one run, or bench/results/
-loopback-ps-workers.json's invocations) and prints each case's synchronization against n times
-its one-worker figure (docs/cost-model.md, "The PS terms at n workers").
+the failed process's output (`<out>.worker<i>.err`, `<out>.ps.err`), and kills every process it
+started on any way out, SIGTERM included (bench/children.py). Run it under the benchmark lock.
+`--summarize` reads the runs of a results file (one run, or bench/results/loopback-ps-workers.json's
+invocations) and prints each case's synchronization against n times its one-worker figure
+(docs/cost-model.md, "The PS terms at n workers").
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import click
 import numpy as np
 
 from bench.loopback_ps_step import _cpu_s, _free_port, ncf_loss
+from bench.children import Children, Role
 from bench.results_log import write_invocation
-from bench.sigterm import sigterm_exits
 
 CASES = ("local", "ps", "embeddings_on_ps", "tiny_local", "tiny_ps")
 # (sparse, dense) synchronous PS pieces of each case; its local counterpart
@@ -170,39 +169,10 @@ def synchronization_cpu_ms(results: list[dict]) -> dict[str, list[float]]:
             for case, base in BASELINE.items()}
 
 
-@dataclass
-class _Child:
-    """A process the run started, its name in messages and the file its stderr goes to."""
-
-    name: str
-    proc: subprocess.Popen
-    stderr: Path
-
-
 def deadline_s(steps: int, rounds: int) -> float:
     """How long a run may take: its start-up, then every worker's steps (warm-up and timed) at
     `STEP_BOUND_S` each, some 7 times the slowest step measured (15 ms wall, n = 3 at load 9)."""
     return START_UP_S + len(CASES) * (WARM_UP_STEPS + rounds * steps) * STEP_BOUND_S
-
-
-def _wait_all(workers: list[_Child], ps: _Child, timeout_s: float, poll_s: float = 0.5) -> str | None:
-    """None once every worker has ended well; else why the run failed, as soon as it has. A worker
-    that fails leaves the others waiting forever (for the chief's initialization, its take, their
-    tokens), and so does a PS that ends (its server runs until killed: it ends only by failing,
-    e.g. its port taken before it bound it), so either ends the wait, and so does the deadline."""
-    end = time.monotonic() + timeout_s
-    while True:
-        codes = [w.proc.poll() for w in workers]
-        if failed := next((w for w, code in zip(workers, codes, strict=True) if code), None):
-            return f"{failed.name} failed: exit codes {codes}; its stderr: {failed.stderr}"
-        if all(code is not None for code in codes):
-            return None
-        if ps.proc.poll() is not None:
-            return (f"{ps.name} exited ({ps.proc.returncode}) before the workers finished (exit codes {codes}); "
-                    f"its stderr: {ps.stderr}")
-        if time.monotonic() > end:
-            return f"the run passed its deadline of {timeout_s:.0f} s (exit codes {codes}); stderr: {ps.stderr.parent}"
-        time.sleep(poll_s)
 
 
 def _ps_command(spec: dict, out: Path) -> list[str]:
@@ -215,31 +185,21 @@ def _worker_command(task: int, spec: dict, steps: int, rounds: int, part: Path, 
 
 
 def _run(num_workers: int, steps: int, rounds: int, out: Path) -> list[dict]:
-    """Starts the PS and the workers, waits for them and returns the workers' rows; every child is
-    killed on any way out (a failure, the deadline, SIGTERM, an exception)."""
+    """Starts the PS and the workers, waits for them and returns the workers' rows. A worker that
+    fails leaves the others waiting forever (for the chief's initialization, its take, their
+    tokens), and so does a PS that ends (its server runs until killed: it ends only by failing,
+    e.g. its port taken before it bound it), so either ends the run, and so does the deadline;
+    every child is killed on any way out (bench/children.py)."""
     spec = {"worker": [f"127.0.0.1:{_free_port()}" for _ in range(num_workers)], "ps": [f"127.0.0.1:{_free_port()}"]}
     parts = [out.with_suffix(f".worker{i}.tmp") for i in range(num_workers)]
     logs = [*(part.with_suffix(".err") for part in parts), out.with_suffix(".ps.err")]
-    children: list[_Child] = []
-
-    def start(name: str, command: list[str], stderr: Path) -> int:
-        with stderr.open("w") as err:
-            children.append(_Child(name, subprocess.Popen(command, stderr=err), stderr))
-        return children[-1].proc.pid
-
-    with sigterm_exits():  # a SIGTERM to the run ends it through the `finally`, which kills every child
-        try:
-            ps_pid = start("the PS", _ps_command(spec, out), logs[-1])
-            for i, part in enumerate(parts):
-                start(f"worker {i}", _worker_command(i, spec, steps, rounds, part, ps_pid), logs[i])
-            failure = _wait_all(children[1:], children[0], deadline_s(steps, rounds))
-        finally:
-            for child in children:
-                if child.proc.poll() is None:
-                    child.proc.kill()
-                    child.proc.wait()
+    with Children() as children:
+        ps_pid = children.start("the PS", _ps_command(spec, out), log=logs[-1], role=Role.SERVER).proc.pid
+        for i, part in enumerate(parts):
+            children.start(f"worker {i}", _worker_command(i, spec, steps, rounds, part, ps_pid), log=logs[i])
+        failure = children.wait(deadline_s(steps, rounds), poll_s=0.5)
     if failure:
-        raise click.ClickException(failure)
+        raise click.ClickException(str(failure))
     rows = [row for part in parts for row in json.loads(part.read_text())]
     for path in [*parts, *logs]:
         path.unlink()

@@ -34,9 +34,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -48,6 +46,7 @@ from typing import Any
 import click
 import numpy as np
 
+from bench.children import Children, Role
 from bench.paths import REPO
 from bench.results_log import write_invocation
 from bench.sigterm import sigterm_exits
@@ -404,52 +403,32 @@ def _utc() -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-
-
 def _measure(hosts: int, rate_mbit: int, steps: int, warmup: int, reps: int, timeout_s: float, scratch: Path) -> dict[str, Any]:
+    """Runs a PS task and a worker on each namespace host and returns the workers' blocks and the
+    chief's checks. A PS task that ends (the workers would wait for it until the deadline) or a
+    worker that fails ends the run; every task is stopped before the hosts go (bench/children.py)."""
     from bench.cluster.network import PROFILES, apply_profile
     from tests.cluster.netns import NetnsCluster
     profile = next(p for p in PROFILES.values() if p.rate_mbit == rate_mbit)
-    procs: list[subprocess.Popen[bytes]] = []
-    with NetnsCluster(hosts) as cluster:
+    with NetnsCluster(hosts) as cluster, Children() as children:
         apply_profile(cluster, profile)
         spec = json.dumps(cluster_spec([h.address for h in cluster.hosts]))
 
-        def start(host: Any, role: str, i: int, *extra: str) -> None:
-            argv = host.exec_argv(sys.executable, "-m", "bench.pooled_lookup", "--role", role, "--task", str(i),
+        def start(host: Any, job: str, i: int, *extra: str, role: Role = Role.WAITED) -> None:
+            argv = host.exec_argv(sys.executable, "-m", "bench.pooled_lookup", "--role", job, "--task", str(i),
                                   "--cluster", spec, *extra)
-            with (scratch / f"{role}{i}.log").open("wb") as log:
-                procs.append(subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                                              stdin=subprocess.DEVNULL, start_new_session=True))
+            children.start(f"{job}{i}", argv, log=scratch / f"{job}{i}.log", role=role, cwd=REPO)
 
-        try:
-            for i, host in enumerate(cluster.hosts):
-                start(host, "ps", i, "--out", os.devnull, "--markdown", os.devnull)
-            workers = len(procs)
-            for i, host in enumerate(cluster.hosts):
-                start(host, "worker", i, "--steps", str(steps), "--warmup", str(warmup), "--reps", str(reps),
-                      "--out", str(scratch / f"w{i}.json"), "--markdown", os.devnull)
-            deadline = time.monotonic() + timeout_s
-            while any(p.poll() is None for p in procs[workers:]):
-                if time.monotonic() > deadline or any(p.poll() is not None for p in procs[:workers]):
-                    break  # a PS task ended (the workers would wait for it until the timeout) or time is up
-                time.sleep(1.0)
-            codes = [-1 if p.poll() is None else p.returncode for p in procs[workers:]]
-        finally:
-            for p in procs:
-                _stop(p)
-    if any(codes):
+        for i, host in enumerate(cluster.hosts):
+            start(host, "ps", i, "--out", os.devnull, "--markdown", os.devnull, role=Role.SERVER)
+        for i, host in enumerate(cluster.hosts):
+            start(host, "worker", i, "--steps", str(steps), "--warmup", str(warmup), "--reps", str(reps),
+                  "--out", str(scratch / f"w{i}.json"), "--markdown", os.devnull)
+        failure = children.wait(timeout_s, poll_s=1.0)
+    if failure:
         tail = "".join((scratch / f"{role}{i}.log").read_text(errors="replace")[-1500:]
                        for role in ("ps", "worker") for i in range(hosts))
-        raise click.ClickException(f"a worker failed, exit codes {codes}:\n{tail}")
+        raise click.ClickException(f"{failure}:\n{tail}")
     per_worker = [json.loads((scratch / f"w{i}.json").read_text()) for i in range(hosts)]
     return {"blocks": [b for w in per_worker for b in w["blocks"]], "checks": per_worker[0]["checks"]}
 

@@ -25,6 +25,7 @@ from adrun.strategies import build_strategy
 from adrun.strategies.document import dump_strategy
 from tests.cluster.netns import NetnsCluster
 
+from ..children import Children, Role
 from ..paths import PEERS_DIR
 from .network import read_counters, write_adrun_spec
 from .results import EXCEPTION_LINE, PEER_TF_MWMS, PEER_TF_PS, HostBytes, RunConfig, RunResult, WorkerResult
@@ -147,17 +148,11 @@ class Launcher:
         argv = [python, "-m", "adrun", "--spec", str(self.spec(config.hosts)), "--strategy", str(plan), "--quiet",
                 "--log-dir", str(run_dir / "logs"), *self.workload_args(config.workload, steps, warmup, run_dir / "results")]
         log = run_dir / "adrun.log"
-        with log.open("wb") as out:
-            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    cwd=cwd, env=_env(self.scratch))
-            try:
-                code = proc.wait(timeout=self.timeout_s)
-            except subprocess.TimeoutExpired:
-                code = _stop(proc, signal.SIGINT)  # adrun's Ctrl-C path tears the whole job down
-            except BaseException:
-                _stop(proc, signal.SIGINT)
-                raise
-        return code, log.read_text(errors="replace")
+        # on the deadline (or any way out) adrun gets SIGINT: its Ctrl-C path tears the whole job down
+        with Children(grace_s=STOP_GRACE_S) as children:
+            adrun = children.start("adrun", argv, log=log, stop_signal=signal.SIGINT, cwd=cwd, env=_env(self.scratch))
+            children.wait(self.timeout_s)
+        return adrun.proc.returncode, log.read_text(errors="replace")
 
     # -- peers ------------------------------------------------------------------------------------
     def _run_peer(self, config: RunConfig, steps: int, warmup: int, run_dir: Path) -> tuple[int, str]:
@@ -179,25 +174,15 @@ class Launcher:
                 workers.append(host.exec_argv(self.python, peer, *cluster_args, "--task-index", str(i), *common))
         else:
             raise ValueError(f"unknown peer {config.system!r}")
-        procs: list[tuple[str, subprocess.Popen[bytes]]] = []
-        try:
-            for i, argv in enumerate(servers):
-                procs.append((f"ps{i}", _start(argv, run_dir / f"ps{i}.log", self.repo, self.scratch)))
-            waited = [(f"w{i}", _start(argv, run_dir / f"w{i}.log", self.repo, self.scratch))
-                      for i, argv in enumerate(workers)]
-            procs += waited
-            deadline = time.monotonic() + self.timeout_s
-            codes = []
-            for _, proc in waited:
-                try:
-                    codes.append(proc.wait(timeout=max(0.0, deadline - time.monotonic())))
-                except subprocess.TimeoutExpired:
-                    codes.append(_stop(proc, signal.SIGTERM))
-        finally:
-            for _, proc in procs:
-                _stop(proc, signal.SIGTERM)
-        code = next((c for c in codes if c != 0), 0)
-        log = "".join(f"--- {tag}\n" + (run_dir / f"{tag}.log").read_text(errors="replace")[-LOG_TAIL:] for tag, _ in procs)
+        # a worker that fails (or a PS task) ends the run: the others would wait for it until the deadline
+        with Children(grace_s=STOP_GRACE_S) as children:
+            for tag, argv, role in [*((f"ps{i}", argv, Role.BESIDE) for i, argv in enumerate(servers)),
+                                    *((f"w{i}", argv, Role.WAITED) for i, argv in enumerate(workers))]:
+                children.start(tag, argv, log=run_dir / f"{tag}.log", role=role, cwd=self.repo, env=_env(self.scratch))
+            failure = children.wait(self.timeout_s)
+        code = 0 if failure is None else failure.child.proc.returncode
+        log = "".join(f"--- {c.name}\n" + (run_dir / f"{c.name}.log").read_text(errors="replace")[-LOG_TAIL:]
+                      for c in children.children)
         return code, log
 
 
@@ -222,29 +207,6 @@ def _env(scratch: Path) -> dict[str, str]:
     """The runs' environment: adrun's run records and job record go to a home in the scratch
     directory, not into the user's ~/.adrun."""
     return {**os.environ, "COLUMNS": "200", "PYTHONUNBUFFERED": "1", "ADRUN_HOME": str(scratch / "home")}
-
-
-def _start(argv: list[str], log: Path, cwd: Path, scratch: Path) -> subprocess.Popen[bytes]:
-    """A peer process in its own session (so it and its children can be ended as one group)."""
-    with log.open("wb") as out:
-        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd,
-                                env=_env(scratch), start_new_session=True)
-
-
-def _stop(proc: subprocess.Popen[bytes], sig: signal.Signals) -> int:
-    """End `proc` (its whole session when it has one): `sig`, then SIGKILL after a grace period."""
-    if proc.poll() is not None:
-        return proc.returncode
-    for s in (sig, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, s) if os.getpgid(proc.pid) == proc.pid else proc.send_signal(s)
-        except ProcessLookupError:
-            break
-        try:
-            return proc.wait(timeout=STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            continue
-    return proc.wait(timeout=STOP_GRACE_S)
 
 
 def _read_results(result_dir: Path, workers: int) -> tuple[list[WorkerResult], list[int]]:

@@ -3,22 +3,23 @@ takes and apply, the token queues; the one-worker step has none of them."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
-import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import tensorflow as tf
 
-from bench.loopback_ps_workers import (CASES, _Child, _wait_all, deadline_s, line_fit, merged, step_ops, summary,
+from bench.loopback_ps_workers import (CASES, deadline_s, line_fit, merged, step_ops, summary,
                                        synchronization_cpu_ms)
 from strategies.cost_model import PS_CALL_CPU_S, PS_DENSE_PIECE_CPU_S, PS_SPARSE_PIECE_CPU_S
+from tests.support.children import gone, kill_left, wait_for_files
+from tests.support.paths import REPO
 
 PS = "/job:ps/task:0"
-ROOT = Path(__file__).resolve().parents[3]
 
 
 def _ops_by_case(task: int, num_workers: int) -> dict[str, list[str]]:
@@ -136,116 +137,58 @@ def test_the_fits_once_a_step_part_comes_with_its_standard_error():
     assert summary(runs).splitlines()[2].endswith("| 2.00, +0.50 ± 1.32 |")  # 0.5 ms once: same residuals
 
 
-def _sleeper(seconds: float = 60) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})"])
-
-
-def _child(name: str, proc: subprocess.Popen, tmp_path: Path) -> _Child:
-    return _Child(name, proc, tmp_path / f"{name}.err")
-
-
-def _end(*procs: subprocess.Popen) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-
-
-def test_a_failed_worker_ends_the_wait_while_the_others_still_run(tmp_path):
-    """The others wait for the chief forever when it fails: the run must not wait for them."""
-    waiting, failed, ps = _sleeper(), subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"]), _sleeper()
-    try:
-        message = _wait_all([_child("worker 0", failed, tmp_path), _child("worker 1", waiting, tmp_path)],
-                            _child("the PS", ps, tmp_path), 600, poll_s=0.05)
-        assert message == f"worker 0 failed: exit codes [3, None]; its stderr: {tmp_path / 'worker 0.err'}"
-    finally:
-        _end(waiting, ps)
-
-
-def test_a_ps_that_exits_before_the_workers_end_the_wait_naming_it(tmp_path):
-    waiting, ps = _sleeper(), subprocess.Popen([sys.executable, "-c", "raise SystemExit(1)"])
-    try:
-        message = _wait_all([_child("worker 0", waiting, tmp_path)], _child("the PS", ps, tmp_path), 600, poll_s=0.05)
-        assert message == (f"the PS exited (1) before the workers finished (exit codes [None]); "
-                           f"its stderr: {tmp_path / 'the PS.err'}")
-    finally:
-        _end(waiting, ps)
-
-
-def test_the_wait_ends_at_its_deadline_and_the_run_bounds_its_steps():
-    waiting, ps = _sleeper(), _sleeper()
-    try:
-        message = _wait_all([_Child("worker 0", waiting, Path("w.err"))], _Child("the PS", ps, Path("/x/ps.err")), 0,
-                            poll_s=0.05)
-        assert message == "the run passed its deadline of 0 s (exit codes [None]); stderr: /x"
-    finally:
-        _end(waiting, ps)
+def test_the_run_bounds_its_steps():
     # start-up, then 5 cases x (200 warm-up + 3 x 1500 timed steps) x 0.1 s
     assert deadline_s(1500, 3) == pytest.approx(120 + 5 * 4700 * 0.1)
 
 
 _FAKE_RUN = """
-import os, sys, time
+import os, sys
 from pathlib import Path
 import bench.loopback_ps_workers as run
 pids = Path(sys.argv[1])
-sleeper = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(60)"
-ps = ("import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); sys.stderr.write('port taken'); "
-      "time.sleep(float(sys.argv[2])); raise SystemExit(1)")
+ready = "import os, sys; open(sys.argv[1] + '.tmp', 'w').write(str(os.getpid())); os.rename(sys.argv[1] + '.tmp', sys.argv[1]); "
+sleeper = ready + "import time; time.sleep(60)"
+ps = ready + "import time; sys.stderr.write('port taken'); time.sleep(float(sys.argv[2])); raise SystemExit(1)"
 run._ps_command = lambda spec, out: [sys.executable, "-c", ps, str(pids / "ps"), sys.argv[2]]
 run._worker_command = lambda task, *_: [sys.executable, "-c", sleeper, str(pids / f"worker{task}")]
 run.main(["--workers", "2", "--steps", "10", "--rounds", "1", "--out", str(pids / "out.json")])
 """
+CHILDREN = ("ps", "worker0", "worker1")
 
 
-def _fake_run(tmp_path: Path, ps_lives_s: float) -> tuple[subprocess.Popen, Path]:
+@contextmanager
+def _fake_run(tmp_path: Path, ps_lives_s: float) -> Iterator[tuple[subprocess.Popen, Path]]:
+    """The run with a PS that fails after `ps_lives_s` and workers that sleep; whatever is left
+    of it killed after the test."""
     pids = tmp_path / "pids"
     pids.mkdir()
-    parent = subprocess.Popen([sys.executable, "-c", _FAKE_RUN, str(pids), str(ps_lives_s)], cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return parent, pids
-
-
-def _alive(pids: Path) -> list[str]:
-    """The fake children still running (each wrote its pid; the run waits for those it kills)."""
-    found = []
-    for name in ("ps", "worker0", "worker1"):
-        try:
-            os.kill(int((pids / name).read_text()), 0)
-            found.append(name)
-        except (ProcessLookupError, FileNotFoundError, ValueError):
-            pass
-    return found
-
-
-def _kill_left(pids: Path) -> None:
-    for name in _alive(pids):
-        os.kill(int((pids / name).read_text()), signal.SIGKILL)
+    parent = subprocess.Popen([sys.executable, "-c", _FAKE_RUN, str(pids), str(ps_lives_s)], cwd=REPO,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        yield parent, pids
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        parent.communicate()
+        kill_left(int((pids / name).read_text()) for name in CHILDREN if (pids / name).exists())
 
 
 def test_a_run_whose_ps_exits_early_fails_naming_it_and_leaves_no_child(tmp_path):
-    parent, pids = _fake_run(tmp_path, ps_lives_s=1)
-    try:
+    with _fake_run(tmp_path, ps_lives_s=1) as (parent, pids):
         _, err = parent.communicate(timeout=120)
         assert parent.returncode == 1
-        assert "the PS exited (1) before the workers finished (exit codes [None, None])" in err
+        assert ("the PS exited (1) before the others finished (exit codes: the PS 1, worker 0 None, worker 1 None); "
+                f"its output: {pids / 'out.ps.err'}") in err
         assert (pids / "out.ps.err").read_text() == "port taken"  # kept for reading
-        assert _alive(pids) == []
-    finally:
-        _end(parent)
-        _kill_left(pids)
+        # a worker killed before it wrote its pid is gone too
+        assert [name for name in CHILDREN if (pids / name).exists() and not gone(int((pids / name).read_text()))] == []
 
 
 def test_a_sigterm_to_the_run_kills_every_child_it_started(tmp_path):
-    parent, pids = _fake_run(tmp_path, ps_lives_s=60)
-    try:
-        while len([p for p in pids.iterdir() if p.name in ("ps", "worker0", "worker1") and p.read_text()]) < 3:
-            assert parent.poll() is None
-            time.sleep(0.05)
+    with _fake_run(tmp_path, ps_lives_s=60) as (parent, pids):
+        wait_for_files(*(pids / name for name in CHILDREN), while_running=parent)
         parent.send_signal(signal.SIGTERM)
         parent.communicate(timeout=120)
         assert parent.returncode == 128 + signal.SIGTERM
-        assert _alive(pids) == []
-    finally:
-        _end(parent)
-        _kill_left(pids)
+        assert [name for name in CHILDREN if not gone(int((pids / name).read_text()))] == []
