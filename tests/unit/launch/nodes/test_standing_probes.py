@@ -153,18 +153,10 @@ def test_a_probe_that_ends_mid_measurement_is_named_with_what_it_wrote():
     assert ending.stopped.is_set()
 
 
-@pytest.fixture
-def python_sigint():
-    """Python's own SIGINT handler (KeyboardInterrupt) for the test, whatever an earlier test in
-    this process left installed; the previous one back after it."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, previous)
-
-
-def test_ctrl_c_while_probes_start_stops_those_started_after_it(python_sigint):
+def test_ctrl_c_while_probes_start_stops_those_started_after_it():
     """A real SIGINT while the second node's probe is still starting: the measurement ends at once,
-    and that probe, started after, is stopped as it arrives."""
+    and that probe, started after, is stopped as it arrives. Python's own SIGINT handler is in
+    place however pytest was started (tests/conftest.py `python_sigint`)."""
     late = FakeStarted(ready(40002))
     first = FakeStarted(ready(40001))
     holder: dict[str, StandingProbes] = {}
