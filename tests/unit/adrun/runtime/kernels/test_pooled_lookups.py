@@ -18,7 +18,7 @@ tf1 = tf.compat.v1
 
 from adrun.runtime.kernels.devices import ps_device  # noqa: E402
 from adrun.runtime.kernels.pooled_lookups import (  # noqa: E402
-    CONTROL_FLOW, MAX_NORM, NOT_ON_PS, OTHER_AXIS, OTHER_CONSUMER, RANK, REDUCED_GRADIENT, WEIGHTED, Kind, Matches,
+    CONTROL_FLOW, GRADIENT_CHAIN, MAX_NORM, NOT_ON_PS, OTHER_AXIS, OTHER_CONSUMER, RANK, REDUCED_GRADIENT, WEIGHTED, Kind, Matches,
     pooled_lookups,
 )
 
@@ -119,7 +119,8 @@ def test_untrained_table_has_no_backward() -> None:
 def _refusal(make, **kwargs) -> str:
     _, _, _, matches = _build(make, **kwargs)
     assert matches.pooled == ()
-    return {r.reason for r in matches.refused}.pop()
+    (reason,) = {r.reason for r in matches.refused}  # every gather of the lookup refused for one reason
+    return reason
 
 
 @pytest.mark.parametrize(("make", "reason"), [
@@ -158,3 +159,10 @@ def test_lookup_in_control_flow_is_refused() -> None:
     assert matches.pooled == ()
     (refused,) = matches.refused
     assert refused.reason == CONTROL_FLOW and [op.type for op in refused.ops] in (["If"], ["StatelessIf"])
+
+
+def test_table_looked_up_twice_is_refused() -> None:
+    """Its gradient is the two lookups' IndexedSlices concatenated: no one reduction's gradient."""
+    make = lambda t: (tf.reduce_mean(tf.nn.embedding_lookup(t, IDS), axis=1)  # noqa: E731
+                      + tf.reduce_sum(tf.nn.embedding_lookup(t, IDS[::-1]), axis=1))
+    assert _refusal(make) == GRADIENT_CHAIN
