@@ -76,7 +76,7 @@ class Transfer:
         """The stream's bytes over its time, the token bucket's burst included."""
         return self.nbytes / self.seconds
 
-    @property
+    @cached_property  # read by the link's figures, its queue's bytes and the rings' agreement check alike
     def bytes_per_s(self) -> float:
         """The path's sustained rate: `steady_rate` of the receiver's arrivals past the bucket's
         burst, its pauses left out on a path between nodes (one asked for the `shape` stage, which
