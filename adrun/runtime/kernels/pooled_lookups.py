@@ -168,7 +168,8 @@ def _forward(gather: tf.Operation, on_ps: set[str]) -> tuple[list[tf.Operation],
 
 def _dense_grad_source(rows_grad: tf.Tensor, kind: Kind) -> tuple[tf.Tensor, list[tf.Operation]]:
     """d_pooled and the ops of `_MeanGrad`/`_SumGrad` from it to `rows_grad` ([batch, bag, dim]):
-    Reshape → Tile (→ RealDiv by the bag, for a mean)."""
+    Reshape → Tile (→ RealDiv by the bag, for a mean); a BroadcastTo instead of the Tile when the
+    rows' shape is not fully known when the graph is built (ids fed with an unknown batch)."""
     chain = []
     t = rows_grad
     if kind is Kind.MEAN:
@@ -176,7 +177,7 @@ def _dense_grad_source(rows_grad: tf.Tensor, kind: Kind) -> tuple[tf.Tensor, lis
             raise _Refused(GRADIENT_CHAIN)
         chain.append(t.op)
         t = t.op.inputs[0]
-    if t.op.type != "Tile" or t.op.inputs[0].op.type != "Reshape":
+    if t.op.type not in ("Tile", "BroadcastTo") or t.op.inputs[0].op.type != "Reshape":
         raise _Refused(GRADIENT_CHAIN)
     chain += [t.op, t.op.inputs[0].op]
     return t.op.inputs[0].op.inputs[0], chain[::-1]

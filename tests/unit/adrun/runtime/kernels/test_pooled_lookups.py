@@ -106,6 +106,30 @@ def test_sparse_lookup_is_found(combiner: str, kind: Kind) -> None:
     _d_pooled_agrees(graph, loss, pooled, matches)
 
 
+@pytest.mark.parametrize("partitioned", [False, True])
+@pytest.mark.parametrize(("reduce", "kind"), [(tf.reduce_mean, Kind.MEAN), (tf.reduce_sum, Kind.SUM)])
+def test_ids_of_unknown_batch_are_found(reduce, kind: Kind, partitioned: bool) -> None:
+    """Ids fed as [None, bag]: TF's gradient of the reduction broadcasts d_pooled (BroadcastTo)
+    where a known shape tiles it, and the mean's divisor is computed at run time."""
+    graph = tf.Graph()
+    with graph.as_default():
+        ids = tf1.placeholder(tf.int64, [None, 4])
+        pooled = reduce(tf.nn.embedding_lookup(_table(partitioned), ids), axis=1)
+        loss = tf.reduce_sum(pooled * pooled)
+        pairs = tf1.train.GradientDescentOptimizer(0.1).compute_gradients(loss)
+        expected = tf.gradients(loss, pooled)[0]
+    matches = pooled_lookups(graph, {v.op.name: ps_device(0) for _, v in pairs}, {v.op.name: g for g, v in pairs})
+    assert matches.refused == ()
+    (found,) = matches.pooled
+    assert found.reduction is pooled.op and found.kind is kind and found.batch is None
+    assert found.backward is not None
+    with graph.as_default(), tf1.Session() as sess:
+        sess.run(tf1.global_variables_initializer())
+        want, got = sess.run([expected, found.backward.d_pooled], {ids: IDS})
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert np.abs(want).max() > 0
+
+
 def test_untrained_table_has_no_backward() -> None:
     graph = tf.Graph()
     with graph.as_default():
