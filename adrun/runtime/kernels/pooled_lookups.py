@@ -1,12 +1,13 @@
 """Which embedding lookups of a built graph could pool their bags on the PS tasks, and which cannot.
 
 A lookup `reduce_mean(gather(table, ids[B, L]), axis=1)` of a PS-held table moves B·L rows to the
-worker and, backward, one gradient row per distinct id back; pooled on the PS, each shard would
-return per-example partial sums and take d_pooled (docs/performance.md, "Pooling bags on the PS").
-This module only *finds* such lookups, at session set-up, with the optimizer's gradients built:
+worker and, backward, one gradient row per distinct id back; pooled on the PS, each shard
+returns per-example partial sums and takes d_pooled (docs/performance.md, "Pooling bags on the PS").
+This module only *finds* such lookups (at apply_gradients, with the optimizer's gradients built,
+and at session set-up):
 forward, the gathers of the table (one per shard of a partitioned one), the ids and the reduction;
 backward, d_pooled and the ops TF's gradient functions made from it down to each IndexedSlices that
-apply_gradients received. The rewrite is not built yet; nothing here changes the graph.
+apply_gradients received. The rewrite that uses it is pooled_bags.py; nothing here changes the graph.
 
 The chains are the ones TF's private gradient functions make (`math_grad._MeanGrad`, `_SumGrad`,
 `_SparseSegment*Grad`, `resource_variable_ops._GatherGrad`, `data_flow_grad._DynamicStitchGrads`,

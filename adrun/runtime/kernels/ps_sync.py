@@ -6,7 +6,8 @@ workers through one token queue per worker (a worker can only take its own token
 can never use a slow worker's token to start a second step early).
 
 A sparse gradient is pushed with one row per distinct index (`distinct_rows.merged_rows`: equal
-rows summed on the worker, indices sorted as the accumulator expects). Accumulators run with
+rows summed on the worker, indices sorted as the accumulator expects), or, for a pooled lookup,
+with those rows formed on the PS task itself (`pooled_bags.pooled_gradients`). Accumulators run with
 reduction SUM and the mean is taken by dividing by N: TF's MEAN for sparse accumulators averages
 each row over the workers that touched it, which is not data-parallel SGD (a row touched by one of
 N workers must get 1/N of its gradient).
