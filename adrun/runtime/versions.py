@@ -121,8 +121,14 @@ _GRAPH_PRIVATE: dict[str, tuple[str, ...]] = {
         "_VARSTORE_KEY", "_VariableStore.get_variable", "_VariableStore._get_default_initializer",
         "_VariableStore._vars", "_VariableStore._partitioned_vars",
     ),
-    "tensorflow.python.ops.embedding_ops": ("embedding_lookup",),
-    # kernels/pooled_lookups.py reads the op chains these gradient functions build
+    # kernels/pooled_lookups.py and pooled_bags.py read the ops a partitioned lookup builds (each
+    # shard's gather beside its positions in the ParallelDynamicStitch) and embedding_lookup_sparse's
+    # (Unique of the ids, a SparseSegment* op of its idx and the segment ids)
+    "tensorflow.python.ops.embedding_ops": (
+        "embedding_lookup", "_embedding_lookup_and_transform", "embedding_lookup_sparse",
+    ),
+    # kernels/pooled_lookups.py reads the op chains these gradient functions build (with a shape
+    # unknown when the graph is built, _SumGrad broadcasts where it tiles)
     "tensorflow.python.ops.math_grad": (
         "_MeanGrad", "_SumGrad", "_SparseSegmentMeanGrad", "_SparseSegmentSumGrad", "_SparseSegmentSqrtNGrad",
     ),

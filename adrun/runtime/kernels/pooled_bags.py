@@ -32,7 +32,7 @@ from typing import Any
 import tensorflow as tf
 
 from adrun.runtime.grads import records_for, variable_name
-from adrun.runtime.kernels.distinct_rows import _fresh_scope, distinct_ids
+from adrun.runtime.kernels.distinct_rows import DistinctIds, _fresh_scope, distinct_ids
 from adrun.runtime.kernels.pooled_lookups import Kind, PooledLookup, pooled_lookups
 
 
@@ -116,7 +116,9 @@ def bag_index(lookup: PooledLookup, worker: str) -> BagIndex:
     return state.indices[key]
 
 
-def _sorted(ids: tf.Tensor, worker: str) -> Any:
+def _sorted(ids: tf.Tensor, worker: str) -> DistinctIds:
+    """The sorted distinct ids of `ids` from the graph's memo: the rows path's gradient of the same
+    ids (a lookup left to it) would read the very same tensor."""
     distinct = distinct_ids(ids, worker)
     if distinct is None:  # the matcher refuses lookups in control flow
         raise ValueError(f"ids {ids.name} are made inside a control-flow construct")
