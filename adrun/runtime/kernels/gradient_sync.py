@@ -16,6 +16,11 @@ without collectives exchange these signals through token queues on PS 0 (`ps_syn
 steps that also all-reduce exchange them through collective barriers (`step_order`), and then
 every worker ends such a step with the barrier.
 
+The gradient of a lookup pooled over its bags on the PS tasks (`pooled_bags.pool_gradients`: every
+shard on a PS, no local proxy, `pool_bags` in its plan, several workers) is formed there: one row
+per distinct id, from the [batch, dim] d(sum) the worker sends, in place of the rows the worker
+would sum and push; it then goes the same way (accumulator or the optimizer's update on the PS).
+
 A job of one worker exchanges nothing: the mean over its workers is its own gradient, so it applies
 every gradient itself, with no accumulator, collective, token or barrier in its step.
 """
@@ -166,7 +171,7 @@ def poolable_shard(ctx: TaskContext, name: str) -> bool:
     a PS accumulator or applied on the PS (sync, bounded staleness, async) by one of several workers,
     read from the PS itself (no local proxy), and its plan does not say `pool_bags: false`."""
     sync = ctx.plan.synchronizer(name)
-    return (ctx.num_workers > 1 and isinstance(sync, PSSync) and not sync.local_proxy and sync.pool_bags)
+    return ctx.num_workers > 1 and isinstance(sync, PSSync) and not sync.local_proxy and sync.pool_bags
 
 
 def synchronized_apply(
