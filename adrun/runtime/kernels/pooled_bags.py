@@ -25,6 +25,7 @@ set-up for one no call trains (`pool_lookups`); the forward follows that decisio
 from __future__ import annotations
 
 import weakref
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,7 +34,7 @@ import tensorflow as tf
 
 from adrun.runtime.grads import records_for, variable_name
 from adrun.runtime.kernels.distinct_rows import DistinctIds, _fresh_scope, distinct_ids
-from adrun.runtime.kernels.pooled_lookups import Kind, PooledLookup, pooled_lookups
+from adrun.runtime.kernels.pooled_lookups import Kind, PooledLookup, pooled_lookups, stitch_positions
 
 
 @dataclass(frozen=True)
@@ -72,15 +73,6 @@ def pooled_variables(graph: tf.Graph) -> frozenset[str]:
     return frozenset(_of(graph).variables)
 
 
-def _stitch_positions(gather: tf.Operation) -> tf.Tensor:
-    """A partitioned lookup's positions of the ids this shard's gather reads: the stitch's index
-    input paired with the gather's rows (TF's DynamicPartition of a Range of the flattened ids)."""
-    (stitch,) = [c for c in gather.outputs[0].consumers() if c.type == "ParallelDynamicStitch"]
-    n = len(stitch.inputs) // 2
-    (k,) = [i for i in range(n) if stitch.inputs[n + i] is gather.outputs[0]]
-    return stitch.inputs[k]
-
-
 def bag_index(lookup: PooledLookup, worker: str) -> BagIndex:
     """The per-shard bag index of `lookup`, built once per graph on the worker (`worker`, unless the
     ids are placed elsewhere)."""
@@ -108,7 +100,9 @@ def bag_index(lookup: PooledLookup, worker: str) -> BagIndex:
                 if len(lookup.shards) == 1:
                     positions = tf.range(tf.size(lookup.ids))
                 else:
-                    positions = tf.cast(_stitch_positions(shard.gather), tf.int32)
+                    stitched = stitch_positions(shard.gather)
+                    assert stitched is not None, "the matcher found this shard's gather in the stitch"
+                    positions = tf.cast(stitched, tf.int32)
                 distinct = _sorted(shard.gather.inputs[1], worker)
                 shards.append(ShardBags(shard.variable, distinct.ids, distinct.positions, positions // bag))
             divisor = tf.cast(bag, dtype) if lookup.kind is Kind.MEAN else None
@@ -187,10 +181,12 @@ def pool_gradients(graph: tf.Graph, grads_and_vars: Iterable[tuple[Any, Any]], d
     recorded for the forward built at set-up."""
     gradients = {variable_name(v): g for g, v in grads_and_vars if g is not None}
     result: dict[str, tf.IndexedSlices] = {}
-    for lookup in pooled_lookups(graph, devices, gradients).pooled:
-        if lookup.backward is None:  # not trained by this call
-            continue
-        pooled = all(poolable(s.variable) for s in lookup.shards)
+    trained = [lookup for lookup in pooled_lookups(graph, devices, gradients).pooled if lookup.backward is not None]
+    claims = Counter(s.variable for lookup in trained for s in lookup.shards)
+    for lookup in trained:
+        # two lookups whose gathers both match one gradient (the very same ids tensor): whose it is
+        # is not known, so neither replaces it
+        pooled = all(poolable(s.variable) and claims[s.variable] == 1 for s in lookup.shards)
         if _decide(graph, lookup, pooled) and pooled:
             result.update(pooled_gradients(lookup, bag_index(lookup, worker), worker))
     return result

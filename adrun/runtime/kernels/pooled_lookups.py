@@ -184,19 +184,44 @@ def _dense_grad_source(rows_grad: tf.Tensor, kind: Kind) -> tuple[tf.Tensor, lis
     return t.op.inputs[0].op.inputs[0], chain[::-1]
 
 
+def _flattened_source(indices: tf.Tensor) -> tf.Tensor | None:
+    """The ids `_GatherGrad` flattened into an IndexedSlices' indices (`Reshape(gather.inputs[1],
+    [size])`), or None when the indices are not such a reshape (e.g. two lookups' concatenated)."""
+    if indices.op.type != "Reshape" or not _made_by_tf_gradients(indices.op):
+        return None
+    return indices.op.inputs[0]
+
+
+def stitch_positions(gather: tf.Operation) -> tf.Tensor | None:
+    """A partitioned lookup's positions of the ids `gather` reads: the stitch's index input paired
+    with the gather's rows (TF's DynamicPartition of a Range of the flattened ids)."""
+    for stitch in gather.outputs[0].consumers():
+        if stitch.type == "ParallelDynamicStitch":
+            n = len(stitch.inputs) // 2
+            for k in range(n):
+                if stitch.inputs[n + k] is gather.outputs[0]:
+                    return stitch.inputs[k]
+    return None
+
+
 def _backward(gathers: list[tf.Operation], reduction: tf.Operation, kind: Kind,
               grads: list[tf.IndexedSlices]) -> PooledBackward:
     """Walk from each shard's IndexedSlices up to the reduction's gradient: `_GatherGrad`'s Reshape,
     then (partitioned) `_DynamicStitchGrads`' GatherV2 and the Reshape back to [batch, bag, dim], then
-    the reduction's gradient. Every shard must reach the same d_pooled."""
+    the reduction's gradient. Every shard must reach the same d_pooled, and each IndexedSlices must
+    be this lookup's gather's own (its indices that gather's ids, and, partitioned, its rows picked
+    at that gather's stitch positions): a table read by a second lookup (an eval one outside the
+    loss) hands apply_gradients the trained lookup's gradient, which this lookup must not take."""
     sources: set[str] = set()
     chain: list[tf.Operation] = []
     d_pooled = None
-    for grad in grads:
+    for gather, grad in zip(gathers, grads, strict=True):
         if _reduced_on_the_way(grad):
             raise _Refused(REDUCED_GRADIENT)
         values = grad.values.op
         if values.type != "Reshape" or not _made_by_tf_gradients(values):
+            raise _Refused(GRADIENT_CHAIN)
+        if _flattened_source(grad.indices) is not gather.inputs[1]:
             raise _Refused(GRADIENT_CHAIN)
         rows = values.inputs[0]
         shard_chain = [values]
@@ -204,6 +229,8 @@ def _backward(gathers: list[tf.Operation], reduction: tf.Operation, kind: Kind,
             shard_chain.append(rows.op)
             rows = rows.op.inputs[0]
         if rows.op.type == "GatherV2":  # a partitioned lookup: the stitch's gradient
+            if len(gathers) == 1 or rows.op.inputs[1] is not stitch_positions(gather):
+                raise _Refused(GRADIENT_CHAIN)
             shard_chain.append(rows.op)
             flat = rows.op.inputs[0]
             if flat.op.type != "Reshape":

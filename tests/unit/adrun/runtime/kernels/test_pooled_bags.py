@@ -158,3 +158,49 @@ def test_untrained_lookup_is_decided_at_set_up() -> None:
     assert len(pool_lookups(other, _names(other), lambda _: True, WORKER)) == 1
     assert pooled_variables(other) == {"table"}
     np.testing.assert_allclose(_run(other, doubled), want, rtol=1e-6)
+
+
+TRAIN_IDS = np.array([[3, 1, 3, 7], [7, 7, 0, 3]])
+EVAL_IDS = np.array([[0, 0, 0, 0], [8, 8, 8, 8], [2, 2, 2, 2]])
+
+
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_a_second_lookup_of_a_trained_table_does_not_take_its_gradient(partitioned: bool) -> None:
+    """An eval lookup of the trained table, outside the loss: the pooled gradient is the trained
+    lookup's (TF's merged rows of the train ids), never one formed on the eval lookup's ids."""
+    graph = tf.Graph()
+    with graph.as_default():
+        table = _table(partitioned)
+        train = tf.reduce_mean(tf.nn.embedding_lookup(table, TRAIN_IDS), axis=1)
+        evaluated = tf.reduce_mean(tf.nn.embedding_lookup(table, EVAL_IDS), axis=1)
+        loss = tf.reduce_sum(tf.sin(train))
+        pairs = tf1.train.GradientDescentOptimizer(0.1).compute_gradients(loss)
+        gradients = {v.op.name: g for g, v in pairs}
+        records_for(graph).calls.append(GradientRecord(None, pairs))
+        grads = pool_gradients(graph, pairs, _names(graph), lambda _: True, WORKER)
+        merged = {shard: merged_rows(gradients[shard], WORKER) for shard in gradients}
+    assert set(grads) == set(gradients)
+    want_eval = _run(graph, evaluated)
+    got, want = _run(graph, [grads, merged])
+    for shard in grads:
+        np.testing.assert_array_equal(got[shard].indices, want[shard].indices)
+        np.testing.assert_allclose(got[shard].values, want[shard].values, rtol=1e-5, atol=1e-6)
+    assert sorted(np.concatenate([got[s].indices + (3 * int(s[-1]) if partitioned else 0) for s in got])) == [0, 1, 3, 7]
+    # the eval lookup keeps today's path (its table is trained by another lookup); its values are TF's
+    pool_lookups(graph, _names(graph), lambda _: True, WORKER)
+    np.testing.assert_allclose(_run(graph, evaluated), want_eval, rtol=1e-6)
+
+
+def test_two_lookups_claiming_one_gradient_are_both_left_alone() -> None:
+    """Two lookups reading the very same ids tensor, one in the loss: the gradient's indices are
+    both gathers' ids, so which lookup it belongs to is not known; neither is pooled."""
+    graph = tf.Graph()
+    with graph.as_default():
+        table = _table(False)
+        ids = tf.constant(TRAIN_IDS, tf.int64)
+        train = tf.reduce_mean(tf.nn.embedding_lookup(table, ids), axis=1)
+        tf.reduce_mean(tf.nn.embedding_lookup(table, ids), axis=1, name="eval_mean")
+        pairs = tf1.train.GradientDescentOptimizer(0.1).compute_gradients(tf.reduce_sum(tf.sin(train)))
+        records_for(graph).calls.append(GradientRecord(None, pairs))
+        assert pool_gradients(graph, pairs, _names(graph), lambda _: True, WORKER) == {}
+    assert pooled_variables(graph) == set()
