@@ -91,7 +91,7 @@ def bag_index(lookup: PooledLookup, worker: str) -> BagIndex:
             distinct = _sorted(shard.gather.inputs[1], worker)
             shards.append(ShardBags(shard.variable, distinct.ids, tf.gather(distinct.positions, lookup.reduction.inputs[1]),
                                     example))
-            counts = tf.math.unsorted_segment_sum(tf.ones_like(example, dtype), example, batch)[:, None]
+            counts = tf.cast(tf.math.unsorted_segment_sum(tf.ones_like(example), example, batch), dtype)[:, None]
             divisor = {Kind.MEAN: tf.maximum(counts, 1), Kind.SQRTN: tf.sqrt(tf.maximum(counts, 1)), Kind.SUM: None}[lookup.kind]
         else:
             shape = tf.shape(lookup.ids)

@@ -47,6 +47,12 @@ RANK = "the gathered rows are not of rank 3 [batch, bag, dim]"
 OTHER_AXIS = "the reduction is not over the bag axis (1) alone"
 NOT_ON_PS = "the table is not on a PS task"
 GRADIENT_CHAIN = "its gradient does not reach the update as the reduction's gradient through the gather's"
+DTYPE = "its table is neither float32 nor float64 (TF sums half-precision bags in its own way, which the PS's sums would not match)"
+
+# TF sums a bfloat16 bag (Mean, Sum, SparseSegment*) and a float16 one (SparseSegment*) in float32 and
+# rounds once; a float16 Mean in yet another order. Sums taken on the PS in the table's dtype would
+# differ (a mean of 600 bfloat16 rows: 0.213 for TF's 0.301), so only these are pooled.
+_POOLED_DTYPES = (tf.float32, tf.float64)
 
 
 @dataclass(frozen=True)
@@ -263,6 +269,8 @@ def _match(gathers: list[tf.Operation], reduction: tf.Operation, ids: tf.Tensor,
            gradients: Mapping[str, Any]) -> PooledLookup:
     if any(g.inputs[0].op.type != "VarHandleOp" or _handle(g) not in on_ps for g in gathers):
         raise _Refused(NOT_ON_PS)
+    if any(g.get_attr("dtype") not in _POOLED_DTYPES for g in gathers):
+        raise _Refused(DTYPE)
     if reduction.type in _SPARSE_KINDS:
         kind, axis, segment_ids = _SPARSE_KINDS[reduction.type], None, reduction.inputs[2]
         batch = None

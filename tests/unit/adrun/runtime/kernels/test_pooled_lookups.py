@@ -18,7 +18,7 @@ tf1 = tf.compat.v1
 
 from adrun.runtime.kernels.devices import ps_device  # noqa: E402
 from adrun.runtime.kernels.pooled_lookups import (  # noqa: E402
-    CONTROL_FLOW, GRADIENT_CHAIN, MAX_NORM, NOT_ON_PS, OTHER_AXIS, OTHER_CONSUMER, RANK, REDUCED_GRADIENT, WEIGHTED, Kind, Matches,
+    CONTROL_FLOW, DTYPE, GRADIENT_CHAIN, MAX_NORM, NOT_ON_PS, OTHER_AXIS, OTHER_CONSUMER, RANK, REDUCED_GRADIENT, WEIGHTED, Kind, Matches,
     pooled_lookups,
 )
 
@@ -190,3 +190,13 @@ def test_table_looked_up_twice_is_refused() -> None:
     make = lambda t: (tf.reduce_mean(tf.nn.embedding_lookup(t, IDS), axis=1)  # noqa: E731
                       + tf.reduce_sum(tf.nn.embedding_lookup(t, IDS[::-1]), axis=1))
     assert _refusal(make) == GRADIENT_CHAIN
+
+
+@pytest.mark.parametrize("dtype", [tf.bfloat16, tf.float16])
+def test_half_precision_table_is_refused(dtype) -> None:
+    graph = tf.Graph()
+    with graph.as_default():
+        table = tf1.get_variable("table", [8, 4], dtype, use_resource=True)
+        tf.reduce_mean(tf.nn.embedding_lookup(table, IDS), axis=1)
+    matches = pooled_lookups(graph, {"table": ps_device(0)}, {})
+    assert matches.pooled == () and [r.reason for r in matches.refused] == [DTYPE]
