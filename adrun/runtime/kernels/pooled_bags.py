@@ -86,8 +86,13 @@ def bag_index(lookup: PooledLookup, worker: str) -> BagIndex:
         if lookup.bag_axis is None:  # embedding_lookup_sparse: one gather of Unique's ids, bags are segments
             (shard,) = lookup.shards
             example = tf.cast(lookup.segment_ids, tf.int32)
-            # SparseSegment* ops return (last segment id + 1) rows; segment ids are sorted
-            batch = tf.maximum(tf.reduce_max(example), -1) + 1
+            # SparseSegment* ops return (last segment id + 1) rows and refuse segment ids that decrease
+            # (InvalidArgumentError, an unordered SparseTensor's): so does the pooled lookup, as its
+            # batch, which every partial reads, waits for the same check
+            ordered = tf.debugging.Assert(tf.reduce_all(example[1:] >= example[:-1]),
+                                          ["segment ids are not increasing in", lookup.reduction.name])
+            with tf.control_dependencies([ordered]):
+                batch = tf.maximum(tf.reduce_max(example), -1) + 1
             distinct = _sorted(shard.gather.inputs[1], worker)
             shards.append(ShardBags(shard.variable, distinct.ids, tf.gather(distinct.positions, lookup.reduction.inputs[1]),
                                     example))

@@ -235,3 +235,18 @@ def test_a_half_precision_table_keeps_tfs_own_sums(dtype: str, sparse: bool) -> 
         np.testing.assert_allclose(want, _run(graph, wide), rtol=1e-2)
     assert pool_lookups(graph, _names(graph), lambda _: True, WORKER) == set()
     np.testing.assert_array_equal(_run(graph, out), want)
+
+
+def test_unordered_sparse_ids_raise_as_tfs_own_lookup_does() -> None:
+    """An unordered SparseTensor's segment ids decrease: TF's SparseSegmentMean raises
+    InvalidArgumentError, and so does the pooled lookup, never returning sums of misread bags."""
+    graph = tf.Graph()
+    with graph.as_default():
+        sp = tf.SparseTensor([[2, 0], [0, 0], [0, 1]], tf.constant([3, 1, 7], tf.int64), [3, 2])
+        pooled = tf.nn.embedding_lookup_sparse(_table(False), sp, None, combiner="mean")
+        doubled = pooled * 2.0
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        _run(graph, doubled)
+    assert len(pool_lookups(graph, _names(graph), lambda _: True, WORKER)) == 1
+    with pytest.raises(tf.errors.InvalidArgumentError, match="segment ids are not increasing"):
+        _run(graph, doubled)
