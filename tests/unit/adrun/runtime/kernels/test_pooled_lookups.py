@@ -200,3 +200,15 @@ def test_half_precision_table_is_refused(dtype) -> None:
         tf.reduce_mean(tf.nn.embedding_lookup(table, IDS), axis=1)
     matches = pooled_lookups(graph, {"table": ps_device(0)}, {})
     assert matches.pooled == () and [r.reason for r in matches.refused] == [DTYPE]
+
+
+def test_graph_modes_registry_names_the_functions_that_build_the_matched_chains() -> None:
+    """The matcher reads op chains TF's private code builds: a version that changes them is named."""
+    from adrun.runtime.versions import GRAPH
+
+    assert {"embedding_lookup_sparse", "embedding_lookup_sparse_impl", "_embedding_lookup_and_transform"} <= set(
+        GRAPH.private["tensorflow.python.ops.embedding_ops"])
+    assert {"_MeanGrad", "_SumGrad", "_SparseSegmentMeanGrad", "_SparseSegmentSumGrad", "_SparseSegmentSqrtNGrad"} <= set(
+        GRAPH.private["tensorflow.python.ops.math_grad"])
+    assert "_GatherGrad" in GRAPH.private["tensorflow.python.ops.resource_variable_ops"]
+    assert "_DynamicStitchGrads" in GRAPH.private["tensorflow.python.ops.data_flow_grad"]
