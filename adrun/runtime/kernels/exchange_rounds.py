@@ -40,6 +40,7 @@ Only the order changes: every value sent and every sum taken is the one it was.
 from __future__ import annotations
 
 import math
+import weakref
 from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from itertools import pairwise
@@ -104,12 +105,20 @@ def rows_only(strategy: Strategy, pooled: Collection[str] = ()) -> bool:
     return rows
 
 
+_round_orders: weakref.WeakKeyDictionary[tf.Graph, list[int]] = weakref.WeakKeyDictionary()
+
+
 def round_order(ctx: TaskContext, graph: tf.Graph) -> list[int]:
     """The remote PS tasks in the order this worker exchanges rows with them (`exchange_order`), or
     none (every transfer at once) when the plan's PS traffic is not rows only (`rows_only`, the
-    lookups of `graph` pooled so far not counted). Asked at apply_gradients (the pushes) and at
-    set-up (the pulls): the same decisions, the same answer."""
-    return exchange_order(ctx.task_index, ctx.cluster) if rows_only(ctx.strategy, pooled_variables(graph)) else []
+    lookups of `graph` pooled when first asked not counted). Asked at each apply_gradients call (the
+    pushes) and at set-up (the pulls), it answers once per graph: lookups decided pooled later (a
+    second call's, set-up's untrained ones) would otherwise give the pulls rounds other than the
+    pushes'. Kept, the rounds at worst order a few rows fewer than they were counted for."""
+    if graph not in _round_orders:
+        rows = rows_only(ctx.strategy, pooled_variables(graph))
+        _round_orders[graph] = exchange_order(ctx.task_index, ctx.cluster) if rows else []
+    return list(_round_orders[graph])
 
 
 def _in_control_flow(op: tf.Operation) -> bool:

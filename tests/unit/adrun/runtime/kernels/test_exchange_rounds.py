@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from itertools import pairwise
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -17,7 +18,10 @@ tf1 = tf.compat.v1
 from adrun.runtime import session_setup  # noqa: E402
 from adrun.runtime.capture import describe_graph  # noqa: E402
 from adrun.runtime.grads import GradientRecord, records_for  # noqa: E402
-from adrun.runtime.kernels.exchange_rounds import _depends_on, _inputs_read, exchange_order, rows_only  # noqa: E402
+from adrun.runtime.kernels import exchange_rounds  # noqa: E402
+from adrun.runtime.kernels.exchange_rounds import (  # noqa: E402
+    _depends_on, _inputs_read, exchange_order, round_order, rows_only,
+)
 from adrun.runtime.kernels.ps_sync import BATCH_BELOW_BYTES  # noqa: E402
 from adrun.runtime.kernels.gradient_sync import synchronized_apply  # noqa: E402
 from adrun.runtime.kernels.partitioning import partitioner_for  # noqa: E402
@@ -227,3 +231,16 @@ def test_a_lookup_of_looked_up_ids_never_waits_for_the_one_it_reads_and_queues_c
     assert _depends_on(second, first) and not _depends_on(first, second)
     assert ids.op.name in _inputs_read(first) and ids.op.name in _inputs_read(second)
     assert _inputs_read(fed) == {"fed"}
+
+
+def test_round_order_answers_once_per_graph(monkeypatch):
+    """Lookups decided pooled after the first apply_gradients call (a second call's, set-up's) do
+    not change the rounds: the pushes built then and the pulls built at set-up share one order."""
+    answers = iter([True, False, False])
+    monkeypatch.setattr(exchange_rounds, "rows_only", lambda strategy, pooled: next(answers))
+    ctx = SimpleNamespace(task_index=0, cluster=_cluster(HOSTS), strategy=None)
+    graph = tf.Graph()
+    first = round_order(ctx, graph)  # type: ignore[arg-type]
+    assert first == exchange_order(0, _cluster(HOSTS)) != []
+    assert round_order(ctx, graph) == first  # type: ignore[arg-type]
+    assert round_order(ctx, tf.Graph()) == []  # type: ignore[arg-type]
