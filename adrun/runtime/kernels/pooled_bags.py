@@ -24,6 +24,7 @@ set-up for one no call trains (`pool_lookups`); the forward follows that decisio
 
 from __future__ import annotations
 
+import sys
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -34,7 +35,11 @@ import tensorflow as tf
 
 from adrun.runtime.grads import records_for, variable_name
 from adrun.runtime.kernels.distinct_rows import DistinctIds, _fresh_scope, distinct_ids
-from adrun.runtime.kernels.pooled_lookups import Kind, PooledLookup, pooled_lookups, stitch_positions
+from adrun.runtime.kernels.pooled_lookups import (
+    NOT_ON_PS, Kind, PooledLookup, RefusedLookup, pooled_lookups, stitch_positions,
+)
+
+SHARED_GRADIENT = "another lookup reads the very same ids, so whose the table's gradient is is not known"
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,8 @@ class _GraphState:
     indices: dict[str, BagIndex] = field(default_factory=dict)  # by reduction name
     decided: dict[str, bool] = field(default_factory=dict)  # reduction name -> pooled or not
     variables: set[str] = field(default_factory=set)  # shards of the lookups decided pooled
+    refused: dict[str, str] = field(default_factory=dict)  # a refused lookup's first op name -> why, for the user
+    reported: bool = False  # the refusals were written (once per graph, at set-up)
 
 
 _state: weakref.WeakKeyDictionary[tf.Graph, _GraphState] = weakref.WeakKeyDictionary()
@@ -168,6 +175,29 @@ def pooled_gradients(lookup: PooledLookup, index: BagIndex, worker: str) -> dict
     return grads
 
 
+def _note_refusals(graph: tf.Graph, refused: Iterable[RefusedLookup], devices: Mapping[str, str],
+                   poolable: Callable[[str], bool]) -> None:
+    """Keep, for `report_refusals`, why each lookup of a PS table that could pool (`poolable`) keeps
+    the rows path; a table off the PS or not to be pooled (`pool_bags: false`) is not the user's news."""
+    state = _of(graph)
+    on_ps = {name for name, device in devices.items() if device.startswith("/job:ps")}
+    for lookup in refused:
+        tables = sorted({t.op.name for op in lookup.ops for t in op.inputs if t.op.name in on_ps})
+        if lookup.reason != NOT_ON_PS and any(poolable(t) for t in tables):
+            state.refused.setdefault(lookup.ops[0].name, f"the lookup {lookup.ops[0].name} of {', '.join(tables)} "
+                                                          f"is not pooled on the PS and moves rows: {lookup.reason}")
+
+
+def report_refusals(graph: tf.Graph) -> None:
+    """Write to stderr, once per graph, why each lookup noted at apply_gradients and set-up is not pooled."""
+    state = _of(graph)
+    if not state.reported:
+        state.reported = True
+        for line in sorted(state.refused.values()):
+            sys.stderr.write(f"adrun: {line}\n")
+        sys.stderr.flush()
+
+
 def _decide(graph: tf.Graph, lookup: PooledLookup, pooled: bool) -> bool:
     """Record the decision for `lookup` unless one was made already; returns the one that holds."""
     state = _of(graph)
@@ -186,8 +216,12 @@ def pool_gradients(graph: tf.Graph, grads_and_vars: Iterable[tuple[Any, Any]], d
     recorded for the forward built at set-up."""
     gradients = {variable_name(v): g for g, v in grads_and_vars if g is not None}
     result: dict[str, tf.IndexedSlices] = {}
-    trained = [lookup for lookup in pooled_lookups(graph, devices, gradients).pooled if lookup.backward is not None]
+    matches = pooled_lookups(graph, devices, gradients)
+    trained = [lookup for lookup in matches.pooled if lookup.backward is not None]
     claims = Counter(s.variable for lookup in trained for s in lookup.shards)
+    shared = [RefusedLookup(tuple(s.gather for s in lookup.shards), SHARED_GRADIENT) for lookup in trained
+              if any(claims[s.variable] > 1 for s in lookup.shards)]
+    _note_refusals(graph, matches.refused + tuple(shared), devices, poolable)
     for lookup in trained:
         # two lookups whose gathers both match one gradient (the very same ids tensor): whose it is
         # is not known, so neither replaces it
@@ -200,10 +234,14 @@ def pool_gradients(graph: tf.Graph, grads_and_vars: Iterable[tuple[Any, Any]], d
 def pool_lookups(graph: tf.Graph, devices: Mapping[str, str], poolable: Callable[[str], bool], worker: str) -> set[str]:
     """At session set-up: build the pooled forward of every lookup decided pooled, deciding the ones
     no apply_gradients call trains (`poolable(shard name)` for each shard). Returns the names of
-    the gathers the pooled lookups replaced, which the other set-up rewrites leave alone."""
+    the gathers the pooled lookups replaced, which the other set-up rewrites leave alone. Writes
+    why each lookup that could have pooled did not (noted here and at apply_gradients) to stderr."""
     trained = {variable_name(v) for call in records_for(graph).calls for g, v in call.grads_and_vars if g is not None}
     replaced: set[str] = set()
-    for lookup in pooled_lookups(graph, devices, {}).pooled:
+    matches = pooled_lookups(graph, devices, {})
+    _note_refusals(graph, matches.refused, devices, poolable)
+    report_refusals(graph)
+    for lookup in matches.pooled:
         shards = [s.variable for s in lookup.shards]
         # a trained lookup no call pooled (its gradient refused by the matcher there) keeps today's path
         if _decide(graph, lookup, not any(s in trained for s in shards) and all(poolable(s) for s in shards)):

@@ -65,7 +65,6 @@ class ShardGather:
 @dataclass(frozen=True)
 class PooledBackward:
     d_pooled: tf.Tensor  # the reduction's incoming gradient, [batch, dim] (or [batch, 1, dim] with keep_dims)
-    chain: tuple[tf.Operation, ...]  # the gradient ops from d_pooled down to the IndexedSlices' values
 
 
 @dataclass(frozen=True)
@@ -76,8 +75,6 @@ class PooledLookup:
     reduction: tf.Operation
     kind: Kind
     bag_axis: int | None  # 1 for a dense lookup; None for a sparse one (bags are segments)
-    batch: int | None  # examples per step when known when the graph is built (the rewrite reads it at run time)
-    consumers: tuple[tf.Operation, ...]  # of the reduction's output: what the rewrite would rewire
     backward: PooledBackward | None  # None for a table read but not trained
 
 
@@ -219,7 +216,6 @@ def _backward(gathers: list[tf.Operation], reduction: tf.Operation, kind: Kind,
     at that gather's stitch positions): a table read by a second lookup (an eval one outside the
     loss) hands apply_gradients the trained lookup's gradient, which this lookup must not take."""
     sources: set[str] = set()
-    chain: list[tf.Operation] = []
     d_pooled = None
     for gather, grad in zip(gathers, grads, strict=True):
         if _reduced_on_the_way(grad):
@@ -255,10 +251,9 @@ def _backward(gathers: list[tf.Operation], reduction: tf.Operation, kind: Kind,
             raise _Refused(GRADIENT_CHAIN)
         sources.add(source.name)
         d_pooled = source
-        chain += [op for op in head if op not in chain] + shard_chain[::-1]
     if len(sources) != 1 or d_pooled is None or d_pooled.shape.rank not in (2, 3):
         raise _Refused(GRADIENT_CHAIN)
-    return PooledBackward(d_pooled, tuple(chain))
+    return PooledBackward(d_pooled)
 
 
 def _handle(gather: tf.Operation) -> str:
@@ -273,10 +268,8 @@ def _match(gathers: list[tf.Operation], reduction: tf.Operation, ids: tf.Tensor,
         raise _Refused(DTYPE)
     if reduction.type in _SPARSE_KINDS:
         kind, axis, segment_ids = _SPARSE_KINDS[reduction.type], None, reduction.inputs[2]
-        batch = None
     else:
         kind, axis, segment_ids = _DENSE_KINDS[reduction.type], 1, None
-        batch = reduction.inputs[0].shape[0]
     grads = [gradients.get(_handle(g)) for g in gathers]
     if any(g is not None and not isinstance(g, tf.IndexedSlices) for g in grads):
         raise _Refused(GRADIENT_CHAIN)
@@ -286,8 +279,7 @@ def _match(gathers: list[tf.Operation], reduction: tf.Operation, ids: tf.Tensor,
     backward = _backward(gathers, reduction, kind, trained) if trained else None
     return PooledLookup(
         shards=tuple(ShardGather(_handle(g), g, grad) for g, grad in zip(gathers, grads, strict=True)),
-        ids=ids, segment_ids=segment_ids, reduction=reduction, kind=kind, bag_axis=axis, batch=batch,
-        consumers=tuple(reduction.outputs[0].consumers()), backward=backward,
+        ids=ids, segment_ids=segment_ids, reduction=reduction, kind=kind, bag_axis=axis, backward=backward,
     )
 
 

@@ -22,7 +22,7 @@ from adrun.runtime.kernels.distinct_rows import merged_rows  # noqa: E402
 from adrun.runtime.kernels.pooled_bags import (  # noqa: E402
     bag_index, pool_forward, pool_gradients, pool_lookups, pooled_gradients, pooled_variables,
 )
-from adrun.runtime.kernels.pooled_lookups import pooled_lookups  # noqa: E402
+from adrun.runtime.kernels.pooled_lookups import MAX_NORM, REDUCED_GRADIENT, pooled_lookups  # noqa: E402
 
 ROWS, DIM, SHARDS = 9, 4, 3  # fixed_size_partitioner(3) of 9 rows: shard k holds rows 3k..3k+2
 IDS = np.array([[3, 1, 3, 7], [7, 7, 0, 3], [1, 1, 1, 1]])  # repeated ids within and across bags
@@ -250,3 +250,35 @@ def test_unordered_sparse_ids_raise_as_tfs_own_lookup_does() -> None:
     assert len(pool_lookups(graph, _names(graph), lambda _: True, WORKER)) == 1
     with pytest.raises(tf.errors.InvalidArgumentError, match="segment ids are not increasing"):
         _run(graph, doubled)
+
+
+def test_refusals_reach_the_user_once_at_set_up(capsys) -> None:
+    """Why a lookup of a PS table keeps the rows path is written once per graph at set-up: the
+    refusals seen at apply_gradients (a clipped gradient) and at set-up (max_norm) alike."""
+    graph = tf.Graph()
+    with graph.as_default():
+        table = _table(False)
+        clipped = tf.reduce_mean(tf.nn.embedding_lookup(table, IDS), axis=1)
+        other = tf1.get_variable("other", [ROWS, DIM], use_resource=True)
+        tf.reduce_mean(tf.nn.embedding_lookup(other, IDS, max_norm=1.0), axis=1)
+        pairs = tf1.train.GradientDescentOptimizer(0.1).compute_gradients(tf.reduce_sum(tf.sin(clipped)),
+                                                                          var_list=[table])
+        grads, _ = tf.clip_by_global_norm([g for g, _ in pairs], 1.0)
+        pairs = list(zip(grads, [v for _, v in pairs], strict=True))
+        records_for(graph).calls.append(GradientRecord(None, pairs))
+        assert pool_gradients(graph, pairs, _names(graph), lambda _: True, WORKER) == {}
+    assert capsys.readouterr().err == ""
+    assert pool_lookups(graph, _names(graph), lambda _: True, WORKER) == set()
+    pool_lookups(graph, _names(graph), lambda _: True, WORKER)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("adrun: ")]
+    assert len(lines) == 2
+    assert any("of other is not pooled" in line and MAX_NORM in line for line in lines)
+    assert any("of table is not pooled" in line and REDUCED_GRADIENT in line for line in lines)
+
+
+def test_no_refusal_is_written_where_nothing_would_pool(capsys) -> None:
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.reduce_mean(tf.nn.embedding_lookup(_table(False), IDS, max_norm=1.0), axis=1)
+    pool_lookups(graph, _names(graph), lambda _: False, WORKER)
+    assert "adrun: " not in capsys.readouterr().err
