@@ -34,7 +34,7 @@ from typing import Any
 import tensorflow as tf
 
 from adrun.runtime.grads import records_for, variable_name
-from adrun.runtime.kernels.distinct_rows import DistinctIds, _fresh_scope, distinct_ids
+from adrun.runtime.kernels.distinct_rows import DistinctIds, fresh_scope, distinct_ids
 from adrun.runtime.kernels.pooled_lookups import (
     NOT_ON_PS, Kind, PooledLookup, RefusedLookup, pooled_lookups, stitch_positions,
 )
@@ -89,7 +89,7 @@ def bag_index(lookup: PooledLookup, worker: str) -> BagIndex:
         return state.indices[key]
     dtype = lookup.reduction.outputs[0].dtype
     shards = []
-    with _fresh_scope(lookup.reduction.graph, "adrun_pooled_bags"), tf.device(worker):
+    with fresh_scope(lookup.reduction.graph, "adrun_pooled_bags"), tf.device(worker):
         if lookup.bag_axis is None:  # embedding_lookup_sparse: one gather of Unique's ids, bags are segments
             (shard,) = lookup.shards
             example = tf.cast(lookup.segment_ids, tf.int32)
@@ -137,12 +137,12 @@ def pool_forward(lookup: PooledLookup, index: BagIndex, worker: str) -> tf.Tenso
     partials = []
     for shard, bags in zip(lookup.shards, index.shards, strict=True):
         handle = shard.gather.inputs[0]
-        with _fresh_scope(graph, "adrun_pooled_lookup"), tf.compat.v1.colocate_with(handle.op, ignore_existing=True):
+        with fresh_scope(graph, "adrun_pooled_lookup"), tf.compat.v1.colocate_with(handle.op, ignore_existing=True):
             rows = tf.raw_ops.ResourceGather(resource=handle, indices=bags.ids, dtype=shard.gather.get_attr("dtype"),
                                              validate_indices=shard.gather.get_attr("validate_indices"))
             partials.append(tf.math.unsorted_segment_sum(tf.gather(rows, bags.index), bags.example, index.batch))
     reduced = lookup.reduction.outputs[0]
-    with _fresh_scope(graph, "adrun_pooled_lookup"), tf.device(worker):
+    with fresh_scope(graph, "adrun_pooled_lookup"), tf.device(worker):
         pooled = tf.add_n(partials) if len(partials) > 1 else tf.identity(partials[0])
         if index.divisor is not None:
             pooled = pooled / index.divisor
@@ -161,7 +161,7 @@ def pooled_gradients(lookup: PooledLookup, index: BagIndex, worker: str) -> dict
     assert lookup.backward is not None
     graph = lookup.reduction.graph
     d_pooled = lookup.backward.d_pooled
-    with _fresh_scope(graph, "adrun_pooled_grad"), tf.device(worker):
+    with fresh_scope(graph, "adrun_pooled_grad"), tf.device(worker):
         d_sum = tf.squeeze(d_pooled, axis=1) if d_pooled.shape.rank == 3 else d_pooled
         if index.divisor is not None:
             d_sum = d_sum / index.divisor
@@ -169,7 +169,7 @@ def pooled_gradients(lookup: PooledLookup, index: BagIndex, worker: str) -> dict
     for shard, bags in zip(lookup.shards, index.shards, strict=True):
         assert shard.gradient is not None
         handle = shard.gather.inputs[0]
-        with _fresh_scope(graph, "adrun_pooled_grad"), tf.compat.v1.colocate_with(handle.op, ignore_existing=True):
+        with fresh_scope(graph, "adrun_pooled_grad"), tf.compat.v1.colocate_with(handle.op, ignore_existing=True):
             values = tf.math.unsorted_segment_sum(tf.gather(d_sum, bags.example), bags.index, tf.size(bags.ids))
         grads[shard.variable] = tf.IndexedSlices(values, bags.ids, shard.gradient.dense_shape)
     return grads

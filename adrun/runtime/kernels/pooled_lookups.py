@@ -23,8 +23,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from adrun.runtime.kernels.distinct_rows import _colocated_with_any, _in_control_flow
-from adrun.runtime.kernels.partitioning import _CONTROL_FLOW_OPS, _made_by_tf_gradients, _reduced_on_the_way
+from adrun.runtime.kernels.distinct_rows import colocated_with_any, in_control_flow
+from adrun.runtime.kernels.partitioning import CONTROL_FLOW_OPS, made_by_tf_gradients, reduced_on_the_way
 
 
 class Kind(enum.Enum):
@@ -99,7 +99,7 @@ def _through_identities(t: tf.Tensor) -> tf.Operation:
     tf.gradients made (a reduction's gradient reading its input's shape) are not counted: the
     backward walk checks them."""
     while True:
-        consumers = [c for c in t.consumers() if not _made_by_tf_gradients(c)]
+        consumers = [c for c in t.consumers() if not made_by_tf_gradients(c)]
         if len(consumers) != 1:
             raise _Refused(OTHER_CONSUMER)
         if consumers[0].type not in _PASS_THROUGH:
@@ -132,9 +132,9 @@ def _flat_ids_of(stitch: tf.Operation) -> tf.Tensor | None:
 def _forward(gather: tf.Operation, on_ps: set[str]) -> tuple[list[tf.Operation], tf.Operation, tf.Tensor]:
     """The gathers of one lookup, its reduction and its ids; _Refused with why it cannot be pooled."""
     looked_up = gather.outputs[0]
-    if _in_control_flow(looked_up):
+    if in_control_flow(looked_up):
         raise _Refused(CONTROL_FLOW)
-    if any(_colocated_with_any(c, on_ps | {gather.inputs[0].op.name}) for c in looked_up.consumers()):
+    if any(colocated_with_any(c, on_ps | {gather.inputs[0].op.name}) for c in looked_up.consumers()):
         raise _Refused(MAX_NORM)
     nxt = _through_identities(looked_up)
     if nxt.type == "ParallelDynamicStitch":
@@ -151,7 +151,7 @@ def _forward(gather: tf.Operation, on_ps: set[str]) -> tuple[list[tf.Operation],
         gathers, ids, reduction = [gather], gather.inputs[1], nxt
     if reduction.type == "GatherV2":
         # embedding_lookup_sparse with sp_weights expands its distinct rows again to weight each id
-        after = [c for c in reduction.outputs[0].consumers() if not _made_by_tf_gradients(c)]
+        after = [c for c in reduction.outputs[0].consumers() if not made_by_tf_gradients(c)]
         if any(c.type == "Mul" for c in after):
             raise _Refused(WEIGHTED)
     if reduction.type == "Mul":
@@ -190,7 +190,7 @@ def _dense_grad_source(rows_grad: tf.Tensor, kind: Kind) -> tuple[tf.Tensor, lis
 def _flattened_source(indices: tf.Tensor) -> tf.Tensor | None:
     """The ids `_GatherGrad` flattened into an IndexedSlices' indices (`Reshape(gather.inputs[1],
     [size])`), or None when the indices are not such a reshape (e.g. two lookups' concatenated)."""
-    if indices.op.type != "Reshape" or not _made_by_tf_gradients(indices.op):
+    if indices.op.type != "Reshape" or not made_by_tf_gradients(indices.op):
         return None
     return indices.op.inputs[0]
 
@@ -218,10 +218,10 @@ def _backward(gathers: list[tf.Operation], reduction: tf.Operation, kind: Kind,
     sources: set[str] = set()
     d_pooled = None
     for gather, grad in zip(gathers, grads, strict=True):
-        if _reduced_on_the_way(grad):
+        if reduced_on_the_way(grad):
             raise _Refused(REDUCED_GRADIENT)
         values = grad.values.op
-        if values.type != "Reshape" or not _made_by_tf_gradients(values):
+        if values.type != "Reshape" or not made_by_tf_gradients(values):
             raise _Refused(GRADIENT_CHAIN)
         if _flattened_source(grad.indices) is not gather.inputs[1]:
             raise _Refused(GRADIENT_CHAIN)
@@ -247,7 +247,7 @@ def _backward(gathers: list[tf.Operation], reduction: tf.Operation, kind: Kind,
             source, head = rows.op.inputs[0], [rows.op]
         else:
             source, head = _dense_grad_source(rows, kind)
-        if not all(_made_by_tf_gradients(op) for op in head + shard_chain):
+        if not all(made_by_tf_gradients(op) for op in head + shard_chain):
             raise _Refused(GRADIENT_CHAIN)
         sources.add(source.name)
         d_pooled = source
@@ -298,7 +298,7 @@ def pooled_lookups(graph: tf.Graph, devices: Mapping[str, str], gradients: Mappi
     refused: list[RefusedLookup] = []
     seen: set[str] = set()
     for op in graph.get_operations():
-        if op.type in _CONTROL_FLOW_OPS and any(t.op.name in on_ps for t in op.inputs):
+        if op.type in CONTROL_FLOW_OPS and any(t.op.name in on_ps for t in op.inputs):
             # control flow v2 (tf.cond, tf.while_loop, tf.function) reads a PS table in its own function
             refused.append(RefusedLookup((op,), CONTROL_FLOW))
         if op.type != "ResourceGather" or op.name in seen:
