@@ -121,7 +121,22 @@ _GRAPH_PRIVATE: dict[str, tuple[str, ...]] = {
         "_VARSTORE_KEY", "_VariableStore.get_variable", "_VariableStore._get_default_initializer",
         "_VariableStore._vars", "_VariableStore._partitioned_vars",
     ),
-    "tensorflow.python.ops.embedding_ops": ("embedding_lookup",),
+    # kernels/pooled_lookups.py and pooled_bags.py read the ops a partitioned lookup builds (each
+    # shard's gather beside its positions in the ParallelDynamicStitch) and embedding_lookup_sparse's
+    # (Unique of the ids, a SparseSegment* op of its idx and the segment ids), which
+    # embedding_lookup_sparse_impl builds, choosing between that path and a gather-free one (by a
+    # forward_compatible date, the table's and the segment ids' devices, a CompositeTensor table)
+    "tensorflow.python.ops.embedding_ops": (
+        "embedding_lookup", "_embedding_lookup_and_transform", "embedding_lookup_sparse",
+        "embedding_lookup_sparse_impl",
+    ),
+    # kernels/pooled_lookups.py reads the op chains these gradient functions build (with a shape
+    # unknown when the graph is built, _SumGrad broadcasts where it tiles)
+    "tensorflow.python.ops.math_grad": (
+        "_MeanGrad", "_SumGrad", "_SparseSegmentMeanGrad", "_SparseSegmentSumGrad", "_SparseSegmentSqrtNGrad",
+    ),
+    "tensorflow.python.ops.resource_variable_ops": ("_GatherGrad",),
+    "tensorflow.python.ops.data_flow_grad": ("_DynamicStitchGrads",),
     "tensorflow.python.ops.variables": ("PartitionedVariable",),
     # --shard-data and in-graph replicas (patches.py, kernels/input_sharding.py, replication.py)
     "tensorflow.python.data.ops.dataset_ops": (

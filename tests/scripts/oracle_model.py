@@ -20,8 +20,9 @@ tf1 = tf.compat.v1
 tf1.disable_eager_execution()
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--model", choices=["dense", "sparse", "tables", "dense-first", "keras", "mts", "while", "lstm"],
-                    required=True)
+parser.add_argument("--model", choices=["dense", "sparse", "tables", "dense-first", "keras", "mts", "while", "lstm",
+                                       "bags-sum", "bags-sparse"], required=True)
+parser.add_argument("--combiner", choices=["mean", "sum", "sqrtn"], default="mean", help="--model bags-sparse's")
 parser.add_argument("--optimizer", choices=["sgd", "adam", "momentum", "rmsprop", "adagrad"], default="sgd")
 parser.add_argument("--data", choices=["same", "per-worker"], required=True)
 parser.add_argument("--steps", type=int, default=3)
@@ -58,6 +59,19 @@ if args.model in ("sparse", "dense-first"):  # dense-first: optimizer state colo
     if args.model == "sparse":
         w = tf1.get_variable("w", [4, 3], initializer=tf1.random_normal_initializer(seed=2))
     pred = tf.matmul(tf.reduce_mean(tf.nn.embedding_lookup(emb, ids), axis=1), w)
+elif args.model == "bags-sum":  # bags summed, not averaged
+    emb = tf1.get_variable("emb", [VOCAB, 4], initializer=tf1.random_normal_initializer(seed=1))
+    w = tf1.get_variable("w", [4, 3], initializer=tf1.random_normal_initializer(seed=2))
+    pred = tf.matmul(tf.reduce_sum(tf.nn.embedding_lookup(emb, ids), axis=1), w)
+elif args.model == "bags-sparse":  # embedding_lookup_sparse: bags of 1-3 ids, example 1's bag empty
+    emb = tf1.get_variable("emb", [VOCAB, 4], initializer=tf1.random_normal_initializer(seed=1))
+    w = tf1.get_variable("w", [4, 3], initializer=tf1.random_normal_initializer(seed=2))
+    rows, columns = tf.meshgrid(tf.range(tf.shape(ids)[0]), tf.range(3), indexing="ij")
+    # an id divisible by 4 is dropped unless it is its bag's first; bag 1 is empty, the last one is not
+    kept = tf.logical_and(tf.logical_or(tf.not_equal(ids % 4, 0), tf.equal(columns, 0)), tf.not_equal(rows, 1))
+    where = tf.where(kept)
+    sp_ids = tf.SparseTensor(where, tf.gather_nd(ids, where), tf.shape(ids, out_type=tf.int64))
+    pred = tf.matmul(tf.nn.embedding_lookup_sparse(emb, sp_ids, None, combiner=args.combiner), w)
 elif args.model == "tables":  # three equal embeddings: a PS plan puts one on each of 3 PS tasks
     tables = [tf1.get_variable(f"emb{k}", [VOCAB, 4], initializer=tf1.random_normal_initializer(seed=1 + k))
               for k in range(3)]

@@ -32,16 +32,18 @@ SCRIPT = str(SCRIPTS / "oracle_model.py")
 def train_and_compare(tmp_path: Path, spec_file: Callable[..., Path], strategy: str, model: str, data: str,
                       *options: str, optimizer: str = "sgd", replicas: int | None = None,
                       edit_plan: Callable[[dict[str, Any]], None] | None = None, workers: int = NUM_WORKERS,
-                      ps: int | None = None, script_options: Sequence[str] = ()) -> AdrunResult:
+                      ps: int | None = None, script_options: Sequence[str] = (),
+                      model_options: Sequence[str] = ()) -> AdrunResult:
     """Run the oracle on `workers` workers and `ps` PS processes (default: what the strategy needs);
     `replicas` sets the node's in-graph replicas per worker, `edit_plan` edits the built strategy
     document (as a dict) before the run, as a user editing the YAML would, and `script_options` go
-    to the training run of oracle_model.py only (as `--graph`)."""
+    to the training run of oracle_model.py only (as `--graph`), `model_options` to the training and
+    the reference run (as `--combiner sqrtn`)."""
     out = tmp_path / "out"
     node_fields = {"replicas": replicas} if replicas is not None else {}
     spec = spec_file(workers=workers, ps=ps if ps is not None else 2 if strategy in TWO_PS else 1, **node_fields)
     opts = [arg for option in options for arg in ("--strategy-opt", option)]
-    script = [SCRIPT, "--model", model, "--data", data, "--optimizer", optimizer, "--steps", str(STEPS)]
+    script = [SCRIPT, "--model", model, *model_options, "--data", data, "--optimizer", optimizer, "--steps", str(STEPS)]
     if edit_plan is not None:
         plan_file = tmp_path / "plan.yml"
         built = run_adrun("strategy", "build", strategy, "--spec", str(spec), *opts, "-o", str(plan_file),

@@ -19,7 +19,7 @@ serve nothing.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
@@ -37,7 +37,7 @@ _memo: weakref.WeakKeyDictionary[tf.Graph, dict[tuple[str, bool], DistinctIds]] 
 
 
 @contextmanager
-def _fresh_scope(graph: tf.Graph, name: str) -> Iterator[None]:
+def fresh_scope(graph: tf.Graph, name: str) -> Iterator[None]:
     """Build in `graph` outside whatever the caller is inside: no control dependencies or
     colocation from the user's code, a name scope of adrun's."""
     with ExitStack() as stack:
@@ -48,7 +48,9 @@ def _fresh_scope(graph: tf.Graph, name: str) -> Iterator[None]:
         yield
 
 
-def _in_control_flow(t: tf.Tensor) -> bool:
+def in_control_flow(t: tf.Tensor) -> bool:
+    """Whether `t` is made inside a TF1 control-flow construct (tf.cond/while_loop v1): a rewrite
+    that reads it from outside would cross the construct's frame."""
     return t.op._get_control_flow_context() is not None
 
 
@@ -59,14 +61,14 @@ def distinct_ids(ids: tf.Tensor, device: str, ordered: bool = True) -> DistinctI
     sorted `tf.unique` of its own, whose ids cross to the PS once more: a cost in speed only, the
     rows are the same. None for ids made inside a control-flow construct, which cannot be used
     outside it."""
-    if _in_control_flow(ids):
+    if in_control_flow(ids):
         return None
     memo = _memo.setdefault(ids.graph, {})
     if not ordered and (ids.name, True) in memo:
         return memo[(ids.name, True)]  # one ids tensor for the lookup and the gradient: sent once
     key = (ids.name, ordered)
     if key not in memo:
-        with _fresh_scope(ids.graph, "adrun_distinct_ids"), tf.device(ids.device or device):
+        with fresh_scope(ids.graph, "adrun_distinct_ids"), tf.device(ids.device or device):
             unique, positions = tf.unique(tf.reshape(tf.cast(ids, tf.int64), [-1]))
             if ordered:
                 order = tf.argsort(unique)
@@ -90,40 +92,43 @@ def merged_rows(grad: tf.IndexedSlices, device: str) -> tf.IndexedSlices:
     distinct = distinct_ids(_flattened_source(grad.indices), device) or distinct_ids(grad.indices, device)
     if distinct is None:
         raise ValueError(f"gradient indices {grad.indices.name} are made inside a control-flow construct")
-    with _fresh_scope(grad.values.graph, "adrun_merged_rows"), tf.device(grad.values.device or device):
+    with fresh_scope(grad.values.graph, "adrun_merged_rows"), tf.device(grad.values.device or device):
         values = tf.math.unsorted_segment_sum(grad.values, distinct.positions, tf.size(distinct.ids))
     return tf.IndexedSlices(values, distinct.ids, grad.dense_shape)
 
 
-def _colocated_with_any(op: tf.Operation, names: set[str]) -> bool:
+def colocated_with_any(op: tf.Operation, names: set[str]) -> bool:
+    """Whether `op` runs on a PS or beside one of the variables `names` (embedding_lookup's max_norm
+    clips the rows there): such a consumer reads the rows before they reach the worker."""
     return op.device.startswith("/job:ps") or any(
         g.decode().startswith("loc:@") and g.decode()[len("loc:@"):] in names for g in op.colocation_groups()
     )
 
 
-def dedup_remote_lookups(graph: tf.Graph, devices: dict[str, str], local_device: str) -> int:
+def dedup_remote_lookups(graph: tf.Graph, devices: dict[str, str], local_device: str, leave: Collection[str] = ()) -> int:
     """Make every lookup of a PS variable pull only the batch's distinct rows; returns how many
     lookups were rewritten.
 
-    Left as they are: lookups inside control flow, batched gathers, and lookups whose result is used
+    Left as they are: the gathers named in `leave` (those a pooled lookup replaced, pooled_bags.py),
+    lookups inside control flow, batched gathers, and lookups whose result is used
     on a PS (e.g. clipped there by `embedding_lookup(max_norm=...)`), which would send the
     expanded rows back to the PS.
     """
     on_ps = {name for name, device in devices.items() if device.startswith("/job:ps")}
     rewritten = 0
     for op in graph.get_operations():
-        if op.type != "ResourceGather" or op.get_attr("batch_dims") != 0:
+        if op.type != "ResourceGather" or op.name in leave or op.get_attr("batch_dims") != 0:
             continue
         handle, ids = op.inputs[0], op.inputs[1]
         looked_up = op.outputs[0]
         consumers = looked_up.consumers()
-        if (handle.op.type != "VarHandleOp" or handle.op.name not in on_ps or _in_control_flow(looked_up)
-                or not consumers or any(_colocated_with_any(c, on_ps) for c in consumers)):
+        if (handle.op.type != "VarHandleOp" or handle.op.name not in on_ps or in_control_flow(looked_up)
+                or not consumers or any(colocated_with_any(c, on_ps) for c in consumers)):
             continue
         distinct = distinct_ids(ids, local_device, ordered=False)
         if distinct is None:
             continue
-        with _fresh_scope(graph, "adrun_distinct_lookup"):
+        with fresh_scope(graph, "adrun_distinct_lookup"):
             with tf.compat.v1.colocate_with(handle.op, ignore_existing=True):
                 rows = tf.raw_ops.ResourceGather(
                     resource=handle, indices=distinct.ids, dtype=op.get_attr("dtype"),

@@ -29,7 +29,7 @@ from tensorflow.python.ops import variable_scope
 if TYPE_CHECKING:
     from adrun.strategies.document import Partition
 
-_CONTROL_FLOW_OPS = {
+CONTROL_FLOW_OPS = {
     "While", "StatelessWhile", "If", "StatelessIf", "Case", "PartitionedCall", "StatefulPartitionedCall",
     "Enter", "RefEnter", "Switch", "RefSwitch",
 }
@@ -42,10 +42,10 @@ def _created_by_get_variable(graph: tf.Graph) -> set[str]:
 
 def _read_in_control_flow(var: Any) -> bool:
     for consumer in var.op.outputs[0].consumers():
-        if consumer.type in _CONTROL_FLOW_OPS or consumer._get_control_flow_context() is not None:
+        if consumer.type in CONTROL_FLOW_OPS or consumer._get_control_flow_context() is not None:
             return True
         for read in consumer.outputs:
-            if any(c.type in _CONTROL_FLOW_OPS or c._get_control_flow_context() is not None for c in read.consumers()):
+            if any(c.type in CONTROL_FLOW_OPS or c._get_control_flow_context() is not None for c in read.consumers()):
                 return True
     return False
 
@@ -60,11 +60,12 @@ _WALK_LIMIT = 10_000  # ops visited per gradient before giving up (and keeping t
 REDUCED_GRADIENT = "its gradient passes a reduction (e.g. tf.clip_by_norm) before the update: split, it would be reduced per shard"
 
 
-def _made_by_tf_gradients(op: tf.Operation) -> bool:
+def made_by_tf_gradients(op: tf.Operation) -> bool:
+    """Whether tf.gradients built `op` (it sits in one of its `gradients[_N]` name scopes)."""
     return any(_GRADIENT_SCOPE.match(part) for part in op.name.split("/")[:-1])
 
 
-def _reduced_on_the_way(grad: Any) -> bool:
+def reduced_on_the_way(grad: Any) -> bool:
     """Whether the tensor handed to apply_gradients comes from tf.gradients' output through a reduction
     (or through more ops than the walk visits: then it is taken as reduced, which only keeps a
     variable whole)."""
@@ -72,7 +73,7 @@ def _reduced_on_the_way(grad: Any) -> bool:
     todo, seen = [tensor.op], set[str]()
     while todo:
         op = todo.pop()
-        if op.name in seen or _made_by_tf_gradients(op):
+        if op.name in seen or made_by_tf_gradients(op):
             continue
         if op.type in _REDUCTIONS or len(seen) >= _WALK_LIMIT:
             return True
@@ -85,7 +86,7 @@ def partition_blockers(graph: tf.Graph, variables: list, grads_and_vars: list[tu
     """Why a variable cannot be partitioned by adrun, by variable name (absent: it can).
     `grads_and_vars` are the pairs the script handed to apply_gradients."""
     created = _created_by_get_variable(graph)
-    reduced = {var.op.name for grad, var in grads_and_vars if grad is not None and _reduced_on_the_way(grad)}
+    reduced = {var.op.name for grad, var in grads_and_vars if grad is not None and reduced_on_the_way(grad)}
     blockers = {}
     for var in variables:
         name = var.op.name
