@@ -5,8 +5,9 @@ step, the rows its sparse variables touch), a ClusterSpec, NetworkFacts and a fe
 `Coefficients` in; a `Prediction` out. docs/cost-model.md states every formula; in short:
 
 - Bytes: `wire_bound.variable_transfers`, the one source of each strategy's bytes per step (PS pulls
-  and pushes of dense values and of the distinct touched rows, shards, local proxies, ring
-  all-reduce with compression, sparse all-gather).
+  and pushes of dense values and of the distinct touched rows, or of per-example sums for a table
+  whose lookups are pooled over their bags on the PS, shards, local proxies, ring all-reduce with
+  compression, sparse all-gather).
 - Links: every transfer between two hosts loads the sender's outgoing side, the receiver's incoming
   side and the pair's path; a transfer inside one host loads that host's local path. A host's
   outgoing (incoming) capacity is the fastest path measured from (to) it. A group of transfers that
@@ -61,14 +62,14 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from adrun.errors import UserError
-from adrun.graph_item import GraphItem, dtype_itemsize
+from adrun.graph_item import GraphItem, PooledBags, dtype_itemsize
 from adrun.placement import TaskId, ps, task_hosts, worker
 from adrun.spec import ClusterSpec
 
 from .document import PSSync, Strategy, VariablePlan, shard_sizes
 from .facts import Link, ModelProfile, NetworkFacts, NodeBytes, Prediction, RowsTouched
 from .optimizer_state import updates_read_step_state
-from .wire_bound import variable_transfers
+from .wire_bound import pools_bags, variable_transfers
 
 
 # Dense gradients under this size bound for one PS task share one accumulator (one push and one
@@ -633,6 +634,18 @@ def _rows_between(touched: RowsTouched, lo: int, hi: int, rows: int) -> float:
     return total
 
 
+def pooled_bags_of(var: VariablePlan, profile: ModelProfile) -> PooledBags | None:
+    """The pooled lookups of `var` (capture's `VariableInfo.pooled`) as its plan runs them: None
+    unless the plan pools them (`wire_bound.pools_bags`), their examples per step the graph's batch
+    where the lookups' shapes did not say (None, counted as rows, when neither does)."""
+    if not pools_bags(var):
+        return None
+    bags = next((v.pooled for v in profile.graph.variables if v.name == var.name), None)
+    if bags is None or bags.examples is not None or profile.batch_size is None:
+        return bags
+    return bags.model_copy(update={"examples": profile.batch_size})
+
+
 def variable_load(var: VariablePlan, profile: ModelProfile, paths: Paths) -> Load:
     """One planned variable's part of a step's load. A TF2 script's (`GraphItem.kind` "tf2") by TF2
     mode's PS runtime: its accumulators (`batched_in_accumulator`) and, for a split variable its
@@ -641,7 +654,8 @@ def variable_load(var: VariablePlan, profile: ModelProfile, paths: Paths) -> Loa
     load = Load.empty(paths)
     tf2 = profile.graph.kind == "tf2"
     on_chief = updated_on_the_chief(var, profile.graph)
-    shards = variable_transfers(var, paths.num_workers, distinct_rows_of(var, profile, paths.num_workers))
+    shards = variable_transfers(var, paths.num_workers, distinct_rows_of(var, profile, paths.num_workers),
+                                pooled_bags_of(var, profile))
     chunks = set(prefetched_chunks(var))
     if chunks:
         load.chunks[var.name] = len(chunks)
