@@ -16,7 +16,7 @@ from adrun.strategies import build_strategy
 from adrun.strategies.facts import HostLink, Link, NetworkFacts
 from adrun.strategies.fit import fit
 from adrun.strategies.planning_facts import PlanningFacts
-from tests.support.cost_facts import hosts_spec, network, profile, var
+from tests.support.cost_facts import embed_graph, hosts_spec, network, profile, var
 
 SLOW = 12.5e6  # 100 Mbit/s
 # a large embedding whose touched rows all-gathered outweigh its sharded PS traffic beyond 2 hosts
@@ -157,3 +157,19 @@ def test_the_plot_is_a_png_and_an_unwritable_path_is_one_message(tmp_path) -> No
     with pytest.raises(UserError) as error:
         write_scaling_plot(section, tmp_path / "missing" / "s.png", "t")
     assert str(error.value).startswith(f"--plot {tmp_path / 'missing' / 's.png'}: cannot write the plot")
+
+
+def test_pooled_lookups_show_in_the_predicted_bytes_per_host() -> None:
+    """The same terms as the cost model's: the embed workload's PartitionedPS at 4 hosts sends
+    fewer bytes a host, and steps faster, with its table's pooled lookups than without them;
+    the all-reduce of every variable moves the same rows either way."""
+    def at_4_hosts(graph: GraphItem) -> dict:
+        spec = hosts_spec(2)
+        facts = PlanningFacts(spec=spec, graph=graph, profile=profile(graph, 0.0055, {"embedding": 8160}),
+                              network=network(spec, SLOW, latency_s=1e-4), fit=fit([]))
+        return {c.builder: c.points[0] for c in scaling_section(facts, Auto(), [4]).curves}
+
+    rows, pooled = at_4_hosts(embed_graph(pooled=False)), at_4_hosts(embed_graph())
+    assert pooled["PartitionedPS"].sent_mb_per_host < rows["PartitionedPS"].sent_mb_per_host
+    assert pooled["PartitionedPS"].step_s < rows["PartitionedPS"].step_s
+    assert pooled["AllReduce"] == rows["AllReduce"]
