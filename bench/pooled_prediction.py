@@ -23,7 +23,6 @@ from pathlib import Path
 import click
 
 from adrun.capture_run import capture_graph
-from adrun.graph_item import GraphItem
 from adrun.strategies.auto import AUTO, Auto
 from adrun.strategies.document import AllReduceSync, PSSync, Strategy
 from adrun.strategies.cost_model import predict
@@ -33,15 +32,10 @@ from adrun.strategies.planning_facts import PlanningFacts
 
 from .cluster.network import PROFILES
 from .cluster.tf2 import script_args
-from .cost_model_check import cluster_spec, model_profile, network_facts
+from .cost_model_check import cluster_spec, model_profile, network_facts, without_pooled
 from .paths import BENCH, RESULTS_DIR, WORKLOADS_DIR
 
 CPUS = 2  # the benchmark machine's CPUs, which its namespace hosts share (bench/results/*.json `machine`)
-
-
-def without_pooled(graph: GraphItem) -> GraphItem:
-    """`graph` as captured before capture looked for pooled lookups."""
-    return graph.model_copy(update={"variables": [v.model_copy(update={"pooled": None}) for v in graph.variables]})
 
 
 def plan_summary(plan: Strategy) -> str:

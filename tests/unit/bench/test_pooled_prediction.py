@@ -1,10 +1,12 @@
 """bench/pooled_prediction.py's pieces that do not capture a script: a graph without its pooled
-facts, a plan's summary, and the ranking it reports (on the embed workload's facts)."""
+facts (bench/cost_model_check.py's), a plan's summary, and the ranking it reports (on the embed
+workload's facts)."""
 
 from __future__ import annotations
 
 from adrun.strategies.facts import ModelProfile, RowsTouched
-from bench.pooled_prediction import plan_summary, ranking, without_pooled
+from bench.cost_model_check import without_pooled
+from bench.pooled_prediction import plan_summary, ranking
 from tests.support.cost_facts import embed_graph
 
 
