@@ -109,6 +109,8 @@ def test_a_table_whose_lookups_pool_is_kept_whole_beside_the_all_reduced_head():
     pooled = ranked(True)
     auto, prediction = next((plan, p) for plan, p in pooled if plan.builder == "Auto")
     assert synchronizers(auto, "embedding") == [PSSync(ps_task=0)]
+    assert auto.variables[0].note.startswith("on ps0, lookups pooled on the PS; predicted ")
+    assert "pooled" not in rows.variables[0].note
     assert all(synchronizers(auto, v.name) == [AllReduceSync(group=0)] for v in auto.variables[1:])
     uniform = [p.step_s for plan, p in pooled if plan.builder not in ("Auto", "Parallax")]
     assert prediction.step_s * 1.1 < min(uniform)
