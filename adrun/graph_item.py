@@ -76,11 +76,17 @@ class PooledBags(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     # rows of the pooled outputs per step and worker, summed over the variable's pooled lookups;
-    # None when the graph does not say (the cost model then takes GraphItem.batch_size)
+    # None when neither the graph nor the profiling run's feed says (the table is then counted by
+    # its rows)
     examples: int | None = Field(default=None, ge=1)
     # ids looked up per step and worker, repeats included (B × L for a dense lookup); None when the
     # graph does not say (a sparse lookup's ids, counted at run time only)
     ids: int | None = Field(default=None, ge=0)
+
+    def sums_bytes(self, row_bytes: int) -> int | None:
+        """Bytes of the per-example sums [examples, dim] a shard returns, and of d_sum: one row of
+        `row_bytes` per example; None when the examples are unknown."""
+        return None if self.examples is None else self.examples * row_bytes
 
 
 class VariableInfo(BaseModel):

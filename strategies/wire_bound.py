@@ -13,7 +13,8 @@ u_w the distinct rows worker w touches in the step:
   row per distinct id goes to the PS (u_w·R); the PS already has the ids, so they cross once.
   With `local_proxy` a worker pulls its copy of the whole variable (M) every step instead.
 - PS, a table whose lookups are pooled over their bags (`pooled`: capture's
-  `VariableInfo.pooled`, every piece on a PS with `pool_bags` and no local proxy;
+  `VariableInfo.pooled`, every piece on a PS with `pool_bags` and no local proxy, N > 1 and one
+  in-graph replica per worker: `pooled_bags`;
   docs/performance.md, "Pooling bags on the PS"): with B the examples of a step and R = dim ×
   itemsize, each shard holding rows of worker w this step (u_w > 0) returns its per-example
   partial sums (B·R), not the rows; the worker sends the shard its distinct ids (u_w·I) and, per
@@ -130,26 +131,43 @@ class ShardTransfers:
     transfers: list[Transfer]
 
 
-def pools_bags(var: VariablePlan) -> bool:
+def pools_bags(var: VariablePlan, num_workers: int, replicas: int = 1) -> bool:
     """Whether the runtime pools the lookups of `var` over their bags when they can be (its
     `VariableInfo.pooled`): a sparse-gradient table every piece of which is on a PS task with
     `pool_bags` and no local proxy (the matcher pools only a table whose gathers all run on PS
-    tasks; a proxy's reads are local)."""
-    return var.grad == "sparse" and all(
+    tasks; a proxy's reads are local), trained by more than one worker (the runtime leaves a
+    one-worker plan's lookups alone) with one in-graph replica each (the replicas' copied gathers
+    and concatenated gradients are not the chains the matcher reads)."""
+    return num_workers > 1 and replicas <= 1 and var.grad == "sparse" and all(
         isinstance(s, PSSync) and s.pool_bags and not s.local_proxy for s in var.synchronizers())
+
+
+def pooled_bags(var: VariablePlan, facts: PooledBags | None, num_workers: int,
+                replicas: int = 1) -> PooledBags | None:
+    """The one rule for "is this table counted as pooled": `facts` (its `VariableInfo.pooled`) when
+    the plan pools its lookups (`pools_bags`) and the examples of a step are known; else None, and
+    the table is counted by its rows. The bound, the cost model and Auto's notes all ask this."""
+    usable = facts is not None and facts.examples is not None
+    return facts if usable and pools_bags(var, num_workers, replicas) else None
+
+
+def replicas_per_worker(strategy: Strategy) -> int:
+    """The most in-graph replicas a worker of `strategy` runs (1 when the plan leaves them unset)."""
+    return max((len(strategy.replicas_of(w)) for w in range(strategy.num_workers)), default=0) or 1
 
 
 def variable_transfers(
     var: VariablePlan, num_workers: int, distinct_rows: Mapping[str, Sequence[int]],
-    pooled: PooledBags | None = None,
+    pooled: PooledBags | None = None, replicas: int = 1,
 ) -> list[ShardTransfers]:
     """The transfers of one synchronous step at the bound for `var`, per shard (one entry when it is
     whole). `distinct_rows` as for `step_transfers`; `pooled`, the variable's pooled lookups
-    (`VariableInfo.pooled`), counted as such when `pools_bags(var)` and their examples are known."""
+    (`VariableInfo.pooled`), counted as such when `pooled_bags` says so for `num_workers` workers
+    of `replicas` in-graph replicas each."""
     n = num_workers
     itemsize = dtype_itemsize(var.dtype)
     shards = _shards(var)
-    bags = pooled if pooled is not None and pooled.examples is not None and pools_bags(var) else None
+    bags = pooled_bags(var, pooled, n, replicas)
     if bags is not None:
         return _pooled_transfers(var, shards, n, distinct_rows, bags)
     out = []
@@ -193,8 +211,8 @@ def _pooled_transfers(var: VariablePlan, shards: list[tuple[str, list[int], PSSy
     """A pooled table's transfers (the module docstring's bullet): per shard and worker, the partial
     sums back when the shard holds rows of the worker's step; its distinct ids and their
     occurrences out, with d_sum on the table's first shard of each PS task."""
-    assert bags.examples is not None
-    sums = bags.examples * _elements(var.shape[1:]) * dtype_itemsize(var.dtype)  # [examples, dim]
+    sums = bags.sums_bytes(_elements(var.shape[1:]) * dtype_itemsize(var.dtype))
+    assert sums is not None  # pooled_bags passes only facts whose examples are known
     rows = {name: _rows(name, distinct_rows, n) for name, _, _ in shards}
     touched = [sum(r[w] for r in rows.values()) for w in range(n)]
     carries_d_sum: dict[int, str] = {}
@@ -236,10 +254,11 @@ def step_transfers(strategy: Strategy, distinct_rows: Mapping[str, Sequence[int]
     whose lookups are pooled over their bags (by name, `VariableInfo.pooled`); none when not given.
     """
     bags = pooled or {}
+    replicas = replicas_per_worker(strategy)
     return [
         t
         for var in strategy.variables
-        for shard in variable_transfers(var, strategy.num_workers, distinct_rows, bags.get(var.name))
+        for shard in variable_transfers(var, strategy.num_workers, distinct_rows, bags.get(var.name), replicas)
         for t in shard.transfers
     ]
 

@@ -15,7 +15,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from scipy.stats import kendalltau
 
-from adrun.graph_item import GradKind, ScriptKind
+from adrun.graph_item import GradKind, ScriptKind, dtype_itemsize
 from adrun.spec import ClusterSpec
 from adrun.strategies.document import Strategy
 from adrun.strategies.facts import FactSource, Link, ModelProfile, NetworkFacts, Prediction
@@ -223,12 +223,13 @@ def model_section(profile: ModelProfile, script: str, script_args: list[str]) ->
         if touched is not None and var.shape and var.shape[0] > 0:
             row_bytes = var.nbytes / var.shape[0]
             step_bytes = min(var.nbytes, touched.mean * row_bytes)
-        examples = (var.pooled.examples or profile.batch_size) if var.pooled is not None else None
+        one_row = dtype_itemsize(var.dtype) * math.prod(max(d, 1) for d in var.shape[1:])
+        sums = var.pooled.sums_bytes(one_row) if var.pooled is not None else None
         rows.append(VariableRow(
             name=var.name, shape=list(var.shape), mb=var.nbytes / mb, grad=var.grad or "dense",
             rows_touched_mean=touched.mean if touched else None, rows_touched_max=touched.max if touched else None,
             step_mb=step_bytes / mb, step_share=0.0,
-            pooled_mb=examples * var.nbytes / max(var.shape[0], 1) / mb if examples and var.shape else None,
+            pooled_mb=sums / mb if sums is not None else None,
         ))
     step_total = sum(r.step_mb for r in rows)
     for row in rows:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from adrun.graph_item import GraphItem, PooledBags
-from adrun.placement import ps, worker
+from adrun.placement import ps, replica_devices, worker
+from adrun.spec import ClusterSpec, Node
 from adrun.strategies.cost_model import pooled_bags_of, predict
 from adrun.strategies.document import AllReduceSync, Partition, PSSync
 from adrun.strategies.wire_bound import Transfer, pools_bags, step_transfers
@@ -90,8 +91,9 @@ def test_d_sum_goes_once_to_each_ps_task_and_sums_only_from_shards_with_rows():
 
 
 def test_ids_the_graph_does_not_give_count_once_each_distinct_id():
-    strategy = emb_plan([PSSync(ps_task=0), PSSync(ps_task=1)], workers=1)
-    transfers = step_transfers(strategy, {"emb/part_0": [3], "emb/part_1": [5]}, bags(ids=None))
+    strategy = emb_plan([PSSync(ps_task=0), PSSync(ps_task=1)])
+    rows = {"emb/part_0": [3, 3], "emb/part_1": [5, 5]}
+    transfers = step_transfers(strategy, rows, bags(ids=None))
     assert [t.nbytes for t in transfers if t.source == worker(0)] == [3 * 16 + 320, 5 * 16 + 320]
 
 
@@ -103,33 +105,69 @@ def test_ids_the_graph_does_not_give_count_once_each_distinct_id():
 def test_a_table_not_wholly_on_pooling_ps_tasks_moves_rows(shards):
     strategy = emb_plan(shards)
     rows = {"emb/part_0": [4, 4], "emb/part_1": [2, 4]}
-    assert not pools_bags(strategy.variables[0])
+    assert not pools_bags(strategy.variables[0], 2)
     assert step_transfers(strategy, rows, bags()) == step_transfers(strategy, rows)
+
+
+def test_one_worker_moves_rows():
+    """The runtime pools only with more than one worker (gradient_sync.poolable_shard): one
+    worker's table is counted by its rows, by the bound, the cost model and Auto's note alike."""
+    strategy = emb_plan([PSSync(ps_task=0), PSSync(ps_task=1)], workers=1)
+    rows = {"emb/part_0": [3], "emb/part_1": [1]}
+    assert not pools_bags(strategy.variables[0], 1)
+    assert step_transfers(strategy, rows, bags()) == step_transfers(strategy, rows)
+    assert [t.nbytes for t in step_transfers(strategy, rows, bags())] == [3 * 32, 3 * 40, 1 * 32, 1 * 40]
+    graph = GraphItem(batch_size=10, variables=[EMB.model_copy(update={"pooled": PooledBags(examples=10, ids=40)})])
+    assert pooled_bags_of(strategy.variables[0], profile(graph, 0.01, {"emb": 4}), 1) is None
+
+
+def test_more_than_one_in_graph_replica_per_worker_moves_rows():
+    """In-graph replicas copy the gathers and concatenate their gradients, which the matcher does
+    not read: the table keeps its rows."""
+    spec = ClusterSpec(version=1, nodes=[Node(address=f"10.0.0.{i + 1}", chief=i == 0, workers=1, ps=1, replicas=2)
+                                         for i in range(2)])
+    graph = GraphItem(batch_size=10, variables=[EMB.model_copy(update={"pooled": PooledBags(examples=10, ids=40)})])
+    strategy = plan(graph, spec, [planned(EMB, partition=Partition(axis=0, shards=[PSSync(ps_task=0),
+                                                                                   PSSync(ps_task=1)]))])
+    assert replica_devices(spec) == [["CPU:0", "CPU:1"]] * 2
+    rows = {"emb/part_0": [4, 4], "emb/part_1": [2, 4]}
+    assert not pools_bags(strategy.variables[0], 2, replicas=2)
+    assert step_transfers(strategy, rows, bags()) == step_transfers(strategy, rows)
+    assert pooled_bags_of(strategy.variables[0], profile(graph, 0.01, {"emb": 8}), 2, 2) is None
+    net = network(spec, 1e8)
+    assert predict(strategy, profile(graph, 0.01, {"emb": 8}), spec, net, BANDWIDTH_ONLY) == predict(
+        strategy, profile(graph.model_copy(update={"variables": [EMB]}), 0.01, {"emb": 8}), spec, net, BANDWIDTH_ONLY)
 
 
 def test_asynchronous_and_stale_pieces_pool_too():
     for sync in (PSSync(ps_task=0, sync=False), PSSync(ps_task=0, staleness=2)):
-        strategy = emb_plan([sync, PSSync(ps_task=1, sync=sync.sync, staleness=sync.staleness)], workers=1)
-        transfers = step_transfers(strategy, {"emb/part_0": [3], "emb/part_1": [1]}, bags())
+        strategy = emb_plan([sync, PSSync(ps_task=1, sync=sync.sync, staleness=sync.staleness)])
+        transfers = step_transfers(strategy, {"emb/part_0": [3, 3], "emb/part_1": [1, 1]}, bags())
         assert any("partial sums" in t.what for t in transfers) and not any("rows" in t.what for t in transfers)
 
 
-def test_the_cost_model_takes_the_graphs_batch_when_the_lookups_shape_does_not_say():
-    strategy = emb_plan([PSSync(ps_task=0), PSSync(ps_task=1)], workers=1)
+def test_a_table_whose_examples_are_unknown_moves_rows():
+    """Examples unknown to capture and to the profiling run's feed: counted by its rows."""
+    strategy = emb_plan([PSSync(ps_task=0), PSSync(ps_task=1)])
     graph = GraphItem(batch_size=10, variables=[EMB.model_copy(update={"pooled": PooledBags(ids=None)})])
-    assert pooled_bags_of(strategy.variables[0], profile(graph, 0.01, {"emb": 8})) == PooledBags(examples=10)
-    unknown = graph.model_copy(update={"batch_size": None})
-    prof = profile(unknown, 0.01, {"emb": 8})
-    assert pooled_bags_of(strategy.variables[0], prof) == PooledBags()
-    spec = hosts_spec(1, ps=2)
+    prof = profile(graph, 0.01, {"emb": 8})
+    assert pooled_bags_of(strategy.variables[0], prof, 2) is None
+    known = graph.model_copy(update={"variables": [EMB.model_copy(update={"pooled": PooledBags(examples=10)})]})
+    assert pooled_bags_of(strategy.variables[0], profile(known, 0.01, {"emb": 8}), 2) == PooledBags(examples=10)
+    spec = hosts_spec(2, ps=2)
     rows = predict(strategy, prof, spec, network(spec, 1e8), BANDWIDTH_ONLY)
-    assert rows == predict(strategy, profile(unknown.model_copy(update={"variables": [EMB]}), 0.01, {"emb": 8}),
+    assert rows == predict(strategy, profile(graph.model_copy(update={"variables": [EMB]}), 0.01, {"emb": 8}),
                            spec, network(spec, 1e8), BANDWIDTH_ONLY)
 
 
 def test_a_transfer_names_what_it_carries():
-    strategy = emb_plan([PSSync(ps_task=0), PSSync(ps_task=1)], workers=1)
-    first = step_transfers(strategy, {"emb/part_0": [1], "emb/part_1": [1]}, bags())[:2]
+    strategy = emb_plan([PSSync(ps_task=0), PSSync(ps_task=1)])
+    first = step_transfers(strategy, {"emb/part_0": [1, 1], "emb/part_1": [1, 1]}, bags())[:2]
     assert first == [Transfer(ps(0), worker(0), 320, "emb/part_0: per-example partial sums pulled"),
                      Transfer(worker(0), ps(0), 8 + 20 * 8 + 320,
                               "emb/part_0: distinct ids and their occurrences pushed, and d_sum")]
+
+
+def test_the_sums_are_one_row_per_example():
+    assert PooledBags(examples=10, ids=40).sums_bytes(32) == 320
+    assert PooledBags(ids=40).sums_bytes(32) is None

@@ -88,12 +88,16 @@ def test_model_section_sizes_each_variable_by_what_a_step_moves() -> None:
 
 
 def test_a_table_whose_lookups_pool_shows_its_sums() -> None:
-    """[64 examples, 16] float32 sums (the graph's batch, the lookup's shape not saying), shown
-    beside the rows it touches; the terminal says what they are."""
-    pooled = model().model_copy(update={"graph": graph().model_copy(update={"variables": [
-        v.model_copy(update={"pooled": PooledBags(ids=640)}) if v.name == "emb" else v for v in graph().variables]})})
+    """[64 examples, 16] float32 sums, shown beside the rows it touches; the terminal says what
+    they are. Examples unknown: no sums shown (the table is counted by its rows)."""
+    def with_pooled(bags: PooledBags):
+        return model().model_copy(update={"graph": graph().model_copy(update={"variables": [
+            v.model_copy(update={"pooled": bags}) if v.name == "emb" else v for v in graph().variables]})})
+
+    pooled = with_pooled(PooledBags(examples=64, ids=640))
     emb, head = model_section(pooled, "train.py", []).variables
     assert emb.pooled_mb == pytest.approx(64 * 16 * 4 / 1e6) and head.pooled_mb is None
+    assert model_section(with_pooled(PooledBags(ids=640)), "train.py", []).variables[0].pooled_mb is None
     assert emb.step_mb == pytest.approx(300 * 16 * 4 / 1e6)
     assert model_section(model(), "train.py", []).variables[0].pooled_mb is None
     value = report([candidate("Auto", 0.010)])
