@@ -16,8 +16,8 @@ u_w the distinct rows worker w touches in the step:
   `VariableInfo.pooled`, every piece on a PS with `pool_bags` and no local proxy, N > 1 and one
   in-graph replica per worker: `pooled_bags`;
   docs/performance.md, "Pooling bags on the PS"): with B the examples of a step and R = dim ×
-  itemsize, each shard holding rows of worker w this step (u_w > 0) returns its per-example
-  partial sums (B·R), not the rows; the worker sends the shard its distinct ids (u_w·I) and, per
+  itemsize, each shard returns worker w its per-example partial sums (B·R) every step, not the
+  rows (zeros when it holds none of the worker's ids: the runtime's segment sum runs anyway); the worker sends the shard its distinct ids (u_w·I) and, per
   occurrence of one of them, its index and example (two int32, O = 8 bytes; the occurrences of
   the step's ids, in proportion to the shard's share of the worker's distinct rows, at least u_w,
   and u_w when the graph does not say how many); backward it sends d_sum (B·R) once to each PS
@@ -209,7 +209,7 @@ def variable_transfers(
 def _pooled_transfers(var: VariablePlan, shards: list[tuple[str, list[int], PSSync | AllReduceSync]], n: int,
                       distinct_rows: Mapping[str, Sequence[int]], bags: PooledBags) -> list[ShardTransfers]:
     """A pooled table's transfers (the module docstring's bullet): per shard and worker, the partial
-    sums back when the shard holds rows of the worker's step; its distinct ids and their
+    sums back; its distinct ids and their
     occurrences out, with d_sum on the table's first shard of each PS task."""
     sums = bags.sums_bytes(_elements(var.shape[1:]) * dtype_itemsize(var.dtype))
     assert sums is not None  # pooled_bags passes only facts whose examples are known
@@ -226,8 +226,8 @@ def _pooled_transfers(var: VariablePlan, shards: list[tuple[str, list[int], PSSy
         d_sum = sums if carries_d_sum[sync.ps_task] == name else 0
         transfers = []
         for w, u in enumerate(rows[name]):
-            if u > 0:
-                transfers.append(Transfer(server, worker(w), sums, f"{name}: per-example partial sums pulled"))
+            # every shard sums every step, zeros where it holds none of the worker's ids
+            transfers.append(Transfer(server, worker(w), sums, f"{name}: per-example partial sums pulled"))
             ids = u * INDEX_BYTES + _occurrences(bags.ids, u, touched[w]) * OCCURRENCE_BYTES
             transfers.append(Transfer(worker(w), server, ids + d_sum, f"{name}: distinct ids and their occurrences"
                                       + (" pushed, and d_sum" if d_sum else " pushed")))

@@ -73,9 +73,10 @@ def emb_plan(shards: list[PSSync | AllReduceSync], workers: int = 2):
     return plan(graph, spec, [planned(EMB, partition=Partition(axis=0, shards=shards))])
 
 
-def test_d_sum_goes_once_to_each_ps_task_and_sums_only_from_shards_with_rows():
+def test_d_sum_goes_once_to_each_ps_task_and_sums_come_from_every_shard():
     """Three shards, two on ps0: d_sum (10 x 8 floats) goes to ps0 with its first shard only;
-    worker 1 touched nothing of shard 2, which sends it no sums. Occurrences: worker 0's 40 ids
+    worker 1 touched nothing of shard 2, which still sends it its sums (zeros: the runtime's
+    segment sum of [B, dim] runs for every shard every step). Occurrences: worker 0's 40 ids
     over its 4 + 2 + 2 distinct rows, 20 + 10 + 10; worker 1's over 4 + 4 + 0, 20 + 20 + 0."""
     strategy = emb_plan([PSSync(ps_task=0), PSSync(ps_task=1), PSSync(ps_task=0)])
     rows = {"emb/part_0": [4, 4], "emb/part_1": [2, 4], "emb/part_2": [2, 0]}
@@ -86,7 +87,7 @@ def test_d_sum_goes_once_to_each_ps_task_and_sums_only_from_shards_with_rows():
         (ps(1), worker(0), sums), (worker(0), ps(1), 2 * 8 + 10 * 8 + sums),
         (ps(1), worker(1), sums), (worker(1), ps(1), 4 * 8 + 20 * 8 + sums),
         (ps(0), worker(0), sums), (worker(0), ps(0), 2 * 8 + 10 * 8),
-        (worker(1), ps(0), 0),
+        (ps(0), worker(1), sums), (worker(1), ps(0), 0),
     ]
 
 
