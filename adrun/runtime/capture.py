@@ -30,11 +30,13 @@ from adrun.task_events import DoneEvent
 _graph_at_exit: tf.Graph | None = None
 
 
-def describe_graph(graph: tf.Graph) -> GraphItem:
+def describe_graph(graph: tf.Graph, examples: int | None = None) -> GraphItem:
     """The GraphItem of `graph`. Shards of a partitioned variable count as the one variable they
     slice (its full name and shape), so a worker whose variables adrun partitioned describes the
     same graph as the capture did. Which variables' lookups could be pooled over their bags on the
-    PS, and what they read per step, is capture_pooled.py's."""
+    PS, and what they read per step, is capture_pooled.py's; `examples`, the batch the profiling
+    run fed (profiler.py), gives their examples when neither their shape nor a tf.data batch
+    does (ids fed through a `placeholder([None, L])`)."""
     records = records_for(graph)
     grad_kind: dict[str, GradKind] = {}
     optimizer = None
@@ -54,7 +56,7 @@ def describe_graph(graph: tf.Graph) -> GraphItem:
     blockers = partition_blockers(graph, global_vars, grads_and_vars)
     batch_size = static_batch_size(graph)
     pooled = pooled_bags(graph, global_vars, {variable_name(v): _logical(v)[0] for v in global_vars}, grads_and_vars,
-                         batch_size)
+                         batch_size if batch_size is not None else examples)
     logical: dict[str, VariableInfo] = {}
     for var in global_vars:
         name, shape = _logical(var)

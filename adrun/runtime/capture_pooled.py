@@ -29,16 +29,21 @@ def pooled_bags(graph: tf.Graph, variables: Sequence[tf.Variable], logical: dict
                 grads_and_vars: Sequence[tuple[Any, Any]], batch_size: int | None) -> dict[str, PooledBags]:
     """Per variable (by its logical name: `logical` maps each variable's, or shard's, op name to
     it), what its pooled lookups read per step, for the variables all of whose lookups could be
-    pooled. `batch_size`: the graph's examples per step when a lookup's own shape does not say."""
+    pooled. `batch_size`: the examples per step when a lookup's own shape does not say (the graph's
+    tf.data batch, or the batch the profiling run fed). A lookup over a Python list of separate
+    variables (`embedding_lookup([v0, v1], ids)`), which the matcher pools like a partitioned one,
+    counts for each of them: every one returns [examples, dim] sums, and each is given an even
+    share of the ids (what the `mod` and `div` strategies give uniform ids)."""
     devices = {variable_name(v): _ON_A_PS for v in variables}
     gradients = {variable_name(v): g for g, v in grads_and_vars if g is not None}
     matches = pooled_lookups(graph, devices, gradients)
     refused = {logical.get(name, name) for r in matches.refused for op in r.ops for name in _handles(op)}
-    found: dict[str, list[PooledLookup]] = {}
+    found: dict[str, list[tuple[PooledLookup, int]]] = {}  # variable -> its lookups, each with its variables' count
     for lookup in matches.pooled:
         names = {logical.get(s.variable, s.variable) for s in lookup.shards}
-        if len(names) == 1:  # a lookup gathers from the shards of one variable
-            found.setdefault(names.pop(), []).append(lookup)
+        for name in names:
+            found.setdefault(name, []).append((lookup, len(names)))
+    # one refused lookup keeps the variable's rows on the wire (e.g. a max beside a pooled mean)
     return {name: _facts(lookups, batch_size) for name, lookups in found.items() if name not in refused}
 
 
@@ -47,10 +52,10 @@ def _handles(op: tf.Operation) -> list[str]:
     return [t.op.name for t in op.inputs if t.dtype == tf.resource]
 
 
-def _facts(lookups: list[PooledLookup], batch_size: int | None) -> PooledBags:
+def _facts(lookups: list[tuple[PooledLookup, int]], batch_size: int | None) -> PooledBags:
     examples: list[int | None] = []
     ids: list[int | None] = []
-    for lookup in lookups:
+    for lookup, sharing in lookups:
         static = tf.compat.dimension_value(lookup.batch)
         b = static if static is not None else batch_size
         examples.append(b)
@@ -58,7 +63,7 @@ def _facts(lookups: list[PooledLookup], batch_size: int | None) -> PooledBags:
             ids.append(None)  # a sparse lookup's ids are counted at run time only
             continue
         bag = lookup.ids.shape[1:]
-        ids.append(b * math.prod(bag.as_list()) if bag.is_fully_defined() else None)
+        ids.append(b * math.prod(bag.as_list()) // sharing if bag.is_fully_defined() else None)
     return PooledBags(examples=_sum(examples), ids=_sum(ids))
 
 
