@@ -9,7 +9,7 @@ machine taken as bench/cost_model_check.py takes them; then Auto ranks every bui
 its own plan twice, with the analytical coefficients: `rows`, the graph without its pooled facts
 (the terms before pooled lookups were counted, what the runtime did until then), and `pooled`,
 as captured (a PS-held table's lookups pooled, `pool_bags` true). Per builder: predicted step,
-examples/s and bytes sent per host and step; Auto's ratio to PartitionedPS, to AllReduce, to the
+examples/s and bytes its busiest host sends a step; Auto's ratio to PartitionedPS, to AllReduce, to the
 best uniform builder and to the best built-in one; and the plan Auto chose without the pooled facts,
 predicted with them. Writes JSON (`--out`) and a markdown table (`--markdown`).
 """
@@ -17,8 +17,8 @@ predicted with them. Writes JSON (`--out`) and a markdown table (`--markdown`).
 from __future__ import annotations
 
 import json
-import statistics
 from pathlib import Path
+from typing import TypedDict
 
 import click
 
@@ -56,13 +56,45 @@ UNIFORM = ("AllReduce", "PartitionedAR", "RandomAxisPartitionAR", "PS", "PSLoadB
            "UnevenPartitionedPS")  # one family for every variable (Parallax mixes: sparse on PSs, dense all-reduced)
 
 
-def _row(plan: Strategy, prediction: Prediction) -> dict:
+class BuilderRow(TypedDict):
+    """One plan's prediction: its step, examples/s, the bytes its busiest host sends a step (as
+    `adrun profile`'s scaling points report them), what bounds it and where it puts the variables."""
+
+    step_ms: float
+    examples_per_s: float
+    sent_mb_per_host: float  # the busiest host's
+    bound: str
+    plan: str
+
+
+class Ranking(TypedDict, total=False):
+    builders: dict[str, BuilderRow]
+    auto_over_partitioned_ps: float
+    auto_over_all_reduce: float
+    auto_over_best_uniform: float
+    auto_over_best_builtin: float
+    other_plan: BuilderRow  # only when a plan is given to predict beside the ranking
+
+
+class Group(TypedDict):
+    workload: str
+    profile: str
+    hosts: int
+    compute_s: float
+    pooled_facts: dict[str, dict[str, int | None]]
+    rows: Ranking
+    pooled: Ranking
+
+
+def _row(plan: Strategy, prediction: Prediction) -> BuilderRow:
+    if prediction.examples_per_s is None:
+        raise ValueError("the workload's graph has no batch size: examples/s cannot be predicted")
     return {"step_ms": prediction.step_s * 1e3, "examples_per_s": prediction.examples_per_s,
-            "sent_mb_per_host": statistics.mean(b.sent for b in prediction.node_bytes.values()) / 1e6,
+            "sent_mb_per_host": max(b.sent for b in prediction.node_bytes.values()) / 1e6,
             "bound": prediction.bound, "plan": plan_summary(plan)}
 
 
-def ranking(profile: ModelProfile, hosts: int, link: str, other: Strategy | None = None) -> tuple[dict, Strategy]:
+def ranking(profile: ModelProfile, hosts: int, link: str, other: Strategy | None = None) -> tuple[Ranking, Strategy]:
     """Auto's ranking on the benchmark's cluster of `hosts` hosts, Auto's ratios, and its plan;
     with `other` (a plan of the same graph), its prediction too, as `other_plan`."""
     spec = cluster_spec(hosts)
@@ -70,27 +102,28 @@ def ranking(profile: ModelProfile, hosts: int, link: str, other: Strategy | None
     ranked = Auto().rank(PlanningFacts(spec=spec, graph=profile.graph, profile=profile, network=net, fit=fit([])))
     builders = {plan.builder: _row(plan, prediction) for plan, prediction in ranked}
     auto = builders[AUTO]["examples_per_s"]
-    out = {"builders": builders, "auto_over_partitioned_ps": auto / builders["PartitionedPS"]["examples_per_s"],
-           "auto_over_all_reduce": auto / builders["AllReduce"]["examples_per_s"],
-           "auto_over_best_uniform": auto / max(builders[b]["examples_per_s"] for b in UNIFORM if b in builders),
-           "auto_over_best_builtin": auto / max(b["examples_per_s"] for name, b in builders.items() if name != AUTO)}
+    out: Ranking = {
+        "builders": builders, "auto_over_partitioned_ps": auto / builders["PartitionedPS"]["examples_per_s"],
+        "auto_over_all_reduce": auto / builders["AllReduce"]["examples_per_s"],
+        "auto_over_best_uniform": auto / max(builders[b]["examples_per_s"] for b in UNIFORM if b in builders),
+        "auto_over_best_builtin": auto / max(b["examples_per_s"] for name, b in builders.items() if name != AUTO)}
     if other is not None:
         out["other_plan"] = _row(other, predict(other, profile, spec, net))
     return out, next(plan for plan, _ in ranked if plan.builder == AUTO)
 
 
-def render(report: dict, command: str) -> str:
+def render(groups: list[Group], command: str) -> str:
     lines = ["# Lookups pooled on the PS: the cost model's predictions before and after", "",
              f"Made by `{command}` (bench/pooled_prediction.py: predictions, nothing run on the cluster). "
              "`rows`: the graph without its pooled facts (each shard's distinct rows pulled and pushed, "
              "as the runtime did before pooling); `pooled`: as captured, every PS-held table whose lookups "
              "pool counting its partial sums, ids and d_sum (docs/cost-model.md). Analytical coefficients; "
              f"namespace hosts sharing {CPUS} CPUs, 1 worker + 1 PS each.", ""]
-    for group in report["groups"]:
+    for group in groups:
         lines += [f"## {group['workload']}, {group['profile']}, {group['hosts']} hosts", "",
                   f"Compute {group['compute_s'] * 1e3:.1f} ms a step; pooled facts captured: {group['pooled_facts'] or 'none'}.", "",
-                  "| builder | rows: step ms | rows: examples/s | rows: MB sent/host | pooled: step ms | "
-                  "pooled: examples/s | pooled: MB sent/host | pooled / rows |",
+                  "| builder | rows: step ms | rows: examples/s | rows: MB sent, busiest host | pooled: step ms | "
+                  "pooled: examples/s | pooled: MB sent, busiest host | pooled / rows |",
                   "|---|---|---|---|---|---|---|---|"]
         before, after = group["rows"]["builders"], group["pooled"]["builders"]
         for name in sorted(after, key=lambda b: after[b]["step_ms"]):
@@ -99,14 +132,16 @@ def render(report: dict, command: str) -> str:
                          f"{a['step_ms']:.1f} | {a['examples_per_s']:,.0f} | {a['sent_mb_per_host']:.2f} | "
                          f"{a['examples_per_s'] / b['examples_per_s']:.2f} |")
         lines += ["", "| | rows | pooled |", "|---|---|---|"]
-        for key, label in (("auto_over_partitioned_ps", "Auto / PartitionedPS"), ("auto_over_all_reduce", "Auto / AllReduce"),
-                           ("auto_over_best_uniform", "Auto / best uniform builder (one family for all variables)"),
-                           ("auto_over_best_builtin", "Auto / best built-in builder (Parallax included)")):
-            lines.append(f"| {label} | {group['rows'][key]:.2f} | {group['pooled'][key]:.2f} |")
+        for label, ratio in (("Auto / PartitionedPS", lambda r: r["auto_over_partitioned_ps"]),
+                             ("Auto / AllReduce", lambda r: r["auto_over_all_reduce"]),
+                             ("Auto / best uniform builder (one family for all variables)",
+                              lambda r: r["auto_over_best_uniform"]),
+                             ("Auto / best built-in builder (Parallax included)", lambda r: r["auto_over_best_builtin"])):
+            lines.append(f"| {label} | {ratio(group['rows']):.2f} | {ratio(group['pooled']):.2f} |")
         kept = group["pooled"]["other_plan"]
         lines += ["", f"Auto's plan, rows: {before[AUTO]['plan']}; pooled: {after[AUTO]['plan']}. Auto's rows plan "
                   f"predicted with the pooled terms: {kept['step_ms']:.1f} ms, {kept['examples_per_s']:,.0f} "
-                  f"examples/s, {kept['sent_mb_per_host']:.2f} MB sent per host.", ""]
+                  f"examples/s, {kept['sent_mb_per_host']:.2f} MB sent by the busiest host.", ""]
     return "\n".join(lines)
 
 
@@ -122,7 +157,7 @@ def render(report: dict, command: str) -> str:
               default=BENCH / "RESULTS-pooled-prediction.md", show_default=True)
 def main(workloads: str, hosts: int, link: str, compute_given: tuple[str, ...], out: Path, markdown: Path) -> None:
     compute = {w: float(s) for w, s in (item.split("=", 1) for item in compute_given)}
-    groups = []
+    groups: list[Group] = []
     for workload in workloads.split(","):
         script, *args = script_args(workload)
         graph = capture_graph(WORKLOADS_DIR / script, [*args, "--steps", "2", "--warmup", "1"], 1,
@@ -137,7 +172,7 @@ def main(workloads: str, hosts: int, link: str, compute_given: tuple[str, ...], 
                + " ".join(f"--compute-s {c}" for c in compute_given))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"command": command, "groups": groups}, indent=2) + "\n")
-    markdown.write_text(render({"groups": groups}, command) + "\n")
+    markdown.write_text(render(groups, command) + "\n")
     click.echo(f"pooled-prediction: wrote {out} and {markdown}")
 
 
