@@ -35,7 +35,7 @@ class VariableRow(BaseModel):
     step_mb: float  # gradient one worker's step produces: the whole variable, or the rows touched
     step_share: float = Field(ge=0, le=1)  # of all variables' step_mb
     # its lookups pool over their bags when on PS tasks (VariableInfo.pooled): the per-example sums
-    # [examples, dim] each shard holding rows returns, and d_sum each PS task takes, instead of the
+    # [examples, dim] each shard returns, and d_sum each PS task takes, instead of the
     # rows; None when they do not (or the batch is unknown)
     pooled_mb: float | None = None
 

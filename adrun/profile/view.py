@@ -70,7 +70,7 @@ def _model_table(report: ProfileReport) -> tuple[Text, Table, str]:
     note = "step: the gradient one worker's step produces (sparse: the rows it touched)"
     if any(v.pooled_mb is not None for v in shown):
         note += ("; pooled: on PS tasks its lookups move per-example sums over their bags, not rows (each shard "
-                 "holding rows returns them, each PS task takes d_sum of that size)")
+                 "returns them, each PS task takes d_sum of that size)")
     return heading, table, note
 
 
