@@ -56,7 +56,8 @@ def _facts(lookups: list[tuple[PooledLookup, int]], batch_size: int | None) -> P
     examples: list[int | None] = []
     ids: list[int | None] = []
     for lookup, sharing in lookups:
-        static = tf.compat.dimension_value(lookup.batch)
+        # a dense lookup's [batch, bag, dim] rows; a sparse one's examples are known at run time only
+        static = tf.compat.dimension_value(lookup.reduction.inputs[0].shape[0]) if lookup.bag_axis is not None else None
         b = static if static is not None else batch_size
         examples.append(b)
         if lookup.bag_axis is None or b is None:

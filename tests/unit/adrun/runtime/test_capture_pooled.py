@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from types import SimpleNamespace
 
-import inspect
 
 import numpy as np
 import pytest
@@ -17,7 +16,6 @@ tf1 = tf.compat.v1
 from adrun.graph_item import PooledBags  # noqa: E402
 from adrun.runtime import patches  # noqa: E402
 from adrun.runtime.capture import describe_graph  # noqa: E402
-from adrun.runtime.kernels import pooled_lookups  # noqa: E402
 
 BATCH, BAG = 6, 4
 
@@ -98,12 +96,7 @@ def test_a_lookup_over_a_list_of_variables_records_each_of_them(monkeypatch):
 
 
 # A batch unknown when the graph is built makes TF's Mean gradient broadcast d_pooled (BroadcastTo)
-# rather than tile it; the matcher of branch poolrt reads that chain (the runtime then pools the
-# lookup), the one before it refuses it (the table records none).
-UNKNOWN_BATCH_MATCHED = "BroadcastTo" in inspect.getsource(pooled_lookups._dense_grad_source)
-
-
-@pytest.mark.skipif(not UNKNOWN_BATCH_MATCHED, reason="this matcher refuses a lookup of unknown batch")
+# rather than tile it; the matcher reads that chain too, and the runtime pools the lookup.
 def test_a_lookup_of_unknown_batch_takes_the_profiling_runs_examples(monkeypatch):
     """Ids fed through placeholder([None, BAG]) (examples/embedding.py): capture alone does not
     know the examples (the cost model then counts rows); the profiling run gives its fed batch."""
