@@ -37,6 +37,7 @@ class PSSync(BaseModel):
     sync: StrictBool = True  # false = every worker's update is applied on arrival (asynchronous)
     staleness: StrictInt = Field(default=0, ge=0)  # bounded staleness in steps (needs sync: true)
     local_proxy: StrictBool = False  # each worker reads a cached local copy
+    pool_bags: StrictBool = True  # lookups of this table pooled over their bags come back as per-example sums (runtime/kernels/pooled_bags.py)
 
     @model_validator(mode="after")
     def _staleness_needs_sync(self) -> PSSync:

@@ -29,9 +29,10 @@ from adrun.runtime.grads import records_for
 from adrun.runtime.kernels.devices import COLLECTIVE_GROUP_LEADER, own_device
 from adrun.runtime.kernels.distinct_rows import dedup_remote_lookups
 from adrun.runtime.kernels.exchange_rounds import order_pulls, round_order
-from adrun.runtime.kernels.gradient_sync import PlanMismatchError
+from adrun.runtime.kernels.gradient_sync import PlanMismatchError, poolable_shard
 from adrun.runtime.kernels.initialization import keep_shared_initialization
 from adrun.runtime.kernels.placement import place_variables, variable_devices
+from adrun.runtime.kernels.pooled_bags import pool_lookups
 from adrun.runtime.kernels.proxy import add_local_proxy
 from adrun.runtime.kernels.replication import replication_of
 from adrun.runtime.kernels.start_sync import build_start_op
@@ -103,8 +104,9 @@ def _prepare_graph(graph: tf.Graph, ctx: TaskContext) -> PreparedGraph:
                 sync = ctx.plan.synchronizer(var.op.name)
                 if sync is not None and sync.kind == "ps" and sync.local_proxy and var.op.type == "VarHandleOp":
                     add_local_proxy(graph, var, local)
-        dedup_remote_lookups(graph, devices, local)
-        order_pulls(graph, devices, local, round_order(ctx))
+        pooled = pool_lookups(graph, devices, lambda name: poolable_shard(ctx, name), local) if ctx.plan.uses_ps else set()
+        dedup_remote_lookups(graph, devices, local, leave=pooled)
+        order_pulls(graph, devices, local, round_order(ctx, graph), leave=pooled)
         prepared = PreparedGraph(
             start_op=build_start_op(graph, devices, local, ctx.task_index, ctx.num_workers, ctx.plan.uses_ps)
         )

@@ -122,6 +122,12 @@ _GRAPH_PRIVATE: dict[str, tuple[str, ...]] = {
         "_VariableStore._vars", "_VariableStore._partitioned_vars",
     ),
     "tensorflow.python.ops.embedding_ops": ("embedding_lookup",),
+    # kernels/pooled_lookups.py reads the op chains these gradient functions build
+    "tensorflow.python.ops.math_grad": (
+        "_MeanGrad", "_SumGrad", "_SparseSegmentMeanGrad", "_SparseSegmentSumGrad", "_SparseSegmentSqrtNGrad",
+    ),
+    "tensorflow.python.ops.resource_variable_ops": ("_GatherGrad",),
+    "tensorflow.python.ops.data_flow_grad": ("_DynamicStitchGrads",),
     "tensorflow.python.ops.variables": ("PartitionedVariable",),
     # --shard-data and in-graph replicas (patches.py, kernels/input_sharding.py, replication.py)
     "tensorflow.python.data.ops.dataset_ops": (

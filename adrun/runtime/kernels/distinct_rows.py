@@ -19,7 +19,7 @@ serve nothing.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
@@ -101,18 +101,19 @@ def _colocated_with_any(op: tf.Operation, names: set[str]) -> bool:
     )
 
 
-def dedup_remote_lookups(graph: tf.Graph, devices: dict[str, str], local_device: str) -> int:
+def dedup_remote_lookups(graph: tf.Graph, devices: dict[str, str], local_device: str, leave: Collection[str] = ()) -> int:
     """Make every lookup of a PS variable pull only the batch's distinct rows; returns how many
     lookups were rewritten.
 
-    Left as they are: lookups inside control flow, batched gathers, and lookups whose result is used
+    Left as they are: the gathers named in `leave` (those a pooled lookup replaced, pooled_bags.py),
+    lookups inside control flow, batched gathers, and lookups whose result is used
     on a PS (e.g. clipped there by `embedding_lookup(max_norm=...)`), which would send the
     expanded rows back to the PS.
     """
     on_ps = {name for name, device in devices.items() if device.startswith("/job:ps")}
     rewritten = 0
     for op in graph.get_operations():
-        if op.type != "ResourceGather" or op.get_attr("batch_dims") != 0:
+        if op.type != "ResourceGather" or op.name in leave or op.get_attr("batch_dims") != 0:
             continue
         handle, ids = op.inputs[0], op.inputs[1]
         looked_up = op.outputs[0]

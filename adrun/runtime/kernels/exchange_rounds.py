@@ -49,6 +49,7 @@ import tensorflow as tf
 from adrun.graph_item import dtype_itemsize
 from adrun.runtime.grads import records_for
 from adrun.runtime.kernels.devices import ps_device
+from adrun.runtime.kernels.pooled_bags import pooled_variables
 from adrun.runtime.kernels.ps_sync import BATCH_BELOW_BYTES
 from adrun.runtime.kernels.upstream import parents, upstream_ops
 from adrun.strategies.document import PSSync, Strategy
@@ -84,26 +85,31 @@ def exchange_order(worker: int, cluster: Mapping[str, Sequence[str]]) -> list[in
     return others[shift:] + others[:shift]
 
 
-def rows_only(strategy: Strategy) -> bool:
-    """Whether the plan's PS traffic is rows: a sparse variable has a piece on a PS task, and every
-    dense piece on one is small (below `ps_sync.BATCH_BELOW_BYTES`, pushed in one batch per task)."""
+def rows_only(strategy: Strategy, pooled: Collection[str] = ()) -> bool:
+    """Whether the plan's PS traffic is rows: a sparse variable has a piece on a PS task whose
+    lookups are not pooled (`pooled`: the variables' or shards' names, pooled_bags.py; a pooled
+    lookup moves [batch, dim] sums, not rows), and every dense piece on one is small (below
+    `ps_sync.BATCH_BELOW_BYTES`, pushed in one batch per task)."""
     rows = False
     for variable in strategy.variables:
         size = dtype_itemsize(variable.dtype)
-        for sync, shape in zip(variable.synchronizers(), variable.shard_shapes(), strict=True):
+        names = variable.shard_names()
+        for sync, shape, name in zip(variable.synchronizers(), variable.shard_shapes(), names, strict=True):
             if not isinstance(sync, PSSync):
                 continue
             if variable.grad == "sparse":
-                rows = True
+                rows = rows or name not in pooled
             elif math.prod(shape) * size >= BATCH_BELOW_BYTES:
                 return False
     return rows
 
 
-def round_order(ctx: TaskContext) -> list[int]:
+def round_order(ctx: TaskContext, graph: tf.Graph) -> list[int]:
     """The remote PS tasks in the order this worker exchanges rows with them (`exchange_order`), or
-    none (every transfer at once) when the plan's PS traffic is not rows only (`rows_only`)."""
-    return exchange_order(ctx.task_index, ctx.cluster) if rows_only(ctx.strategy) else []
+    none (every transfer at once) when the plan's PS traffic is not rows only (`rows_only`, the
+    lookups of `graph` pooled so far not counted). Asked at apply_gradients (the pushes) and at
+    set-up (the pulls): the same decisions, the same answer."""
+    return exchange_order(ctx.task_index, ctx.cluster) if rows_only(ctx.strategy, pooled_variables(graph)) else []
 
 
 def _in_control_flow(op: tf.Operation) -> bool:
@@ -129,15 +135,16 @@ def _ps_variables(devices: Mapping[str, str], order: Sequence[int]) -> dict[str,
     return {name: task_of[device] for name, device in devices.items() if device in task_of}
 
 
-def step_pulls(graph: tf.Graph, devices: Mapping[str, str], order: Sequence[int]) -> list[list[tf.Operation]]:
+def step_pulls(graph: tf.Graph, devices: Mapping[str, str], order: Sequence[int],
+               leave: Collection[str] = ()) -> list[list[tf.Operation]]:
     """Per PS task of `order` (tasks with none left out), the row gathers of its variables that the
     training step makes for this worker's forward pass (consumed off the PS tasks, outside control
-    flow)."""
+    flow), but for those named in `leave` (the gathers a pooled lookup replaced)."""
     ps_variables = _ps_variables(devices, order)
     step = _step_ops(graph)
     by_task: dict[int, list[tf.Operation]] = defaultdict(list)
     for op in graph.get_operations():
-        if op.type != _ROW_PULL or op.name not in step or _in_control_flow(op):
+        if op.type != _ROW_PULL or op.name not in step or op.name in leave or _in_control_flow(op):
             continue
         handle = op.inputs[0].op
         if handle.type != "VarHandleOp" or handle.name not in ps_variables:
@@ -162,16 +169,18 @@ def _depends_on(op: tf.Operation, ancestor: tf.Operation) -> bool:
     return any(current is ancestor for current in upstream_ops(parents(op)))
 
 
-def order_pulls(graph: tf.Graph, devices: Mapping[str, str], local_device: str, order: Sequence[int]) -> int:
-    """Make the step's row gathers from the PS tasks of `order` go one task after the other;
-    returns how many gathers were given a wait.
+def order_pulls(graph: tf.Graph, devices: Mapping[str, str], local_device: str, order: Sequence[int],
+                leave: Collection[str] = ()) -> int:
+    """Make the step's row gathers from the PS tasks of `order` go one task after the other, but
+    those named in `leave`; returns how many gathers were given a wait. A pooled lookup's gathers
+    on the PS (pooled_bags.py) are in no round: their rows are consumed on the PS.
 
     A gather of round r waits for the arrival of those of round r-1 whose ids come from no
     placeholder, iterator read or other stateful op it does not read already (the shards of one
     lookup share their ids' source): so no fetch comes to need a feed, or to take a batch, it did
     not before. A gather whose own value one of those depends on (a lookup of ids looked up
     before) does not wait for it: that would be a cycle."""
-    rounds = step_pulls(graph, devices, order)
+    rounds = step_pulls(graph, devices, order, leave)
     ps_variables = _ps_variables(devices, order).keys()
     markers: dict[str, tf.Operation] = {}
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from adrun.strategies.document import PSSync
 from adrun.task_context import TaskContext
 from adrun.runtime.grads import is_sparse, records_for, variable_name
 from adrun.runtime.kernels.allreduce_sync import Collectives
@@ -34,6 +35,7 @@ from adrun.runtime.kernels.devices import own_device, ps_device
 from adrun.runtime.kernels.distinct_rows import merged_rows
 from adrun.runtime.kernels.exchange_rounds import round_order
 from adrun.runtime.kernels.placement import variable_devices
+from adrun.runtime.kernels.pooled_bags import pool_gradients
 from adrun.runtime.kernels.ps_prefetch import PrefetchedVariable, chunks, prefetchable
 from adrun.runtime.kernels.ps_sync import StalenessBarrier, StepTokens, ps_aggregations
 from adrun.runtime.kernels.step_order import CollectiveStepOrder
@@ -159,6 +161,14 @@ def _local_finish_ops(
     return finish
 
 
+def poolable_shard(ctx: TaskContext, name: str) -> bool:
+    """Whether a lookup's shard `name` can take its gradient rows formed on its PS task: pushed to
+    a PS accumulator or applied on the PS (sync, bounded staleness, async) by one of several workers,
+    read from the PS itself (no local proxy), and its plan does not say `pool_bags: false`."""
+    sync = ctx.plan.synchronizer(name)
+    return (ctx.num_workers > 1 and isinstance(sync, PSSync) and not sync.local_proxy and sync.pool_bags)
+
+
 def synchronized_apply(
     optimizer: Any,
     apply: Callable[..., tf.Operation],
@@ -178,6 +188,9 @@ def synchronized_apply(
     all_reduced: list[str] = []
     collectives = Collectives(n)
     here = own_device(ctx)
+    graph = tf.compat.v1.get_default_graph()
+    pooled = pool_gradients(graph, grads_and_vars, variable_devices(graph, ctx), lambda v: poolable_shard(ctx, v), here) \
+        if ctx.plan.uses_ps and n > 1 else {}
     for grad, var in grads_and_vars:
         if grad is None:
             continue
@@ -188,6 +201,7 @@ def synchronized_apply(
                 f"variable '{name}' is trained by the script but not in the strategy plan "
                 f"({ctx.strategy_file}); the script's graph differs from the one captured"
             )
+        grad = pooled.get(name, grad)
         if sync.kind == "ps" and sync.sync and sync.staleness == 0 and n > 1:
             bsp_grads.append((name, grad, sync.ps_task))
             bsp_vars.append(name)
@@ -198,7 +212,9 @@ def synchronized_apply(
         if sync.kind == "ps":
             if sync.staleness:
                 staleness_bounds.append(sync.staleness)
-            if is_sparse(grad) and n > 1:  # one worker applies its gradient as the plain run does
+            if name in pooled:
+                synced[name] = grad  # its rows formed on the PS
+            elif is_sparse(grad) and n > 1:  # one worker applies its gradient as the plain run does
                 synced[name] = merged_rows(grad, here)  # each distinct row crosses to the PS once
             continue
         all_reduced.append(name)
@@ -211,12 +227,11 @@ def synchronized_apply(
     prefetched = [] if all_reduced else [
         PrefetchedVariable(var, name, ps_device(task), here, ctx.task_index, n) for name, var, task in chunks(bsp_cacheable)
     ]
-    for aggregation in ps_aggregations(bsp_grads, n, here, round_order(ctx)):
+    for aggregation in ps_aggregations(bsp_grads, n, here, round_order(ctx, graph), pooled=pooled.keys()):
         pushes.append(aggregation.push)
         if ctx.is_chief:
             synced.update(aggregation.take_means())
 
-    graph = tf.compat.v1.get_default_graph()
     records = records_for(graph)
     records.setup_ops.extend(collectives.internal_initializers)
     records.setup_ops.extend(init for p in prefetched for init in p.initializers)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import tensorflow as tf
 
@@ -45,9 +45,10 @@ class PSAggregation:
     """Push (every worker) and take (the chief) ops for one variable's gradient."""
 
     def __init__(self, var_name: str, grad: tf.Tensor | tf.IndexedSlices, ps_task: int, num_workers: int, worker: str,
-                 after: Sequence[tf.Operation] = ()) -> None:
+                 after: Sequence[tf.Operation] = (), pooled: bool = False) -> None:
         """`worker`: this worker's device, where a sparse gradient's equal rows are summed; the
-        gradient leaves it once the ops `after` have run."""
+        gradient leaves it once the ops `after` have run. `pooled`: a sparse gradient whose rows
+        are formed on the PS already, one per distinct sorted id (pooled_bags.py)."""
         self.name = var_name
         self.device = ps_device(ps_task)
         self.num_workers = num_workers
@@ -55,7 +56,7 @@ class PSAggregation:
         shared = f"adrun/accumulator/{var_name}"
         self.sparse = isinstance(grad, tf.IndexedSlices)
         if self.sparse:
-            local = merged_rows(grad, worker)
+            local = grad if pooled else merged_rows(grad, worker)
             dense_shape = grad.dense_shape
             with tf.device(self.device):
                 self._acc = tf.compat.v1.SparseConditionalAccumulator(
@@ -153,7 +154,7 @@ def variable_of(name: str) -> str:
 
 def ps_aggregations(
     grads: list[tuple[str, tf.Tensor | tf.IndexedSlices, int]], num_workers: int, worker: str,
-    order: Sequence[int] = (),
+    order: Sequence[int] = (), pooled: Collection[str] = (),
 ) -> list[Aggregation]:
     """The accumulators of one step's synchronous PS gradients, given as (variable, gradient, PS
     task): small dense gradients batched per (PS task, dtype), every other gradient alone.
@@ -163,7 +164,9 @@ def ps_aggregations(
     worker once the previous task's sparse accumulators have taken theirs, so each host's link
     carries one push of rows at a time. Dense gradients, and tasks not in `order`, are pushed at
     once: a round costs a message back from the PS before the next leaves, which a dense shard's
-    push paid without gaining (docs/performance.md, "PS transfers in staggered rounds").
+    push paid without gaining (docs/performance.md, "PS transfers in staggered rounds"). So are the
+    gradients named in `pooled`, whose rows are formed on their PS task from a [batch, dim] tensor
+    (pooled_bags.py): what crosses is too small for rounds to pay.
 
     The dense shards of one variable on one PS task (PSLoadBalancing's chunks, strategies/ps.py)
     are pushed in shard order, `PUSHES_IN_FLIGHT` at a time: their gradients exist together, and
@@ -176,9 +179,10 @@ def ps_aggregations(
     aggregations: list[Aggregation] = []
     previous: list[tf.Operation] = []
     for ps_task in sorted(by_task, key=lambda t: (order.index(t) if t in order else len(order), t)):
-        built = _task_aggregations(by_task[ps_task], ps_task, num_workers, worker, previous if ps_task in order else [])
+        built = _task_aggregations(by_task[ps_task], ps_task, num_workers, worker, previous if ps_task in order else [],
+                                   pooled)
         aggregations += built
-        rows = [a.push for a in built if isinstance(a, PSAggregation) and a.sparse]
+        rows = [a.push for a in built if isinstance(a, PSAggregation) and a.sparse and a.name not in pooled]
         if ps_task in order and rows:
             previous = rows
     return aggregations
@@ -186,9 +190,10 @@ def ps_aggregations(
 
 def _task_aggregations(
     members: list[tuple[str, tf.Tensor | tf.IndexedSlices]], ps_task: int, num_workers: int, worker: str,
-    rows_after: list[tf.Operation],
+    rows_after: list[tf.Operation], pooled: Collection[str],
 ) -> list[Aggregation]:
-    """The accumulators of one PS task's gradients, the sparse ones leaving the worker after `rows_after`."""
+    """The accumulators of one PS task's gradients, the sparse ones leaving the worker after
+    `rows_after` (those named in `pooled` at once: their rows are formed on the PS)."""
     aggregations: list[Aggregation] = []
     batches: dict[str, list[tuple[str, tf.Tensor]]] = defaultdict(list)
     pushed: dict[str, list[tf.Operation]] = defaultdict(list)
@@ -197,7 +202,9 @@ def _task_aggregations(
             batches[grad.dtype.base_dtype.name].append((name, grad))
             continue
         if isinstance(grad, tf.IndexedSlices):
-            aggregations.append(PSAggregation(name, grad, ps_task, num_workers, worker, rows_after))
+            is_pooled = name in pooled
+            aggregations.append(PSAggregation(name, grad, ps_task, num_workers, worker, [] if is_pooled else rows_after,
+                                              is_pooled))
             continue
         earlier = pushed[variable_of(name)]
         in_flight = [earlier[-PUSHES_IN_FLIGHT]] if len(earlier) >= PUSHES_IN_FLIGHT else []

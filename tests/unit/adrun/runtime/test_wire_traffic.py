@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 tf = pytest.importorskip("tensorflow")
 tf1 = tf.compat.v1
@@ -97,18 +98,27 @@ class Worker:
     ctx: TaskContext
 
 
-def _plan(tmp_path: Path, strategy: str, options: dict[str, str]) -> Path:
+def _plan(tmp_path: Path, strategy: str, options: dict[str, str], pool_bags: bool) -> Path:
+    """The builder's plan, with every PS synchronizer's `pool_bags` set as given."""
     with tf.Graph().as_default() as graph:
         _model()
         item = describe_graph(graph)
     spec = ClusterSpec(version=1, nodes=[Node(address="localhost", workers=WORKERS, ps=NUM_PS)])
     path = tmp_path / "plan.yml"
     dump_strategy(build_strategy(strategy, item, spec, options), path)
+    document = yaml.safe_load(path.read_text())
+    for variable in document["variables"]:
+        for sync in variable["partition"]["shards"] if variable.get("partition") else [variable["sync"]]:
+            if sync["kind"] == "ps":
+                sync["pool_bags"] = pool_bags
+    path.write_text(yaml.safe_dump(document))
     return path
 
 
-def _start_cluster(tmp_path: Path, strategy: str, options: dict[str, str]) -> list[Worker]:
-    plan = _plan(tmp_path, strategy, options)
+def _start_cluster(tmp_path: Path, strategy: str, options: dict[str, str], pool_bags: bool = False) -> list[Worker]:
+    """Two workers and two PS tasks; the lookup pooled on the PS or not (`pool_bags`: not, by
+    default, so the step moves what strategies/wire_bound.py bounds)."""
+    plan = _plan(tmp_path, strategy, options, pool_bags)
     ports = free_ports(WORKERS + NUM_PS)
     cluster = {"worker": [f"localhost:{p}" for p in ports[:WORKERS]], "ps": [f"localhost:{p}" for p in ports[WORKERS:]]}
     config = session_setup.server_config()
@@ -252,3 +262,48 @@ def test_each_worker_all_gathers_its_distinct_rows_once(tmp_path, monkeypatch):
     for (_, [values]) in results:
         # padded to the longest worker's count of distinct rows, not its BATCH * BAG lookups
         assert values.shape == (max(distinct), DIM)
+
+
+def pooled_transfers(strategy: Strategy) -> list[tuple[TaskId, TaskId, int]]:
+    """What a pooled lookup of `emb` moves in one step (pooled_bags.py), per worker and shard s on
+    PS task p: to p the shard's distinct ids (int64), per id of the batch on the shard its index
+    into them and its example (int32 each), and once per PS task the batch size (int32) and d_sum
+    [batch, dim]; back the shard's partial sums [batch, dim]."""
+    [emb] = [v for v in strategy.variables if v.name == "emb"]
+    syncs = emb.synchronizers()
+    bounds = np.cumsum([0, *shard_sizes(VOCAB, len(syncs))])
+    transfers = []
+    for w in range(WORKERS):
+        ids = batch(w)[0].ravel()
+        me = TaskId("worker", w)
+        for s, sync in enumerate(syncs):
+            on_shard = ids[(ids >= bounds[s]) & (ids < bounds[s + 1])]
+            server = TaskId("ps", sync.ps_task)
+            transfers.append((me, server, 8 * len(np.unique(on_shard)) + 2 * 4 * len(on_shard)))
+            transfers.append((server, me, 4 * BATCH * DIM))
+        for task in {sync.ps_task for sync in syncs}:
+            transfers.append((me, TaskId("ps", task), 4 + 4 * BATCH * DIM))
+    return transfers
+
+
+@pytest.mark.parametrize("strategy,options", [
+    ("PSLoadBalancing", {}),
+    ("PSLoadBalancing", {"sync": "false"}),
+    ("PartitionedPS", {}),
+    pytest.param("Parallax", {}, marks=pytest.mark.full),
+])
+def test_a_pooled_lookup_moves_sums_not_rows(tmp_path, monkeypatch, strategy, options):
+    """With `pool_bags` (the default) the step moves the bound's dense transfers unchanged and, for
+    the embedding, what `pooled_transfers` counts: no row crosses, either way."""
+    workers = _start_cluster(tmp_path, strategy, options, pool_bags=True)
+    plan = workers[0].ctx.strategy
+    others = [t for t in step_transfers(plan, distinct_rows(plan)) if not t.what.startswith("emb")]
+    pooled = pooled_transfers(plan)
+    for worker, (metadata, _) in zip(workers, run_steps(workers, monkeypatch)):
+        me = TaskId("worker", worker.task)
+        measured = cross_task_tensors(metadata)
+        assert all(nbytes is not None for _, _, nbytes in measured), measured
+        expected = [(t.source, t.destination, t.nbytes) for t in others
+                    if me in (t.source, t.destination) and "ps" in (t.source.role, t.destination.role)]
+        expected += [t for t in pooled if me in t[:2]]
+        assert _by_pair(measured) == _by_pair(expected), f"{me}: {sorted(measured)}"

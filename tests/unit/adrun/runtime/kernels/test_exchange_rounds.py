@@ -9,6 +9,7 @@ from itertools import pairwise
 from pathlib import Path
 
 import pytest
+import yaml
 
 tf = pytest.importorskip("tensorflow")
 tf1 = tf.compat.v1
@@ -82,9 +83,10 @@ def _model(partition_of, lookups: int = 1, hidden: int = HIDDEN):
 
 
 def _worker_graph(tmp_path: Path, worker: int, lookups: int = 1, hidden: int = HIDDEN, hosts: int = HOSTS,
-                  ps_per_host: int = 1) -> tf.Graph:
+                  ps_per_host: int = 1, pool_bags: bool = False) -> tf.Graph:
     """Worker `worker`'s graph of a PartitionedPS plan on `hosts` hosts with one worker and
-    `ps_per_host` PS tasks each, rewritten as in a job."""
+    `ps_per_host` PS tasks each, rewritten as in a job. The rounds order rows: unless `pool_bags`,
+    the plan says `pool_bags: false`, so the lookup moves rows as it did before pooling."""
     with tf.Graph().as_default() as graph:
         _model(lambda name: None, lookups, hidden)
         item = describe_graph(graph)
@@ -92,6 +94,12 @@ def _worker_graph(tmp_path: Path, worker: int, lookups: int = 1, hidden: int = H
                                          for h in range(hosts)])
     plan = tmp_path / "plan.yml"
     dump_strategy(build_strategy("PartitionedPS", item, spec, {}), plan)
+    document = yaml.safe_load(plan.read_text())
+    for variable in document["variables"]:
+        for sync in variable["partition"]["shards"] if variable.get("partition") else [variable["sync"]]:
+            if sync["kind"] == "ps":
+                sync["pool_bags"] = pool_bags
+    plan.write_text(yaml.safe_dump(document))
     ctx = TaskContext(mode="run", role="worker", task_index=worker, num_workers=hosts, job_id="t",
                       cluster=_cluster(hosts, ps_per_host), strategy_file=str(plan), capture_out=None)
     with tf.Graph().as_default() as graph:
@@ -140,6 +148,25 @@ def test_none_of_the_own_hosts_several_ps_tasks_waits_or_is_waited_for(tmp_path,
         assert in_rounds == set(range(6)) - own, f"w{worker}: the PS tasks in rounds"
         order = exchange_order(worker, _cluster(3, ps_per_host=2))
         assert waits == {task: {before} for before, task in pairwise(order)}
+
+
+@pytest.mark.parametrize("worker", [0, 1])
+def test_a_pooled_lookup_gets_no_rounds_and_no_row_traffic(tmp_path, worker):
+    """The same plan with the lookup pooled (`pool_bags` true, the default): its only row traffic
+    is pooled, so nothing waits (`rows_only`); each shard's gathers read the distinct ids and are
+    consumed on their PS task, and its gradient is pushed as rows formed there."""
+    graph = _worker_graph(tmp_path, worker, pool_bags=True)
+    assert not push_waits(graph) and not pull_waits(graph)
+    assert not [op for op in graph.get_operations() if op.type == "ResourceGather" and op.control_inputs]
+    pooled = [op for op in graph.get_operations() if op.type == "ResourceGather" and op.name.startswith("adrun_pooled")]
+    assert sorted(ps_task(op) for op in pooled) == list(range(HOSTS))
+    assert all(c.colocation_groups() == op.colocation_groups() for op in pooled for c in op.outputs[0].consumers())
+    pushes = [op for op in graph.get_operations() if op.type == "SparseAccumulatorApplyGradient"]
+    assert len(pushes) == HOSTS
+    for push in pushes:  # the rows are formed beside the shard (segment sums of d_sum), ids sorted on the worker
+        rows = push.inputs[3].op
+        assert rows.type == "UnsortedSegmentSum" and rows.name.startswith("adrun_pooled_grad")
+        assert rows.colocation_groups() == [f"loc:@emb/part_{ps_task(push)}".encode()]
 
 
 def test_a_gather_waits_only_for_gathers_of_ids_from_the_same_inputs(tmp_path):
