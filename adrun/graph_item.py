@@ -64,6 +64,31 @@ ScriptKind = Literal["graph", "tf2"]
 KerasFlavour = Literal["keras3", "tf_keras"]
 
 
+class PooledBags(BaseModel):
+    """What a variable's embedding lookups read in a step when each is pooled over its bags, as
+    `reduce_mean`/`reduce_sum(embedding_lookup(table, ids[B, L]), axis=1)` or
+    `embedding_lookup_sparse` with mean, sum or sqrtn: held on PS tasks, each shard would return
+    per-example partial sums [examples, dim] and take d_sum [examples, dim] back, not the rows
+    (docs/performance.md, "Pooling bags on the PS"; the cost model counts those bytes,
+    strategies/wire_bound.py). Capture fills it in by the runtime's matcher
+    (runtime/kernels/pooled_lookups.py), the table taken to be on a PS."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # rows of the pooled outputs per step and worker, summed over the variable's pooled lookups;
+    # None when neither the graph nor the profiling run's feed says (the table is then counted by
+    # its rows)
+    examples: int | None = Field(default=None, ge=1)
+    # ids looked up per step and worker, repeats included (B × L for a dense lookup); None when the
+    # graph does not say (a sparse lookup's ids, counted at run time only)
+    ids: int | None = Field(default=None, ge=0)
+
+    def sums_bytes(self, row_bytes: int) -> int | None:
+        """Bytes of the per-example sums [examples, dim] a shard returns, and of d_sum: one row of
+        `row_bytes` per example; None when the examples are unknown."""
+        return None if self.examples is None else self.examples * row_bytes
+
+
 class VariableInfo(BaseModel):
     """One global variable of the captured graph."""
 
@@ -79,6 +104,10 @@ class VariableInfo(BaseModel):
     # "read inside tf.while_loop". Capture fills it in. Not part of the fingerprint: it describes how
     # the graph was built, not the state a plan is tied to.
     partition_blocker: str | None = None
+    # Set when every lookup of this variable could be pooled over its bags on the PS tasks (see
+    # `PooledBags`); None when one cannot, when it has none, or when capture did not look (TF2
+    # scripts, records made before it existed). Not part of the fingerprint, like the blocker.
+    pooled: PooledBags | None = None
 
     @property
     def nbytes(self) -> int:
@@ -125,7 +154,8 @@ class GraphItem(BaseModel):
     def fingerprint(self) -> str:
         """Identity of the graph's state: sha256 over (name, shape, dtype, trainable, grad) of every
         variable in creation order. Workers compare it with the plan's to refuse a different graph.
-        `partition_blocker` is deliberately left out, so plans made before it existed stay valid.
+        `partition_blocker` and `pooled` are deliberately left out, so plans made before they
+        existed stay valid.
         A TF2 script's kind is part of it (a plan made for one runtime cannot drive the other);
         a graph script's is not, so graph plans made before kinds existed stay valid. So is
         `keras: tf_keras` (it rules out split PS variables), and not Keras 3 (the default of TF2

@@ -17,7 +17,9 @@ counts, with coefficients fitted on those (leave one host count out).
 The model's inputs are built the way `adrun profile` builds them, from the benchmark's own facts:
 - the graph: captured from the workload script (adrun's capture, one process);
 - rows touched per step: the mean distinct ids of the workers' real batches, in all and per
-  sixteenth of the rows (bench/cluster/touched_rows.py);
+  sixteenth of the rows (bench/cluster/touched_rows.py); a group measured before the runtime
+  pooled lookups on the PS (`POOLED_SINCE`) without the graph's pooled facts, its rows having
+  crossed;
 - compute time per step, per group: the 1-host AllReduce run of the group's own result file (one
   worker, nothing synchronized: the step is the compute, measured interleaved with the group's runs,
   under their load), else that of the file `--compute-from FILE=ONE_HOST_FILE` names for it (a
@@ -85,6 +87,11 @@ LINK_PLANNED = ("Auto",)  # builders whose plan depends on the link: read from -
 # runtime/kernels/ps_prefetch.py); their runs measured at a commit without it ran it whole
 CHUNKS_SINCE = "efc32b4"
 CHUNKING_BUILDERS = ("PS", "PSLoadBalancing")
+# The runtime pools a PS-held table's lookups over their bags since this commit (per-example sums
+# instead of rows, runtime/kernels/pooled_bags.py); None: no measured run pooled yet. A group
+# measured before it is predicted from its graph without the pooled facts capture now records
+# (`without_pooled`): its rows went over the wire.
+POOLED_SINCE: str | None = None
 
 
 def cluster_spec(hosts: int) -> ClusterSpec:
@@ -196,6 +203,7 @@ def main(results: tuple[Path, ...], compute_given: tuple[str, ...], compute_from
     compute: dict[str, float] = {}
     compute_source: dict[str, str] = {}
     model_profiles: dict[Group, ModelProfile] = {}
+    unpooled = measured_before_pooling(results)
     for group in sorted(measured):
         workload, _, hosts = group
         if workload not in items:
@@ -216,7 +224,8 @@ def main(results: tuple[Path, ...], compute_given: tuple[str, ...], compute_from
             seconds, source = plain[workload], "measured here"
         label = " ".join(str(part) for part in group)
         compute[label], compute_source[label] = seconds, source
-        model_profiles[group] = model_profile(workload, items[workload], hosts, seconds)
+        item = without_pooled(items[workload]) if group in unpooled else items[workload]
+        model_profiles[group] = model_profile(workload, item, hosts, seconds)
     report = {"inputs": [str(p) for p in results], "compute_s": compute, "compute_source": compute_source,
               "group_sources": {" ".join(str(part) for part in group): {"file": str(path), "replaces": [
                   str(p) for p in replaced]} for group, (path, replaced) in sorted(group_history(results).items())},
@@ -235,16 +244,37 @@ def measured_before_chunks(results: Sequence[Path]) -> set[Group]:
     that does not contain CHUNKS_SINCE: their PS and PSLoadBalancing ran whole variables, and are
     planned again with `chunk_bytes=0`, the plan that ran. A commit git does not know is a
     UsageError naming the file."""
+    return measured_before(results, CHUNKS_SINCE, "its PS runs had chunks")
+
+
+def measured_before_pooling(results: Sequence[Path]) -> set[Group]:
+    """The groups measured before the runtime pooled lookups (POOLED_SINCE; all of them while it
+    is None): predicted without the graph's pooled facts (`without_pooled`)."""
+    if POOLED_SINCE is None:
+        return set(group_sources(results))
+    return measured_before(results, POOLED_SINCE, "its PS runs pooled lookups")
+
+
+def measured_before(results: Sequence[Path], since: str, what: str) -> set[Group]:
+    """The groups whose source file (`group_sources`) was measured at a commit that does not
+    contain `since`; a commit git does not know is a UsageError naming the file and `what` could
+    not be told."""
     commits = {path: bench.versions.get("commit") for path, bench in _runs(results)}
     before = {}
     for path, commit in commits.items():
-        answer = subprocess.run(["git", "-C", str(REPO), "merge-base", "--is-ancestor", CHUNKS_SINCE, str(commit)],
+        answer = subprocess.run(["git", "-C", str(REPO), "merge-base", "--is-ancestor", since, str(commit)],
                                 capture_output=True, text=True)
         if answer.returncode not in (0, 1):
             raise click.UsageError(f"{path}: measured at commit {commit}, which git does not know here "
-                                   f"({answer.stderr.strip()}): cannot tell whether its PS runs had chunks")
+                                   f"({answer.stderr.strip()}): cannot tell whether {what}")
         before[path] = answer.returncode == 1
     return {group for group, path in group_sources(results).items() if before[path]}
+
+
+def without_pooled(graph: GraphItem) -> GraphItem:
+    """`graph` as captured before capture recorded pooled lookups (VariableInfo.pooled): the cost
+    model then counts their tables' rows, as the runtime moved them before pooling."""
+    return graph.model_copy(update={"variables": [v.model_copy(update={"pooled": None}) for v in graph.variables]})
 
 
 def one_host_rates(results: Sequence[Path]) -> dict[tuple[Path, str], float]:

@@ -26,9 +26,11 @@ from pathlib import Path
 if not __package__:  # run as a file (`python bench/wire_bytes.py`): `bench` is no package to import from
     sys.exit("run from the repository root as python -m bench.wire_bytes")
 
+from adrun.capture_run import capture_graph
 from adrun.spec import load_spec
 from adrun.strategies.document import load_strategy
 from adrun.strategies.wire_bound import lower_bound
+from bench.cluster.lower_bound import pooled_facts
 from bench.cluster.touched_rows import distinct_rows
 from bench.paths import REPO, WORKLOADS_DIR
 from tests.cluster.netns import NetnsCluster, NetnsHost, missing_requirements
@@ -94,7 +96,8 @@ def main() -> None:
             after = {h.address: interface_bytes(h) for h in cluster.hosts}
             traffic[steps] = {a: (after[a][0] - before[a][0], after[a][1] - before[a][1]) for a in after}
         strategy, spec = load_strategy(plan_path), load_spec(spec_path)
-    bound = lower_bound(strategy, distinct_rows(WORKLOADS_DIR, "sparse", strategy), spec)
+    graph = capture_graph(SCRIPT, ["--steps", "2", "--warmup", "1"], strategy.num_workers, "wire-bytes-capture")
+    bound = lower_bound(strategy, distinct_rows(WORKLOADS_DIR, "sparse", strategy), spec, pooled_facts(graph))
     rows = []
     for host in traffic[long]:
         sent, received = (

@@ -43,11 +43,14 @@ from adrun.spec import ClusterSpec
 
 from . import BUILDERS, document
 from .base import BuilderOptions, Decision, StrategyBuilder, axis0_rows, planned_grad
-from .cost_model import Coefficients, Load, Paths, StepCost, compute_seconds, predict, variable_load
+from .cost_model import (
+    Coefficients, Load, Paths, StepCost, compute_seconds, pooled_bags_of, predict, variable_load,
+)
 from .document import AllReduceSync, Partition, PSSync, Strategy, VariablePlan
 from .facts import ModelProfile, NetworkFacts, Prediction
 from .optimizer_state import updates_read_step_state
 from .planning_facts import Fact, PlanningFacts
+from .wire_bound import replicas_per_worker
 
 AUTO = "Auto"
 START_PLANS = 3  # descents from the best-predicted distinct built-in plans
@@ -151,11 +154,14 @@ class Auto(StrategyBuilder):
         def strategy(variables: Sequence[VariablePlan]) -> Strategy:
             return self.document(facts, [VariablePlan.model_validate(v.model_dump()) for v in variables])
 
-        shares = predict(strategy(plans), facts.profile, facts.spec, facts.network, c).variable_share
+        document = strategy(plans)
+        shares = predict(document, facts.profile, facts.spec, facts.network, c).variable_share
         blockers = {v.name: v.partition_blocker for v in facts.graph.trainable_with_grads()}
+        replicas = replicas_per_worker(document)
         noted = [
-            plan.model_copy(update={"note": _note(plan, shares.get(plan.name, 0.0), blockers.get(plan.name),
-                                                  facts.spec)})
+            plan.model_copy(update={"note": _note(plan, shares.get(plan.name, 0.0), blockers.get(plan.name), facts.spec,
+                                                  pooled_bags_of(plan, facts.profile, document.num_workers,
+                                                                 replicas) is not None)})
             for plan in plans
         ]
         return strategy(noted)
@@ -400,7 +406,10 @@ def _renumber_groups(plans: Sequence[VariablePlan]) -> list[VariablePlan]:
     return out
 
 
-def _note(plan: VariablePlan, share: float, blocker: str | None, spec: ClusterSpec) -> str:
+def _note(plan: VariablePlan, share: float, blocker: str | None, spec: ClusterSpec, pooled: bool = False) -> str:
+    """The plan's choice for the variable, its predicted share of the synchronization time, and why
+    it is whole when it could not be split; `pooled`: its lookups pool over their bags on the PS
+    (cost_model.pooled_bags_of), which the choice then says."""
     if plan.partition is not None:
         tasks = ", ".join(ps(s.ps_task).tag for s in plan.partition.shards if isinstance(s, PSSync))
         choice = f"partitioned into {len(plan.partition.shards)} shards on {tasks}"
@@ -414,6 +423,8 @@ def _note(plan: VariablePlan, share: float, blocker: str | None, spec: ClusterSp
         choice += f", compressor {syncs[0].compressor}"  # type: ignore[union-attr]
     if any(isinstance(s, PSSync) and s.staleness for s in syncs):
         choice += f", staleness {STALENESS}"
+    if pooled:
+        choice += ", lookups pooled on the PS"
     parts = [choice, f"predicted {share:.1%} of sync time"]
     if blocker is not None and spec.num_ps >= 2:
         parts.append(f"not partitioned: {blocker}")

@@ -5,8 +5,9 @@ step, the rows its sparse variables touch), a ClusterSpec, NetworkFacts and a fe
 `Coefficients` in; a `Prediction` out. docs/cost-model.md states every formula; in short:
 
 - Bytes: `wire_bound.variable_transfers`, the one source of each strategy's bytes per step (PS pulls
-  and pushes of dense values and of the distinct touched rows, shards, local proxies, ring
-  all-reduce with compression, sparse all-gather).
+  and pushes of dense values and of the distinct touched rows, or of per-example sums for a table
+  whose lookups are pooled over their bags on the PS, shards, local proxies, ring all-reduce with
+  compression, sparse all-gather).
 - Links: every transfer between two hosts loads the sender's outgoing side, the receiver's incoming
   side and the pair's path; a transfer inside one host loads that host's local path. A host's
   outgoing (incoming) capacity is the fastest path measured from (to) it. A group of transfers that
@@ -61,14 +62,14 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from adrun.errors import UserError
-from adrun.graph_item import GraphItem, dtype_itemsize
-from adrun.placement import TaskId, ps, task_hosts, worker
+from adrun.graph_item import GraphItem, PooledBags, dtype_itemsize
+from adrun.placement import TaskId, ps, replica_devices, task_hosts, worker
 from adrun.spec import ClusterSpec
 
 from .document import PSSync, Strategy, VariablePlan, shard_sizes
 from .facts import Link, ModelProfile, NetworkFacts, NodeBytes, Prediction, RowsTouched
 from .optimizer_state import updates_read_step_state
-from .wire_bound import variable_transfers
+from .wire_bound import pooled_bags, variable_transfers
 
 
 # Dense gradients under this size bound for one PS task share one accumulator (one push and one
@@ -227,6 +228,9 @@ class Paths:
     # host -> what the sender's queue on its fastest outgoing path holds (Link.queue_bytes; 0 unknown)
     sent_queue: dict[str, float] = field(default_factory=dict)
     shared_cpus: float | None = None  # NetworkFacts.shared_cpus: all of the machine's CPUs (`cpus`)
+    # the most in-graph replicas a worker runs (placement.replica_devices, as the builders plan
+    # them): a table's lookups pool only with one (wire_bound.pools_bags)
+    replicas: int = 1
 
     @classmethod
     def of(cls, spec: ClusterSpec, network: NetworkFacts) -> Paths:
@@ -277,7 +281,8 @@ class Paths:
                       for h in hosts if len(hosts) > 1}
         return cls(hosts, task_host, names, np.array(capacity, dtype=float), np.array(burst, dtype=float),
                    np.array(is_local), index, opposite, ps_latency, ring, spec.num_workers, cpu_resource, contention,
-                   sent_queue, None if network.shared_cpus is None else float(network.shared_cpus))
+                   sent_queue, None if network.shared_cpus is None else float(network.shared_cpus),
+                   max((len(d) for d in replica_devices(spec)), default=0) or 1)
 
     def zeros(self) -> np.ndarray:
         return np.zeros(len(self.names))
@@ -633,6 +638,14 @@ def _rows_between(touched: RowsTouched, lo: int, hi: int, rows: int) -> float:
     return total
 
 
+def pooled_bags_of(var: VariablePlan, profile: ModelProfile, num_workers: int, replicas: int = 1) -> PooledBags | None:
+    """The pooled lookups of `var` (capture's `VariableInfo.pooled`) as its plan runs them on
+    `num_workers` workers of `replicas` in-graph replicas each: `wire_bound.pooled_bags`'s rule (None,
+    counted as rows, unless the plan pools them and the examples of a step are known)."""
+    facts = next((v.pooled for v in profile.graph.variables if v.name == var.name), None)
+    return pooled_bags(var, facts, num_workers, replicas)
+
+
 def variable_load(var: VariablePlan, profile: ModelProfile, paths: Paths) -> Load:
     """One planned variable's part of a step's load. A TF2 script's (`GraphItem.kind` "tf2") by TF2
     mode's PS runtime: its accumulators (`batched_in_accumulator`) and, for a split variable its
@@ -641,7 +654,8 @@ def variable_load(var: VariablePlan, profile: ModelProfile, paths: Paths) -> Loa
     load = Load.empty(paths)
     tf2 = profile.graph.kind == "tf2"
     on_chief = updated_on_the_chief(var, profile.graph)
-    shards = variable_transfers(var, paths.num_workers, distinct_rows_of(var, profile, paths.num_workers))
+    shards = variable_transfers(var, paths.num_workers, distinct_rows_of(var, profile, paths.num_workers),
+                                pooled_bags_of(var, profile, paths.num_workers, paths.replicas), paths.replicas)
     chunks = set(prefetched_chunks(var))
     if chunks:
         load.chunks[var.name] = len(chunks)

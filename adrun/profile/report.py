@@ -15,7 +15,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from scipy.stats import kendalltau
 
-from adrun.graph_item import GradKind, ScriptKind
+from adrun.graph_item import GradKind, ScriptKind, dtype_itemsize
 from adrun.spec import ClusterSpec
 from adrun.strategies.document import Strategy
 from adrun.strategies.facts import FactSource, Link, ModelProfile, NetworkFacts, Prediction
@@ -34,6 +34,10 @@ class VariableRow(BaseModel):
     rows_touched_max: int | None = None
     step_mb: float  # gradient one worker's step produces: the whole variable, or the rows touched
     step_share: float = Field(ge=0, le=1)  # of all variables' step_mb
+    # its lookups pool over their bags when on PS tasks (VariableInfo.pooled): the per-example sums
+    # [examples, dim] each shard returns, and d_sum each PS task takes, instead of the
+    # rows; None when they do not (or the batch is unknown)
+    pooled_mb: float | None = None
 
 
 class ModelSection(BaseModel):
@@ -160,6 +164,9 @@ class ScalingPoint(BaseModel):
     # examples/s over N times one host's compute-bound rate (its workers stepping with no sync)
     efficiency: float | None = None
     bound: str  # what bounds the step, as in a Prediction
+    # bytes the busiest host sends a step, in MB, as predicted (lookups pooled on the PS counted by
+    # their sums, ids and d_sum, not rows: strategies/wire_bound.py); None in reports made before
+    sent_mb_per_host: float | None = Field(default=None, ge=0)
 
 
 class ScalingCurve(BaseModel):
@@ -216,10 +223,13 @@ def model_section(profile: ModelProfile, script: str, script_args: list[str]) ->
         if touched is not None and var.shape and var.shape[0] > 0:
             row_bytes = var.nbytes / var.shape[0]
             step_bytes = min(var.nbytes, touched.mean * row_bytes)
+        one_row = dtype_itemsize(var.dtype) * math.prod(max(d, 1) for d in var.shape[1:])
+        sums = var.pooled.sums_bytes(one_row) if var.pooled is not None else None
         rows.append(VariableRow(
             name=var.name, shape=list(var.shape), mb=var.nbytes / mb, grad=var.grad or "dense",
             rows_touched_mean=touched.mean if touched else None, rows_touched_max=touched.max if touched else None,
             step_mb=step_bytes / mb, step_share=0.0,
+            pooled_mb=sums / mb if sums is not None else None,
         ))
     step_total = sum(r.step_mb for r in rows)
     for row in rows:

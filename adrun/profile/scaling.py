@@ -110,7 +110,8 @@ def scaling_section(facts: PlanningFacts, auto: Auto, host_counts: list[int]) ->
                 hosts=hosts, step_s=prediction.step_s, examples_per_s=prediction.examples_per_s,
                 efficiency=(prediction.examples_per_s / one_host_rate
                             if prediction.examples_per_s is not None and one_host_rate else None),
-                bound=prediction.bound))
+                bound=prediction.bound,
+                sent_mb_per_host=max((b.sent for b in prediction.node_bytes.values()), default=0.0) / 1e6))
         auto_plan = next(plan for plan, _ in ranked if plan.builder == AUTO)
         same = [plan.builder for plan, _ in ranked if plan.builder != AUTO and same_plan(plan, auto_plan)]
         if same:

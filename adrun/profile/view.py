@@ -61,12 +61,17 @@ def _model_table(report: ProfileReport) -> tuple[Text, Table, str]:
     shown = model.variables[:MAX_VARIABLE_ROWS]
     for var in shown:
         rows = "-" if var.rows_touched_mean is None else f"{var.rows_touched_mean:,.1f} ({var.rows_touched_max:,})"
-        table.add_row(var.name, str(var.shape), _mb(var.mb), var.grad, rows, _mb(var.step_mb), f"{var.step_share:.0%}")
+        grad = var.grad if var.pooled_mb is None else f"{var.grad}, pooled ({_mb(var.pooled_mb)} sums)"
+        table.add_row(var.name, str(var.shape), _mb(var.mb), grad, rows, _mb(var.step_mb), f"{var.step_share:.0%}")
     rest = model.variables[MAX_VARIABLE_ROWS:]
     if rest:
         table.add_row(Text(f"… {len(rest)} more", style="dim"), "", _mb(sum(v.mb for v in rest)), "", "",
                       _mb(sum(v.step_mb for v in rest)), f"{sum(v.step_share for v in rest):.0%}")
-    return heading, table, "step: the gradient one worker's step produces (sparse: the rows it touched)"
+    note = "step: the gradient one worker's step produces (sparse: the rows it touched)"
+    if any(v.pooled_mb is not None for v in shown):
+        note += ("; pooled: on PS tasks its lookups move per-example sums over their bags, not rows (each shard "
+                 "returns them, each PS task takes d_sum of that size)")
+    return heading, table, note
 
 
 def _cluster_table(report: ProfileReport) -> tuple[Text, Table, str]:

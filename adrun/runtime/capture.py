@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from adrun.exit_codes import HOOK_DONE_EXIT_CODE
 from adrun.graph_item import GradKind, GraphItem, VariableInfo, save_graph_item
+from adrun.runtime.capture_pooled import pooled_bags
 from adrun.runtime.grads import is_sparse, records_for, variable_name
 from adrun.runtime.kernels.gradient_sync import updates_read_finish_state
 from adrun.runtime.kernels.partitioning import partition_blockers
@@ -29,10 +30,13 @@ from adrun.task_events import DoneEvent
 _graph_at_exit: tf.Graph | None = None
 
 
-def describe_graph(graph: tf.Graph) -> GraphItem:
+def describe_graph(graph: tf.Graph, examples: int | None = None) -> GraphItem:
     """The GraphItem of `graph`. Shards of a partitioned variable count as the one variable they
     slice (its full name and shape), so a worker whose variables adrun partitioned describes the
-    same graph as the capture did."""
+    same graph as the capture did. Which variables' lookups could be pooled over their bags on the
+    PS, and what they read per step, is capture_pooled.py's; `examples`, the batch the profiling
+    run fed (profiler.py), gives their examples when neither their shape nor a tf.data batch
+    does (ids fed through a `placeholder([None, L])`)."""
     records = records_for(graph)
     grad_kind: dict[str, GradKind] = {}
     optimizer = None
@@ -48,7 +52,11 @@ def describe_graph(graph: tf.Graph) -> GraphItem:
         global_vars = tf.compat.v1.global_variables()
         trainable = {_logical(v)[0] for v in tf.compat.v1.trainable_variables()}
         step = tf.compat.v1.train.get_global_step(graph)
-    blockers = partition_blockers(graph, global_vars, [pair for call in records.calls for pair in call.grads_and_vars])
+    grads_and_vars = [pair for call in records.calls for pair in call.grads_and_vars]
+    blockers = partition_blockers(graph, global_vars, grads_and_vars)
+    batch_size = static_batch_size(graph)
+    pooled = pooled_bags(graph, global_vars, {variable_name(v): _logical(v)[0] for v in global_vars}, grads_and_vars,
+                         batch_size if batch_size is not None else examples)
     logical: dict[str, VariableInfo] = {}
     for var in global_vars:
         name, shape = _logical(var)
@@ -61,13 +69,14 @@ def describe_graph(graph: tf.Graph) -> GraphItem:
             trainable=name in trainable,
             grad=grad_kind.get(name),
             partition_blocker=blockers.get(var.op.name),
+            pooled=pooled.get(name),
         )
     return GraphItem(
         variables=list(logical.values()),
         optimizer=optimizer,
         updates_read_step_state=_any_reads(reads_state),
         global_step=variable_name(step) if step is not None else None,
-        batch_size=static_batch_size(graph),
+        batch_size=batch_size,
     )
 
 

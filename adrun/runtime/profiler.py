@@ -196,7 +196,7 @@ class Profiler:
         if self._graph is None:
             return  # no Session: the launcher reports a script that is not in graph mode
         samples = ProfileSamples(
-            graph=describe_graph(self._graph), training_steps=self.steps_run, examples=self.examples,
+            graph=describe_graph(self._graph, self.examples), training_steps=self.steps_run, examples=self.examples,
             step_s=self.step_s, rows=self.rows, rows_by_slice=self.rows_by_slice,
         )
         save_samples(samples, self.out_path)

@@ -83,15 +83,20 @@ class Launcher:
             return self.plan_files[config.system]
         if config.system == AUTO:
             return self._build_auto_plan(config)
-        key = (config.workload, config.hosts)
-        if key not in self.captured:
-            script, *args = self.workload_args(config.workload, 2, 1, self.scratch / "capture")
-            self.captured[key] = capture_graph(Path(script), args, config.hosts, f"bench-capture-{config.workload}")
         plan = plan_file(self.scratch, config)
         plan.parent.mkdir(parents=True, exist_ok=True)
-        dump_strategy(build_strategy(config.system, self.captured[key], load_spec(self.spec(config.hosts)),
-                                     dict(config.options)), plan)
+        dump_strategy(build_strategy(config.system, self.graph(config.workload, config.hosts),
+                                     load_spec(self.spec(config.hosts)), dict(config.options)), plan)
         return plan
+
+    def graph(self, workload: str, hosts: int) -> GraphItem:
+        """The workload's graph as adrun captures it on `hosts` hosts, captured once: the built-in
+        builders plan from it, and the lower bound reads its pooled lookups (VariableInfo.pooled)."""
+        key = (workload, hosts)
+        if key not in self.captured:
+            script, *args = self.workload_args(workload, 2, 1, self.scratch / "capture")
+            self.captured[key] = capture_graph(Path(script), args, hosts, f"bench-capture-{workload}")
+        return self.captured[key]
 
     def _build_auto_plan(self, config: RunConfig) -> Path:
         plan = plan_file(self.scratch, config)

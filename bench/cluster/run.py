@@ -46,7 +46,7 @@ from tests.cluster.netns import NetnsCluster, missing_requirements
 from ..paths import PEERS_DIR, REPO, RESULTS_DIR, WORKLOADS_DIR
 from .estimate import estimate, load_history
 from .launch import Launcher
-from .lower_bound import lower_bound
+from .lower_bound import lower_bound, pooled_facts
 from .network import PROFILES, apply_profile
 from .report import default_markdown, write_report
 from .results import PEER_TF_MWMS, PEER_TF_PS, BenchResults, HookOverhead, LowerBound, RunConfig, RunResult, save_results
@@ -472,7 +472,8 @@ def _plan(launcher: Launcher, config: RunConfig, plans: dict[RunConfig, Path | s
     shutil.copyfile(plan, kept_plan(out, key))
     document = load_strategy(plan)
     sent, method = lower_bound(document, load_spec(launcher.spec(config.hosts)),
-                               distinct_rows(launcher.workloads, config.workload, document))
+                               distinct_rows(launcher.workloads, config.workload, document),
+                               pooled_facts(launcher.graph(config.workload, config.hosts)))
     results.lower_bounds.append(LowerBound(workload=config.workload, hosts=config.hosts, system=config.label,
                                            profile=config.profile if sees_link else "", sent_per_host=sent,
                                            method=method))

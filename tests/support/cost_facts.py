@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from adrun.graph_item import GraphItem, VariableInfo
+from adrun.graph_item import GraphItem, PooledBags, VariableInfo
 from adrun.placement import replica_devices
 from adrun.spec import ClusterSpec, Node
 from adrun.strategies.cost_model import Coefficients
@@ -57,3 +57,18 @@ def plan(graph: GraphItem, spec: ClusterSpec, variables: Sequence[VariablePlan],
 def planned(v: VariableInfo, **how) -> VariablePlan:
     """`v` with `sync=...` or `partition=...`."""
     return VariablePlan(name=v.name, shape=v.shape, dtype=v.dtype, grad=v.grad, **how)
+
+
+# the benchmark's embed workload (bench/workloads/models.py `Embed`): a 1,000,000 x 32 table read by
+# reduce_mean over bags of 32 uniform ids, 256 examples a step, and a 32 -> 512 -> 512 -> 1 head
+EMBED_BATCH, EMBED_BAG = 256, 32
+EMBED_HEAD = [("hidden1/kernel", [32, 512]), ("hidden1/bias", [512]), ("hidden2/kernel", [512, 512]),
+              ("hidden2/bias", [512]), ("logit/kernel", [512, 1]), ("logit/bias", [1])]
+
+
+def embed_graph(pooled: bool = True) -> GraphItem:
+    """The embed workload's graph as capture describes it; `pooled`: with its table's pooled lookup
+    (VariableInfo.pooled), else as captured before capture looked for them."""
+    bags = PooledBags(examples=EMBED_BATCH, ids=EMBED_BATCH * EMBED_BAG) if pooled else None
+    table = var("embedding", [1_000_000, 32], "sparse").model_copy(update={"pooled": bags})
+    return GraphItem(batch_size=EMBED_BATCH, variables=[table, *(var(n, s) for n, s in EMBED_HEAD)])

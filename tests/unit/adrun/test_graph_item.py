@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from adrun.errors import UserError
-from adrun.graph_item import GraphItem, VariableInfo, load_graph_item, save_graph_item
+from adrun.graph_item import GraphItem, PooledBags, VariableInfo, load_graph_item, save_graph_item
 
 
 def make_item(kernel_shape: list[int] | None = None) -> GraphItem:
@@ -132,3 +132,29 @@ def test_json_without_partition_blocker_still_loads(tmp_path: Path) -> None:
     assert item.fingerprint == GraphItem(
         variables=[VariableInfo(name="w", shape=[3, 2], dtype="float32", trainable=True, grad="dense")]
     ).fingerprint
+
+
+def with_pooled(item: GraphItem) -> GraphItem:
+    return item.model_copy(update={"variables": [
+        v.model_copy(update={"pooled": PooledBags(examples=32, ids=32 * 20)}) if v.name == "emb" else v
+        for v in item.variables]})
+
+
+def test_pooled_bags_round_trip_and_leave_the_fingerprint_alone(tmp_path: Path) -> None:
+    item = with_pooled(make_item())
+    path = tmp_path / "graph.json"
+    save_graph_item(item, path)
+    assert load_graph_item(path) == item
+    assert load_graph_item(path).variables[2].pooled == PooledBags(examples=32, ids=640)
+    assert item.fingerprint == make_item().fingerprint
+    assert item != make_item()
+
+
+def test_json_without_pooled_bags_still_loads(tmp_path: Path) -> None:
+    """A record made before capture looked at pooled lookups: none counted."""
+    path = tmp_path / "graph.json"
+    path.write_text(
+        '{"version": 1, "variables": [{"name": "emb", "shape": [30, 2], "dtype": "float32", "trainable": true, '
+        '"grad": "sparse", "partition_blocker": null}], "optimizer": null, "global_step": null, "batch_size": 8}'
+    )
+    assert load_graph_item(path).variables[0].pooled is None

@@ -7,14 +7,14 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from adrun.graph_item import GraphItem
+from adrun.graph_item import GraphItem, PooledBags
 from adrun.strategies import BUILDERS
 from adrun.strategies.auto import Auto, AutoOptions
 from adrun.strategies.cost_model import predict
 from adrun.strategies.document import AllReduceSync, PSSync, Strategy, check_matches, strategy_to_yaml
 from adrun.strategies.fit import fit
 from adrun.strategies.planning_facts import Fact, PlanningFacts
-from tests.support.cost_facts import hosts_spec, network, profile, var
+from tests.support.cost_facts import EMBED_BAG, EMBED_BATCH, embed_graph, hosts_spec, network, profile, var
 
 SLOW, FAST = 12.5e6, 1.25e9  # 100 Mbit/s, 10 Gbit/s
 
@@ -90,6 +90,44 @@ def test_mixed_model_gets_a_hybrid_better_than_every_builtin():
         assert all(isinstance(s, PSSync) for s in synchronizers(auto, name))
     for name in ("mlp1/kernel", "mlp2/kernel"):
         assert synchronizers(auto, name) == [AllReduceSync(group=0)]
+
+
+def test_a_table_whose_lookups_pool_is_kept_whole_beside_the_all_reduced_head():
+    """The embed workload at 4 hosts: with rows on the wire Auto cuts the table over the 4 PS
+    tasks; with its lookups pooled on the PS each shard sends every worker [256, 32] sums and takes
+    a d_sum of that size, 4 of each where a whole table moves one, so Auto keeps it on ps0 (the
+    plan Parallax makes), predicted more than 1.1x every uniform builder (PartitionedPS 1.26x)."""
+    spec = hosts_spec(4)
+
+    def ranked(pooled: bool):
+        graph = embed_graph(pooled)
+        prof, net = profile(graph, 0.0055, {"embedding": 8160}), network(spec, SLOW, latency_s=1e-4)
+        return Auto().rank(facts(graph, spec, prof, net))
+
+    rows = next(plan for plan, _ in ranked(False) if plan.builder == "Auto")
+    assert [s.ps_task for s in synchronizers(rows, "embedding")] == [0, 1, 2, 3]
+    pooled = ranked(True)
+    auto, prediction = next((plan, p) for plan, p in pooled if plan.builder == "Auto")
+    assert synchronizers(auto, "embedding") == [PSSync(ps_task=0)]
+    assert auto.variables[0].note.startswith("on ps0, lookups pooled on the PS; predicted ")
+    assert "pooled" not in rows.variables[0].note
+    assert all(synchronizers(auto, v.name) == [AllReduceSync(group=0)] for v in auto.variables[1:])
+    uniform = [p.step_s for plan, p in pooled if plan.builder not in ("Auto", "Parallax")]
+    assert prediction.step_s * 1.1 < min(uniform)
+
+
+@pytest.mark.parametrize("hosts, bags", [(4, PooledBags(ids=EMBED_BATCH * EMBED_BAG)),
+                                         (1, PooledBags(examples=EMBED_BATCH, ids=EMBED_BATCH * EMBED_BAG))])
+def test_a_note_says_pooled_only_when_the_cost_model_counts_it_so(hosts, bags):
+    """Examples unknown, or one worker (the runtime pools with several): the table's rows are
+    counted, and its note does not say pooled."""
+    spec = hosts_spec(hosts)
+    graph = embed_graph()
+    graph = graph.model_copy(update={"variables": [graph.variables[0].model_copy(update={"pooled": bags}),
+                                                   *graph.variables[1:]]})
+    prof, net = profile(graph, 0.0055, {"embedding": 8160}), network(spec, SLOW, latency_s=1e-4)
+    auto = next(plan for plan, _ in Auto().rank(facts(graph, spec, prof, net)) if plan.builder == "Auto")
+    assert all("pooled" not in (v.note or "") for v in auto.variables)
 
 
 def test_a_variable_that_cannot_be_split_stays_whole_and_says_why():

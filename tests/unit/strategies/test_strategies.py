@@ -759,9 +759,9 @@ def test_partitioned_yaml_is_readable() -> None:
         "    partition:\n"
         "      axis: 0\n"
         "      shards:\n"
-        "        - {kind: ps, ps_task: 1, sync: true, staleness: 0, local_proxy: false}\n"
-        "        - {kind: ps, ps_task: 0, sync: true, staleness: 0, local_proxy: false}\n"
-        "        - {kind: ps, ps_task: 0, sync: true, staleness: 0, local_proxy: false}\n"
+        "        - {kind: ps, ps_task: 1, sync: true, staleness: 0, local_proxy: false, pool_bags: true}\n"
+        "        - {kind: ps, ps_task: 0, sync: true, staleness: 0, local_proxy: false, pool_bags: true}\n"
+        "        - {kind: ps, ps_task: 0, sync: true, staleness: 0, local_proxy: false, pool_bags: true}\n"
         "  - name: lstm\n"
     ) in text
     assert "    note: 'kept whole: read inside tf.while_loop'\n" in text

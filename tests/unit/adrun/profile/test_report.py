@@ -8,7 +8,7 @@ import io
 import pytest
 from rich.console import Console
 
-from adrun.graph_item import GraphItem, VariableInfo
+from adrun.graph_item import GraphItem, PooledBags, VariableInfo
 from adrun.launch.job.report import JobReport, TaskReport
 from adrun.profile.report import (
     Candidate,
@@ -85,6 +85,26 @@ def test_model_section_sizes_each_variable_by_what_a_step_moves() -> None:
     assert emb.step_share + head.step_share == pytest.approx(1.0)
     assert section.total_mb == pytest.approx((64000 + 64) / 1e6)
     assert (section.batch_size, section.compute_s, section.optimizer) == (64, 0.004, "AdagradOptimizer")
+
+
+def test_a_table_whose_lookups_pool_shows_its_sums() -> None:
+    """[64 examples, 16] float32 sums, shown beside the rows it touches; the terminal says what
+    they are. Examples unknown: no sums shown (the table is counted by its rows)."""
+    def with_pooled(bags: PooledBags):
+        return model().model_copy(update={"graph": graph().model_copy(update={"variables": [
+            v.model_copy(update={"pooled": bags}) if v.name == "emb" else v for v in graph().variables]})})
+
+    pooled = with_pooled(PooledBags(examples=64, ids=640))
+    emb, head = model_section(pooled, "train.py", []).variables
+    assert emb.pooled_mb == pytest.approx(64 * 16 * 4 / 1e6) and head.pooled_mb is None
+    assert model_section(with_pooled(PooledBags(ids=640)), "train.py", []).variables[0].pooled_mb is None
+    assert emb.step_mb == pytest.approx(300 * 16 * 4 / 1e6)
+    assert model_section(model(), "train.py", []).variables[0].pooled_mb is None
+    value = report([candidate("Auto", 0.010)])
+    value.model = model_section(pooled, "train.py", [])
+    text = rendered(value)
+    assert "sparse, pooled (4.1 kB sums)" in text and "pooled: on PS tasks its lookups move per-example sums" in text
+    assert "pooled" not in rendered(report([candidate("Auto", 0.010)]))
 
 
 def test_cluster_section_in_mbit_and_milliseconds() -> None:

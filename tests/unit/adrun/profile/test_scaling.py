@@ -16,7 +16,7 @@ from adrun.strategies import build_strategy
 from adrun.strategies.facts import HostLink, Link, NetworkFacts
 from adrun.strategies.fit import fit
 from adrun.strategies.planning_facts import PlanningFacts
-from tests.support.cost_facts import hosts_spec, network, profile, var
+from tests.support.cost_facts import embed_graph, hosts_spec, network, profile, var
 
 SLOW = 12.5e6  # 100 Mbit/s
 # a large embedding whose touched rows all-gathered outweigh its sharded PS traffic beyond 2 hosts
@@ -157,3 +157,23 @@ def test_the_plot_is_a_png_and_an_unwritable_path_is_one_message(tmp_path) -> No
     with pytest.raises(UserError) as error:
         write_scaling_plot(section, tmp_path / "missing" / "s.png", "t")
     assert str(error.value).startswith(f"--plot {tmp_path / 'missing' / 's.png'}: cannot write the plot")
+
+
+def test_pooled_lookups_show_in_the_predicted_bytes_per_host() -> None:
+    """The same terms as the cost model's: the embed workload's PartitionedPS at 4 hosts sends
+    fewer bytes from its busiest host, and steps faster, with its table's pooled lookups than
+    without them; the all-reduce of every variable moves the same rows either way. The figures are
+    test_cost_model_pooled's by hand (3,296,070 and 1,975,110 B: the table's 4 shards and the
+    head's ring, 1.5x its bytes), the head here on the 4 PS tasks (also 1.5x its bytes a host)
+    but for its [1] bias, whose PS host sends it to 3 workers (12 B) instead of its ring share (6 B)."""
+    def at_4_hosts(graph: GraphItem) -> dict:
+        spec = hosts_spec(2)
+        facts = PlanningFacts(spec=spec, graph=graph, profile=profile(graph, 0.0055, {"embedding": 8160}),
+                              network=network(spec, SLOW, latency_s=1e-4), fit=fit([]))
+        return {c.builder: c.points[0] for c in scaling_section(facts, Auto(), [4]).curves}
+
+    rows, pooled = at_4_hosts(embed_graph(pooled=False)), at_4_hosts(embed_graph())
+    assert rows["PartitionedPS"].sent_mb_per_host == pytest.approx((3_296_070 - 6 + 12) / 1e6, abs=1e-9)
+    assert pooled["PartitionedPS"].sent_mb_per_host == pytest.approx((1_975_110 - 6 + 12) / 1e6, abs=1e-9)
+    assert pooled["PartitionedPS"].step_s < rows["PartitionedPS"].step_s
+    assert pooled["AllReduce"] == rows["AllReduce"]
