@@ -41,7 +41,7 @@ _ID_WALK_LIMIT = 32  # ops between a partitioned lookup's shard ids and its flat
 MAX_NORM = "its rows are used next to the table (embedding_lookup's max_norm clips them there)"
 WEIGHTED = "its rows are weighted per id (sp_weights or a mask) before the reduction"
 OTHER_CONSUMER = "the gathered rows have a consumer other than one bag reduction"
-REDUCED_GRADIENT = "its gradient passes a reduction (e.g. clip_by_global_norm) on its way to the update"
+REDUCED_ON_THE_WAY = "its gradient passes a reduction (e.g. clip_by_global_norm) on its way to the update"
 CONTROL_FLOW = "the lookup is inside control flow"
 RANK = "the gathered rows are not of rank 3 [batch, bag, dim]"
 OTHER_AXIS = "the reduction is not over the bag axis (1) alone"
@@ -219,7 +219,7 @@ def _backward(gathers: list[tf.Operation], reduction: tf.Operation, kind: Kind,
     d_pooled = None
     for gather, grad in zip(gathers, grads, strict=True):
         if reduced_on_the_way(grad):
-            raise _Refused(REDUCED_GRADIENT)
+            raise _Refused(REDUCED_ON_THE_WAY)
         values = grad.values.op
         if values.type != "Reshape" or not made_by_tf_gradients(values):
             raise _Refused(GRADIENT_CHAIN)

@@ -22,7 +22,7 @@ from adrun.runtime.kernels.distinct_rows import merged_rows  # noqa: E402
 from adrun.runtime.kernels.pooled_bags import (  # noqa: E402
     bag_index, pool_forward, pool_gradients, pool_lookups, pooled_gradients, pooled_variables,
 )
-from adrun.runtime.kernels.pooled_lookups import MAX_NORM, REDUCED_GRADIENT, pooled_lookups  # noqa: E402
+from adrun.runtime.kernels.pooled_lookups import MAX_NORM, REDUCED_ON_THE_WAY, pooled_lookups  # noqa: E402
 
 ROWS, DIM, SHARDS = 9, 4, 3  # fixed_size_partitioner(3) of 9 rows: shard k holds rows 3k..3k+2
 IDS = np.array([[3, 1, 3, 7], [7, 7, 0, 3], [1, 1, 1, 1]])  # repeated ids within and across bags
@@ -273,7 +273,7 @@ def test_refusals_reach_the_user_once_at_set_up(capsys) -> None:
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("adrun: ")]
     assert len(lines) == 2
     assert any("of other is not pooled" in line and MAX_NORM in line for line in lines)
-    assert any("of table is not pooled" in line and REDUCED_GRADIENT in line for line in lines)
+    assert any("of table is not pooled" in line and REDUCED_ON_THE_WAY in line for line in lines)
 
 
 def test_no_refusal_is_written_where_nothing_would_pool(capsys) -> None:

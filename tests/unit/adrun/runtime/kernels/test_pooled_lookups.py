@@ -18,7 +18,7 @@ tf1 = tf.compat.v1
 
 from adrun.runtime.kernels.devices import ps_device  # noqa: E402
 from adrun.runtime.kernels.pooled_lookups import (  # noqa: E402
-    CONTROL_FLOW, DTYPE, GRADIENT_CHAIN, MAX_NORM, NOT_ON_PS, OTHER_AXIS, OTHER_CONSUMER, RANK, REDUCED_GRADIENT, WEIGHTED, Kind, Matches,
+    CONTROL_FLOW, DTYPE, GRADIENT_CHAIN, MAX_NORM, NOT_ON_PS, OTHER_AXIS, OTHER_CONSUMER, RANK, REDUCED_ON_THE_WAY, WEIGHTED, Kind, Matches,
     pooled_lookups,
 )
 
@@ -169,7 +169,7 @@ def test_table_off_the_ps_is_refused() -> None:
 @pytest.mark.parametrize("partitioned", [False, True])
 def test_gradient_clipped_by_global_norm_is_refused(partitioned: bool) -> None:
     make = lambda t: tf.reduce_mean(tf.nn.embedding_lookup(t, IDS), axis=1)  # noqa: E731
-    assert _refusal(make, partitioned=partitioned, clip=True) == REDUCED_GRADIENT
+    assert _refusal(make, partitioned=partitioned, clip=True) == REDUCED_ON_THE_WAY
 
 
 def test_lookup_in_control_flow_is_refused() -> None:
