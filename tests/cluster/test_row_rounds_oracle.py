@@ -18,6 +18,9 @@ workers write out (`--graph`) and the test reads:
   here (the layer's shards are a few bytes, below `ps_sync.BATCH_BELOW_BYTES`), so its rows go in
   rounds; on the embed workload its layer's shards are large and PartitionedPS gets no rounds at
   all (tests/unit/adrun/runtime/kernels/test_exchange_rounds.py `test_rows_only_plans`).
+
+These plans set `pool_bags: false`, so their lookups move rows. The same sharded mix with its bags
+pooled on the PS tasks (`test_pooled_lookup_across_hosts`) moves per-example sums in no round.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from adrun.runtime.kernels.exchange_rounds import rows_only
 from adrun.strategies.document import Strategy
 from bench.cluster.network import write_adrun_spec
 from tests.cluster.netns import NetnsCluster
-from tests.support.exchange_waits import pull_waits, push_waits, written_graph
+from tests.support.exchange_waits import ps_task, pull_waits, push_waits, written_graph
 from tests.support.oracle import train_and_compare
 
 pytestmark = pytest.mark.cluster
@@ -72,13 +75,18 @@ def _each_table_on_its_own_task(plan: dict[str, Any]) -> None:
     assert rows_only(Strategy.model_validate(plan))
 
 
-def _shard_the_embedding(plan: dict[str, Any]) -> None:
-    """Parallax's plan (the embedding whole on PS task 0, `w` all-reduced) edited into Auto's mix:
-    the embedding in 3 shards on axis 0, shard k on PS task k, `w` still all-reduced."""
+def _embedding_in_shards(plan: dict[str, Any]) -> None:
+    """Parallax's plan (the embedding whole on PS task 0, `w` all-reduced) edited into a mix: the
+    embedding in 3 shards on axis 0, shard k on PS task k, `w` still all-reduced."""
     emb = _by_name(plan, "emb")
     whole = emb.pop("sync")
     emb["partition"] = {"axis": 0, "shards": [{**whole, "ps_task": k} for k in range(HOSTS)]}
     assert _by_name(plan, "w")["sync"]["kind"] == "allreduce"
+
+
+def _shard_the_embedding(plan: dict[str, Any]) -> None:
+    """The embedding in 3 shards (`_embedding_in_shards`), its lookups moving rows in rounds."""
+    _embedding_in_shards(plan)
     _rows_only_with_shard_k_on_task_k(plan)
 
 
@@ -133,3 +141,28 @@ def test_rows_in_rounds_across_hosts(netns_cluster: NetnsCluster, tmp_path: Path
         chain = {second: {first}}
         assert pull_waits(graph) == chain, f"w{w}: which PS task's row gathers wait for which"
         assert push_waits(graph) == chain, f"w{w}: which PS task's sparse pushes wait for which"
+
+
+@pytest.mark.parametrize("netns_cluster", [HOSTS], indirect=True)
+def test_pooled_lookup_across_hosts(netns_cluster: NetnsCluster, tmp_path: Path) -> None:
+    """The embedding in 3 shards, one on each host's PS task, its bags pooled there
+    (runtime/kernels/pooled_bags.py: per-example sums back, d(sum) out, the gradient rows formed on
+    each PS task), `w` all-reduced: per-worker data, 3 steps, every worker's final variables equal
+    the plain reference of synchronous data-parallel training, and every worker's graph pools the
+    lookup on all 3 shards with no rounds (pooled traffic is not ordered).
+
+    Fails on: a partial sum or a gradient row formed on the wrong shard, from another worker's ids,
+    or applied twice (a final value off the reference), and on the lookup left on the rows path or
+    pooled traffic put in rounds."""
+    def spec_file(workers: int, ps: int) -> Path:
+        assert (workers, ps) == (HOSTS, HOSTS)
+        return write_adrun_spec(netns_cluster, HOSTS, tmp_path / "cluster.yml")
+
+    train_and_compare(tmp_path, spec_file, "Parallax", "sparse", "per-worker", edit_plan=_embedding_in_shards,
+                      workers=HOSTS, ps=HOSTS, script_options=("--graph",))
+    for w in range(HOSTS):
+        graph = written_graph(tmp_path / "out" / f"w{w}.graph.pb")
+        pooled = {ps_task(op) for op in graph.get_operations()
+                  if op.type == "ResourceGather" and op.name.startswith("adrun_pooled_lookup")}
+        assert pooled == set(range(HOSTS)), f"w{w}: the PS tasks whose shard's bags are pooled"
+        assert pull_waits(graph) == {} and push_waits(graph) == {}, f"w{w}: pooled traffic in rounds"
