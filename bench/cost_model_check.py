@@ -88,10 +88,10 @@ LINK_PLANNED = ("Auto",)  # builders whose plan depends on the link: read from -
 CHUNKS_SINCE = "efc32b4"
 CHUNKING_BUILDERS = ("PS", "PSLoadBalancing")
 # The runtime pools a PS-held table's lookups over their bags since this commit (per-example sums
-# instead of rows, runtime/kernels/pooled_bags.py); None: no measured run pooled yet. A group
-# measured before it is predicted from its graph without the pooled facts capture now records
-# (`without_pooled`): its rows went over the wire.
-POOLED_SINCE: str | None = None
+# instead of rows, runtime/kernels/pooled_bags.py). A group measured before it is predicted from
+# its graph without the pooled facts capture now records (`without_pooled`): its rows went over the
+# wire.
+POOLED_SINCE = "913b05e"
 
 
 def cluster_spec(hosts: int) -> ClusterSpec:
@@ -248,10 +248,8 @@ def measured_before_chunks(results: Sequence[Path]) -> set[Group]:
 
 
 def measured_before_pooling(results: Sequence[Path]) -> set[Group]:
-    """The groups measured before the runtime pooled lookups (POOLED_SINCE; all of them while it
-    is None): predicted without the graph's pooled facts (`without_pooled`)."""
-    if POOLED_SINCE is None:
-        return set(group_sources(results))
+    """The groups measured before the runtime pooled lookups (POOLED_SINCE): predicted without the
+    graph's pooled facts (`without_pooled`)."""
     return measured_before(results, POOLED_SINCE, "its PS runs pooled lookups")
 
 
