@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import psutil
@@ -39,3 +39,21 @@ def wait_for_files(*paths: Path, while_running: subprocess.Popen | None = None) 
         assert time.monotonic() < end, f"never written: {[str(p) for p in paths if not p.exists()]}"
         assert while_running is None or while_running.poll() is None, "the process ended before writing them"
         time.sleep(0.02)
+
+
+def assert_signal_leaves_no_child(parent: subprocess.Popen, sig: int, code: int, ready: Sequence[Path],
+                                  read_pids: Callable[[], list[int]]) -> None:
+    """Once `parent` has written `ready` (its children are up), send it `sig` alone: it must exit
+    with `code` and every child `read_pids` names must be gone. Whatever is left is killed."""
+    pids: list[int] = []
+    try:
+        wait_for_files(*ready, while_running=parent)
+        pids = read_pids()
+        parent.send_signal(sig)
+        assert parent.wait(timeout=GUARD_S) == code
+        assert [pid for pid in pids if not gone(pid)] == []
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        kill_left(pids)

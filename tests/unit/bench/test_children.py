@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench.children import Children, Role
-from tests.support.children import gone, kill_left, wait_for_files
+from tests.support.children import assert_signal_leaves_no_child, gone, wait_for_files
 from tests.support.paths import REPO
 SLEEP = [sys.executable, "-c", "import time; time.sleep(600)"]
 
@@ -132,15 +132,7 @@ PARENT = textwrap.dedent("""
 def test_a_sigterm_or_ctrl_c_to_the_parent_leaves_no_child(tmp_path, sig, code):
     parent = subprocess.Popen([sys.executable, "-c", PARENT, FAMILY, str(tmp_path)], cwd=REPO, stdin=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
-    pids: list[int] = []
-    try:
-        wait_for_files(tmp_path / "w0.json", tmp_path / "w1.json", while_running=parent)
-        pids = [pid for i in range(2) for pid in json.loads((tmp_path / f"w{i}.json").read_text())["pids"]]
-        parent.send_signal(sig)  # to the parent alone: its children are in sessions of their own
-        assert parent.wait(timeout=120) == code
-        assert [pid for pid in pids if not gone(pid)] == []
-    finally:
-        if parent.poll() is None:
-            parent.kill()
-            parent.wait()
-        kill_left(pids)
+    # to the parent alone: its children are in sessions of their own
+    assert_signal_leaves_no_child(
+        parent, sig, code, [tmp_path / "w0.json", tmp_path / "w1.json"],
+        lambda: [pid for i in range(2) for pid in json.loads((tmp_path / f"w{i}.json").read_text())["pids"]])

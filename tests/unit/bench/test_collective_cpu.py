@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from bench.collective_cpu import _cases, deadline_s
-from tests.support.children import gone, kill_left, wait_for_files
+from tests.support.children import assert_signal_leaves_no_child
 from tests.support.paths import REPO
 
 
@@ -57,15 +57,6 @@ run.main(["--steps", "10", "--rounds", "1", "--out", f"{sys.argv[1]}/out.json"])
 
 def test_a_sigterm_to_the_run_ends_it_through_killing_its_workers(tmp_path):
     parent = subprocess.Popen([sys.executable, "-c", _FAKE_RUN, str(tmp_path)], cwd=REPO, stdin=subprocess.DEVNULL)
-    pids: list[int] = []
-    try:
-        wait_for_files(tmp_path / "worker0", tmp_path / "worker1", while_running=parent)
-        pids = [int((tmp_path / f"worker{i}").read_text()) for i in range(2)]
-        parent.send_signal(signal.SIGTERM)
-        assert parent.wait(timeout=120) == 128 + signal.SIGTERM
-        assert [pid for pid in pids if not gone(pid)] == []
-    finally:
-        if parent.poll() is None:
-            parent.kill()
-            parent.wait()
-        kill_left(pids)
+    assert_signal_leaves_no_child(parent, signal.SIGTERM, 128 + signal.SIGTERM,
+                                  [tmp_path / "worker0", tmp_path / "worker1"],
+                                  lambda: [int((tmp_path / f"worker{i}").read_text()) for i in range(2)])
